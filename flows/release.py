@@ -1,0 +1,47 @@
+"""The release as a Prefect flow: the same stages as ``pipeline.release.run_release``, one task per stage and level.
+
+Parameters are paths and budgets only.  Tasks share one in-memory ``ReleaseRun`` (whose repr is public) and
+never return data; results are not persisted and inputs are never hashed for caching (NO_CACHE).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from pipeline import release as stages
+from pipeline.options import load_release_config, random_source
+
+TASK_OPTIONS = {"cache_policy": NO_CACHE, "persist_result": False, "log_prints": False, "retries": 0}
+
+start_task = task(stages.start_release, name="allocate-budget", **TASK_OPTIONS)
+read_task = task(stages.read_inputs, name="read-and-validate", **TASK_OPTIONS)
+measure_task = task(stages.measure, name="measure", **TASK_OPTIONS)
+reconcile_task = task(stages.reconcile, name="reconcile", **TASK_OPTIONS)
+publish_task = task(stages.publish, name="publish", **TASK_OPTIONS)
+
+
+@flow(name="censusdp-release", persist_result=False, log_prints=False, validate_parameters=True)
+def release_flow(config_path: str, out_dir: str | None = None, microdata: str | None = None,
+                 geography: str | None = None, fmt: str | None = None, rho: str | None = None,
+                 insecure_seed: int | None = None) -> str:
+    """Release one dataset: returns the path of the published run directory."""
+    config = load_release_config(config_path, microdata, geography, fmt, rho)
+    out_root = Path(out_dir).resolve() if out_dir else config.output.dir
+    run = start_task(config, out_root, random_source(insecure_seed))
+    try:
+        read_task(run)
+        for level, spec in enumerate(config.levels):
+            measure_task.with_options(task_run_name=f"measure-{spec.name}")(run, level)
+        for level, spec in enumerate(config.levels):
+            reconcile_task.with_options(task_run_name=f"reconcile-{spec.name}")(run, level)
+        final_dir = publish_task(run)
+    except BaseException:
+        stages.abandon(run)
+        raise
+    create_markdown_artifact(key="censusdp-budget", markdown=(final_dir / "report.md").read_text(),
+                             description="Budget, (epsilon, delta) and reconciliation summary (public values)")
+    return str(final_dir)

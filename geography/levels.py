@@ -1,0 +1,39 @@
+"""Geography levels: names and code-prefix widths, defined once, as data.
+
+A level's geoid is the first ``width`` characters of the lowest-level unit's code (the root level has width 0
+and the empty geoid).  No code anywhere compares level names: levels are looked up by position in the tuple
+and named only for people (config keys, file names, manifests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of the hierarchy.  ``width`` is the length of its code prefix (0 for the root)."""
+
+    name: str
+    width: int
+
+    def geoid_of(self, code: str) -> str:
+        return code[: self.width]
+
+
+def check_levels(levels: tuple[Level, ...]) -> None:
+    """Raise ``ValueError`` unless the levels nest: unique names, root width 0, strictly increasing widths."""
+    if not levels:
+        raise ValueError("at least one level is required")
+    names = [level.name for level in levels]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate level name {duplicates[0]!r}")
+    if levels[0].width != 0:
+        raise ValueError(f"the first (root) level {levels[0].name!r} must have width 0")
+    for above, below in zip(levels, levels[1:], strict=False):
+        if below.width <= above.width:
+            raise ValueError(
+                f"level {below.name!r} (width {below.width}) does not nest inside {above.name!r} "
+                f"(width {above.width}): widths must increase from the root down"
+            )

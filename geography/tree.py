@@ -1,0 +1,81 @@
+"""The geography tree as arrays: sorted geoids per level and the parent index of every node.
+
+Nodes of a level are sorted by geoid, so the children of one parent are contiguous and in the same order
+as their parents; ``child_offsets`` gives each parent's slice of children.  Aggregation upwards is then a
+``np.add.reduceat`` and splitting a level into per-parent problems is slicing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from geography.levels import Level, check_levels
+
+
+@dataclass(frozen=True)
+class GeoTree:
+    """``geoids[i]``: sorted unique geoids of level i; ``parent[i]``: index into level i-1 (empty at root)."""
+
+    levels: tuple[Level, ...]
+    geoids: tuple[np.ndarray, ...]
+    parent: tuple[np.ndarray, ...]
+
+    @property
+    def depth(self) -> int:
+        return len(self.levels)
+
+    def n_nodes(self, level: int) -> int:
+        return len(self.geoids[level])
+
+    def child_offsets(self, level: int) -> np.ndarray:
+        """For level ``level`` > 0: array of n_parents+1 offsets; children of parent p are offsets[p]:offsets[p+1]."""
+        counts = np.bincount(self.parent[level], minlength=self.n_nodes(level - 1))
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def aggregate_up(self, level: int, values: np.ndarray) -> np.ndarray:
+        """Sum per-node rows of ``level`` into their parents (rows of level-1)."""
+        offsets = self.child_offsets(level)
+        return np.add.reduceat(values, offsets[:-1], axis=0)
+
+    def lowest_index(self, codes: np.ndarray) -> np.ndarray:
+        """Index of each lowest-level code in the tree; -1 where the code is not a unit of the tree."""
+        lowest = self.geoids[-1]
+        position = np.searchsorted(lowest, codes)
+        position = np.minimum(position, len(lowest) - 1)
+        found = lowest[position] == codes
+        return np.where(found, position, -1).astype(np.int64)
+
+
+def build_tree(levels: tuple[Level, ...], lowest_codes: np.ndarray) -> GeoTree:
+    """Build the tree from the codes of every lowest-level unit (any order, duplicates allowed).
+
+    Each code must be exactly as long as the lowest level's width; every level's nodes are the distinct
+    prefixes of those codes, so no level can have a childless node.
+    """
+    check_levels(levels)
+    codes = np.unique(np.asarray(lowest_codes, dtype=np.str_))
+    if len(codes) == 0:
+        raise ValueError("the geography has no units")
+    width = levels[-1].width
+    lengths = np.char.str_len(codes)
+    if (lengths != width).any():
+        raise ValueError(f"every lowest-level code must have {width} characters")
+    geoids: list[np.ndarray] = []
+    parents: list[np.ndarray] = []
+    for i, level in enumerate(levels):
+        prefixes = np.unique(_prefix(codes, level.width))
+        geoids.append(prefixes)
+        if i == 0:
+            parents.append(np.zeros(0, dtype=np.int64))
+            continue
+        up = _prefix(prefixes, levels[i - 1].width)
+        parents.append(np.searchsorted(geoids[i - 1], up).astype(np.int64))
+    return GeoTree(levels=tuple(levels), geoids=tuple(geoids), parent=tuple(parents))
+
+
+def _prefix(codes: np.ndarray, width: int) -> np.ndarray:
+    if width == 0:
+        return np.full(len(codes), "", dtype=np.str_)
+    return codes.astype(f"<U{width}")

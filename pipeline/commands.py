@@ -1,0 +1,146 @@
+"""The subcommands of ``censusdp``: argument definitions and handlers (plain calls into the pipeline)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+from pipeline.errors import CensusDPError
+
+Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def preset_text(name: str) -> str:
+    try:
+        return resources.files("pipeline").joinpath("presets", f"{name}.toml").read_text()
+    except FileNotFoundError:
+        raise CensusDPError(f"unknown preset {name!r} (available: pl94)") from None
+
+
+def add_init(sub: Sub) -> None:
+    p = sub.add_parser("init", help="write an editable release configuration from a preset")
+    p.add_argument("--preset", default="pl94", help="preset name (default: pl94)")
+    p.add_argument("--out", default="censusdp.toml", help="file to write (default: censusdp.toml)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(handler=cmd_init)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise CensusDPError(f"{out}: exists; use --force to overwrite")
+    out.write_text(preset_text(args.preset))
+    print(out)
+    return 0
+
+
+def add_synth(sub: Sub) -> None:
+    p = sub.add_parser("synth", help="write a synthetic state: microdata.parquet and geography.parquet")
+    p.add_argument("--persons", type=int, required=True, help="number of persons (1,000 to 10,000,000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic population (default 0)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(handler=cmd_synth)
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from pipeline.synth import write_synthetic
+
+    try:
+        micro, geo = write_synthetic(args.persons, args.seed, Path(args.out))
+    except ValueError as error:
+        raise CensusDPError(str(error)) from None
+    print(micro)
+    print(geo)
+    return 0
+
+
+def add_release(sub: Sub) -> None:
+    p = sub.add_parser("release", help="run a release: noisy measurements, reconciled tables, manifest")
+    p.add_argument("config", help="release configuration (TOML)")
+    p.add_argument("--out", help="directory that receives the run folder (default: the config's output.dir)")
+    p.add_argument("--microdata", help="microdata file (overrides input.path)")
+    p.add_argument("--geography", help="geography file listing every lowest-level unit (overrides input.geography)")
+    p.add_argument("--format", dest="fmt", choices=["parquet", "csv", "mdf-pl94"], help="microdata format")
+    p.add_argument("--rho", help="total zCDP budget, e.g. 2.56 or 64/25 (overrides budget.rho)")
+    p.add_argument("--no-prefect", action="store_true", help="run as plain function calls, without Prefect")
+    p.add_argument("--insecure-seed", type=int, help="TESTS ONLY: seeded noise; the run is marked not publishable")
+    p.set_defaults(handler=cmd_release)
+
+
+def run_release_command(config: str, out: str | None, microdata: str | None, geography: str | None,
+                        fmt: str | None, rho: str | None, no_prefect: bool, insecure_seed: int | None) -> Path:
+    if insecure_seed is not None:
+        print("censusdp: WARNING: --insecure-seed: noise is reproducible; this run is NOT publishable",
+              file=sys.stderr)
+    if no_prefect:
+        from pipeline.options import load_release_config, random_source
+        from pipeline.release import run_release
+
+        cfg = load_release_config(config, microdata, geography, fmt, rho)
+        root = Path(out).resolve() if out else cfg.output.dir
+        return run_release(cfg, root, random_source(insecure_seed))
+    from flows.release import release_flow
+
+    return Path(release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
+                             geography=geography, fmt=fmt, rho=rho, insecure_seed=insecure_seed))
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    run_dir = run_release_command(args.config, args.out, args.microdata, args.geography, args.fmt, args.rho,
+                                  args.no_prefect, args.insecure_seed)
+    print(run_dir)
+    print(f"censusdp: release finished in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+def add_budget(sub: Sub) -> None:
+    p = sub.add_parser("budget", help="show a configuration's budget, or convert between rho and (epsilon, delta)")
+    p.add_argument("config", nargs="?", help="release configuration (TOML); touches no data")
+    p.add_argument("--rho", help="zCDP rho to convert to (epsilon, delta)")
+    p.add_argument("--epsilon", help="target epsilon: print the largest rho that meets it at --delta")
+    p.add_argument("--delta", help="delta (default: the config's, else 1e-10)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_budget)
+
+
+def cmd_budget(args: argparse.Namespace) -> int:
+    from pipeline.budget_report import budget_command
+
+    print(budget_command(args.config, args.rho, args.epsilon, args.delta, args.json))
+    return 0
+
+
+def add_demo(sub: Sub) -> None:
+    p = sub.add_parser("demo", help="synthesise a small state and release it with the pl94 preset through Prefect")
+    p.add_argument("--out", default="censusdp-demo", help="demo directory (default: ./censusdp-demo)")
+    p.add_argument("--persons", type=int, default=20000, help="synthetic persons (default 20,000)")
+    p.add_argument("--no-prefect", action="store_true", help="run without Prefect")
+    p.set_defaults(handler=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipeline.synth import write_synthetic
+
+    out = Path(args.out).resolve()
+    data = out / "data"
+    if data.exists():
+        shutil.rmtree(data)
+    micro, geo = write_synthetic(args.persons, 2020, data)
+    config = out / "pl94.toml"
+    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
+    config.write_text(text.replace('geography = "geography.parquet"', f'geography = "{geo}"'))
+    started = time.monotonic()
+    run_dir = run_release_command(str(config), str(out / "runs"), None, None, None, None, args.no_prefect, None)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    privacy = manifest["privacy"]
+    print(f"censusdp demo: {args.persons:,} synthetic persons released in {time.monotonic() - started:.1f} s: "
+          f"rho = {privacy['rho_exact']}, epsilon = {privacy['epsilon']:.3f} at delta = {privacy['delta']:g}",
+          file=sys.stderr)
+    print(run_dir)
+    return 0

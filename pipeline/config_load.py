@@ -1,0 +1,299 @@
+"""Reading a release configuration key by key (the data classes live in ``pipeline.config``)."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from geography.levels import Level
+from pipeline.config import (
+    FORMATS,
+    MECHANISMS,
+    NEIGHBOURING,
+    BudgetConfig,
+    InputConfig,
+    Invariant,
+    OutputConfig,
+    ReleaseConfig,
+    StrategyQuery,
+    check_nothing_else,
+    levels_and_schema_ok,
+    parse_fraction,
+    require,
+)
+from pipeline.errors import ConfigError
+from pipeline.schema import DETAILED, TOTAL, Attribute, Schema
+
+TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "strategy", "invariants",
+            "structural_zeros"}
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ReleaseConfig:
+    """Read and validate a release configuration; ``overrides`` replace (or, with None, remove) dotted keys."""
+    path = Path(path)
+    source = str(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (FileNotFoundError, IsADirectoryError):
+        raise ConfigError(source, "(file)", "no such configuration file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(source, "(syntax)", str(error)) from None
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    return parse_config(raw, source, base=path.resolve().parent)
+
+
+def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
+    check_nothing_else(raw, TOP_KEYS, source, "")
+    levels = _levels(raw, source)
+    schema = _schema(raw, source)
+    budget = _budget(raw, source, levels)
+    strategy = _strategy(raw, source, levels, schema)
+    invariants = _invariants(raw, source, levels, schema)
+    zeros = _structural_zeros(raw, source, schema)
+    postprocess = raw.get("postprocess", {})
+    check_nothing_else(postprocess, {"solver"}, source, "postprocess.")
+    solver = postprocess.get("solver", "auto")
+    if not isinstance(solver, str):
+        raise ConfigError(source, "postprocess.solver", "expected a string")
+    return ReleaseConfig(
+        source=source, input=_input(raw, source, base), output=_output(raw, source, base), levels=levels,
+        schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
+        solver=solver, raw=raw,
+    )
+
+
+def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is None:
+        node.pop(last, None)
+    else:
+        node[last] = value
+
+
+def _path(value: Any, base: Path, source: str, key: str) -> Path:
+    if not isinstance(value, str | Path) or not str(value):
+        raise ConfigError(source, key, "expected a file path")
+    path = Path(value)
+    return path if path.is_absolute() else base / path
+
+
+def _input(raw: dict[str, Any], source: str, base: Path) -> InputConfig:
+    table = require(raw, "input", dict, source, "")
+    check_nothing_else(table, {"path", "format", "geocode_column", "geocode_columns", "geography"}, source,
+                       "input.")
+    fmt = table.get("format", "parquet")
+    if fmt not in FORMATS:
+        raise ConfigError(source, "input.format", f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})")
+    columns = table.get("geocode_columns", [])
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise ConfigError(source, "input.geocode_columns", "expected a list of column names")
+    return InputConfig(
+        path=_path(table["path"], base, source, "input.path") if "path" in table else None,
+        format=fmt,
+        geocode_column=str(table.get("geocode_column", "geocode")),
+        geocode_columns=tuple(columns),
+        geography=_path(table["geography"], base, source, "input.geography") if "geography" in table else None,
+    )
+
+
+def _output(raw: dict[str, Any], source: str, base: Path) -> OutputConfig:
+    table = raw.get("output", {})
+    check_nothing_else(table, {"dir", "protected_microdata", "geocode_parts"}, source, "output.")
+    parts = table.get("geocode_parts", [])
+    ok = isinstance(parts, list) and all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], int) and p[1] > 0
+        for p in parts)
+    if not ok:
+        raise ConfigError(source, "output.geocode_parts", "expected a list of [column, width] pairs")
+    flag = table.get("protected_microdata", False)
+    if not isinstance(flag, bool):
+        raise ConfigError(source, "output.protected_microdata", "expected true or false")
+    return OutputConfig(dir=_path(table.get("dir", "runs"), base, source, "output.dir"), protected_microdata=flag,
+                        geocode_parts=tuple((str(c), int(w)) for c, w in parts))
+
+
+def _levels(raw: dict[str, Any], source: str) -> tuple[Level, ...]:
+    entries = require(raw, "levels", list, source, "")
+    levels = []
+    for i, entry in enumerate(entries):
+        prefix = f"levels[{i}]."
+        if not isinstance(entry, dict):
+            raise ConfigError(source, f"levels[{i}]", "expected a table with name and width")
+        check_nothing_else(entry, {"name", "width"}, source, prefix)
+        name = require(entry, "name", str, source, prefix)
+        width = require(entry, "width", int, source, prefix)
+        if width < 0:
+            raise ConfigError(source, f"{prefix}width", "must be >= 0")
+        levels.append(Level(name, width))
+    levels_t = tuple(levels)
+    levels_and_schema_ok(levels_t, source)
+    return levels_t
+
+
+def _schema(raw: dict[str, Any], source: str) -> Schema:
+    entries = require(raw, "attributes", list, source, "")
+    if not entries:
+        raise ConfigError(source, "attributes", "at least one attribute is required")
+    attributes = []
+    for i, entry in enumerate(entries):
+        prefix = f"attributes[{i}]."
+        if not isinstance(entry, dict):
+            raise ConfigError(source, f"attributes[{i}]", "expected a table")
+        check_nothing_else(entry, {"name", "column", "values", "mapping"}, source, prefix)
+        name = require(entry, "name", str, source, prefix)
+        if name in (TOTAL, DETAILED) or "*" in name or not name.strip():
+            raise ConfigError(source, f"{prefix}name", f"{name!r} is reserved or not a valid attribute name")
+        values = require(entry, "values", list, source, prefix)
+        labels = tuple(str(v) for v in values)
+        if not labels or len(set(labels)) != len(labels):
+            raise ConfigError(source, f"{prefix}values", "expected a non-empty list of distinct values")
+        mapping = entry.get("mapping", {})
+        if not isinstance(mapping, dict):
+            raise ConfigError(source, f"{prefix}mapping", "expected a table of source value = domain value")
+        for key, label in mapping.items():
+            if str(label) not in labels:
+                raise ConfigError(source, f"{prefix}mapping.{key}", f"maps to {label!r}, not a value of {name}")
+        attributes.append(Attribute(name=name, column=require(entry, "column", str, source, prefix),
+                                    values=labels, mapping={str(k): str(v) for k, v in mapping.items()}))
+    names = [a.name for a in attributes]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(source, "attributes", f"duplicate attribute name {name!r}")
+    return Schema(tuple(attributes))
+
+
+def _shares(table: Any, source: str, key: str, expected: list[str]) -> dict[str, Fraction]:
+    if not isinstance(table, dict):
+        raise ConfigError(source, key, "expected a table of name = share")
+    for name in expected:
+        if name not in table:
+            raise ConfigError(source, f"{key}.{name}", "missing share")
+    for name in table:
+        if name not in expected:
+            raise ConfigError(source, f"{key}.{name}", f"not one of: {', '.join(expected)}")
+    shares = {name: parse_fraction(table[name], source, f"{key}.{name}") for name in expected}
+    for name, share in shares.items():
+        if share <= 0:
+            raise ConfigError(source, f"{key}.{name}", "share must be > 0")
+    total = sum(shares.values(), Fraction(0))
+    if total != 1:
+        raise ConfigError(source, key, f"shares must sum to 1 exactly, they sum to {total}")
+    return shares
+
+
+def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> BudgetConfig:
+    table = require(raw, "budget", dict, source, "")
+    check_nothing_else(table, {"rho", "epsilon", "delta", "neighbouring", "level_shares"}, source, "budget.")
+    delta_text = str(table.get("delta", "1e-10"))
+    try:
+        delta = float(delta_text)
+    except ValueError:
+        raise ConfigError(source, "budget.delta", f"expected a number, got {delta_text!r}") from None
+    if not (0 < delta < 1) or not math.isfinite(delta):
+        raise ConfigError(source, "budget.delta", "must be strictly between 0 and 1")
+    neighbouring = table.get("neighbouring", "add-remove")
+    if neighbouring not in NEIGHBOURING:
+        raise ConfigError(source, "budget.neighbouring", f"one of: {', '.join(NEIGHBOURING)}")
+    target = None
+    if ("rho" in table) == ("epsilon" in table):
+        raise ConfigError(source, "budget.rho", "give exactly one of budget.rho or budget.epsilon (with delta)")
+    if "rho" in table:
+        rho = parse_fraction(table["rho"], source, "budget.rho")
+    else:
+        target = float(parse_fraction(table["epsilon"], source, "budget.epsilon"))
+        if target <= 0:
+            raise ConfigError(source, "budget.epsilon", "must be > 0")
+        from pipeline.accounting import rho_for_epsilon_delta
+
+        rho = rho_for_epsilon_delta(target, delta)
+    if rho <= 0:
+        raise ConfigError(source, "budget.rho", "must be > 0")
+    shares = _shares(table.get("level_shares"), source, "budget.level_shares", [lv.name for lv in levels])
+    return BudgetConfig(rho=rho, delta=delta, delta_text=delta_text, neighbouring=neighbouring,
+                        level_shares=shares, target_epsilon=target)
+
+
+def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema
+              ) -> dict[str, tuple[StrategyQuery, ...]]:
+    table = require(raw, "strategy", dict, source, "")
+    names = [lv.name for lv in levels]
+    for name in table:
+        if name not in names:
+            raise ConfigError(source, f"strategy.{name}", f"not a level (levels: {', '.join(names)})")
+    strategy = {}
+    for name in names:
+        key = f"strategy.{name}"
+        entries = table.get(name)
+        entries = dict(entries) if isinstance(entries, dict) else None
+        if not entries:
+            raise ConfigError(source, key, "missing: every level needs its queries and their shares")
+        mechanisms = entries.pop("mechanism", "gaussian")
+        if mechanisms not in MECHANISMS:
+            raise ConfigError(source, f"{key}.mechanism", f"one of: {', '.join(MECHANISMS)}")
+        queries = []
+        for query_name in entries:
+            try:
+                query = schema.parse_query(query_name)
+            except ValueError as error:
+                raise ConfigError(source, f"{key}.{query_name!r}", str(error)) from None
+            queries.append(query)
+        shares = _shares(entries, source, key, list(entries))
+        if len({q.name for q in queries}) != len(queries):
+            raise ConfigError(source, key, "the same query is listed twice")
+        strategy[name] = tuple(StrategyQuery(q, shares[raw_name], mechanisms)
+                               for q, raw_name in zip(queries, entries, strict=True))
+    return strategy
+
+
+def _invariants(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema
+                ) -> tuple[Invariant, ...]:
+    entries = raw.get("invariants", [])
+    names = [lv.name for lv in levels]
+    out = []
+    for i, entry in enumerate(entries):
+        prefix = f"invariants[{i}]."
+        check_nothing_else(entry, {"query", "levels"}, source, prefix)
+        try:
+            query = schema.parse_query(require(entry, "query", str, source, prefix))
+        except ValueError as error:
+            raise ConfigError(source, f"{prefix}query", str(error)) from None
+        at = require(entry, "levels", list, source, prefix)
+        for name in at:
+            if name not in names:
+                raise ConfigError(source, f"{prefix}levels", f"{name!r} is not a level")
+        # an invariant below a level where the same query is free could be infeasible after rounding the
+        # parent, so invariants must hold at a contiguous run of levels from the root down
+        depth = max(names.index(n) for n in at) if at else -1
+        if sorted(names.index(n) for n in at) != list(range(depth + 1)):
+            raise ConfigError(source, f"{prefix}levels", "an invariant must hold at every level above it too "
+                              f"(expected {names[: depth + 1]})")
+        out.append(Invariant(query, tuple(at)))
+    return tuple(out)
+
+
+def _structural_zeros(raw: dict[str, Any], source: str, schema: Schema) -> tuple[dict[str, tuple[str, ...]], ...]:
+    entries = raw.get("structural_zeros", [])
+    out = []
+    for i, entry in enumerate(entries):
+        key = f"structural_zeros[{i}]"
+        if not isinstance(entry, dict) or not entry:
+            raise ConfigError(source, key, "expected a table of attribute = [values]")
+        cells = {}
+        for name, values in entry.items():
+            if name not in schema.names:
+                raise ConfigError(source, f"{key}.{name}", "unknown attribute")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(source, f"{key}.{name}", "expected a non-empty list of values")
+            for value in values:
+                if str(value) not in schema.attribute(name).values:
+                    raise ConfigError(source, f"{key}.{name}", f"{value!r} is not a value of {name}")
+            cells[name] = tuple(str(v) for v in values)
+        out.append(cells)
+    return tuple(out)

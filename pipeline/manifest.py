@@ -1,0 +1,124 @@
+"""manifest.json and report.md: what a release spent, how, and what it does not protect (public values only)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime
+from fractions import Fraction
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pipeline.accounting import epsilon_bun_steinke, epsilon_cks20
+from pipeline.budget import QueryAllocation, level_rho
+from pipeline.config import ReleaseConfig
+
+COMPOSITION = ("zCDP: parallel across the nodes of a level (Prop. 19.30), sequential across queries and levels "
+               "(Thm 19.37(i)); epsilon from rho by CKS20 Corollary 13")
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def code_version() -> str:
+    try:
+        version = metadata.version("censusdp")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{version}+{commit}" if commit else version
+
+
+def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
+    """The configuration as it was applied (exact fractions as strings), for the manifest."""
+    budget = config.budget
+    return {
+        "source": config.source,
+        "input": {"path": str(config.input.path), "format": config.input.format,
+                  "geography": str(config.input.geography) if config.input.geography else None},
+        "levels": [{"name": lv.name, "width": lv.width} for lv in config.levels],
+        "attributes": [{"name": a.name, "column": a.column, "values": list(a.values), "mapping": a.mapping}
+                       for a in config.schema.attributes],
+        "budget": {"rho": str(budget.rho), "delta": budget.delta_text, "neighbouring": budget.neighbouring,
+                   "target_epsilon": budget.target_epsilon,
+                   "level_shares": {k: str(v) for k, v in budget.level_shares.items()}},
+        "strategy": {level: {e.query.name: str(e.share) for e in entries} for level, entries in config.strategy.items()},
+        "invariants": [{"query": i.query.name, "levels": list(i.levels)} for i in config.invariants],
+        "structural_zeros": [{k: list(v) for k, v in z.items()} for z in config.structural_zeros],
+        "postprocess": {"solver": config.solver},
+    }
+
+
+def privacy_section(config: ReleaseConfig, rho: Fraction) -> dict[str, Any]:
+    delta = config.budget.delta
+    return {
+        "unit": "person",
+        "neighbouring": config.budget.neighbouring,
+        "sensitivity_l2_squared": config.budget.sensitivity2_squared,
+        "rho": float(rho),
+        "rho_exact": str(rho),
+        "delta": delta,
+        "epsilon": epsilon_cks20(rho, delta),
+        "epsilon_bun_steinke": epsilon_bun_steinke(rho, delta),
+        "composition": COMPOSITION,
+        "mechanism": "exact discrete Gaussian (Canonne, Kamath, Steinke 2020)",
+    }
+
+
+def allocation_section(allocations: tuple[QueryAllocation, ...]) -> list[dict[str, Any]]:
+    return [{"level": a.level, "query": a.query, "mechanism": a.mechanism, "rho": float(a.rho),
+             "rho_exact": str(a.rho), "sigma2": float(a.sigma2), "sigma2_exact": str(a.sigma2),
+             "expected_abs_error": a.expected_abs_error} for a in allocations]
+
+
+def not_protected(config: ReleaseConfig) -> list[str]:
+    notes = [f"invariant {i.query.name} at {', '.join(i.levels)}: published exactly" for i in config.invariants]
+    if config.input.geography is None:
+        notes.append("the set of geographic units was taken from the microdata (no geography file): which units "
+                     "are populated is NOT protected")
+    if config.structural_zeros:
+        notes.append("structural zeros are declared by definition and reveal nothing about the data")
+    return notes
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+
+
+def report_markdown(manifest: dict[str, Any], allocations: tuple[QueryAllocation, ...]) -> str:
+    """A human summary of the manifest (public values only)."""
+    privacy = manifest["privacy"]
+    lines = [
+        f"# censusdp release {manifest['run_id']}",
+        "",
+        f"- Unit of privacy: {privacy['unit']}; neighbouring relation: {privacy['neighbouring']}",
+        f"- Total budget: rho = {privacy['rho_exact']} ({privacy['rho']:.6g}) zCDP",
+        f"- Implied (epsilon, delta): epsilon = {privacy['epsilon']:.4f} at delta = {privacy['delta']:g} (CKS20); "
+        f"Bun–Steinke bound {privacy['epsilon_bun_steinke']:.4f}",
+        f"- Random source: {manifest['random_source']['name']}"
+        + ("" if manifest["random_source"]["publishable"] else " — **NOT PUBLISHABLE**"),
+        f"- Code version: {manifest['code_version']}",
+        "",
+        "## Budget by level and query",
+        "",
+        "| level | query | rho | share of total | sigma² | expected abs. error per cell |",
+        "|---|---|---|---|---|---|",
+    ]
+    total = sum((a.rho for a in allocations), Fraction(0))
+    for a in allocations:
+        lines.append(f"| {a.level} | {a.query} | {float(a.rho):.6g} | {float(a.rho / total):.2%} | "
+                     f"{float(a.sigma2):.6g} | {a.expected_abs_error:.3g} |")
+    lines += ["", "## Levels", "", "| level | rho | nodes | reconciliation |", "|---|---|---|---|"]
+    for level in manifest["levels"]:
+        diag = manifest.get("reconciliation", {}).get(level["name"], {})
+        summary = ", ".join(f"{k}={v}" for k, v in diag.items() if not isinstance(v, dict | list))
+        lines.append(f"| {level['name']} | {float(level_rho(allocations, level['name'])):.6g} | "
+                     f"{level.get('nodes', '')} | {summary} |")
+    lines += ["", "## Not protected", ""] + [f"- {n}" for n in manifest["not_protected"]] + [""]
+    return "\n".join(lines)

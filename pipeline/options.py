@@ -1,0 +1,36 @@
+"""Turning command-line options into config overrides and a random source (shared by the CLI and the flows)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import ReleaseConfig
+from pipeline.config_load import load_config
+from pipeline.random_source import RandomSource, seeded_random_source, system_random_source
+
+
+def release_overrides(microdata: str | None = None, geography: str | None = None, fmt: str | None = None,
+                      rho: str | None = None) -> dict[str, Any]:
+    """Dotted-key overrides; paths given on the command line are made absolute (relative to the cwd)."""
+    overrides: dict[str, Any] = {}
+    if microdata is not None:
+        overrides["input.path"] = str(Path(microdata).resolve())
+    if geography is not None:
+        overrides["input.geography"] = str(Path(geography).resolve())
+    if fmt is not None:
+        overrides["input.format"] = fmt
+    if rho is not None:
+        overrides["budget.rho"] = rho
+        overrides["budget.epsilon"] = None  # --rho replaces a configured (epsilon, delta) target
+    return overrides
+
+
+def load_release_config(config_path: str, microdata: str | None = None, geography: str | None = None,
+                        fmt: str | None = None, rho: str | None = None) -> ReleaseConfig:
+    return load_config(config_path, release_overrides(microdata, geography, fmt, rho))
+
+
+def random_source(insecure_seed: int | None) -> RandomSource:
+    """The OS CSPRNG, unless a seed is given explicitly (tests only: such a run is marked not publishable)."""
+    return system_random_source() if insecure_seed is None else seeded_random_source(insecure_seed)

@@ -1,0 +1,81 @@
+"""Checks that raise ``ReconciliationError``: public inputs before solving, the integer table after rounding.
+
+These are real checks, not ``assert`` statements (which ``python -O`` removes): a table that breaks a
+constraint is a failed run, never a release.  Messages say which constraint failed and how many nodes or
+parents are affected, never a count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from postprocess.problem import Inputs, ReconciliationError
+
+
+def check_inputs(inputs: Inputs) -> None:
+    """Public constraints must be satisfiable together before any solver is asked."""
+    sizes = f"(level of {inputs.n_nodes} nodes, {inputs.n_cells} cells)"
+    for inv in inputs.invariants:
+        if np.any(inv.values < 0):
+            raise ReconciliationError(f"invariant {inv.name!r} has negative values {sizes}")
+        fixed = np.asarray(inv.matrix[:, inputs.structural_zeros].sum(axis=1)).ravel() == inv.matrix.getnnz(
+            axis=1
+        )
+        if np.any(inv.values[:, fixed] != 0):
+            raise ReconciliationError(
+                f"invariant {inv.name!r} asks for a positive count in structural-zero cells only {sizes}"
+            )
+    if inputs.parent_counts is None or inputs.parent_index is None:
+        return
+    used = np.unique(inputs.parent_index)
+    parents = inputs.parent_counts[used]
+    if np.any(parents < 0):
+        raise ReconciliationError(f"the parent table has negative counts {sizes}")
+    if np.any(parents[:, inputs.structural_zeros] != 0):
+        raise ReconciliationError(f"the parent table is not 0 in the structural-zero cells {sizes}")
+    for inv in inputs.invariants:
+        children = _sum_by_parent(inv.values, inputs.parent_index, inputs.parent_counts.shape[0])[used]
+        expected = _apply(inv.matrix, parents)
+        bad = np.any(children != expected, axis=1)
+        if bad.any():
+            raise ReconciliationError(
+                f"invariant {inv.name!r} is inconsistent with the parent table: the children's values do not "
+                f"add up to the parent's for {int(bad.sum())} of {used.size} parents {sizes}"
+            )
+
+
+def check_table(inputs: Inputs, counts: np.ndarray) -> None:
+    """The released table must satisfy every constraint exactly."""
+    sizes = f"(level of {inputs.n_nodes} nodes, {inputs.n_cells} cells)"
+    if counts.dtype != np.int64 or counts.shape != (inputs.n_nodes, inputs.n_cells):
+        raise ReconciliationError(f"the rounded table has the wrong type or shape {sizes}")
+    if np.any(counts < 0):
+        raise ReconciliationError(f"the rounded table has negative counts {sizes}")
+    if np.any(counts[:, inputs.structural_zeros] != 0):
+        raise ReconciliationError(f"the rounded table is not 0 in the structural-zero cells {sizes}")
+    for inv in inputs.invariants:
+        bad = np.any(_apply(inv.matrix, counts) != inv.values, axis=1)
+        if bad.any():
+            raise ReconciliationError(f"invariant {inv.name!r} fails for {int(bad.sum())} nodes {sizes}")
+    if inputs.parent_counts is None or inputs.parent_index is None:
+        return
+    used = np.unique(inputs.parent_index)
+    sums = _sum_by_parent(counts, inputs.parent_index, inputs.parent_counts.shape[0])[used]
+    bad = np.any(sums != inputs.parent_counts[used], axis=1)
+    if bad.any():
+        raise ReconciliationError(f"children do not sum to their parent for {int(bad.sum())} parents {sizes}")
+
+
+def _apply(matrix: sp.csr_matrix, table: np.ndarray) -> np.ndarray:
+    """Exact integer query answers (rows of ``table`` are histograms)."""
+    return np.asarray(matrix.astype(np.int64) @ table.T, dtype=np.int64).T
+
+
+def _sum_by_parent(rows: np.ndarray, parent_index: np.ndarray, n_parents: int) -> np.ndarray:
+    """Exact integer sum of the rows of each parent's children."""
+    ones = np.ones(parent_index.size, dtype=np.int64)
+    indicator = sp.csr_matrix(
+        (ones, (parent_index, np.arange(parent_index.size))), shape=(n_parents, rows.shape[0])
+    )
+    return np.asarray(indicator @ rows, dtype=np.int64)

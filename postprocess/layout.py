@@ -1,0 +1,198 @@
+"""Split a level into per-parent blocks, group them into batches, and lay out each batch's variables.
+
+A *block* is one parent and its children (at the root: one node on its own, without parent constraint).
+Variables exist only for *free* cells: a cell whose parent count is 0 is 0 in every child (exact, by x >= 0
+and the sum constraint) and a structural zero is 0 by definition, so both are removed before any solver
+sees them.  Query answers then only involve free cells, because the removed ones contribute their fixed 0.
+
+Blocks are independent, so several small ones are stacked into one batch (block-diagonal problem); this
+amortises the fixed cost of building and solving a problem.  All matrices are built vectorised from the
+COO form of the query matrices, never as per-block Python loops over cells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from postprocess.problem import Inputs, ReconciliationError
+
+BATCH_VARIABLES = 20_000  # stack blocks until a batch has about this many variables (measured: flat above 5k)
+BATCH_DENSE_ENTRIES = 16_000_000  # cap on nodes x n_cells of a batch (its dense free-cell mask)
+_CHUNK = 4096  # parents per chunk when scanning parent rows
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The level's nodes grouped by parent: block b owns ``order[start[b]:start[b+1]]``."""
+
+    order: np.ndarray  # (n_nodes,) node rows, grouped by block
+    start: np.ndarray  # (n_blocks + 1,) offsets into order
+    parent: np.ndarray | None  # (n_blocks,) parent row of each block; None at the root
+    n_free: np.ndarray  # (n_blocks,) number of free cells of each block
+
+    def size(self, b: int) -> int:
+        return int(self.start[b + 1] - self.start[b])
+
+    def nodes(self, b: int) -> np.ndarray:
+        return self.order[self.start[b] : self.start[b + 1]]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Variables of a stack of blocks: variable v is (node ``nodes[var_node[v]]``, cell ``var_cell[v]``)."""
+
+    nodes: np.ndarray  # (L,) node rows of the level
+    node_block: np.ndarray  # (L,) local block of each node
+    var_node: np.ndarray  # (n,) local node of each variable
+    var_cell: np.ndarray  # (n,) cell of each variable
+    var_sum_row: np.ndarray  # (n,) row of the sum constraint holding the variable; -1 at the root
+    sum_rhs: np.ndarray  # (n_sum,) int64 parent count of each (block, free cell)
+    upper: np.ndarray  # (n,) float upper bound (the parent's count of the cell; inf at the root)
+    n_blocks: int
+
+    @property
+    def n_vars(self) -> int:
+        return int(self.var_cell.size)
+
+    @property
+    def sum_matrix(self) -> sp.csr_matrix:
+        """(n_sum, n): row r adds the children's variables of one (block, free cell)."""
+        if self.sum_rhs.size == 0:
+            return sp.csr_matrix((0, self.n_vars))
+        cols = np.arange(self.n_vars)
+        ones = np.ones(self.n_vars)
+        return sp.csr_matrix((ones, (self.var_sum_row, cols)), shape=(self.sum_rhs.size, self.n_vars))
+
+    def last_child(self) -> np.ndarray:
+        """(L,) bool: the node is the last child of its block (and the block has a parent constraint)."""
+        if self.sum_rhs.size == 0:
+            return np.zeros(self.nodes.size, dtype=bool)
+        return np.append(self.node_block[1:] != self.node_block[:-1], True)
+
+
+def plan_blocks(inputs: Inputs) -> Blocks:
+    """Group nodes by parent (or one block per node at the root) and count each block's free cells."""
+    free_cells = ~inputs.structural_zeros
+    if inputs.parent_index is None or inputs.parent_counts is None:
+        order = np.arange(inputs.n_nodes, dtype=np.int64)
+        start = np.arange(inputs.n_nodes + 1, dtype=np.int64)
+        n_free = np.full(inputs.n_nodes, int(free_cells.sum()), dtype=np.int64)
+        return Blocks(order, start, None, n_free)
+    order = np.argsort(inputs.parent_index, kind="stable").astype(np.int64)
+    parents, counts = np.unique(inputs.parent_index[order], return_counts=True)
+    start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    n_free = np.empty(parents.size, dtype=np.int64)
+    for lo in range(0, parents.size, _CHUNK):
+        rows = inputs.parent_counts[parents[lo : lo + _CHUNK]]
+        n_free[lo : lo + _CHUNK] = np.count_nonzero((rows > 0) & free_cells, axis=1)
+    return Blocks(order, start, parents.astype(np.int64), n_free)
+
+
+def needs_solver(blocks: Blocks, b: int) -> bool:
+    """A block needs a solver unless it has no free cell or is an only child (which equals its parent)."""
+    if blocks.n_free[b] == 0:
+        return False
+    return blocks.parent is None or blocks.size(b) > 1
+
+
+def plan_batches(blocks: Blocks, n_cells: int) -> list[np.ndarray]:
+    """Consecutive solver blocks stacked until a batch reaches ``BATCH_VARIABLES`` variables."""
+    batches: list[np.ndarray] = []
+    current: list[int] = []
+    variables = dense = 0
+    for b in range(blocks.n_free.size):
+        if not needs_solver(blocks, b):
+            continue
+        size = blocks.size(b)
+        too_many = variables + size * int(blocks.n_free[b]) > BATCH_VARIABLES
+        too_wide = dense + size * n_cells > BATCH_DENSE_ENTRIES
+        if current and (too_many or too_wide):
+            batches.append(np.asarray(current, dtype=np.int64))
+            current, variables, dense = [], 0, 0
+        current.append(b)
+        variables += size * int(blocks.n_free[b])
+        dense += size * n_cells
+    if current:
+        batches.append(np.asarray(current, dtype=np.int64))
+    return batches
+
+
+def build_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray) -> Batch:
+    """Index the free (node, cell) pairs of the given blocks and the sum constraint over them."""
+    sizes = blocks.start[block_ids + 1] - blocks.start[block_ids]
+    nodes = np.concatenate([blocks.nodes(int(b)) for b in block_ids])
+    node_block = np.repeat(np.arange(block_ids.size), sizes)
+    free = np.broadcast_to(~inputs.structural_zeros, (block_ids.size, inputs.n_cells))
+    if blocks.parent is not None and inputs.parent_counts is not None:
+        parent_rows = inputs.parent_counts[blocks.parent[block_ids]]
+        free = free & (parent_rows > 0)
+    node_free = free[node_block]
+    var_node, var_cell = np.nonzero(node_free)
+    if blocks.parent is None:
+        return Batch(
+            nodes,
+            node_block,
+            var_node,
+            var_cell,
+            np.full(var_node.size, -1),
+            np.zeros(0, dtype=np.int64),
+            np.full(var_node.size, np.inf),
+            int(block_ids.size),
+        )
+    block_cell = np.full(free.shape, -1, dtype=np.int64)
+    block_cell[free] = np.arange(int(free.sum()))
+    sum_row = block_cell[node_block[var_node], var_cell]
+    sum_rhs = parent_rows[free].astype(np.int64)
+    upper = sum_rhs[sum_row].astype(np.float64)
+    return Batch(nodes, node_block, var_node, var_cell, sum_row, sum_rhs, upper, int(block_ids.size))
+
+
+def restrict_rows(matrix: sp.csr_matrix, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Apply ``matrix`` to every node of the batch over its free cells only.
+
+    Returns ``(K, rows)``: K has one row per (node, query cell) that involves at least one free variable,
+    and ``rows`` gives that row's flat index ``node * q_cells + cell`` into a (L, q_cells) array of answers.
+    Built from the columns of ``matrix`` at each variable's cell, so the work is the size of K.
+    """
+    csc = matrix.tocsc()
+    first = csc.indptr[batch.var_cell]
+    count = csc.indptr[batch.var_cell + 1] - first
+    var = np.repeat(np.arange(batch.n_vars), count)
+    position = np.arange(var.size) - np.repeat(np.cumsum(count) - count - first, count)
+    flat = batch.var_node[var] * matrix.shape[0] + csc.indices[position]
+    rows, local = np.unique(flat, return_inverse=True)
+    k = sp.csr_matrix((csc.data[position], (local, var)), shape=(rows.size, batch.n_vars))
+    return k, rows
+
+
+def invariant_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """All invariant constraints of the batch: (matrix, int64 right-hand side, redundant-for-LS flag).
+
+    A constraint row without free variables must have value 0 or the problem is infeasible.  In a block with
+    a parent constraint, the last child's invariants follow from the others and the (pre-checked) parent
+    consistency, so they are flagged to be left out of the least-squares problem (fewer redundant equalities
+    for interior-point solvers) but are still enforced by the rounding and checked at the end.
+    """
+    mats, rhs, redundant = (
+        [sp.csr_matrix((0, batch.n_vars))],
+        [np.zeros(0, dtype=np.int64)],
+        [np.zeros(0, bool)],
+    )
+    last = batch.last_child()
+    for inv in inputs.invariants:
+        k, rows = restrict_rows(inv.matrix, batch)
+        values = inv.values[batch.nodes].ravel()
+        fixed = np.ones(values.size, dtype=bool)
+        fixed[rows] = False
+        if np.any(values[fixed] != 0):
+            raise ReconciliationError(
+                f"invariant {inv.name!r} is infeasible: it asks for a positive count in cells fixed at 0 "
+                f"(structural zeros or empty in the parent) in a batch of {batch.n_blocks} blocks"
+            )
+        mats.append(k)
+        rhs.append(values[rows])
+        redundant.append(last[rows // inv.matrix.shape[0]])
+    return sp.vstack(mats, format="csr"), np.concatenate(rhs), np.concatenate(redundant)

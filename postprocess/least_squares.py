@@ -1,0 +1,167 @@
+"""Weighted non-negative least squares of one batch with cvxpy, behind a small solver-fallback interface.
+
+minimise  sum_q (1/sigma2_q) * || K_q x - y_q ||^2   s.t.  x >= 0,  children sum to parent,  invariants.
+
+The objective is expanded as ``x' D x + ||B x||^2 - 2 c'x + const``: query rows on a single free variable
+(the detailed query, mostly) go into the diagonal D, which cvxpy hands to the solver as a quadratic form
+without auxiliary variables; rows over several variables form B, which costs one auxiliary variable per
+row.  Nothing dense is ever built: the Gram matrix of a marginal (e.g. the total) would be dense.
+
+Every backend's status is mapped to our own vocabulary (``optimal``, ``inaccurate``, ``infeasible``,
+``failed``, ``violation``), and a solution is accepted only after its constraint violations are measured,
+so a solver that claims success with a bad point is treated as a failure and the next one is tried.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse as sp
+
+AUTO_SOLVERS: tuple[str, ...] = ("CLARABEL", "OSQP", "SCS")
+SOLVER_OPTIONS: dict[str, dict] = {
+    "CLARABEL": {
+        "direct_solve_method": "qdldl",
+        "tol_gap_abs": 1e-10,
+        "tol_gap_rel": 1e-10,
+        "tol_feas": 1e-10,
+    },
+    "OSQP": {"eps_abs": 1e-7, "eps_rel": 1e-7, "max_iter": 200_000},
+    "SCS": {"eps_abs": 1e-7, "eps_rel": 1e-7, "max_iters": 200_000},
+}
+# A solution may miss a constraint by at most this (in persons) plus a relative part of the batch's scale;
+# the rounding restores every constraint exactly, so this bounds only the quality of the starting point.
+ABS_TOLERANCE = 0.05
+REL_TOLERANCE = 1e-7
+
+_STATUS = {
+    cp.OPTIMAL: "optimal",
+    cp.OPTIMAL_INACCURATE: "inaccurate",
+    cp.INFEASIBLE: "infeasible",
+    cp.INFEASIBLE_INACCURATE: "infeasible",
+    cp.UNBOUNDED: "failed",
+    cp.UNBOUNDED_INACCURATE: "failed",
+}
+
+
+@dataclass(frozen=True)
+class Term:
+    """One query's rows restricted to the batch: ``weight * ||matrix @ x - target||^2``."""
+
+    matrix: sp.csr_matrix
+    target: np.ndarray
+    weight: float
+
+
+@dataclass(frozen=True)
+class Equalities:
+    """``matrix @ x == rhs``; rows flagged ``in_solve`` are passed to the solver, all are checked."""
+
+    matrix: sp.csr_matrix
+    rhs: np.ndarray
+    in_solve: np.ndarray
+
+
+@dataclass
+class Solution:
+    x: np.ndarray | None = None
+    attempts: list[tuple[str, str]] = field(default_factory=list)  # (solver, our status)
+    violations: tuple[float, ...] = ()  # max abs violation of each group of equalities, in persons
+    min_value: float = np.nan
+    seconds: float = 0.0
+
+
+def resolve_solvers(solver: str) -> tuple[str, ...]:
+    """``"auto"``: the installed ones of AUTO_SOLVERS in order; else a cvxpy name or comma-separated names."""
+    installed = set(cp.installed_solvers())
+    if solver == "auto":
+        chain = tuple(name for name in AUTO_SOLVERS if name in installed)
+    else:
+        chain = tuple(name.strip().upper() for name in solver.split(",") if name.strip())
+        missing = [name for name in chain if name not in installed]
+        if missing:
+            raise ValueError(f"solver(s) not installed: {', '.join(missing)}")
+    if not chain:
+        raise ValueError("no least-squares solver available")
+    return chain
+
+
+def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers: tuple[str, ...]) -> Solution:
+    """Try each solver in turn until one returns an accepted point; ``x`` stays None if none does."""
+    started = time.perf_counter()
+    scale = _scale(terms, equalities)
+    x = cp.Variable(n_vars)
+    problem = cp.Problem(cp.Minimize(_objective(terms, x, scale)), _constraints(equalities, x, scale))
+    tolerance = ABS_TOLERANCE + REL_TOLERANCE * scale
+    result = Solution()
+    for name in solvers:
+        status = _run(problem, name)
+        if status in ("optimal", "inaccurate") and x.value is not None:
+            point = np.asarray(x.value, dtype=np.float64) * scale
+            violations = tuple(_violation(eq, point) for eq in equalities)
+            worst = max(violations, default=0.0)
+            minimum = float(point.min()) if point.size else 0.0
+            if np.isfinite(worst) and worst <= tolerance and minimum >= -tolerance:
+                result.attempts.append((name, status))
+                result.x, result.violations, result.min_value = point, violations, minimum
+                break
+            status = "violation"
+        result.attempts.append((name, status))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _run(problem: cp.Problem, name: str) -> str:
+    try:
+        problem.solve(solver=name, **SOLVER_OPTIONS.get(name, {}))
+    except (cp.error.SolverError, ArithmeticError, ValueError):
+        return "failed"
+    return _STATUS.get(problem.status, "failed")
+
+
+def _scale(terms: list[Term], equalities: list[Equalities]) -> float:
+    """Largest magnitude in the data; x is solved for in units of it, so the solver sees O(1) data."""
+    peaks = [np.abs(t.target).max() for t in terms if t.target.size]
+    peaks += [np.abs(eq.rhs).max() for eq in equalities if eq.rhs.size]
+    return float(max([1.0, *peaks]))
+
+
+def _objective(terms: list[Term], x: cp.Variable, scale: float) -> cp.Expression:
+    n = x.shape[0]
+    top = max((t.weight for t in terms), default=1.0)
+    diagonal = np.zeros(n)
+    linear = np.zeros(n)
+    multi: list[sp.csr_matrix] = []
+    for term in terms:
+        weight = term.weight / top
+        linear += weight * (term.matrix.T @ term.target) / scale
+        single = np.diff(term.matrix.indptr) == 1
+        if single.any():
+            rows = term.matrix[single]
+            diagonal += weight * np.asarray(rows.multiply(rows).sum(axis=0)).ravel()
+        if (~single).any():
+            multi.append(np.sqrt(weight) * term.matrix[~single])
+    objective: cp.Expression = -2 * (linear @ x)
+    if diagonal.any():
+        objective = objective + cp.quad_form(x, sp.diags(diagonal, format="csc"), assume_PSD=True)
+    if multi:
+        objective = objective + cp.sum_squares(sp.vstack(multi, format="csr") @ x)
+    return objective
+
+
+def _constraints(equalities: list[Equalities], x: cp.Variable, scale: float) -> list[cp.Constraint]:
+    constraints: list[cp.Constraint] = [x >= 0]
+    for eq in equalities:
+        if eq.in_solve.any():
+            matrix = eq.matrix[eq.in_solve]
+            constraints.append(matrix @ x == eq.rhs[eq.in_solve] / scale)
+    return constraints
+
+
+def _violation(eq: Equalities, point: np.ndarray) -> float:
+    if eq.rhs.size == 0:
+        return 0.0
+    return float(np.abs(eq.matrix @ point - eq.rhs).max())

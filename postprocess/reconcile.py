@@ -1,0 +1,157 @@
+"""The one public call: reconcile the noisy measurements of one geography level into an integer table.
+
+Top-down, as in the 2020 Census TopDown algorithm: the level above is already a fixed integer table; each
+parent's children are fitted by weighted least squares to their noisy measurements, subject to x >= 0,
+children summing to the parent in every cell, invariants and structural zeros, and the fit is then rounded
+to integers that keep every constraint exactly.  Only noisy measurements and public constraints come in,
+so the output is as private as the measurements (post-processing invariance, Thm 19.25 of the seed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from postprocess.checks import check_inputs, check_table
+from postprocess.layout import (
+    Batch,
+    Blocks,
+    build_batch,
+    invariant_rows,
+    plan_batches,
+    plan_blocks,
+    restrict_rows,
+)
+from postprocess.least_squares import Equalities, Solution, Term, resolve_solvers, solve
+from postprocess.problem import (
+    Inputs,
+    LevelResult,
+    QueryInvariant,
+    QueryMeasurement,
+    ReconciliationError,
+    validate,
+)
+from postprocess.rounding import round_batch
+
+
+def reconcile_level(
+    measurements: Sequence[QueryMeasurement],
+    *,
+    n_cells: int,
+    parent_counts: np.ndarray | None,
+    parent_index: np.ndarray | None,
+    invariants: Sequence[QueryInvariant] = (),
+    structural_zeros: np.ndarray | None = None,
+    solver: str = "auto",
+) -> LevelResult:
+    """Non-negative, consistent integer table (n_nodes, n_cells) of one level, with a public report.
+
+    ``parent_counts``/``parent_index`` are None at the root (one problem per node, no parent constraint);
+    below it, ``parent_index[node]`` is the node's row of ``parent_counts`` (parents that no node points to
+    are ignored, so a level can be reconciled in chunks of parents).  ``solver`` is ``"auto"`` (Clarabel,
+    then OSQP, then SCS when one fails), a cvxpy solver name, or several comma-separated names tried in order.
+
+    Raises ``ValueError`` for malformed arguments and ``ReconciliationError`` when the constraints are
+    inconsistent, every solver fails, or the rounded table breaks a constraint: the run must then fail.
+    """
+    started = time.perf_counter()
+    inputs = validate(
+        measurements,
+        invariants,
+        n_cells=n_cells,
+        parent_counts=parent_counts,
+        parent_index=parent_index,
+        structural_zeros=structural_zeros,
+    )
+    solvers = resolve_solvers(solver)
+    check_inputs(inputs)
+    blocks = plan_blocks(inputs)
+    counts = np.zeros((inputs.n_nodes, inputs.n_cells), dtype=np.int64)
+    only_children = _fill_only_children(inputs, blocks, counts)
+    statuses: Counter[str] = Counter()
+    rounding: Counter[str] = Counter()
+    worst = {"sum": 0.0, "invariant": 0.0, "min": np.inf}
+    seconds = {"solve": 0.0, "rounding": 0.0}
+    batches = plan_batches(blocks, inputs.n_cells)
+    variables = fallbacks = 0
+    for block_ids in batches:
+        batch, inv_matrix, inv_rhs, solution = solve_batch(inputs, blocks, block_ids, solvers)
+        statuses.update(f"{name}:{status}" for name, status in solution.attempts)
+        fallbacks += len(solution.attempts) > 1
+        seconds["solve"] += solution.seconds
+        if solution.x is None:
+            raise ReconciliationError(_failure(batch, solution))
+        worst["sum"] = max(worst["sum"], solution.violations[0])
+        worst["invariant"] = max(worst["invariant"], solution.violations[1])
+        worst["min"] = min(worst["min"], solution.min_value)
+        tick = time.perf_counter()
+        values, method = round_batch(batch, solution.x, inv_matrix, inv_rhs)
+        seconds["rounding"] += time.perf_counter() - tick
+        rounding[method] += 1
+        variables += batch.n_vars
+        counts[batch.nodes[batch.var_node], batch.var_cell] = values
+    check_table(inputs, counts)
+    report = {
+        "nodes": inputs.n_nodes,
+        "cells": inputs.n_cells,
+        "root": inputs.is_root,
+        "blocks": int(blocks.n_free.size),
+        "blocks_only_child": only_children,
+        "blocks_empty": int(np.count_nonzero(blocks.n_free == 0)),
+        "problems": len(batches),
+        "variables": variables,
+        "solver_status": dict(sorted(statuses.items())),
+        "fallbacks": fallbacks,
+        "rounding": dict(sorted(rounding.items())),
+        "max_sum_violation": worst["sum"],
+        "max_invariant_violation": worst["invariant"],
+        "min_value_before_rounding": worst["min"] if np.isfinite(worst["min"]) else None,
+        "seconds_solve": seconds["solve"],
+        "seconds_rounding": seconds["rounding"],
+        "seconds_total": time.perf_counter() - started,
+    }
+    return LevelResult(counts=counts, report=report)
+
+
+def solve_batch(
+    inputs: Inputs, blocks: Blocks, block_ids: np.ndarray, solvers: tuple[str, ...]
+) -> tuple[Batch, sp.csr_matrix, np.ndarray, Solution]:
+    """Least squares of a stack of blocks; also returns the batch and its invariant rows for the rounding."""
+    batch = build_batch(inputs, blocks, block_ids)
+    inv_matrix, inv_rhs, redundant = invariant_rows(inputs, batch)
+    equalities = [
+        Equalities(batch.sum_matrix, batch.sum_rhs, np.ones(batch.sum_rhs.size, dtype=bool)),
+        Equalities(inv_matrix, inv_rhs, ~redundant),
+    ]
+    return batch, inv_matrix, inv_rhs, solve(_terms(inputs, batch), equalities, batch.n_vars, solvers)
+
+
+def _fill_only_children(inputs: Inputs, blocks: Blocks, counts: np.ndarray) -> int:
+    """An only child equals its parent (the sum constraint leaves no freedom): no problem to solve."""
+    if blocks.parent is None or inputs.parent_counts is None:
+        return 0
+    only = np.flatnonzero(np.diff(blocks.start) == 1)
+    counts[blocks.order[blocks.start[only]]] = inputs.parent_counts[blocks.parent[only]]
+    return int(only.size)
+
+
+def _terms(inputs: Inputs, batch: Batch) -> list[Term]:
+    terms = []
+    for m in inputs.measurements:
+        matrix, rows = restrict_rows(m.matrix, batch)
+        if rows.size:
+            node, cell = np.divmod(rows, m.matrix.shape[0])
+            terms.append(Term(matrix, m.noisy[batch.nodes[node], cell], 1.0 / float(m.sigma2)))
+    return terms
+
+
+def _failure(batch: Batch, solution: Solution) -> str:
+    tried = ", ".join(f"{name}={status}" for name, status in solution.attempts)
+    return (
+        f"least squares failed for a batch of {batch.n_blocks} blocks, {batch.nodes.size} nodes and "
+        f"{batch.n_vars} variables: {tried}"
+    )

@@ -1,0 +1,107 @@
+"""Shared fixtures: a tiny release configuration and microdata made in the test, and the real PPMF sample."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data" / "ppmf_pl94_perry_al.csv"
+
+TINY_TOML = """
+[input]
+path = "microdata.parquet"
+format = "parquet"
+geography = "geography.parquet"
+
+[output]
+dir = "runs"
+
+[budget]
+rho = "{rho}"
+delta = "1e-10"
+neighbouring = "add-remove"
+
+[budget.level_shares]
+root = "1/4"
+region = "1/4"
+district = "1/4"
+unit = "1/4"
+
+[[levels]]
+name = "root"
+width = 0
+
+[[levels]]
+name = "region"
+width = 1
+
+[[levels]]
+name = "district"
+width = 2
+
+[[levels]]
+name = "unit"
+width = 4
+
+[[attributes]]
+name = "colour"
+column = "COLOUR"
+values = ["red", "green", "blue"]
+mapping = {{ r = "red", g = "green", b = "blue" }}
+
+[[attributes]]
+name = "adult"
+column = "ADULT"
+values = ["0", "1"]
+
+[strategy.root]
+total = "1/2"
+detailed = "1/2"
+
+[strategy.region]
+total = "1/3"
+colour = "1/3"
+detailed = "1/3"
+
+[strategy.district]
+"adult * colour" = "1/2"
+detailed = "1/2"
+
+[strategy.unit]
+detailed = "1"
+
+[[invariants]]
+query = "total"
+levels = ["root", "region"]
+
+[[structural_zeros]]
+colour = ["blue"]
+adult = ["0"]
+"""
+
+
+def tiny_microdata(seed: int = 1, persons: int = 3000) -> tuple[pl.DataFrame, pl.DataFrame]:
+    rng = np.random.default_rng(seed)  # test-only
+    units = [f"{r}{d}{u:02d}" for r in "12" for d in "123" for u in range(12)]
+    weights = rng.pareto(1.5, len(units)) + 0.1
+    weights[rng.choice(len(units), 10, replace=False)] = 0  # empty units, present only in the geography file
+    chosen = rng.choice(len(units), persons, p=weights / weights.sum())
+    colour = rng.choice(["r", "g", "b"], persons, p=[0.5, 0.3, 0.2])
+    adult = np.where(colour == "b", "1", rng.choice(["0", "1"], persons, p=[0.3, 0.7]))
+    micro = pl.DataFrame({"geocode": np.asarray(units)[chosen], "COLOUR": colour, "ADULT": adult})
+    return micro, pl.DataFrame({"geocode": units})
+
+
+@pytest.fixture
+def tiny_release(tmp_path: Path) -> Path:
+    """A directory with config.toml, microdata.parquet and geography.parquet; returns the config path."""
+    micro, geo = tiny_microdata()
+    micro.write_parquet(tmp_path / "microdata.parquet")
+    geo.write_parquet(tmp_path / "geography.parquet")
+    config = tmp_path / "config.toml"
+    config.write_text(TINY_TOML.format(rho="4"))
+    return config

@@ -1,0 +1,162 @@
+"""Tests of pipeline.accounting: published values, the seed chapter's worked examples, conservative
+rounding, and monotonicity (hypothesis)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from pipeline.accounting import (
+    advanced_composition,
+    advanced_composition_epsilon0,
+    basic_composition,
+    compose_parallel_zcdp,
+    compose_zcdp,
+    delta_cks20,
+    epsilon_bun_steinke,
+    epsilon_cks20,
+    group_privacy_epsilon,
+    group_privacy_epsilon_delta,
+    group_privacy_zcdp,
+    renyi_gaussian_epsilon,
+    rho_for_epsilon_delta,
+    zcdp_from_pure_dp,
+)
+
+RHOS = st.floats(min_value=1e-4, max_value=50.0, allow_nan=False)
+DELTAS = st.floats(min_value=1e-15, max_value=0.5, allow_nan=False)
+
+
+def test_cks20_known_values() -> None:
+    assert delta_cks20(0.05, 0.25) == pytest.approx(0.0817727531036956, rel=1e-9)
+    eps = epsilon_cks20(0.5, 1e-10)
+    assert eps == pytest.approx(6.839329413120849, rel=1e-9)
+    assert delta_cks20(0.5, eps) <= 1e-10  # the reported epsilon is never below the true one
+
+
+def test_bun_steinke_known_values() -> None:
+    assert epsilon_bun_steinke(0.5, 1e-10) == pytest.approx(7.286140424415112, rel=1e-9)
+    assert epsilon_bun_steinke(1, math.exp(-1)) == pytest.approx(3.0, rel=1e-12)
+    assert epsilon_cks20(0.5, 1e-10) < epsilon_bun_steinke(0.5, 1e-10)
+
+
+def test_exact_fraction_inputs() -> None:
+    assert epsilon_cks20(Fraction(1, 2), 1e-10) == epsilon_cks20(0.5, 1e-10)
+    assert epsilon_cks20("1/2", 1e-10) == epsilon_cks20(0.5, 1e-10)
+    assert epsilon_cks20(0, 1e-10) == 0.0 and delta_cks20(0, 1.0) == 0.0
+
+
+def test_example_19_29_advanced_composition() -> None:
+    k, delta_prime = 100, 1e-6
+    assert 1 / math.sqrt(2 * k * math.log(1 / delta_prime)) == pytest.approx(0.0190, abs=5e-5)  # first term
+    e0 = advanced_composition_epsilon0(1.0, k, delta_prime)
+    assert e0 == pytest.approx(0.0183, abs=1e-4)  # "shaving epsilon0 to 0.0183 absorbs it"
+    eps, delta = advanced_composition(e0, 0.0, k, delta_prime)
+    assert eps <= 1.0 and eps == pytest.approx(1.0, rel=1e-9) and delta == pytest.approx(1e-6)
+    assert advanced_composition(0.1, 1e-8, 10, 1e-6)[1] == pytest.approx(10 * 1e-8 + 1e-6)
+
+
+def test_example_19_38_renyi_gaussian() -> None:
+    eps, alpha = renyi_gaussian_epsilon(100, 10.0, 1e-6)
+    assert eps == pytest.approx(5.76, abs=5e-3) and alpha == pytest.approx(6.26, abs=5e-3)
+    assert eps < 61.1  # far below the per-release basic-composition figure of the example
+    assert renyi_gaussian_epsilon(3, 2.0, 1e-5, sensitivity2=0.0)[0] == 0.0
+
+
+def test_basic_composition_and_group_privacy() -> None:
+    assert basic_composition([0.1, 0.2, 0.3], [1e-6, 0.0, 2e-6]) == pytest.approx((0.6, 3e-6))
+    eps, delta = basic_composition([0.1] * 10, [0.0] * 10)
+    assert eps >= 1.0 and eps == pytest.approx(1.0) and delta == 0.0  # rounded up, never down
+    assert group_privacy_epsilon(Fraction(1, 2), 4) == 2 and group_privacy_epsilon(0.5, 4) == pytest.approx(
+        2.0
+    )
+    assert group_privacy_zcdp(Fraction(1, 10), 3) == Fraction(9, 10)
+    assert group_privacy_zcdp(0.1, 3) >= 0.9 and group_privacy_zcdp(0.1, 3) == pytest.approx(0.9)
+    e, d = group_privacy_epsilon_delta(1.0, 1e-8, 2)
+    assert e == pytest.approx(2.0) and d == pytest.approx(2 * math.e * 1e-8)
+
+
+def test_zcdp_composition_exact() -> None:
+    rhos = [Fraction(1, 3), Fraction(1, 6), Fraction(1, 2)]
+    assert compose_zcdp(rhos) == 1
+    assert compose_parallel_zcdp(rhos) == Fraction(1, 2) and compose_parallel_zcdp([]) == 0
+    assert zcdp_from_pure_dp(Fraction(1, 2)) == Fraction(1, 8) and zcdp_from_pure_dp(1) == Fraction(1, 2)
+    assert zcdp_from_pure_dp(0.1) >= 0.005 and zcdp_from_pure_dp(0.1) == pytest.approx(0.005)
+
+
+def test_rho_for_epsilon_delta_round_trip_known() -> None:
+    rho = rho_for_epsilon_delta(epsilon_cks20(Fraction(1, 2), 1e-10), 1e-10)
+    assert rho <= Fraction(1, 2) and float(rho) == pytest.approx(0.5, rel=2e-6)
+    assert rho.denominator <= 10**7
+    assert epsilon_cks20(rho_for_epsilon_delta(1.0, 1e-6), 1e-6) <= 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(num=st.integers(1, 5000), den=st.integers(1, 1000), delta=st.floats(1e-15, 0.05))
+def test_rho_for_epsilon_delta_round_trip(num: int, den: int, delta: float) -> None:
+    r = Fraction(num, den)
+    eps = epsilon_cks20(r, delta)
+    assume(eps > 0)  # tiny rho with large delta is already (0, delta)-DP; no rho "for" epsilon 0
+    back = rho_for_epsilon_delta(eps, delta)
+    assert back <= r and back >= r * (1 - Fraction(2, 10**6))
+    assert epsilon_cks20(back, delta) <= eps
+
+
+@settings(max_examples=40, deadline=None)
+@given(r1=RHOS, r2=RHOS, delta=DELTAS)
+def test_epsilon_increases_with_rho(r1: float, r2: float, delta: float) -> None:
+    lo, hi = sorted((r1, r2))
+    assert epsilon_cks20(lo, delta) <= epsilon_cks20(hi, delta)
+    assert epsilon_bun_steinke(lo, delta) <= epsilon_bun_steinke(hi, delta)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rho=RHOS, d1=DELTAS, d2=DELTAS)
+def test_epsilon_decreases_with_delta(rho: float, d1: float, d2: float) -> None:
+    lo, hi = sorted((d1, d2))
+    assert epsilon_cks20(rho, lo) >= epsilon_cks20(rho, hi)
+    assert epsilon_cks20(rho, lo) <= epsilon_bun_steinke(rho, lo) * (1 + 1e-12)  # CKS20 is the tighter one
+
+
+@settings(max_examples=40, deadline=None)
+@given(rho=RHOS, delta=DELTAS)
+def test_epsilon_is_conservative(rho: float, delta: float) -> None:
+    """The true delta at the reported epsilon is <= delta (delta_cks20 itself rounds up, by <= 1 ulp)."""
+    assert delta_cks20(rho, epsilon_cks20(rho, delta)) <= delta * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: epsilon_cks20(-1, 1e-6), "rho"),
+        (lambda: epsilon_cks20(1, 0.0), "delta"),
+        (lambda: epsilon_cks20(1, 1.0), "delta"),
+        (lambda: epsilon_cks20(math.nan, 1e-6), "rho"),
+        (lambda: delta_cks20(1, -0.5), "epsilon"),
+        (lambda: epsilon_bun_steinke(1, 2.0), "delta"),
+        (lambda: rho_for_epsilon_delta(0.0, 1e-6), "epsilon"),
+        (lambda: rho_for_epsilon_delta(1.0, 0.0), "delta"),
+        (lambda: compose_zcdp([Fraction(1), Fraction(-1)]), "rhos"),
+        (lambda: basic_composition([0.1], [0.1, 0.2]), "same length"),
+        (lambda: advanced_composition(0.1, 0.0, 0, 1e-6), "k"),
+        (lambda: renyi_gaussian_epsilon(10, 0.0, 1e-6), "sigma"),
+        (lambda: group_privacy_zcdp(1, 0), "k"),
+        (lambda: group_privacy_zcdp(Fraction(-1), 2), "rho"),
+        (lambda: group_privacy_epsilon(Fraction(-1), 2), "epsilon"),
+        (lambda: zcdp_from_pure_dp(Fraction(-1, 2)), "epsilon"),
+        (lambda: compose_parallel_zcdp([Fraction(1), Fraction(-1)]), "rhos"),
+        (lambda: epsilon_cks20(True, 1e-6), "rho"),
+    ],
+)
+def test_validation_errors_name_the_argument(call, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def test_compose_refuses_floats() -> None:
+    with pytest.raises(TypeError):
+        compose_zcdp([0.5])

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_rho_to_epsilon_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "budget", "--rho", "0.5", "--delta", "1e-10", "--json")
+    report = json.loads(out)
+    assert code == 0
+    assert report["epsilon_cks20"] == pytest.approx(6.839329413120849, rel=1e-9)
+    assert report["epsilon_bun_steinke"] == pytest.approx(7.286140424415112, rel=1e-9)
+
+
+def test_epsilon_to_rho(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "budget", "--epsilon", "6.839329413120849", "--delta", "1e-10", "--json")
+    assert code == 0
+    assert json.loads(out)["rho"] == pytest.approx(0.5, rel=1e-6)
+    assert json.loads(out)["rho"] <= 0.5
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--rho", "0"], "--rho"), (["--rho", "-1"], "--rho"), (["--rho", "1", "--delta", "1"], "--delta"),
+    (["--rho", "1", "--delta", "0"], "--delta"), (["--rho", "x"], "--rho"),
+])
+def test_invalid_values_are_one_line_errors(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str) -> None:
+    code, _, err = run(capsys, "budget", *argv)
+    assert code != 0 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_config_table_touches_no_data(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tiny_release.parent / "microdata.parquet").unlink()  # budget must not need the data
+    code, out, _ = run(capsys, "budget", str(tiny_release))
+    assert code == 0 and "epsilon_cks20" in out and "detailed" in out and "NOT protected" in out

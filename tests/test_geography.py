@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from geography.levels import Level
+from geography.presets import US_CENSUS_LEVELS
+from geography.tree import build_tree
+
+LEVELS = (Level("root", 0), Level("a", 1), Level("b", 3))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text("0123", min_size=3, max_size=3), min_size=1, max_size=40))
+def test_tree_parents_are_prefixes_and_aggregation_sums(codes: list[str]) -> None:
+    tree = build_tree(LEVELS, np.array(codes))
+    assert list(tree.geoids[-1]) == sorted(set(codes))
+    for level in range(1, tree.depth):
+        width = LEVELS[level - 1].width
+        parents = tree.geoids[level - 1][tree.parent[level]]
+        assert all(g[:width] == p for g, p in zip(tree.geoids[level], parents, strict=True))
+        assert np.all(np.diff(tree.parent[level]) >= 0)  # children of a parent are contiguous
+        values = np.arange(tree.n_nodes(level) * 2).reshape(-1, 2)
+        up = tree.aggregate_up(level, values)
+        expected = np.zeros((tree.n_nodes(level - 1), 2), dtype=values.dtype)
+        np.add.at(expected, tree.parent[level], values)
+        assert np.array_equal(up, expected)
+
+
+def test_us_levels_and_lookup() -> None:
+    blocks = np.array(["011050001001000", "011050001001001", "011059999002000", "020010000011000"])
+    tree = build_tree(US_CENSUS_LEVELS, blocks)
+    assert [tree.n_nodes(i) for i in range(6)] == [1, 2, 2, 3, 3, 4]
+    assert tree.geoids[0][0] == ""
+    assert list(tree.lowest_index(np.array(["020010000011000", "999999999999999"]))) == [3, -1]
+
+
+def test_codes_of_the_wrong_width_are_rejected() -> None:
+    with pytest.raises(ValueError, match="3 characters"):
+        build_tree(LEVELS, np.array(["012", "01"]))

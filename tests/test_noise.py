@@ -1,0 +1,348 @@
+"""Tests of pipeline.noise: the exact samplers against their exact laws, and the privacy maps.
+
+Statistical tests compare against the PMF computed with mpmath at 60 digits, with the normalising constant
+summed until the omitted tail is below 1e-50 of it.  Bins are integers; tail bins with expected count < 5
+are merged.  Every p-value is checked against ``cks_reference.ALPHA`` (family-wise 1e-3, Bonferroni), and
+the seeded source makes every failure reproducible.  The same tests must reject deliberately wrong
+samplers at the same sample size (``test_power_*``), so passing means something.
+CENSUSDP_STAT_SAMPLES raises the sample size (default 10^6; 10^7 for a thorough run).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import mpmath as mp
+import numpy as np
+import pytest
+from scipy import stats
+
+from pipeline import noise, noise_bernoulli
+from pipeline.noise import (
+    gaussian_rho,
+    gaussian_sigma2,
+    laplace_epsilon,
+    laplace_scale,
+    parse_rational,
+    sample_discrete_gaussian,
+    sample_discrete_laplace,
+)
+from pipeline.random_source import seeded_random_source
+
+try:
+    import cks_reference
+except ModuleNotFoundError:  # tests/ collected as a package
+    from tests import cks_reference
+
+N = int(os.environ.get("CENSUSDP_STAT_SAMPLES", "1000000"))
+ALPHA = cks_reference.ALPHA
+Z_CRIT = float(stats.norm.isf(ALPHA / 2))  # two-sided, ~4.3 standard errors
+SIGMA2S = ["1/20", "1/2", "5", "7/3", "50", "500", "1000003/7", "1000000"]
+LAPLACE_SCALES = ["1/2", "1", "7/3", "100"]
+
+
+@dataclass(frozen=True)
+class Law:
+    lo: int  # pmf[i] is P(lo + i); support truncated where the tail is < 1e-50
+    pmf: np.ndarray
+    variance: float
+    fourth_moment: float
+
+
+def _law(weight, support: int, dps: int = 60) -> Law:
+    """Symmetric law with P(x) ~ weight(|x|) on |x| <= support, normalised and moments taken at ``dps``."""
+    with mp.workdps(dps):
+        w = [weight(x) for x in range(support + 1)]
+        z = w[0] + 2 * mp.fsum(w[1:])
+        var = 2 * mp.fsum(x * x * wx for x, wx in enumerate(w)) / z
+        mu4 = 2 * mp.fsum(x**4 * wx for x, wx in enumerate(w)) / z
+        half = np.array([float(wx / z) for wx in w])
+    return Law(-support, np.concatenate([half[:0:-1], half]), float(var), float(mu4))
+
+
+@functools.cache
+def gaussian_law(sigma2: str) -> Law:
+    s2 = Fraction(sigma2)
+    with mp.workdps(60):
+        s2m = mp.mpf(s2.numerator) / s2.denominator
+        support = int(mp.ceil(mp.sqrt(2 * s2m * 50 * mp.log(10)))) + 2  # exp(-x^2/(2 s2)) < 1e-50 beyond
+        return _law(lambda x: mp.exp(-mp.mpf(x * x) / (2 * s2m)), support)
+
+
+@functools.cache
+def laplace_law(scale: str) -> Law:
+    b = Fraction(scale)
+    with mp.workdps(60):
+        bm = mp.mpf(b.numerator) / b.denominator
+        support = int(mp.ceil(50 * mp.log(10) * bm)) + 2
+        return _law(lambda x: mp.exp(-x / bm), support)
+
+
+@functools.cache
+def draws(kind: str, param: str, n: int, seed: int) -> np.ndarray:
+    sampler = sample_discrete_gaussian if kind == "gaussian" else sample_discrete_laplace
+    return sampler(param, n, rng=seeded_random_source(seed))
+
+
+def bins(law: Law, n: int) -> tuple[int, int]:
+    """[a, b]: values with expected count >= 5 (a contiguous range for these unimodal laws)."""
+    core = np.flatnonzero(law.pmf * n >= 5)
+    return law.lo + int(core[0]), law.lo + int(core[-1])
+
+
+def _bin_index(x: np.ndarray, a: int, b: int, width: int) -> np.ndarray:
+    """Bin 0 is (-inf, a), then [a, a+width), ... up to b, and the last bin is (b, inf)."""
+    return np.where(x < a, 0, np.where(x > b, (b - a) // width + 2, (np.clip(x, a, b) - a) // width + 1))
+
+
+def binned_counts(x: np.ndarray, a: int, b: int, width: int = 1) -> np.ndarray:
+    return np.bincount(_bin_index(x, a, b, width), minlength=(b - a) // width + 3)
+
+
+def expected_counts(law: Law, n: int, a: int, b: int, width: int = 1) -> np.ndarray:
+    values = np.arange(law.lo, law.lo + law.pmf.size)
+    return np.bincount(_bin_index(values, a, b, width), weights=law.pmf * n, minlength=(b - a) // width + 3)
+
+
+def merge_small_tails(obs: np.ndarray, exp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fold a tail bin whose expected count is < 5 into its neighbour."""
+    obs, exp = obs.astype(float), exp.copy()
+    for tail, neighbour in ((0, 1), (-1, -2)):
+        if exp[tail] < 5:
+            obs[neighbour] += obs[tail]
+            exp[neighbour] += exp[tail]
+            obs[tail] = exp[tail] = -1
+    keep = exp >= 0
+    return obs[keep], exp[keep]
+
+
+def gof_pvalues(x: np.ndarray, law: Law) -> tuple[float, float]:
+    """(chi-square p, G-test p) of samples x against the exact law."""
+    a, b = bins(law, x.size)
+    obs, exp = merge_small_tails(binned_counts(x, a, b), expected_counts(law, x.size, a, b))
+    exp *= obs.sum() / exp.sum()  # the omitted tail mass is < 1e-50
+    if obs.size < 2:  # only when CENSUSDP_STAT_SAMPLES is tiny: nothing to test (and power tests then fail)
+        return 1.0, 1.0
+    chi2 = stats.power_divergence(obs, exp, lambda_="pearson").pvalue
+    g = stats.power_divergence(obs, exp, lambda_="log-likelihood").pvalue
+    return float(chi2), float(g)
+
+
+# ---- goodness of fit -----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sigma2", SIGMA2S)
+def test_discrete_gaussian_matches_exact_pmf(sigma2: str) -> None:
+    p_chi2, p_g = gof_pvalues(draws("gaussian", sigma2, N, 1), gaussian_law(sigma2))
+    assert p_chi2 > ALPHA and p_g > ALPHA, (p_chi2, p_g)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scale", LAPLACE_SCALES)
+def test_discrete_laplace_matches_exact_pmf(scale: str) -> None:
+    p_chi2, p_g = gof_pvalues(draws("laplace", scale, N, 2), laplace_law(scale))
+    assert p_chi2 > ALPHA and p_g > ALPHA, (p_chi2, p_g)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sigma2", SIGMA2S[1:])  # at 1/20 the sample variance is ~Poisson(90)/n: no CLT
+def test_discrete_gaussian_moments(sigma2: str) -> None:
+    """Mean 0 and E[x^2] = exact variance, each within Z_CRIT standard errors (CLT at n = 10^6, with the
+    standard error of the second moment from the exact fourth moment)."""
+    x = draws("gaussian", sigma2, N, 1).astype(float)
+    law = gaussian_law(sigma2)
+    assert abs(x.mean()) <= Z_CRIT * math.sqrt(law.variance / N)
+    m2 = float(np.mean(x * x))
+    assert abs(m2 - law.variance) <= Z_CRIT * math.sqrt((law.fourth_moment - law.variance**2) / N)
+
+
+# ---- power: the same tests reject wrong samplers -------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sigma2", ["1/20", "1/2"])
+def test_power_rounded_continuous_gaussian_fails(sigma2: str) -> None:
+    """np.rint of a float normal is not the discrete Gaussian (TV 0.044 at sigma2 = 1/2)."""
+    gen = np.random.default_rng(3)  # test-only
+    x = np.rint(gen.normal(0.0, math.sqrt(float(Fraction(sigma2))), N)).astype(np.int64)
+    p_chi2, p_g = gof_pvalues(x, gaussian_law(sigma2))
+    assert p_chi2 < ALPHA and p_g < ALPHA, (p_chi2, p_g)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sigma2", ["1/2", "5", "500", "1000003/7", "1000000"])
+def test_power_wrong_variance_fails(sigma2: str) -> None:
+    """The exact sampler at 1.05 * sigma2, tested against the law at sigma2, must fail."""
+    wrong = str(Fraction(sigma2) * Fraction(105, 100))
+    p_chi2, p_g = gof_pvalues(draws("gaussian", wrong, N, 4), gaussian_law(sigma2))
+    assert p_chi2 < ALPHA and p_g < ALPHA, (p_chi2, p_g)
+
+
+@pytest.mark.slow
+def test_power_wrong_laplace_scale_fails() -> None:
+    p_chi2, p_g = gof_pvalues(draws("laplace", "21/20", N, 5), laplace_law("1"))
+    assert p_chi2 < ALPHA and p_g < ALPHA, (p_chi2, p_g)
+
+
+# ---- two-sample test against the pure-Python reference ------------------------------------------------
+
+REFERENCE_CASES = [
+    ("gaussian", "5", 1),
+    ("gaussian", "7/3", 1),
+    ("gaussian", "1000003/7", 40),
+    ("laplace", "7/3", 1),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "param", "width"), REFERENCE_CASES)
+def test_homogeneous_with_pure_python_reference(kind: str, param: str, width: int) -> None:
+    """Chi-square homogeneity of the vectorised sampler and tests/cks_reference.py (bins fixed in advance
+    from the exact law so that each reference cell expects >= 5; wide bins at large sigma)."""
+    n_ref = 30_000
+    ref = np.array(cks_reference.sample(kind, Fraction(param), n_ref, seed=7), dtype=np.int64)
+    fast = draws(kind, param, N, 8)
+    law = gaussian_law(param) if kind == "gaussian" else laplace_law(param)
+    a, b = bins(law, n_ref * width)
+    b = a + (b - a) // width * width
+    table = np.array([binned_counts(ref, a, b, width), binned_counts(fast, a, b, width)])
+    exp_ref = expected_counts(law, n_ref, a, b, width)
+    keep = exp_ref >= 5
+    table = np.concatenate([table[:, keep], table[:, ~keep].sum(axis=1, keepdims=True)], axis=1)
+    table = table[:, table.sum(axis=0) > 0]
+    p = stats.chi2_contingency(table, correction=False).pvalue
+    assert p > ALPHA, p
+
+
+# ---- rare branches -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_object_fallback_paths_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With INT64_LIMIT lowered, every int64 overflow guard trips: big uniform bounds, per-element Python-int
+    numerators, object fractional parts, object X = U + tV.  The law must not change."""
+    n = min(N, 100_000)
+    monkeypatch.setattr(noise_bernoulli, "INT64_LIMIT", 2**6)
+    x = sample_discrete_gaussian("7/3", n, rng=seeded_random_source(9))
+    assert min(gof_pvalues(x, gaussian_law("7/3"))) > ALPHA
+    monkeypatch.setattr(noise_bernoulli, "INT64_LIMIT", 2**4)
+    y = sample_discrete_laplace("7/3", n, rng=seeded_random_source(10))
+    assert min(gof_pvalues(y, laplace_law("7/3"))) > ALPHA
+
+
+def test_laplace_with_huge_numerator_and_denominator() -> None:
+    """scale = (10^20 + 1)/10^19: t and s both exceed int64, so U, X and X // s are Python ints."""
+    scale = "100000000000000000001/10000000000000000000"
+    x = sample_discrete_laplace(scale, 20_000, rng=seeded_random_source(14))
+    assert min(gof_pvalues(x, laplace_law(scale))) > ALPHA
+
+
+def test_output_overflow_is_an_error_not_a_wrapped_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(noise_bernoulli, "INT64_LIMIT", 2**4)  # X = U + tV is built from Python ints
+    monkeypatch.setattr(noise, "_INT64_MAX", 3)  # ... and must then fit in the (pretend) int64 range
+    with pytest.raises(OverflowError):
+        sample_discrete_laplace(100, 1000, rng=seeded_random_source(15))
+
+
+def test_huge_sigma2_uses_python_ints_and_has_right_moments() -> None:
+    """sigma2 = 10^12 + 1/3: 2 p q t^2 ~ 1.8e25 exceeds int64, so the natural object path runs."""
+    s2 = Fraction(10**12) + Fraction(1, 3)
+    n = 20_000
+    x = sample_discrete_gaussian(s2, n, rng=seeded_random_source(11)).astype(float)
+    var = float(s2)  # N_Z's variance equals sigma2 to within exp(-2 pi^2 sigma2) here
+    assert abs(x.mean()) <= Z_CRIT * math.sqrt(var / n)
+    assert abs(np.mean(x * x) - var) <= Z_CRIT * math.sqrt(2 * var**2 / n)
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1, 10**6), Fraction(1, 10**30)])
+def test_tiny_sigma2_is_all_zeros(sigma2: Fraction) -> None:
+    """P(x != 0) < 2 exp(-1/(2 sigma2)) < 1e-200: floor(gamma) is huge and 2pqt^2 may exceed int64."""
+    assert not sample_discrete_gaussian(sigma2, 10_000, rng=seeded_random_source(12)).any()
+
+
+def test_bernoulli_exp_edge_values() -> None:
+    rng = seeded_random_source(13)
+    assert noise_bernoulli.bernoulli_exp_frac(np.zeros(1000, dtype=np.int64), 7, rng).all()  # exp(0) = 1
+    whole = np.full(1000, 10**6, dtype=np.int64)
+    assert not noise_bernoulli.bernoulli_exp(whole, np.zeros(1000, dtype=np.int64), 3, rng).any()
+
+
+# ---- API, validation, determinism ----------------------------------------------------------------------
+
+
+def test_parse_rational() -> None:
+    assert parse_rational("25/4") == Fraction(25, 4)
+    assert parse_rational(" 0.5 ") == Fraction(1, 2)
+    assert parse_rational("1e-3") == Fraction(1, 1000)
+    assert parse_rational(3) == 3 and parse_rational(np.int64(3)) == 3
+    assert parse_rational(Fraction(2, 3)) == Fraction(2, 3)
+    for bad in (0.5, np.float64(0.5), True, None):
+        with pytest.raises(TypeError):
+            parse_rational(bad)
+    for bad in ("abc", "1/0", "nan", ""):
+        with pytest.raises(ValueError):
+            parse_rational(bad)
+
+
+def test_privacy_maps_exact() -> None:
+    assert gaussian_rho(Fraction(1, 2)) == 1
+    assert gaussian_rho(Fraction(25, 4), 2) == Fraction(4, 25)
+    assert gaussian_rho(5, 0) == 0
+    assert gaussian_sigma2(Fraction(1, 8), 2) == 8
+    for s2 in (Fraction(7, 3), Fraction(1000003, 7), Fraction(1, 20)):
+        assert gaussian_sigma2(gaussian_rho(s2, 2), 2) == s2
+    assert laplace_epsilon(Fraction(1, 2), 3) == 6 and laplace_epsilon(4, 0) == 0
+    assert laplace_scale(laplace_epsilon(Fraction(7, 3))) == Fraction(7, 3)
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda: gaussian_rho(0), "sigma2"),
+        (lambda: gaussian_rho(-1), "sigma2"),
+        (lambda: gaussian_rho(1, -1), "sensitivity2_squared"),
+        (lambda: gaussian_sigma2(0), "rho"),
+        (lambda: gaussian_sigma2(1, 0), "sensitivity2_squared"),
+        (lambda: laplace_epsilon(0), "scale"),
+        (lambda: sample_discrete_gaussian(0, 3), "sigma2"),
+        (lambda: sample_discrete_gaussian("-1/2", 3), "sigma2"),
+        (lambda: sample_discrete_gaussian(10**25, 3), "sigma2"),
+        (lambda: sample_discrete_gaussian(1, -1), "size"),
+        (lambda: sample_discrete_laplace(0, 3), "scale"),
+        (lambda: sample_discrete_laplace(10**16, 3), "scale"),
+    ],
+)
+def test_validation_errors_name_the_argument(call, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def test_samplers_refuse_floats() -> None:
+    with pytest.raises(TypeError):
+        sample_discrete_gaussian(0.5, 3)
+    with pytest.raises(TypeError):
+        sample_discrete_laplace(2.0, 3)
+
+
+def test_shapes_dtypes_and_determinism() -> None:
+    for sampler in (sample_discrete_gaussian, sample_discrete_laplace):
+        assert sampler(5, 0).shape == (0,)
+        x = sampler("7/3", 1001, rng=seeded_random_source(5))
+        assert x.dtype == np.int64 and x.shape == (1001,)
+        assert np.array_equal(x, sampler("7/3", 1001, rng=seeded_random_source(5)))
+        assert sampler(5, 50).dtype == np.int64  # default rng: the OS CSPRNG source
+
+
+def test_no_numpy_random_in_library_noise_code() -> None:
+    root = Path(__file__).resolve().parents[1] / "pipeline"
+    for path in [root / "random_source.py", root / "accounting.py", *root.glob("noise*.py")]:
+        if path.exists():
+            used = r"(np|numpy)\.random\.\w+\(|^\s*(import|from)\s+(random|numpy\.random)\b"
+            assert not re.search(used, path.read_text(), re.M), path

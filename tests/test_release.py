@@ -1,0 +1,112 @@
+"""End to end: a release's tables are consistent, non-negative integers that keep every invariant."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.cli import main
+from pipeline.config_load import load_config
+from tests.conftest import SHARED_DATA, TINY_TOML
+
+
+def release(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Path:
+    code = main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", "11", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return Path(out.strip().splitlines()[-1])
+
+
+def dense(table: pl.DataFrame, attributes: list[str]) -> dict[tuple[str, ...], int]:
+    return {tuple(row[:-1]): row[-1] for row in table.select(["geoid", *attributes, "count"]).iter_rows()}
+
+
+def check_consistency(run_dir: Path, levels: list[tuple[str, int]], attributes: list[str]) -> None:
+    """Every cell of every level equals the sum of its children's cells; counts are positive int64."""
+    tables = {name: pl.read_parquet(run_dir / "tables" / f"{name}.parquet") for name, _ in levels}
+    for (parent_name, _), (child_name, width) in zip(levels, levels[1:], strict=False):
+        parent, child = tables[parent_name], tables[child_name]
+        assert child.schema["count"] == pl.Int64 and (child["count"] > 0).all()
+        parent_width = dict(levels)[parent_name]
+        summed = (child.with_columns(pl.col("geoid").str.slice(0, parent_width))
+                  .group_by(["geoid", *attributes]).agg(pl.col("count").sum()))
+        assert dense(summed, attributes) == dense(parent, attributes), f"{child_name} vs {parent_name}"
+        assert (child["geoid"].str.len_chars() == width).all()
+
+
+def test_tiny_release_is_consistent_and_keeps_invariants(tiny_release: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = release(tiny_release, capsys)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    levels = [(lv["name"], lv["width"]) for lv in manifest["levels"]]
+    check_consistency(run_dir, levels, ["colour", "adult"])
+    micro = pl.read_parquet(tiny_release.parent / "microdata.parquet")
+    # invariants: the root and region totals are exact
+    root = pl.read_parquet(run_dir / "tables" / "root.parquet")
+    assert root["count"].sum() == micro.height
+    region = pl.read_parquet(run_dir / "tables" / "region.parquet").group_by("geoid").agg(pl.col("count").sum())
+    truth = micro.group_by(pl.col("geocode").str.slice(0, 1).alias("geoid")).len()
+    assert dict(region.iter_rows()) == dict(truth.iter_rows())
+    # structural zero: no blue children anywhere
+    for name, _ in levels:
+        table = pl.read_parquet(run_dir / "tables" / f"{name}.parquet")
+        assert table.filter((pl.col("colour") == "blue") & (pl.col("adult") == "0")).height == 0
+    # every geography unit, empty ones too, was measured
+    unit = pl.read_parquet(run_dir / "measurements" / "unit.parquet")
+    assert unit["geoid"].n_unique() == 72
+    # the manifest's allocation composes to rho, exactly
+    total = sum(Fraction(a["rho_exact"]) for a in manifest["allocation"])
+    assert total == Fraction(manifest["privacy"]["rho_exact"]) == 4
+    assert manifest["random_source"]["publishable"] is False
+    assert manifest["privacy"]["epsilon"] > manifest["privacy"]["rho"]
+    assert (run_dir / "report.md").read_text().startswith("# censusdp release")
+
+
+def test_measurements_file_schema(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = release(tiny_release, capsys)
+    frame = pl.read_parquet(run_dir / "measurements" / "district.parquet")
+    assert frame.columns == ["level", "geoid", "query", "cell", "noisy_value", "rho", "sigma2"]
+    assert frame.schema["noisy_value"] == pl.Int64
+    per_query = frame.group_by("query").agg(pl.len(), pl.col("cell").max())
+    cells = dict(zip(per_query["query"], per_query["cell"], strict=True))
+    assert cells == {"adult * colour": 5, "detailed": 5}
+
+
+def test_seeded_runs_reproduce_and_system_runs_differ(tiny_release: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    a = release(tiny_release, capsys, "--out", str(tiny_release.parent / "a"))
+    b = release(tiny_release, capsys, "--out", str(tiny_release.parent / "b"))
+    read = lambda d: pl.read_parquet(d / "measurements" / "unit.parquet")["noisy_value"].to_numpy()  # noqa: E731
+    assert np.array_equal(read(a), read(b))
+    code = main(["-q", "release", str(tiny_release), "--no-prefect", "--out", str(tiny_release.parent / "c")])
+    c = Path(capsys.readouterr().out.strip())
+    assert code == 0 and not np.array_equal(read(a), read(c))
+    assert json.loads((c / "manifest.json").read_text())["random_source"]["publishable"] is True
+
+
+@pytest.mark.slow
+def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    if not SHARED_DATA.exists():
+        pytest.skip("shared PPMF sample not present")
+    assert main(["init", "--out", str(tmp_path / "pl94.toml")]) == 0
+    text = (tmp_path / "pl94.toml").read_text().replace('geography = "geography.parquet"', "")
+    (tmp_path / "pl94.toml").write_text(text)
+    run_dir = release(tmp_path / "pl94.toml", capsys, "--microdata", str(SHARED_DATA), "--format", "mdf-pl94")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    levels = [(lv["name"], lv["width"]) for lv in manifest["levels"]]
+    assert [n for n, _ in levels] == ["us", "state", "county", "tract", "block_group", "block"]
+    check_consistency(run_dir, levels, ["hhgq", "votingage", "hispanic", "cenrace"])
+    us = pl.read_parquet(run_dir / "tables" / "us.parquet")
+    assert us["count"].sum() == 10588  # the total is an invariant at us and state
+    people = pl.read_parquet(run_dir / "microdata.parquet")
+    assert people.height == 10588
+    assert {"TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK", "CENRACE"} <= set(people.columns)
+    assert any("populated is NOT protected" in note for note in manifest["not_protected"])
+    config = load_config(tmp_path / "pl94.toml")
+    assert manifest["privacy"]["rho_exact"] == str(config.budget.rho)
