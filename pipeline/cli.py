@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Sequence
 
 from pipeline.errors import CensusDPError
+from postprocess import ReconciliationError
 
 EXIT_USAGE, EXIT_ERROR, EXIT_INTERNAL = 2, 1, 3
 
@@ -46,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except CensusDPError as error:
         print(f"censusdp: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except ReconciliationError as error:  # its messages carry sizes and statuses only, never data values
+        print(f"censusdp: error: reconciliation failed, nothing was published: {error}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("censusdp: interrupted; nothing was published", file=sys.stderr)

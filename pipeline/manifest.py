@@ -48,7 +48,8 @@ def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
         "budget": {"rho": str(budget.rho), "delta": budget.delta_text, "neighbouring": budget.neighbouring,
                    "target_epsilon": budget.target_epsilon,
                    "level_shares": {k: str(v) for k, v in budget.level_shares.items()}},
-        "strategy": {level: {e.query.name: str(e.share) for e in entries} for level, entries in config.strategy.items()},
+        "strategy": {level: {e.query.name: str(e.share) for e in entries}
+                     for level, entries in config.strategy.items()},
         "invariants": [{"query": i.query.name, "levels": list(i.levels)} for i in config.invariants],
         "structural_zeros": [{k: list(v) for k, v in z.items()} for z in config.structural_zeros],
         "postprocess": {"solver": config.solver},
@@ -114,11 +115,14 @@ def report_markdown(manifest: dict[str, Any], allocations: tuple[QueryAllocation
     for a in allocations:
         lines.append(f"| {a.level} | {a.query} | {float(a.rho):.6g} | {float(a.rho / total):.2%} | "
                      f"{float(a.sigma2):.6g} | {a.expected_abs_error:.3g} |")
-    lines += ["", "## Levels", "", "| level | rho | nodes | reconciliation |", "|---|---|---|---|"]
+    lines += ["", "## Levels", "",
+              "| level | rho | nodes | solver problems | max constraint violation before rounding | seconds |",
+              "|---|---|---|---|---|---|"]
     for level in manifest["levels"]:
         diag = manifest.get("reconciliation", {}).get(level["name"], {})
-        summary = ", ".join(f"{k}={v}" for k, v in diag.items() if not isinstance(v, dict | list))
+        violation = max(float(diag.get("max_sum_violation") or 0), float(diag.get("max_invariant_violation") or 0))
         lines.append(f"| {level['name']} | {float(level_rho(allocations, level['name'])):.6g} | "
-                     f"{level.get('nodes', '')} | {summary} |")
+                     f"{level.get('nodes', '')} | {diag.get('problems', '')} | {violation:.2g} | "
+                     f"{float(diag.get('seconds_total') or 0):.2f} |")
     lines += ["", "## Not protected", ""] + [f"- {n}" for n in manifest["not_protected"]] + [""]
     return "\n".join(lines)

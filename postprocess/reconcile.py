@@ -104,6 +104,7 @@ def reconcile_level(
         "blocks_empty": int(np.count_nonzero(blocks.n_free == 0)),
         "problems": len(batches),
         "variables": variables,
+        "solvers": list(solvers),
         "solver_status": dict(sorted(statuses.items())),
         "fallbacks": fallbacks,
         "rounding": dict(sorted(rounding.items())),

@@ -2,7 +2,7 @@
 
 Start from ``floor(x)`` and choose increments ``y`` in {0, 1} minimising the L1 distance to ``x``, i.e.
 ``sum y * (1 - 2 * frac(x))``, subject to the children summing to the parent in every cell and every
-invariant holding exactly.  Three backends, proven against each other and against brute force in the tests:
+invariant holding exactly.  Backends, proven against each other and against brute force in the tests:
 
 * ``nearest``: no constraint at all (a root without invariants): y = 1 where frac > 1/2.
 * ``greedy``: only the sum constraints; they are disjoint (one per block and cell), so each is solved on

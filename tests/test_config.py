@@ -51,7 +51,7 @@ def test_epsilon_target_is_solved_for_rho(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, text))
     from pipeline.accounting import epsilon_cks20
 
-    assert 0 < config.budget.rho and epsilon_cks20(config.budget.rho, 1e-10) <= 2
+    assert config.budget.rho > 0 and epsilon_cks20(config.budget.rho, 1e-10) <= 2
 
 
 @pytest.mark.parametrize(

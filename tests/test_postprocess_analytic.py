@@ -43,7 +43,9 @@ def detailed(noisy, sigma2=1):
 
 
 def total(noisy, n_cells, sigma2=1):
-    return QueryMeasurement("total", sp.csr_matrix(np.ones((1, n_cells))), np.asarray(noisy), Fraction(sigma2))
+    return QueryMeasurement(
+        "total", sp.csr_matrix(np.ones((1, n_cells))), np.asarray(noisy), Fraction(sigma2)
+    )
 
 
 def project_simplex(y: np.ndarray, p: float) -> np.ndarray:
@@ -126,7 +128,11 @@ def test_root_detailed_only_clips_negative_values():
 
 def test_root_invariant_total_is_a_projection():
     y = np.array([[3, -4, 9, 12, 1]])
-    x = fit([detailed(y)], 5, invariants=[QueryInvariant("total", sp.csr_matrix(np.ones((1, 5))), np.array([[20]]))])
+    x = fit(
+        [detailed(y)],
+        5,
+        invariants=[QueryInvariant("total", sp.csr_matrix(np.ones((1, 5))), np.array([[20]]))],
+    )
     np.testing.assert_allclose(x[0], project_simplex(y[0].astype(float), 20), atol=1e-6)
 
 
@@ -138,14 +144,23 @@ def test_fixed_cells_are_dropped_and_count_as_zero_in_queries():
     measurements = [detailed(noisy), total(np.array([[40], [40]]), 4)]
     x = fit(measurements, 4, parent=parent, zeros=zeros)
     np.testing.assert_allclose(x, [[10, 0, 10, 0], [10, 0, 10, 0]], atol=1e-6)
-    result = reconcile_level(measurements, n_cells=4, parent_counts=parent, parent_index=np.zeros(2, np.int64),
-                             structural_zeros=zeros)
+    result = reconcile_level(
+        measurements,
+        n_cells=4,
+        parent_counts=parent,
+        parent_index=np.zeros(2, np.int64),
+        structural_zeros=zeros,
+    )
     np.testing.assert_array_equal(result.counts, [[10, 0, 10, 0], [10, 0, 10, 0]])
 
 
 def test_only_child_equals_parent_without_a_solve():
     parent = np.array([[4, 0, 9], [1, 2, 3]])
-    result = reconcile_level([detailed(np.array([[0, 50, -3], [7, 7, 7]]))], n_cells=3, parent_counts=parent,
-                             parent_index=np.array([0, 1]))
+    result = reconcile_level(
+        [detailed(np.array([[0, 50, -3], [7, 7, 7]]))],
+        n_cells=3,
+        parent_counts=parent,
+        parent_index=np.array([0, 1]),
+    )
     np.testing.assert_array_equal(result.counts, parent)
     assert result.report["problems"] == 0 and result.report["blocks_only_child"] == 2

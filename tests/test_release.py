@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.config_load import load_config
-from tests.conftest import SHARED_DATA, TINY_TOML
+from tests.conftest import SHARED_DATA
 
 
 def release(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Path:

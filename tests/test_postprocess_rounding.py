@@ -1,0 +1,143 @@
+"""Rounding against brute force on tiny problems, and the rounding backends against each other."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from postprocess import QueryInvariant, QueryMeasurement
+from postprocess.layout import plan_blocks
+from postprocess.problem import validate
+from postprocess.reconcile import solve_batch
+from postprocess.rounding import SNAP, _binary, _greedy, round_batch
+
+
+def tiny(seed: int, children: int, n_cells: int, invariant: bool, marginal: bool = False):
+    """One parent with random children; returns the batch, its invariant rows and the LS point."""
+    rng = np.random.default_rng(seed)
+    true = rng.integers(0, 4, size=(children, n_cells))
+    true[:, rng.random(n_cells) < 0.2] = 0
+    true[0, 0] += 1  # at least one free cell
+    parent = true.sum(axis=0, keepdims=True)
+    identity = sp.identity(n_cells, format="csr")
+    ones = sp.csr_matrix(np.ones((1, n_cells)))
+    measurements = [
+        QueryMeasurement("detailed", identity, true + rng.integers(-3, 4, size=true.shape), Fraction(1)),
+        QueryMeasurement(
+            "total", ones, true.sum(axis=1, keepdims=True) + rng.integers(-2, 3, (children, 1)), 2
+        ),
+    ]
+    invariants = []
+    if invariant:
+        invariants.append(QueryInvariant("total", ones, true.sum(axis=1, keepdims=True)))
+    if marginal:
+        half = sp.csr_matrix(np.arange(n_cells)[None, :] < n_cells // 2, dtype=float)
+        invariants.append(QueryInvariant("half", half, (half @ true.T).T.astype(np.int64)))
+    inputs = validate(
+        measurements,
+        invariants,
+        n_cells=n_cells,
+        parent_counts=parent,
+        parent_index=np.zeros(children, dtype=np.int64),
+        structural_zeros=None,
+    )
+    batch, inv_matrix, inv_rhs, solution = solve_batch(
+        inputs, plan_blocks(inputs), np.array([0]), ("CLARABEL",)
+    )
+    return batch, inv_matrix, inv_rhs, solution.x
+
+
+def feasible(batch, inv_matrix, inv_rhs, tables: np.ndarray) -> np.ndarray:
+    """Rows of ``tables`` (candidates, n_vars) that satisfy every constraint exactly."""
+    ok = np.all(tables >= 0, axis=1) & np.all(tables <= batch.upper, axis=1)
+    ok &= np.all(batch.sum_rhs == (batch.sum_matrix @ tables.T).T, axis=1)
+    if inv_rhs.size:
+        ok &= np.all(inv_rhs == (inv_matrix @ tables.T).T, axis=1)
+    return ok
+
+
+def l1(tables: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return np.abs(tables - x).sum(axis=-1)
+
+
+def brute_floor_or_ceil(batch, inv_matrix, inv_rhs, x):
+    floor = np.floor(np.clip(x, 0, batch.upper) + SNAP)
+    steps = np.array(list(itertools.product((0, 1), repeat=x.size)))
+    tables = floor + steps
+    ok = feasible(batch, inv_matrix, inv_rhs, tables)
+    return l1(tables[ok], x).min() if ok.any() else None
+
+
+CASES = [(seed, children, cells) for seed in range(6) for children, cells in [(2, 3), (3, 3), (2, 6), (4, 3)]]
+
+
+@pytest.mark.parametrize(("seed", "children", "cells"), CASES)
+@pytest.mark.parametrize("invariant", [False, True])
+def test_rounding_is_the_best_floor_or_ceil_table(seed, children, cells, invariant):
+    batch, inv_matrix, inv_rhs, x = tiny(seed, children, cells, invariant)
+    if x.size > 14:
+        pytest.skip("too many variables to enumerate")
+    rounded, method = round_batch(batch, x, inv_matrix, inv_rhs)
+    assert method == ("binary_lp" if invariant else "greedy")
+    assert feasible(batch, inv_matrix, inv_rhs, rounded[None, :])[0]
+    assert np.all(np.abs(rounded - x) < 1 + 1e-6)
+    best = brute_floor_or_ceil(batch, inv_matrix, inv_rhs, x)
+    assert best is not None
+    assert l1(rounded, x) == pytest.approx(best, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rounding_with_crossing_invariants(seed):
+    """Total and a half-table marginal per child: still laminar, and the brute force agrees."""
+    batch, inv_matrix, inv_rhs, x = tiny(seed, 2, 6, invariant=True, marginal=True)
+    rounded, method = round_batch(batch, x, inv_matrix, inv_rhs)
+    assert method in ("binary_lp", "binary_milp")
+    assert feasible(batch, inv_matrix, inv_rhs, rounded[None, :])[0]
+    assert l1(rounded, x) == pytest.approx(brute_floor_or_ceil(batch, inv_matrix, inv_rhs, x), abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_greedy_and_lp_backends_agree(seed):
+    """Without invariants the per-cell greedy and the HiGHS problem reach the same optimum."""
+    batch, inv_matrix, inv_rhs, x = tiny(seed, 5, 12, invariant=False)
+    floor = np.floor(x + SNAP)
+    cost = 1 - 2 * (np.clip(x, 0, None) - floor)
+    gap = batch.sum_rhs - (batch.sum_matrix @ floor).astype(np.int64)
+    greedy = _greedy(batch.var_sum_row, cost, gap)
+    lp, method = _binary(batch, cost, floor, gap, sp.csr_matrix((0, x.size)), np.zeros(0, dtype=np.int64))
+    assert method == "binary_lp"
+    assert cost @ greedy == pytest.approx(cost @ lp, abs=1e-9)
+
+
+@pytest.mark.parametrize("invariant", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_broken_floors_fall_back_to_the_integer_problem(seed, invariant):
+    """A point that misses the sum constraint by more than one per child: floors cannot be completed."""
+    batch, inv_matrix, inv_rhs, x = tiny(seed, 2, 2, invariant)
+    shifted = np.clip(x - 1.5, 0, None) + 0.25
+    rounded, method = round_batch(batch, shifted, inv_matrix, inv_rhs)
+    assert feasible(batch, inv_matrix, inv_rhs, rounded[None, :])[0]
+    upper = batch.upper.astype(int)
+    grid = np.array(list(itertools.product(*[range(u + 1) for u in upper])))
+    ok = feasible(batch, inv_matrix, inv_rhs, grid)
+    best = l1(grid[ok], shifted).min()
+    if method == "integer_milp":
+        assert l1(rounded, shifted) == pytest.approx(best, abs=1e-6)
+    else:  # the floors happened to be completable: still optimal among floor-or-ceil tables
+        assert l1(rounded, shifted) >= best - 1e-6
+
+
+def test_root_without_constraints_rounds_to_nearest():
+    x = np.array([0.2, 0.5, 0.7, 3.49, 3.51, 2.0 - 1e-9])
+    batch = type("RootBatch", (), {})()
+    batch.upper = np.full(x.size, np.inf)
+    batch.sum_rhs = np.zeros(0, dtype=np.int64)
+    batch.var_sum_row = np.full(x.size, -1)
+    rounded, method = round_batch(batch, x, sp.csr_matrix((0, x.size)), np.zeros(0, dtype=np.int64))
+    assert method == "nearest"
+    np.testing.assert_array_equal(rounded, [0, 0, 1, 3, 4, 2])
+    assert rounded.dtype == np.int64

@@ -1,0 +1,128 @@
+"""Solver backends on the same problems, the fallback chain, and acceptance after measured violations."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import postprocess.least_squares as least_squares
+from postprocess import QueryInvariant, QueryMeasurement, ReconciliationError, reconcile_level
+
+N = 5
+IDENTITY = sp.identity(N, format="csr")
+ONES = sp.csr_matrix(np.ones((1, N)))
+NOISY = np.array([[3, -1, 7, 2, 9], [5, 5, 0, 1, 9], [0, 2, 2, 2, 2]])
+PARENT = np.array([[6, 3, 4, 2, 20]])
+TOTALS = np.array([[10], [15], [10]])
+
+
+def level(**kwargs):
+    measurements = [
+        QueryMeasurement("detailed", IDENTITY, NOISY, Fraction(1)),
+        QueryMeasurement("total", ONES, TOTALS + 1, Fraction(1, 2)),
+    ]
+    return reconcile_level(
+        measurements,
+        n_cells=N,
+        parent_counts=PARENT,
+        parent_index=np.zeros(3, dtype=np.int64),
+        invariants=[QueryInvariant("total", ONES, TOTALS)],
+        **kwargs,
+    )
+
+
+def assert_valid(counts):
+    assert counts.dtype == np.int64 and counts.min() >= 0
+    np.testing.assert_array_equal(counts.sum(axis=0), PARENT[0])
+    np.testing.assert_array_equal(counts.sum(axis=1, keepdims=True), TOTALS)
+
+
+@pytest.mark.parametrize("solver", ["CLARABEL", "OSQP", "SCS"])
+def test_every_backend_releases_the_same_table(solver):
+    reference = level(solver="CLARABEL").counts
+    result = level(solver=solver)
+    assert_valid(result.counts)
+    assert result.report["solver_status"] == {f"{solver}:optimal": 1}
+    # the LS optimum is unique and no fractional part sits near 1/2 here, so the tables agree
+    np.testing.assert_array_equal(result.counts, reference)
+
+
+def test_release_is_deterministic():
+    np.testing.assert_array_equal(level().counts, level().counts)
+
+
+def test_fallback_when_the_first_solver_stops_early(monkeypatch):
+    monkeypatch.setitem(least_squares.SOLVER_OPTIONS, "CLARABEL", {"max_iter": 1})
+    result = level()
+    assert_valid(result.counts)
+    assert result.report["solver_status"] == {"CLARABEL:limit": 1, "OSQP:optimal": 1}
+    assert result.report["fallbacks"] == 1
+
+
+class FakePanic(BaseException):
+    """Like pyo3's PanicException: a Rust solver crash is a BaseException, not an Exception."""
+
+
+def test_fallback_when_the_first_solver_crashes(monkeypatch):
+    solve = least_squares.cp.Problem.solve
+
+    def crashing(self, *args, **kwargs):
+        if kwargs.get("solver") == "CLARABEL":
+            raise FakePanic("index out of bounds")
+        return solve(self, *args, **kwargs)
+
+    monkeypatch.setattr(least_squares.cp.Problem, "solve", crashing)
+    result = level(solver="CLARABEL,SCS")
+    assert_valid(result.counts)
+    assert result.report["solver_status"] == {"CLARABEL:failed": 1, "SCS:optimal": 1}
+
+
+def test_auto_skips_solvers_that_are_not_installed(monkeypatch):
+    monkeypatch.setattr(least_squares, "AUTO_SOLVERS", ("NOT_A_SOLVER", "OSQP"))
+    assert least_squares.resolve_solvers("auto") == ("OSQP",)
+    assert_valid(level().counts)
+
+
+def test_named_solver_must_be_installed():
+    with pytest.raises(ValueError, match="NOT_A_SOLVER"):
+        level(solver="CLARABEL,not_a_solver")
+
+
+def test_all_solvers_failing_is_an_error_without_data(monkeypatch):
+    monkeypatch.setitem(least_squares.SOLVER_OPTIONS, "CLARABEL", {"max_iter": 1})
+    monkeypatch.setitem(least_squares.SOLVER_OPTIONS, "OSQP", {"max_iter": 1})
+    secret = np.array([[7919, 104729, 1299709, 15485863, 3]])  # distinctive values, easy to spot in text
+    with pytest.raises(ReconciliationError) as error:
+        reconcile_level(
+            [QueryMeasurement("detailed", IDENTITY, np.vstack([secret, secret - 1]), Fraction(1))],
+            n_cells=N,
+            parent_counts=secret,
+            parent_index=np.zeros(2, dtype=np.int64),
+            solver="CLARABEL,OSQP",
+        )
+    message = str(error.value)
+    assert "CLARABEL=limit" in message and "OSQP=limit" in message
+    for value in secret.ravel()[:4]:
+        assert str(value)[:4] not in message
+
+
+def test_a_point_breaking_the_constraints_is_rejected(monkeypatch):
+    """Acceptance is measured, not taken from the solver's word: with no tolerance nothing is accepted."""
+    monkeypatch.setattr(least_squares, "ABS_TOLERANCE", -1.0)
+    with pytest.raises(ReconciliationError, match="CLARABEL=violation, OSQP=violation, SCS=violation"):
+        level()
+
+
+def test_report_is_public_and_complete():
+    report = level().report
+    assert report["problems"] == 1 and report["variables"] == 15
+    assert report["rounding"] == {"binary_lp": 1}
+    assert report["max_sum_violation"] < 1e-6 and report["max_invariant_violation"] < 1e-6
+    assert report["min_value_before_rounding"] > -1e-6
+    assert report["seconds_solve"] >= 0 and report["seconds_rounding"] >= 0
+    assert report["solvers"] == ["CLARABEL", "OSQP", "SCS"]
+    json.dumps(report)  # goes into the run report as is
