@@ -7,6 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 from pipeline.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
+from pipeline.budget_compare import comparison_rows
 from pipeline.errors import CensusDPError
 
 DEFAULT_DELTA = "1e-10"
@@ -52,6 +53,7 @@ def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
                         "expected_abs_error": a.expected_abs_error} for a in allocations],
         "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
                        for i in config.invariants],
+        "comparison": comparison_rows(allocations, delta),
     }
 
 
@@ -67,6 +69,10 @@ def render_text(report: dict[str, Any]) -> str:
                          f"{a['expected_abs_error']:>11.3g}")
         for inv in report["invariants"]:
             lines.append(f"invariant (NOT protected): {inv['query']} at {', '.join(inv['levels'])}")
+        lines += ["", "The same noise under the seed chapter's other accounting tools:", "",
+                  f"{'method':<44}{'theorem':<28}{'epsilon':>12}{'delta':>11}"]
+        for row in report["comparison"]:
+            lines.append(f"{row['method']:<44}{row['theorem']:<28}{row['epsilon']:>12.4f}{row['delta']:>11.2g}")
     return "\n".join(lines)
 
 

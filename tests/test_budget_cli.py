@@ -42,3 +42,12 @@ def test_config_table_touches_no_data(tiny_release: Path, capsys: pytest.Capture
     (tiny_release.parent / "microdata.parquet").unlink()  # budget must not need the data
     code, out, _ = run(capsys, "budget", str(tiny_release))
     assert code == 0 and "epsilon_cks20" in out and "detailed" in out and "NOT protected" in out
+
+
+def test_config_comparison_orders_the_seed_tools(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "budget", str(tiny_release), "--json")
+    rows = {row["theorem"].split(",")[0].split(" (")[0]: row["epsilon"] for row in json.loads(out)["comparison"]}
+    assert code == 0
+    # zCDP with the CKS20 conversion is never worse than the Renyi/Bun-Steinke bound or basic composition
+    assert rows["Thm 19.37"] <= rows["Thm 19.37(i)-(ii)"] <= rows["Thm 19.26"]
+    assert rows["Thm 19.31"] > rows["Thm 19.37"]  # a household is protected less than a person
