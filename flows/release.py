@@ -14,6 +14,7 @@ from prefect.cache_policies import NO_CACHE
 
 from pipeline import release as stages
 from pipeline.options import load_release_config, random_source
+from pipeline.runner import make_runner
 
 TASK_OPTIONS = {"cache_policy": NO_CACHE, "persist_result": False, "log_prints": False, "retries": 0}
 
@@ -27,21 +28,30 @@ publish_task = task(stages.publish, name="publish", **TASK_OPTIONS)
 @flow(name="censusdp-release", persist_result=False, log_prints=False, validate_parameters=True)
 def release_flow(config_path: str, out_dir: str | None = None, microdata: str | None = None,
                  geography: str | None = None, fmt: str | None = None, rho: str | None = None,
-                 insecure_seed: int | None = None) -> str:
-    """Release one dataset: returns the path of the published run directory."""
-    config = load_release_config(config_path, microdata, geography, fmt, rho)
+                 runner: str | None = None, insecure_seed: int | None = None) -> str:
+    """Release one dataset: returns the path of the published run directory.
+
+    With a Dask runner, each reconcile task maps its chunks on a Dask client (workers import no Prefect, so
+    no ephemeral server is started per worker; they receive file locations and public values only).
+    """
+    config = load_release_config(config_path, microdata, geography, fmt, rho, runner)
     out_root = Path(out_dir).resolve() if out_dir else config.output.dir
     run = start_task(config, out_root, random_source(insecure_seed))
+    chunk_runner = None
     try:
+        chunk_runner = make_runner(config.runner)
         read_task(run)
         for level, spec in enumerate(config.levels):
             measure_task.with_options(task_run_name=f"measure-{spec.name}")(run, level)
         for level, spec in enumerate(config.levels):
-            reconcile_task.with_options(task_run_name=f"reconcile-{spec.name}")(run, level)
+            reconcile_task.with_options(task_run_name=f"reconcile-{spec.name}")(run, level, chunk_runner)
         final_dir = publish_task(run)
     except BaseException:
         stages.abandon(run)
         raise
+    finally:
+        if chunk_runner is not None:
+            chunk_runner.close()
     create_markdown_artifact(key="censusdp-budget", markdown=(final_dir / "report.md").read_text(),
                              description="Budget, (epsilon, delta) and reconciliation summary (public values)")
     return str(final_dir)

@@ -39,6 +39,18 @@ class GeoTree:
         offsets = self.child_offsets(level)
         return np.add.reduceat(values, offsets[:-1], axis=0)
 
+    def ancestor_of_units(self, level: int) -> np.ndarray:
+        """For every lowest-level unit, the index of its ancestor at ``level`` (non-decreasing)."""
+        index = np.arange(self.n_nodes(self.depth - 1), dtype=np.int64)
+        for below in range(self.depth - 1, level, -1):
+            index = self.parent[below][index]
+        return index
+
+    def unit_offsets(self, level: int) -> np.ndarray:
+        """n_nodes(level)+1 offsets: the lowest-level units under node j are unit_offsets[j]:unit_offsets[j+1]."""
+        counts = np.bincount(self.ancestor_of_units(level), minlength=self.n_nodes(level))
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
     def lowest_index(self, codes: np.ndarray) -> np.ndarray:
         """Index of each lowest-level code in the tree; -1 where the code is not a unit of the tree."""
         lowest = self.geoids[-1]

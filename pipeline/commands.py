@@ -67,13 +67,15 @@ def add_release(sub: Sub) -> None:
     p.add_argument("--geography", help="geography file listing every lowest-level unit (overrides input.geography)")
     p.add_argument("--format", dest="fmt", choices=["parquet", "csv", "mdf-pl94"], help="microdata format")
     p.add_argument("--rho", help="total zCDP budget, e.g. 2.56 or 64/25 (overrides budget.rho)")
+    p.add_argument("--runner", help='where reconciliation chunks run: "local", "dask-local:N" or "tcp://host:port"')
     p.add_argument("--no-prefect", action="store_true", help="run as plain function calls, without Prefect")
     p.add_argument("--insecure-seed", type=int, help="TESTS ONLY: seeded noise; the run is marked not publishable")
     p.set_defaults(handler=cmd_release)
 
 
 def run_release_command(config: str, out: str | None, microdata: str | None, geography: str | None,
-                        fmt: str | None, rho: str | None, no_prefect: bool, insecure_seed: int | None) -> Path:
+                        fmt: str | None, rho: str | None, no_prefect: bool, insecure_seed: int | None,
+                        runner: str | None = None) -> Path:
     if insecure_seed is not None:
         print("censusdp: WARNING: --insecure-seed: noise is reproducible; this run is NOT publishable",
               file=sys.stderr)
@@ -81,19 +83,19 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
         from pipeline.options import load_release_config, random_source
         from pipeline.release import run_release
 
-        cfg = load_release_config(config, microdata, geography, fmt, rho)
+        cfg = load_release_config(config, microdata, geography, fmt, rho, runner)
         root = Path(out).resolve() if out else cfg.output.dir
         return run_release(cfg, root, random_source(insecure_seed))
     from flows.release import release_flow
 
     return Path(release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
-                             geography=geography, fmt=fmt, rho=rho, insecure_seed=insecure_seed))
+                             geography=geography, fmt=fmt, rho=rho, runner=runner, insecure_seed=insecure_seed))
 
 
 def cmd_release(args: argparse.Namespace) -> int:
     started = time.monotonic()
     run_dir = run_release_command(args.config, args.out, args.microdata, args.geography, args.fmt, args.rho,
-                                  args.no_prefect, args.insecure_seed)
+                                  args.no_prefect, args.insecure_seed, args.runner)
     print(run_dir)
     print(f"censusdp: release finished in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return 0

@@ -81,6 +81,8 @@ class ReleaseConfig:
     invariants: tuple[Invariant, ...] = ()
     structural_zeros: tuple[dict[str, tuple[str, ...]], ...] = ()
     solver: str = "auto"
+    runner: str = "local"
+    chunk_cells: int = 4_000_000
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
 

@@ -25,6 +25,7 @@ from pipeline.config import (
     require,
 )
 from pipeline.errors import ConfigError
+from pipeline.runner import check_runner
 from pipeline.schema import DETAILED, TOTAL, Attribute, Schema
 
 TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "strategy", "invariants",
@@ -55,14 +56,21 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     invariants = _invariants(raw, source, levels, schema)
     zeros = _structural_zeros(raw, source, schema)
     postprocess = raw.get("postprocess", {})
-    check_nothing_else(postprocess, {"solver"}, source, "postprocess.")
+    check_nothing_else(postprocess, {"solver", "runner", "chunk_cells"}, source, "postprocess.")
     solver = postprocess.get("solver", "auto")
     if not isinstance(solver, str):
         raise ConfigError(source, "postprocess.solver", "expected a string")
+    try:
+        runner = check_runner(str(postprocess.get("runner", "local")))
+    except ValueError as error:
+        raise ConfigError(source, "postprocess.runner", str(error)) from None
+    chunk_cells = postprocess.get("chunk_cells", 4_000_000)
+    if not isinstance(chunk_cells, int) or isinstance(chunk_cells, bool) or chunk_cells < 1:
+        raise ConfigError(source, "postprocess.chunk_cells", "expected a positive integer")
     return ReleaseConfig(
         source=source, input=_input(raw, source, base), output=_output(raw, source, base), levels=levels,
         schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
-        solver=solver, raw=raw,
+        solver=solver, runner=runner, chunk_cells=chunk_cells, raw=raw,
     )
 
 

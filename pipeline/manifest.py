@@ -52,7 +52,7 @@ def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
                      for level, entries in config.strategy.items()},
         "invariants": [{"query": i.query.name, "levels": list(i.levels)} for i in config.invariants],
         "structural_zeros": [{k: list(v) for k, v in z.items()} for z in config.structural_zeros],
-        "postprocess": {"solver": config.solver},
+        "postprocess": {"solver": config.solver, "runner": config.runner, "chunk_cells": config.chunk_cells},
     }
 
 

@@ -42,24 +42,50 @@ def _rows(level: str, geoids: np.ndarray, query: str, values: np.ndarray) -> dic
     }
 
 
-def write_level_measurements(directory: Path, level: str, geoids: np.ndarray,
-                             measurements: Sequence[QueryMeasurement], rhos: Sequence[Fraction]) -> Path:
-    """Write one level's noisy measurements; one row group per query keeps memory bounded."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{level}.parquet"
-    writer = None
-    for measurement, rho in zip(measurements, rhos, strict=True):
-        columns = _rows(level, geoids, measurement.name, measurement.noisy)
-        columns["noisy_value"] = pa.array(measurement.noisy.ravel().astype(np.int64))
-        columns["rho"] = pa.array(np.full(measurement.noisy.size, float(rho)))
-        columns["sigma2"] = pa.array(np.full(measurement.noisy.size, float(measurement.sigma2)))
-        table = pa.table(columns)
-        if writer is None:
-            writer = pq.ParquetWriter(path, table.schema)
-        writer.write_table(table)
-    if writer is not None:
-        writer.close()
-    return path
+class LevelMeasurementWriter:
+    """Appends one level's measurements chunk by chunk: one Parquet row group per (chunk, query).
+
+    Row group ``chunk_number * n_queries + query_number`` holds that query's values for the chunk's nodes,
+    so a chunk is read back without scanning the file (``read_chunk``).
+    """
+
+    def __init__(self, directory: Path, level: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"{level}.parquet"
+        self.level = level
+        self.row_groups = 0
+        self._writer: pq.ParquetWriter | None = None
+
+    def write_chunk(self, geoids: np.ndarray, measurements: Sequence[QueryMeasurement],
+                    rhos: Sequence[Fraction]) -> int:
+        """Write the chunk's queries; returns the index of its first row group."""
+        first = self.row_groups
+        for measurement, rho in zip(measurements, rhos, strict=True):
+            columns = _rows(self.level, geoids, measurement.name, measurement.noisy)
+            columns["noisy_value"] = pa.array(measurement.noisy.ravel().astype(np.int64))
+            columns["rho"] = pa.array(np.full(measurement.noisy.size, float(rho)))
+            columns["sigma2"] = pa.array(np.full(measurement.noisy.size, float(measurement.sigma2)))
+            table = pa.table(columns)
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self.path, table.schema)
+            self._writer.write_table(table, row_group_size=max(1, table.num_rows))
+            self.row_groups += 1
+        return first
+
+    def close(self) -> Path:
+        if self._writer is not None:
+            self._writer.close()
+        return self.path
+
+
+def read_chunk(path: Path, first_row_group: int, shapes: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+    """The noisy values of consecutive row groups, one (n_nodes, q_cells) int64 array per query."""
+    parquet = pq.ParquetFile(path)
+    out = []
+    for offset, shape in enumerate(shapes):
+        values = parquet.read_row_group(first_row_group + offset, columns=["noisy_value"]).column(0).to_numpy()
+        out.append(values.astype(np.int64).reshape(shape))
+    return out
 
 
 def write_invariants(directory: Path, per_level: Sequence[tuple[str, np.ndarray, Sequence[QueryInvariant]]]) -> Path:
@@ -79,14 +105,3 @@ def write_invariants(directory: Path, per_level: Sequence[tuple[str, np.ndarray,
     path = directory / INVARIANTS_FILE
     pq.write_table(table, path)
     return path
-
-
-def read_level_values(path: Path, value_column: str, query: str, n_nodes: int, q_cells: int,
-                      level: str | None = None) -> np.ndarray:
-    """One query's values at one level as an (n_nodes, q_cells) array (rows in geoid order, as written)."""
-    filters = [("query", "=", query)] + ([("level", "=", level)] if level is not None else [])
-    table = pq.read_table(path, columns=[value_column], filters=filters)
-    values = table.column(value_column).to_numpy()
-    if values.size != n_nodes * q_cells:
-        raise ValueError(f"{path}: query {query!r} has {values.size} values, expected {n_nodes * q_cells}")
-    return values.astype(np.int64).reshape(n_nodes, q_cells)

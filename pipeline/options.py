@@ -11,7 +11,7 @@ from pipeline.random_source import RandomSource, seeded_random_source, system_ra
 
 
 def release_overrides(microdata: str | None = None, geography: str | None = None, fmt: str | None = None,
-                      rho: str | None = None) -> dict[str, Any]:
+                      rho: str | None = None, runner: str | None = None) -> dict[str, Any]:
     """Dotted-key overrides; paths given on the command line are made absolute (relative to the cwd)."""
     overrides: dict[str, Any] = {}
     if microdata is not None:
@@ -20,6 +20,8 @@ def release_overrides(microdata: str | None = None, geography: str | None = None
         overrides["input.geography"] = str(Path(geography).resolve())
     if fmt is not None:
         overrides["input.format"] = fmt
+    if runner is not None:
+        overrides["postprocess.runner"] = runner
     if rho is not None:
         overrides["budget.rho"] = rho
         overrides["budget.epsilon"] = None  # --rho replaces a configured (epsilon, delta) target
@@ -27,8 +29,8 @@ def release_overrides(microdata: str | None = None, geography: str | None = None
 
 
 def load_release_config(config_path: str, microdata: str | None = None, geography: str | None = None,
-                        fmt: str | None = None, rho: str | None = None) -> ReleaseConfig:
-    return load_config(config_path, release_overrides(microdata, geography, fmt, rho))
+                        fmt: str | None = None, rho: str | None = None, runner: str | None = None) -> ReleaseConfig:
+    return load_config(config_path, release_overrides(microdata, geography, fmt, rho, runner))
 
 
 def random_source(insecure_seed: int | None) -> RandomSource:

@@ -1,12 +1,14 @@
 """One release as plain function calls, stage by stage (the Prefect flow calls the same stages).
 
     run = start_release(config, out_root, rng)   # budget allocated and checked, temp folder made
-    read_inputs(run)                             # microdata -> tree -> histograms (confidential, in memory)
-    for level: measure(run, level)               # noise drawn once, measurements written
+    read_inputs(run)                             # microdata -> tree -> rows sorted by unit (confidential)
+    for level: measure(run, level)               # noise drawn once per chunk of nodes, written at once
     for level: reconcile(run, level)             # post-processing from measurements only (Thm 19.25)
-    publish(run)                                 # tables, manifest, report; temp folder renamed into place
+    publish(run)                                 # manifest, report; temp folder renamed into place
 
-A failure anywhere removes the temporary folder: a failed run publishes nothing.
+Every level is processed in chunks of nodes aligned to parent boundaries (``pipeline.chunks``), so memory is
+bounded by the chunk size plus the sparse counts of the level above, and reconciliation chunks can run in
+parallel (``pipeline.runner``).  A failure anywhere removes the temporary folder: nothing is published.
 """
 
 from __future__ import annotations
@@ -20,20 +22,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from geography.tree import GeoTree, build_tree
 from pipeline import manifest as mf
 from pipeline.budget import QueryAllocation, allocate, composed_rho
+from pipeline.chunks import level_chunks
 from pipeline.config import ReleaseConfig
 from pipeline.errors import CensusDPError, InputError
-from pipeline.histograms import all_level_histograms, lowest_histograms
 from pipeline.measure import level_invariants, measure_level
-from pipeline.measurements_io import write_invariants, write_level_measurements
+from pipeline.measurements_io import LevelMeasurementWriter, write_invariants
 from pipeline.microdata import lowest_index_of_rows, read_geography, read_microdata
 from pipeline.random_source import RandomSource
+from pipeline.reconcile_chunk import ChunkTask, reconcile_chunk
+from pipeline.release_support import merge_reports, structural_zero_mask
+from pipeline.runner import make_runner
 from pipeline.schema import Schema
-from pipeline.tables import write_level_table, write_protected_microdata
-from postprocess import LevelResult, QueryInvariant, QueryMeasurement, reconcile_level
+from pipeline.tables import LevelTableWriter, ProtectedMicrodataWriter
+from postprocess import QueryInvariant
 
 log = logging.getLogger("censusdp")
 
@@ -50,12 +56,13 @@ class ReleaseRun:
     allocations: tuple[QueryAllocation, ...]
     started_at: str
     tree: GeoTree | None = None
-    histograms: list[np.ndarray] | None = None
-    measurements: dict[int, list[QueryMeasurement]] = field(default_factory=dict)
-    invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)
-    counts: dict[int, np.ndarray] = field(default_factory=dict)
+    row_units: np.ndarray | None = None  # confidential: each person's unit index, sorted
+    row_cells: np.ndarray | None = None  # confidential: each person's detailed cell, in the same order
+    chunk_plan: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (start, stop, row group)
+    invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)  # published exactly
+    counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
-    persons_warning: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return f"ReleaseRun(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"
@@ -88,7 +95,7 @@ def start_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_
 
 
 def read_inputs(run: ReleaseRun) -> None:
-    """Validate the microdata, build the tree (from the geography file if given) and every level's histograms."""
+    """Validate the microdata, build the tree (from the geography file if given), sort persons by unit."""
     config = run.config
     microdata = read_microdata(config)
     width = config.levels[-1].width
@@ -103,70 +110,103 @@ def read_inputs(run: ReleaseRun) -> None:
     except ValueError as error:
         raise InputError(source, str(error)) from None
     unit_index = lowest_index_of_rows(microdata, run.tree.geoids[-1], source)
-    lowest = lowest_histograms(unit_index, microdata.cells, run.tree.n_nodes(-1), config.schema.n_cells)
-    n_persons = len(microdata.cells)
-    del microdata, unit_index
+    order = np.argsort(unit_index, kind="stable")
+    run.row_units, run.row_cells = unit_index[order], microdata.cells[order]
+    n_persons = len(order)
+    del microdata, unit_index, order
     if config.budget.delta >= 1 / n_persons:
         # Def. 19.6 pitfall: delta must be much smaller than 1/n; said without the exact n (confidential)
-        run.persons_warning = "delta is not much smaller than 1/n for this dataset: choose a smaller delta"
-        log.warning(run.persons_warning)
-    run.histograms = all_level_histograms(run.tree, lowest)
+        run.warnings.append("delta is not much smaller than 1/n for this dataset: choose a smaller delta")
+        log.warning(run.warnings[-1])
     sizes = ", ".join(f"{lv.name}={run.tree.n_nodes(i)}" for i, lv in enumerate(config.levels))
     log.info("geography tree built: %s nodes", sizes)
 
 
+def chunk_histograms(run: ReleaseRun, level: int, start: int, stop: int) -> np.ndarray:
+    """Dense detailed histograms of nodes [start, stop) of a level (confidential)."""
+    assert run.tree is not None and run.row_units is not None and run.row_cells is not None
+    n_cells = run.schema.n_cells
+    units = run.tree.unit_offsets(level)
+    first, last = np.searchsorted(run.row_units, [units[start], units[stop]])
+    nodes = run.tree.ancestor_of_units(level)[run.row_units[first:last]] - start
+    flat = np.bincount(nodes * n_cells + run.row_cells[first:last], minlength=(stop - start) * n_cells)
+    return flat.reshape(stop - start, n_cells)
+
+
 def measure(run: ReleaseRun, level: int) -> None:
-    """Draw the noisy measurements of one level and write them (with the level's invariants)."""
-    assert run.tree is not None and run.histograms is not None
-    name = run.config.levels[level].name
+    """Draw the noisy measurements of one level, chunk by chunk, and write them (with its invariants)."""
+    assert run.tree is not None
+    config, tree = run.config, run.tree
+    name = config.levels[level].name
     allocations = run.level_allocations(level)
-    log.info("level %s: drawing noise for %d queries on %d nodes", name, len(allocations), run.tree.n_nodes(level))
-    run.measurements[level] = measure_level(run.schema, run.histograms[level], allocations, run.rng)
-    write_level_measurements(run.work_dir / "measurements", name, run.tree.geoids[level],
-                             run.measurements[level], [a.rho for a in allocations])
-    queries = [i.query.name for i in run.config.invariants if name in i.levels]
-    run.invariants[level] = level_invariants(run.schema, run.histograms[level], queries)
-    if level == run.tree.depth - 1:
-        run.histograms = None  # every level is measured: the true counts are no longer needed
-        per_level = [(lv.name, run.tree.geoids[i], run.invariants[i]) for i, lv in enumerate(run.config.levels)]
+    rhos = [a.rho for a in allocations]
+    invariant_queries = [i.query.name for i in config.invariants if name in i.levels]
+    chunks = level_chunks(tree, level, run.schema.n_cells, config.chunk_cells)
+    log.info("level %s: drawing noise for %d queries on %d nodes (%d chunks)", name, len(allocations),
+             tree.n_nodes(level), len(chunks))
+    writer = LevelMeasurementWriter(run.work_dir / "measurements", name)
+    plan, invariant_parts = [], []
+    for start, stop in chunks:
+        histograms = chunk_histograms(run, level, start, stop)
+        noisy = measure_level(run.schema, histograms, allocations, run.rng)
+        plan.append((start, stop, writer.write_chunk(tree.geoids[level][start:stop], noisy, rhos)))
+        invariant_parts.append(level_invariants(run.schema, histograms, invariant_queries))
+        del histograms, noisy
+    writer.close()
+    run.chunk_plan[level] = plan
+    run.invariants[level] = [
+        QueryInvariant(name=parts[0].name, matrix=parts[0].matrix, values=np.concatenate([p.values for p in parts]))
+        for parts in zip(*invariant_parts, strict=True)]
+    if level == tree.depth - 1:
+        run.row_units = run.row_cells = None  # every level is measured: the microdata is no longer needed
+        per_level = [(lv.name, tree.geoids[i], run.invariants[i]) for i, lv in enumerate(config.levels)]
         write_invariants(run.work_dir / "measurements", per_level)
 
 
-def structural_zero_mask(config: ReleaseConfig) -> np.ndarray | None:
-    """Cells fixed at zero: those matching every attribute condition of any declared structural zero."""
-    if not config.structural_zeros:
-        return None
-    schema = config.schema
-    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
-    mask = np.zeros(schema.n_cells, dtype=bool)
-    for zero in config.structural_zeros:
-        hit = np.ones(schema.n_cells, dtype=bool)
-        for name, values in zero.items():
-            attribute = schema.attribute(name)
-            allowed = [attribute.values.index(v) for v in values]
-            hit &= np.isin(multi[schema.names.index(name)], allowed)
-        mask |= hit
-    return mask
+def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
+    """The level's reconciliation tasks: public values and file locations only."""
+    assert run.tree is not None
+    config = run.config
+    name = config.levels[level].name
+    queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
+    path = str(run.work_dir / "measurements" / f"{name}.parquet")
+    zeros = structural_zero_mask(config)
+    tasks = []
+    for start, stop, first in run.chunk_plan[level]:
+        parent_counts = parent_index = None
+        if level > 0:
+            parents = run.tree.parent[level][start:stop]
+            parent_counts = run.counts[level - 1][int(parents[0]): int(parents[-1]) + 1]
+            parent_index = parents - parents[0]
+        invariants = tuple((i.name, i.values[start:stop]) for i in run.invariants.get(level, []))
+        tasks.append(ChunkTask(level=name, start=start, stop=stop, measurements_path=path, first_row_group=first,
+                               queries=queries, schema=run.schema, parent_counts=parent_counts,
+                               parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
+                               solver=config.solver))
+    return tasks
 
 
-def reconcile(run: ReleaseRun, level: int) -> LevelResult:
+def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     """Reconcile one level against its (already fixed) parent level, round, and write its table."""
     assert run.tree is not None
     name = run.config.levels[level].name
-    log.info("level %s: reconciling %d nodes", name, run.tree.n_nodes(level))
-    result = reconcile_level(
-        run.measurements[level],
-        n_cells=run.schema.n_cells,
-        parent_counts=run.counts[level - 1] if level > 0 else None,
-        parent_index=run.tree.parent[level] if level > 0 else None,
-        invariants=run.invariants.get(level, []),
-        structural_zeros=structural_zero_mask(run.config),
-        solver=run.config.solver,
-    )
-    run.counts[level] = result.counts
-    run.diagnostics[name] = result.report
-    write_level_table(run.work_dir / "tables", name, run.schema, run.tree.geoids[level], result.counts)
-    return result
+    tasks = chunk_tasks(run, level)
+    log.info("level %s: reconciling %d nodes in %d chunks", name, run.tree.n_nodes(level), len(tasks))
+    own_runner = runner is None
+    runner = make_runner("local") if own_runner else runner
+    writer = LevelTableWriter(run.work_dir / "tables", name, run.schema)
+    parts, reports = [], []
+    try:
+        for task, (counts, report) in zip(tasks, runner.map(reconcile_chunk, tasks), strict=True):
+            writer.write_chunk(run.tree.geoids[level][task.start: task.stop], counts)
+            parts.append(counts)
+            reports.append(report)
+    finally:
+        writer.close()
+        if own_runner:
+            runner.close()
+    run.counts[level] = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
+    run.diagnostics[name] = merge_reports(reports)
 
 
 def publish(run: ReleaseRun) -> Path:
@@ -175,8 +215,10 @@ def publish(run: ReleaseRun) -> Path:
     config = run.config
     lowest = run.tree.depth - 1
     if config.output.protected_microdata:
-        write_protected_microdata(run.work_dir / "microdata.parquet", run.schema, run.tree.geoids[lowest],
-                                  run.counts[lowest], config.output.geocode_parts)
+        writer = ProtectedMicrodataWriter(run.work_dir / "microdata.parquet", run.schema, config.output.geocode_parts)
+        for start, stop, _ in run.chunk_plan[lowest]:
+            writer.write_chunk(run.tree.geoids[lowest][start:stop], run.counts[lowest][start:stop])
+        writer.close()
     rho = composed_rho(run.allocations, config.budget.sensitivity2_squared)
     manifest = {
         "run_id": run.run_id,
@@ -192,7 +234,7 @@ def publish(run: ReleaseRun) -> Path:
                        for i in config.invariants],
         "not_protected": mf.not_protected(config),
         "random_source": {"name": run.rng.name, "publishable": run.rng.publishable},
-        "warnings": [w for w in [run.persons_warning] if w],
+        "warnings": run.warnings,
         "measurements": {lv.name: f"measurements/{lv.name}.parquet" for lv in config.levels},
         "tables": {lv.name: f"tables/{lv.name}.parquet" for lv in config.levels},
         "reconciliation": run.diagnostics,
@@ -212,13 +254,18 @@ def abandon(run: ReleaseRun) -> None:
 def run_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id: str | None = None) -> Path:
     """The whole release without Prefect; returns the published run directory."""
     run = start_release(config, out_root, rng, run_id)
+    runner = None
     try:
+        runner = make_runner(config.runner)
         read_inputs(run)
         for level in range(len(config.levels)):
             measure(run, level)
         for level in range(len(config.levels)):
-            reconcile(run, level)
+            reconcile(run, level, runner)
         return publish(run)
     except BaseException:
         abandon(run)
         raise
+    finally:
+        if runner is not None:
+            runner.close()

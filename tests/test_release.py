@@ -14,6 +14,8 @@ from pipeline.cli import main
 from pipeline.config_load import load_config
 from tests.conftest import SHARED_DATA
 
+OUTPUT = '[output]\ndir = "runs"'
+
 
 def release(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Path:
     code = main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", "11", *extra])
@@ -110,3 +112,31 @@ def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path,
     assert any("populated is NOT protected" in note for note in manifest["not_protected"])
     config = load_config(tmp_path / "pl94.toml")
     assert manifest["privacy"]["rho_exact"] == str(config.budget.rho)
+
+
+def test_many_small_chunks_give_a_consistent_release(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = tiny_release.read_text().replace(OUTPUT, OUTPUT + "\n\n[postprocess]\nchunk_cells = 13")
+    tiny_release.write_text(text)
+    run_dir = release(tiny_release, capsys)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    # a chunk never splits a parent's children: one chunk per district, the smallest possible
+    assert manifest["reconciliation"]["unit"]["chunks"] == 6
+    assert manifest["reconciliation"]["district"]["chunks"] == 2
+    check_consistency(run_dir, [(lv["name"], lv["width"]) for lv in manifest["levels"]], ["colour", "adult"])
+    unit = pl.read_parquet(run_dir / "measurements" / "unit.parquet")
+    assert unit.height == 72 * 6 and unit["geoid"].n_unique() == 72
+
+
+@pytest.mark.slow
+def test_release_on_a_local_dask_cluster_of_two_workers(tiny_release: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("distributed")
+    text = tiny_release.read_text().replace(OUTPUT, OUTPUT + "\n\n[postprocess]\nchunk_cells = 60")
+    tiny_release.write_text(text)
+    run_dir = release(tiny_release, capsys, "--runner", "dask-local:2")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["config"]["postprocess"]["runner"] == "dask-local:2"
+    assert manifest["reconciliation"]["unit"]["chunks"] > 1
+    check_consistency(run_dir, [(lv["name"], lv["width"]) for lv in manifest["levels"]], ["colour", "adult"])
+    root = pl.read_parquet(run_dir / "tables" / "root.parquet")
+    assert root["count"].sum() == pl.read_parquet(tiny_release.parent / "microdata.parquet").height
