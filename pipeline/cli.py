@@ -21,6 +21,7 @@ EXIT_USAGE, EXIT_ERROR, EXIT_INTERNAL = 2, 1, 3
 
 def build_parser() -> argparse.ArgumentParser:
     from pipeline import commands
+    from pipeline.ledger_command import add_ledger
 
     parser = argparse.ArgumentParser(prog="censusdp", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
@@ -30,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_release(sub)
     commands.add_budget(sub)
     commands.add_demo(sub)
+    commands.add_postprocess(sub)
+    add_ledger(sub)
     return parser
 
 

@@ -70,6 +70,8 @@ def add_release(sub: Sub) -> None:
     p.add_argument("--runner", help='where reconciliation chunks run: "local", "dask-local:N" or "tcp://host:port"')
     p.add_argument("--no-prefect", action="store_true", help="run as plain function calls, without Prefect")
     p.add_argument("--insecure-seed", type=int, help="TESTS ONLY: seeded noise; the run is marked not publishable")
+    p.add_argument("--resume", metavar="RUN_ID", help="finish a run that died after its measurements were saved "
+                   "(no new charge, no new noise)")
     p.set_defaults(handler=cmd_release)
 
 
@@ -94,6 +96,13 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
 
 def cmd_release(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    if args.resume:
+        from pipeline.options import load_release_config
+        from pipeline.postprocess_run import resume_release
+
+        cfg = load_release_config(args.config, args.microdata, args.geography, args.fmt, args.rho, args.runner)
+        print(resume_release(cfg, Path(args.out).resolve() if args.out else cfg.output.dir, args.resume))
+        return 0
     run_dir = run_release_command(args.config, args.out, args.microdata, args.geography, args.fmt, args.rho,
                                   args.no_prefect, args.insecure_seed, args.runner)
     print(run_dir)
@@ -145,4 +154,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"rho = {privacy['rho_exact']}, epsilon = {privacy['epsilon']:.3f} at delta = {privacy['delta']:g}",
           file=sys.stderr)
     print(run_dir)
+    return 0
+
+
+def add_postprocess(sub: Sub) -> None:
+    p = sub.add_parser("postprocess", help="re-run reconciliation and rounding from a run's saved measurements "
+                       "(no microdata, no budget)")
+    p.add_argument("run_dir", help="a published run folder")
+    p.add_argument("--out", help="directory that receives the new run folder (default: beside RUN_DIR)")
+    p.add_argument("--solver", help='"auto" or a cvxpy solver name (e.g. CLARABEL, OSQP, SCS)')
+    p.add_argument("--runner", help='"local", "dask-local:N" or "tcp://host:port"')
+    p.set_defaults(handler=cmd_postprocess)
+
+
+def cmd_postprocess(args: argparse.Namespace) -> int:
+    from pipeline.postprocess_run import postprocess_run
+
+    out = Path(args.out).resolve() if args.out else None
+    print(postprocess_run(Path(args.run_dir), out, args.solver, args.runner))
     return 0

@@ -70,9 +70,19 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class LedgerConfig:
+    """Where budget is charged: a dataset id with a lifetime cap, in a ledger file (or PostgreSQL URL)."""
+
+    location: str
+    dataset: str
+    cap_rho: Fraction
+
+
+@dataclass(frozen=True)
 class ReleaseConfig:
     source: str
     input: InputConfig
+    ledger: LedgerConfig
     output: OutputConfig
     levels: tuple[Level, ...]
     schema: Schema
@@ -130,6 +140,6 @@ def levels_and_schema_ok(levels: tuple[Level, ...], source: str) -> None:
 
 
 __all__ = [
-    "Attribute", "BudgetConfig", "InputConfig", "Invariant", "OutputConfig", "ReleaseConfig",
+    "Attribute", "BudgetConfig", "InputConfig", "Invariant", "LedgerConfig", "OutputConfig", "ReleaseConfig",
     "StrategyQuery", "parse_fraction",
 ]

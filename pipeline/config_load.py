@@ -16,6 +16,7 @@ from pipeline.config import (
     BudgetConfig,
     InputConfig,
     Invariant,
+    LedgerConfig,
     OutputConfig,
     ReleaseConfig,
     StrategyQuery,
@@ -29,7 +30,7 @@ from pipeline.runner import check_runner
 from pipeline.schema import DETAILED, TOTAL, Attribute, Schema
 
 TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "strategy", "invariants",
-            "structural_zeros"}
+            "structural_zeros", "ledger"}
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ReleaseConfig:
@@ -67,8 +68,10 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     chunk_cells = postprocess.get("chunk_cells", 4_000_000)
     if not isinstance(chunk_cells, int) or isinstance(chunk_cells, bool) or chunk_cells < 1:
         raise ConfigError(source, "postprocess.chunk_cells", "expected a positive integer")
+    input_config = _input(raw, source, base)
+    ledger = _ledger(raw, source, base, input_config, budget.delta)
     return ReleaseConfig(
-        source=source, input=_input(raw, source, base), output=_output(raw, source, base), levels=levels,
+        source=source, input=input_config, ledger=ledger, output=_output(raw, source, base), levels=levels,
         schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
         solver=solver, runner=runner, chunk_cells=chunk_cells, raw=raw,
     )
@@ -305,3 +308,38 @@ def _structural_zeros(raw: dict[str, Any], source: str, schema: Schema) -> tuple
             cells[name] = tuple(str(v) for v in values)
         out.append(cells)
     return tuple(out)
+
+
+def _ledger(raw: dict[str, Any], source: str, base: Path, input_config: InputConfig, delta: float) -> LedgerConfig:
+    """The [ledger] table: dataset id and lifetime cap (rho, or epsilon at the budget's delta), and where.
+
+    The ledger file defaults to ``.censusdp-ledger.sqlite`` next to the microdata, not inside a run folder,
+    so every release of the same data is charged to the same ledger.
+    """
+    table = raw.get("ledger")
+    if not isinstance(table, dict):
+        raise ConfigError(source, "ledger", "missing: every release is charged to a privacy ledger; add a [ledger] "
+                          "table with dataset = \"...\" and cap_rho = \"...\" (the dataset's lifetime budget)")
+    check_nothing_else(table, {"path", "dataset", "cap_rho", "cap_epsilon"}, source, "ledger.")
+    dataset = require(table, "dataset", str, source, "ledger.")
+    if ("cap_rho" in table) == ("cap_epsilon" in table):
+        raise ConfigError(source, "ledger.cap_rho", "give exactly one of ledger.cap_rho or ledger.cap_epsilon")
+    if "cap_rho" in table:
+        cap = parse_fraction(table["cap_rho"], source, "ledger.cap_rho")
+    else:
+        from pipeline.ledger import cap_from_epsilon_delta
+
+        cap = cap_from_epsilon_delta(float(parse_fraction(table["cap_epsilon"], source, "ledger.cap_epsilon")), delta)
+    if cap <= 0:
+        raise ConfigError(source, "ledger.cap_rho", "the lifetime cap must be > 0")
+    location = table.get("path")
+    if isinstance(location, str) and location.startswith("postgresql://"):
+        where = location
+    elif location is not None:
+        where = str(_path(location, base, source, "ledger.path"))
+    else:
+        from pipeline.ledger import default_ledger_path
+
+        data = input_config.path or base / "microdata"
+        where = str(default_ledger_path(data))
+    return LedgerConfig(location=where, dataset=dataset, cap_rho=cap)

@@ -13,6 +13,7 @@ parallel (``pipeline.runner``).  A failure anywhere removes the temporary folder
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import shutil
@@ -30,6 +31,7 @@ from pipeline.budget import QueryAllocation, allocate, composed_rho
 from pipeline.chunks import level_chunks
 from pipeline.config import ReleaseConfig
 from pipeline.errors import CensusDPError, InputError
+from pipeline.ledger import PrivacyLedger, config_hash
 from pipeline.measure import level_invariants, measure_level
 from pipeline.measurements_io import LevelMeasurementWriter, write_invariants
 from pipeline.microdata import lowest_index_of_rows, read_geography, read_microdata
@@ -42,6 +44,7 @@ from pipeline.tables import LevelTableWriter, ProtectedMicrodataWriter
 from postprocess import QueryInvariant
 
 log = logging.getLogger("censusdp")
+COMPLETE_MARKER = "complete.json"
 
 
 @dataclass
@@ -63,6 +66,9 @@ class ReleaseRun:
     counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+    ledger: PrivacyLedger | None = None  # set once the run's budget is charged
 
     def __repr__(self) -> str:
         return f"ReleaseRun(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"
@@ -122,6 +128,24 @@ def read_inputs(run: ReleaseRun) -> None:
     log.info("geography tree built: %s nodes", sizes)
 
 
+def charge(run: ReleaseRun) -> None:
+    """Charge the release's total rho to the ledger, atomically, before any noise is drawn.
+
+    Refused (BudgetExceededError, nothing drawn, nothing published) if it would pass the dataset's lifetime
+    cap.  Once charged it is never refunded, even if the run fails later: composition (Thm 19.37(i)) counts
+    every noisy measurement drawn, and noise may already have been drawn when a failure happens.
+    """
+    config = run.config
+    ledger = PrivacyLedger(config.ledger.location)
+    ledger.ensure_dataset(config.ledger.dataset, config.ledger.cap_rho)
+    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared)
+    digest = config_hash(json.dumps(config.raw, sort_keys=True, default=str).encode())
+    ledger.charge(config.ledger.dataset, run.run_id, rho, config.budget.delta, digest, run.rng.publishable)
+    run.ledger = ledger
+    log.info("charged rho = %s to dataset %s (remaining %s)", rho, config.ledger.dataset,
+             ledger.remaining(config.ledger.dataset))
+
+
 def chunk_histograms(run: ReleaseRun, level: int, start: int, stop: int) -> np.ndarray:
     """Dense detailed histograms of nodes [start, stop) of a level (confidential)."""
     assert run.tree is not None and run.row_units is not None and run.row_cells is not None
@@ -161,6 +185,10 @@ def measure(run: ReleaseRun, level: int) -> None:
         run.row_units = run.row_cells = None  # every level is measured: the microdata is no longer needed
         per_level = [(lv.name, tree.geoids[i], run.invariants[i]) for i, lv in enumerate(config.levels)]
         write_invariants(run.work_dir / "measurements", per_level)
+        # from here on the run can be finished with --resume without drawing noise again
+        marker = {"run_id": run.run_id, "started_at": run.started_at,
+                  "random_source": {"name": run.rng.name, "publishable": run.rng.publishable}}
+        (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
 
 def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
@@ -169,7 +197,7 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
     config = run.config
     name = config.levels[level].name
     queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
-    path = str(run.work_dir / "measurements" / f"{name}.parquet")
+    path = str((run.measurements_dir or run.work_dir / "measurements") / f"{name}.parquet")
     zeros = structural_zero_mask(config)
     tasks = []
     for start, stop, first in run.chunk_plan[level]:
@@ -226,6 +254,7 @@ def publish(run: ReleaseRun) -> Path:
         "finished_at": mf.now(),
         "code_version": mf.code_version(),
         "config": mf.resolved_config(config),
+        "config_raw": config.raw,
         "levels": [{"name": lv.name, "width": lv.width, "nodes": run.tree.n_nodes(i)}
                    for i, lv in enumerate(config.levels)],
         "privacy": mf.privacy_section(config, rho),
@@ -235,19 +264,40 @@ def publish(run: ReleaseRun) -> Path:
         "not_protected": mf.not_protected(config),
         "random_source": {"name": run.rng.name, "publishable": run.rng.publishable},
         "warnings": run.warnings,
-        "measurements": {lv.name: f"measurements/{lv.name}.parquet" for lv in config.levels},
+        "measurements": {lv.name: str(Path(run.measurements_dir) / f"{lv.name}.parquet") if run.measurements_dir
+                         else f"measurements/{lv.name}.parquet" for lv in config.levels},
         "tables": {lv.name: f"tables/{lv.name}.parquet" for lv in config.levels},
         "reconciliation": run.diagnostics,
+        "ledger": ledger_section(run),
+        **run.manifest_extra,
     }
     mf.write_manifest(run.work_dir / "manifest.json", manifest)
     (run.work_dir / "report.md").write_text(mf.report_markdown(manifest, run.allocations))
     run.work_dir.rename(run.final_dir)
+    if run.ledger is not None:
+        run.ledger.set_status(run.run_id, "published")
     log.info("published %s", run.final_dir)
     return run.final_dir
 
 
+def ledger_section(run: ReleaseRun) -> dict[str, Any] | None:
+    if run.ledger is None:
+        return None
+    dataset = run.config.ledger.dataset
+    return {"location": run.ledger.location, "dataset": dataset, "cap_rho": str(run.config.ledger.cap_rho),
+            "remaining_rho": str(run.ledger.remaining(dataset)), "charged": True}
+
+
 def abandon(run: ReleaseRun) -> None:
-    """Remove a failed run's temporary folder: nothing is published."""
+    """A failed run publishes nothing.  Its charge stays (never refunded) and is marked failed; if every
+    measurement was saved, the temporary folder is kept so ``release --resume RUN_ID`` can finish it without
+    drawing noise again; otherwise it is removed."""
+    if run.ledger is not None:
+        run.ledger.set_status(run.run_id, "failed")
+    if run.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
+        log.warning("run %s failed after its measurements were saved: finish it with --resume %s",
+                    run.run_id, run.run_id)
+        return
     shutil.rmtree(run.work_dir, ignore_errors=True)
 
 
@@ -258,6 +308,7 @@ def run_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id
     try:
         runner = make_runner(config.runner)
         read_inputs(run)
+        charge(run)
         for level in range(len(config.levels)):
             measure(run, level)
         for level in range(len(config.levels)):

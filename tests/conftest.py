@@ -20,6 +20,10 @@ geography = "geography.parquet"
 [output]
 dir = "runs"
 
+[ledger]
+dataset = "tiny"
+cap_rho = "1000"
+
 [budget]
 rho = "{rho}"
 delta = "1e-10"

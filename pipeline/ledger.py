@@ -1,0 +1,235 @@
+"""The persistent privacy-loss ledger: every release on a dataset spends its lifetime zCDP budget again.
+
+Releases on the same data compose: zCDP budgets add under adaptive composition (Def 19.36, Thm 19.37(i),
+applied at every order alpha), the zCDP counterpart of basic composition (Thm 19.26).  Re-running after a
+disappointing result is a further query (§19.7 pitfall), so the ledger charges every release, including
+re-runs and failed runs, BEFORE any noise is drawn, and never refunds: ``spent`` is the sum of every rho
+ever charged, whatever the charge's status.  Only re-running post-processing from saved measurements is
+free (Thm 19.25); it may be recorded with rho = 0 and status "postprocess".
+
+Storage: a SQLite file (WAL; each charge checks the cap and inserts inside one ``BEGIN IMMEDIATE``
+transaction, so two processes cannot both pass the check) or a ``postgresql://`` URL (psycopg; the
+dataset row is locked ``FOR UPDATE`` while the cap is checked).  Budgets are exact ``Fraction`` values,
+stored as "p/q" strings.  The ledger holds public budgets, ids, config hashes and statuses only, never
+microdata or counts; ids and hashes are validated so that nothing else can slip in.  SQLite's locking needs
+a local file system (not NFS); a ledger shared between machines belongs in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+
+from pipeline.accounting import compose_zcdp, epsilon_cks20, rho_for_epsilon_delta
+from pipeline.errors import CensusDPError
+from pipeline.ledger_store import SQL, Store, open_store
+
+STATUSES = ("charged", "published", "failed", "postprocess")
+LEDGER_FILENAME = ".censusdp-ledger.sqlite"
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
+_HEX = re.compile(r"[0-9a-f]{8,128}")
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One charge: ``rho`` spent on ``dataset`` by run ``run_id``; ``epsilon`` is its CKS20 conversion at ``delta``."""
+
+    run_id: str
+    dataset: str
+    time: str  # UTC, ISO 8601
+    rho: Fraction
+    delta: float
+    epsilon: float
+    config_hash: str
+    status: str  # one of STATUSES
+    publishable: bool
+
+
+class BudgetExceededError(CensusDPError):
+    """A charge would take the dataset past its lifetime cap (cf. Tumult's ``InsufficientBudgetError``).
+
+    The message carries public budget numbers only: dataset id, requested and remaining rho.
+    """
+
+    def __init__(self, dataset: str, requested: Fraction, remaining: Fraction, cap: Fraction) -> None:
+        super().__init__(
+            f"ledger: dataset {dataset!r}: requested rho {requested} exceeds the remaining budget "
+            f"rho {remaining} (lifetime cap {cap}); nothing was charged and no noise was drawn"
+        )
+        self.dataset, self.requested, self.remaining, self.cap = dataset, requested, remaining, cap
+
+
+def config_hash(text: bytes) -> str:
+    """The SHA-256 hex digest of a configuration file's bytes (what the ledger records, never the file)."""
+    return hashlib.sha256(text).hexdigest()
+
+
+def default_ledger_path(data_path: Path) -> Path:
+    """The ledger next to the user's data, ``data_path.parent / ".censusdp-ledger.sqlite"``.
+
+    It lives beside the data it protects, not inside a run directory: deleting or re-running a release must
+    not lose the record of budget already spent on that data.
+    """
+    return Path(data_path).parent / LEDGER_FILENAME
+
+
+def cap_from_epsilon_delta(epsilon: float, delta: float) -> Fraction:
+    """The largest exact rho cap whose CKS20 conversion is at most (epsilon, delta) (``rho_for_epsilon_delta``)."""
+    try:
+        return rho_for_epsilon_delta(epsilon, delta)
+    except ValueError as error:
+        raise CensusDPError(f"ledger: cannot build a rho cap: {error}") from None
+
+
+class PrivacyLedger:
+    """Lifetime zCDP budgets per dataset and every charge made against them (Thm 19.37(i): rho adds).
+
+    ``location`` is a file path (SQLite, created with its tables if missing) or a ``postgresql://`` URL.
+    """
+
+    def __init__(self, location: str | Path) -> None:
+        self._store: Store = open_store(location)
+
+    @property
+    def location(self) -> str:
+        """Where the ledger lives (a PostgreSQL URL with any password removed)."""
+        return self._store.display
+
+    def ensure_dataset(self, dataset: str, cap_rho: Fraction) -> None:
+        """Register ``dataset`` with lifetime cap ``cap_rho``; a no-op if it exists with the same cap.
+
+        A cap is never silently changed: an existing dataset with a different cap is a ``CensusDPError``.
+        """
+        _check_id(dataset, "dataset id")
+        cap = _rational(cap_rho, "cap rho")
+        if cap <= 0:
+            raise CensusDPError(f"ledger: cap rho must be > 0, got {cap}")
+        with self._store.transaction() as sql:
+            sql("INSERT INTO censusdp_datasets (id, cap_rho, created) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                (dataset, _frac(cap), _now()))
+            existing = Fraction(sql("SELECT cap_rho FROM censusdp_datasets WHERE id = ?", (dataset,))[0][0])
+        if existing != cap:
+            raise CensusDPError(f"ledger: dataset {dataset!r} already has lifetime cap rho {existing}, "
+                                f"not {cap}; a cap is never changed (a new dataset id is for new data only)")
+
+    def charge(self, dataset: str, run_id: str, rho: Fraction, delta: float, config_hash: str,
+               publishable: bool) -> Charge:
+        """Atomically charge ``rho`` to ``dataset`` for run ``run_id``, before any noise is drawn.
+
+        Refused with ``BudgetExceededError`` if spent + rho > cap, where spent sums every charge ever made
+        on the dataset (Thm 19.37(i)); a run id can be charged once only, so noise is never drawn twice
+        for one charge.  The stored epsilon is the CKS20 conversion of rho at ``delta``.
+        """
+        _check_id(dataset, "dataset id")
+        _check_id(run_id, "run id")
+        amount = _rational(rho, "rho")
+        if amount < 0:
+            raise CensusDPError(f"ledger: rho must be >= 0, got {amount}")
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+            raise CensusDPError(f"ledger: delta must be a number in (0, 1), got {delta!r}")
+        if not isinstance(config_hash, str) or not _HEX.fullmatch(config_hash):
+            raise CensusDPError("ledger: config hash must be a lowercase hex digest (see config_hash())")
+        if not isinstance(publishable, bool):
+            raise CensusDPError(f"ledger: publishable must be True or False, got {publishable!r}")
+        entry = Charge(run_id, dataset, _now(), amount, float(delta), epsilon_cks20(amount, float(delta)),
+                       config_hash, "charged", publishable)
+        try:
+            with self._store.transaction() as sql:
+                cap = self._cap(sql, dataset, lock=True)
+                if sql("SELECT 1 FROM censusdp_charges WHERE run_id = ?", (run_id,)):
+                    raise _duplicate(run_id)
+                spent = compose_zcdp(Fraction(r) for (r,) in sql(
+                    "SELECT rho FROM censusdp_charges WHERE dataset = ?", (dataset,)))
+                if spent + amount > cap:
+                    raise BudgetExceededError(dataset, amount, cap - spent, cap)
+                sql("INSERT INTO censusdp_charges (run_id, dataset, charged_at, rho, delta, epsilon, config_hash, "
+                    "status, publishable) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run_id, dataset, entry.time, _frac(amount), entry.delta, entry.epsilon, config_hash,
+                     entry.status, int(publishable)))
+        except self._store.integrity_errors:  # the same run id inserted concurrently for another dataset
+            raise _duplicate(run_id) from None
+        return entry
+
+    def set_status(self, run_id: str, status: str) -> None:
+        """Record what became of a charged run; the charge itself stays (budget is never refunded)."""
+        _check_id(run_id, "run id")
+        if status not in STATUSES:
+            raise CensusDPError(f"ledger: status must be one of {', '.join(STATUSES)}, got {status!r}")
+        with self._store.transaction() as sql:
+            if not sql("SELECT 1 FROM censusdp_charges WHERE run_id = ?", (run_id,)):
+                raise CensusDPError(f"ledger: no charge with run id {run_id!r}")
+            sql("UPDATE censusdp_charges SET status = ? WHERE run_id = ?", (status, run_id))
+
+    def charges(self, dataset: str | None = None) -> list[Charge]:
+        """Every charge (of ``dataset`` if given), oldest first."""
+        query = ("SELECT run_id, dataset, charged_at, rho, delta, epsilon, config_hash, status, publishable "
+                 "FROM censusdp_charges")
+        params: tuple[str, ...] = ()
+        if dataset is not None:
+            query, params = query + " WHERE dataset = ?", (dataset,)
+        with self._store.transaction(write=False) as sql:
+            rows = sql(query + " ORDER BY seq", params)
+        return [Charge(r[0], r[1], r[2], Fraction(r[3]), float(r[4]), float(r[5]), r[6], r[7], bool(r[8]))
+                for r in rows]
+
+    def spent(self, dataset: str) -> Fraction:
+        """Total rho ever charged to ``dataset``, every status included (zCDP composition, Thm 19.37(i))."""
+        with self._store.transaction(write=False) as sql:
+            self._cap(sql, dataset)
+            return compose_zcdp(Fraction(r) for (r,) in sql(
+                "SELECT rho FROM censusdp_charges WHERE dataset = ?", (dataset,)))
+
+    def remaining(self, dataset: str) -> Fraction:
+        """cap - spent: the rho that later releases on ``dataset`` may still spend, in total."""
+        with self._store.transaction(write=False) as sql:
+            cap = self._cap(sql, dataset)
+            spent = compose_zcdp(Fraction(r) for (r,) in sql(
+                "SELECT rho FROM censusdp_charges WHERE dataset = ?", (dataset,)))
+        return cap - spent
+
+    def datasets(self) -> dict[str, Fraction]:
+        """Every dataset id and its lifetime cap in rho."""
+        with self._store.transaction(write=False) as sql:
+            return {d: Fraction(c) for d, c in sql("SELECT id, cap_rho FROM censusdp_datasets ORDER BY id")}
+
+    def _cap(self, sql: SQL, dataset: str, *, lock: bool = False) -> Fraction:
+        rows = sql("SELECT cap_rho FROM censusdp_datasets WHERE id = ?" + (self._store.lock_suffix if lock else ""),
+                   (dataset,))
+        if not rows:
+            raise CensusDPError(f"ledger: unknown dataset {dataset!r} (register it with its lifetime cap first)")
+        return Fraction(rows[0][0])
+
+
+def _duplicate(run_id: str) -> CensusDPError:
+    return CensusDPError(f"ledger: run id {run_id!r} has already been charged; a run is charged once only "
+                         "(a re-run is a new run with a new id, and spends budget again)")
+
+
+def _check_id(value: str, name: str) -> None:
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise CensusDPError(f"ledger: {name} must be 1-200 characters of letters, digits and ._:@+- "
+                            "starting with a letter or digit")
+
+
+def _rational(value: Fraction | int | str, name: str) -> Fraction:
+    """An exact rational (floats refused: 0.1 is not one tenth), as a ``CensusDPError`` when invalid."""
+    if isinstance(value, bool) or not isinstance(value, (Fraction, int, str)):
+        raise CensusDPError(f"ledger: {name} must be exact (a Fraction, int or string such as '1/4'), "
+                            f"got {type(value).__name__}")
+    try:
+        return Fraction(value.strip() if isinstance(value, str) else value)
+    except (ValueError, ZeroDivisionError):
+        raise CensusDPError(f"ledger: {name} is not an exact rational number: {value!r}") from None
+
+
+def _frac(value: Fraction) -> str:
+    """The stored form of an exact budget: always "p/q"."""
+    return f"{value.numerator}/{value.denominator}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")

@@ -1,0 +1,149 @@
+"""Finishing from saved measurements: ``censusdp postprocess RUN_DIR`` and ``censusdp release --resume RUN_ID``.
+
+Both read the noisy measurements, the invariants and the configuration — never the microdata — and draw no
+noise: everything they compute is post-processing of published measurements (Thm 19.25), so they spend no
+budget.  ``postprocess`` writes a new run folder whose manifest points to the measurements it used (and
+records a zero-rho entry in the ledger); ``resume`` finishes a run that died after its measurements were
+saved, under the run's own id and its one charge.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from geography.tree import build_tree
+from pipeline import release as stages
+from pipeline.budget import allocate
+from pipeline.config import ReleaseConfig
+from pipeline.config_load import parse_config
+from pipeline.errors import CensusDPError
+from pipeline.ledger import PrivacyLedger, config_hash
+from pipeline.measurements_io import INVARIANTS_FILE
+from pipeline.runner import make_runner
+from postprocess import QueryInvariant
+
+
+class RecordedSource:
+    """Stands in for the random source of a run whose noise was already drawn; refuses to draw more."""
+
+    def __init__(self, name: str, publishable: bool) -> None:
+        self.name, self.publishable = name, publishable
+
+    def uniform_uint64(self, size: int) -> np.ndarray:
+        raise AssertionError("post-processing must not draw noise")
+
+    def uniform_below(self, bound: int, size: int) -> np.ndarray:
+        raise AssertionError("post-processing must not draw noise")
+
+
+def _json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise CensusDPError(f"{path}: {what}") from None
+
+
+def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
+    """Rebuild the tree, each level's chunks (one Parquet row group per chunk x query, in allocation order)
+    and the invariants from a measurements folder."""
+    schema, config = run.schema, run.config
+    lowest = config.levels[-1].name
+    geoids = pq.read_table(measurements / f"{lowest}.parquet", columns=["geoid"]).column(0).cast("string")
+    run.tree = build_tree(config.levels, np.unique(geoids.to_numpy(zero_copy_only=False)))
+    allocations = allocate(config)
+    invariants = pq.read_table(measurements / INVARIANTS_FILE)
+    for level, spec in enumerate(config.levels):
+        queries = [a.query for a in allocations if a.level == spec.name]
+        meta = pq.ParquetFile(measurements / f"{spec.name}.parquet").metadata
+        first_cells = schema.query_cells(schema.parse_query(queries[0]))
+        plan, start = [], 0
+        for first in range(0, meta.num_row_groups, len(queries)):
+            stop = start + meta.row_group(first).num_rows // first_cells
+            plan.append((start, stop, first))
+            start = stop
+        if start != run.tree.n_nodes(level):
+            raise CensusDPError(f"{measurements / spec.name}.parquet: does not match the run's geography")
+        run.chunk_plan[level] = plan
+        run.invariants[level] = []
+        for invariant in config.invariants:
+            if spec.name not in invariant.levels:
+                continue
+            query = invariant.query
+            mask = pc.and_(pc.equal(invariants["level"].cast("string"), spec.name),
+                           pc.equal(invariants["query"].cast("string"), query.name))
+            values = invariants.filter(mask).column("value").to_numpy()
+            run.invariants[level].append(QueryInvariant(
+                name=query.name, matrix=schema.query_matrix(query),
+                values=values.reshape(run.tree.n_nodes(level), schema.query_cells(query)).astype(np.int64)))
+
+
+def _reconcile_and_publish(run: stages.ReleaseRun, measurements: Path) -> Path:
+    pool = None
+    try:
+        load_measured(run, measurements)
+        pool = make_runner(run.config.runner)
+        for level in range(len(run.config.levels)):
+            stages.reconcile(run, level, pool)
+        return stages.publish(run)
+    except BaseException:
+        stages.abandon(run)
+        raise
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | None = None,
+                    runner: str | None = None) -> Path:
+    """Re-run reconciliation and rounding on ``run_dir``'s measurements; returns the new run folder."""
+    run_dir = run_dir.resolve()
+    manifest = _json(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
+    raw = manifest["config_raw"]
+    for key, value in (("solver", solver), ("runner", runner)):
+        if value is not None:
+            raw.setdefault("postprocess", {})[key] = value
+    if manifest.get("ledger"):
+        raw.setdefault("ledger", {})["path"] = manifest["ledger"]["location"]  # the ledger the run was charged to
+    config = parse_config(raw, str(run_dir / "manifest.json"), base=Path(manifest["config"]["source"]).parent)
+    source = RecordedSource(**manifest["random_source"])
+    run = stages.start_release(config, (out_root or run_dir.parent).resolve(), source)
+    run.measurements_dir = run_dir / "measurements"
+    run.manifest_extra = {"postprocess_of": manifest["run_id"], "charged_rho": "0",
+                          "note": "post-processing of the measurements named above: no noise drawn, no budget spent"}
+    _record_free_run(config, run.run_id, source.publishable)
+    return _reconcile_and_publish(run, run.measurements_dir)
+
+
+def _record_free_run(config: ReleaseConfig, run_id: str, publishable: bool) -> None:
+    """A zero-rho ledger entry with status 'postprocess', so the ledger shows every run on the dataset."""
+    ledger = PrivacyLedger(config.ledger.location)
+    ledger.ensure_dataset(config.ledger.dataset, config.ledger.cap_rho)
+    digest = config_hash(json.dumps(config.raw, sort_keys=True, default=str).encode())
+    ledger.charge(config.ledger.dataset, run_id, 0, config.budget.delta, digest, publishable)
+    ledger.set_status(run_id, "postprocess")
+
+
+def resume_release(config: ReleaseConfig, out_root: Path, run_id: str) -> Path:
+    """Finish run ``run_id`` from its saved measurements, under its existing charge (no new charge)."""
+    work_dir = out_root / f".{run_id}.partial"
+    marker = _json(work_dir / "measurements" / stages.COMPLETE_MARKER,
+                   f"cannot resume run {run_id}: its measurements were not all saved; start a new release")
+    ledger = PrivacyLedger(config.ledger.location)
+    if not any(c.run_id == run_id for c in ledger.charges(config.ledger.dataset)):
+        raise CensusDPError(f"cannot resume run {run_id}: the ledger {ledger.location} has no charge for it")
+    for leftover in ("tables", "microdata.parquet", "manifest.json", "report.md"):
+        path = work_dir / leftover
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    run = stages.ReleaseRun(config=config, rng=RecordedSource(**marker["random_source"]), run_id=run_id,
+                            final_dir=out_root / run_id, work_dir=work_dir, allocations=allocate(config),
+                            started_at=marker.get("started_at", ""))
+    run.ledger = ledger
+    run.manifest_extra = {"resumed": True}
+    return _reconcile_and_publish(run, work_dir / "measurements")

@@ -1,0 +1,113 @@
+"""Budget honestly spent: charges before noise, refusals, free post-processing, resume without new noise."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline import release as stages
+from pipeline.cli import main
+from pipeline.ledger import PrivacyLedger
+from tests.conftest import TINY_TOML
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["-q", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out.strip(), captured.err
+
+
+def ledger_of(config: Path) -> PrivacyLedger:
+    return PrivacyLedger(config.parent / ".censusdp-ledger.sqlite")
+
+
+def test_two_releases_then_a_refused_third_then_a_free_postprocess(tiny_release: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    tiny_release.write_text(TINY_TOML.format(rho="4").replace('cap_rho = "1000"', 'cap_rho = "10"'))
+    release = ["release", str(tiny_release), "--no-prefect", "--insecure-seed", "5"]
+    first = cli(capsys, *release)
+    second = cli(capsys, *release)
+    assert first[0] == 0 and second[0] == 0
+    ledger = ledger_of(tiny_release)
+    assert ledger.spent("tiny") == 8 and ledger.remaining("tiny") == 2
+    code, out, err = cli(capsys, *release)  # 4 more would pass the cap of 10
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert code != 0 and len(errors) == 1 and "exceeds the remaining budget" in errors[0]
+    assert len(list((tiny_release.parent / "runs").iterdir())) == 2  # nothing published, no partial folder
+    assert ledger.spent("tiny") == 8  # a refused charge leaves nothing behind
+    run_dir = Path(first[1])
+    code, out, _ = cli(capsys, "postprocess", str(run_dir), "--solver", "CLARABEL")
+    assert code == 0
+    manifest = json.loads((Path(out) / "manifest.json").read_text())
+    assert manifest["postprocess_of"] == run_dir.name and manifest["charged_rho"] == "0"
+    assert manifest["measurements"]["unit"] == str(run_dir / "measurements" / "unit.parquet")
+    assert not (Path(out) / "measurements").exists()
+    assert ledger.spent("tiny") == 8
+    statuses = [c.status for c in ledger.charges("tiny")]
+    assert statuses == ["published", "published", "postprocess"]
+    code, out, _ = cli(capsys, "ledger", "--ledger", str(tiny_release.parent / ".censusdp-ledger.sqlite"), "--json")
+    assert code == 0 and "postprocess" in out
+
+
+def test_postprocess_reproduces_the_tables_from_measurements_alone(tiny_release: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "release", str(tiny_release), "--no-prefect", "--insecure-seed", "9")
+    run_dir = Path(out)
+    (tiny_release.parent / "microdata.parquet").unlink()  # post-processing must not need the microdata
+    code, again, _ = cli(capsys, "postprocess", str(run_dir), "--out", str(tiny_release.parent / "pp"))
+    assert code == 0
+    for level in ("root", "region", "district", "unit"):
+        first = pl.read_parquet(run_dir / "tables" / f"{level}.parquet")
+        second = pl.read_parquet(Path(again) / "tables" / f"{level}.parquet")
+        assert first.sort(first.columns).equals(second.sort(second.columns)), level
+
+
+def test_a_run_that_died_after_measuring_is_resumed_without_new_noise(
+        tiny_release: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    real = stages.reconcile
+
+    def crash_at_district(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
+        if level == 2:
+            raise RuntimeError("simulated crash")
+        real(run, level, runner)
+
+    monkeypatch.setattr(stages, "reconcile", crash_at_district)
+    code, _, err = cli(capsys, "release", str(tiny_release), "--no-prefect", "--insecure-seed", "13")
+    assert code != 0
+    runs = tiny_release.parent / "runs"
+    partial = next(runs.iterdir())
+    assert partial.name.startswith(".") and partial.name.endswith(".partial")
+    run_id = partial.name[1: -len(".partial")]
+    noisy_before = pl.read_parquet(partial / "measurements" / "unit.parquet")["noisy_value"].to_numpy()
+    ledger = ledger_of(tiny_release)
+    assert [c.status for c in ledger.charges("tiny")] == ["failed"]
+    monkeypatch.setattr(stages, "reconcile", real)
+    code, out, err = cli(capsys, "release", str(tiny_release), "--resume", run_id)
+    assert code == 0, err
+    final = Path(out)
+    assert final.name == run_id and not partial.exists()
+    noisy_after = pl.read_parquet(final / "measurements" / "unit.parquet")["noisy_value"].to_numpy()
+    assert np.array_equal(noisy_before, noisy_after)  # noise is never drawn twice for one charge
+    assert [(c.run_id, c.status) for c in ledger.charges("tiny")] == [(run_id, "published")]
+    assert ledger.spent("tiny") == Fraction(4)
+    assert json.loads((final / "manifest.json").read_text())["resumed"] is True
+
+
+def test_bad_input_charges_nothing(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tiny_release.parent / "microdata.parquet"
+    pl.read_parquet(path).with_columns(pl.lit("purple").alias("COLOUR")).write_parquet(path)
+    code, _, err = cli(capsys, "release", str(tiny_release), "--no-prefect")
+    assert code != 0 and "COLOUR" in err
+    assert ledger_of(tiny_release).charges() == []
+
+
+def test_a_config_without_a_ledger_is_refused(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = TINY_TOML.format(rho="4").replace('[ledger]\ndataset = "tiny"\ncap_rho = "1000"\n', "")
+    tiny_release.write_text(text)
+    code, _, err = cli(capsys, "release", str(tiny_release), "--no-prefect")
+    assert code != 0 and "ledger" in err and "missing" in err
