@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_budget(sub)
     commands.add_demo(sub)
     commands.add_postprocess(sub)
+    commands.add_serve(sub)
     add_ledger(sub)
     return parser
 

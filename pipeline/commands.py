@@ -173,3 +173,19 @@ def cmd_postprocess(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve() if args.out else None
     print(postprocess_run(Path(args.run_dir), out, args.solver, args.runner))
     return 0
+
+
+def add_serve(sub: Sub) -> None:
+    p = sub.add_parser("serve", help="serve the release flow as a Prefect deployment on a cron schedule")
+    p.add_argument("config", help="release configuration (TOML)")
+    p.add_argument("--cron", required=True, help='cron schedule, e.g. "0 2 * * *"')
+    p.add_argument("--name", default="scheduled", help="deployment name (default: scheduled)")
+    p.add_argument("--out", help="directory that receives the run folders (default: the config's output.dir)")
+    p.set_defaults(handler=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from flows.serve import serve
+
+    serve(args.config, args.cron, args.name, args.out)
+    return 0

@@ -113,6 +113,10 @@ def _geocodes(frame: pl.DataFrame, config: ReleaseConfig, path: Path) -> pl.Seri
     if bad.any():
         raise InputError(str(path), f"geocode must have {width} characters (the lowest level's width)",
                          column=name, row=int(bad.arg_max()) + 1)
+    bad = ~codes.str.contains(r"^[0-9A-Za-z]+$") if width else pl.Series([False])
+    if bad.any():
+        raise InputError(str(path), "malformed geocode (only letters and digits are allowed)", column=name,
+                         row=int(bad.arg_max()) + 1)
     return codes.rename(GEOCODE)
 
 

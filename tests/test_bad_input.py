@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
+from pipeline.ledger import PrivacyLedger
 from tests.conftest import TINY_TOML, tiny_microdata
 
 MARKER_ROW = 1234  # the bad value is planted in this row (1-based data row)
@@ -33,6 +34,12 @@ CASES = {
     "float column": (lambda f: f.with_columns(pl.lit(1.5).alias("ADULT")), "microdata.parquet", "column ADULT",
                      "type"),
     "empty file": (lambda f: f.head(0), "microdata.parquet", "no person records", ""),
+    "malformed geocode": (plant("geocode", "1 0x"), "microdata.parquet", "column geocode", "malformed"),
+    "empty string value": (plant("COLOUR", "  "), "microdata.parquet", "column COLOUR", f"row {MARKER_ROW}"),
+    "boolean column": (lambda f: f.with_columns(pl.lit(True).alias("ADULT")), "microdata.parquet",
+                       "column ADULT", "type"),
+    "missing geocode column": (lambda f: f.drop("geocode"), "microdata.parquet", "column geocode",
+                               "missing column"),
 }
 
 
@@ -44,6 +51,8 @@ def run_cli(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tu
 def assert_nothing_published(config: Path) -> None:
     runs = config.parent / "runs"
     assert not runs.exists() or not any(runs.iterdir()), "a failed run left files behind"
+    ledger = config.parent / ".censusdp-ledger.sqlite"
+    assert not ledger.exists() or PrivacyLedger(ledger).charges() == [], "bad input was charged"
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -99,3 +108,76 @@ def test_shares_not_summing_to_one(tiny_release: Path, capsys: pytest.CaptureFix
 def test_missing_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run_cli(tmp_path / "nope.toml", capsys)
     assert code != 0 and "nope.toml" in err and "Traceback" not in err
+
+
+def test_geography_file_that_disagrees_with_the_microdata(tiny_release: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    geo = tiny_release.parent / "geography.parquet"
+    frame = pl.read_parquet(geo)
+    frame.filter(~pl.col("geocode").str.starts_with("2")).write_parquet(geo)  # drops units that hold persons
+    code, err = run_cli(tiny_release, capsys)
+    assert code != 0 and "microdata.parquet" in err and "not a unit of the geography file" in err and "row" in err
+    assert_nothing_published(tiny_release)
+
+
+def test_geography_codes_of_the_wrong_width(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pl.DataFrame({"geocode": ["1101", "110"]}).write_parquet(tiny_release.parent / "geography.parquet")
+    code, err = run_cli(tiny_release, capsys)
+    assert code != 0 and "geography.parquet" in err and "column geocode" in err and "row 2" in err
+    assert_nothing_published(tiny_release)
+
+
+@pytest.mark.parametrize("missing", ["microdata.parquet", "geography.parquet"])
+def test_missing_input_files(tiny_release: Path, capsys: pytest.CaptureFixture[str], missing: str) -> None:
+    (tiny_release.parent / missing).unlink()
+    code, err = run_cli(tiny_release, capsys)
+    assert code != 0 and missing in err and "no such file" in err
+    assert_nothing_published(tiny_release)
+
+
+def test_ragged_csv(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    csv = tiny_release.parent / "micro.csv"
+    csv.write_text("geocode,COLOUR,ADULT\n1101,r,1\n1102,g\n1103,b,1,7\n")
+    code, err = run_cli(tiny_release, capsys, "--microdata", str(csv), "--format", "csv")
+    assert code != 0 and "micro.csv" in err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1
+    assert_nothing_published(tiny_release)
+
+
+def test_mdf_block_group_that_does_not_match_the_block(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.conftest import SHARED_DATA
+
+    if not SHARED_DATA.exists():
+        pytest.skip("shared PPMF sample not present")
+    frame = pl.read_csv(SHARED_DATA, infer_schema=False)
+    frame = frame.with_columns(pl.when(pl.int_range(pl.len()) == 99).then(pl.lit("9"))
+                               .otherwise(pl.col("TABBLKGRPCE")).alias("TABBLKGRPCE"))
+    frame.write_csv(tmp_path / "ppmf.csv")
+    assert main(["init", "--out", str(tmp_path / "pl94.toml")]) == 0
+    capsys.readouterr()
+    code, err = run_cli(tmp_path / "pl94.toml", capsys, "--microdata", str(tmp_path / "ppmf.csv"), "--format",
+                        "mdf-pl94")
+    assert code != 0 and "ppmf.csv" in err and "column TABBLKGRPCE" in err and "row 100" in err
+
+
+@pytest.mark.parametrize(("old", "new", "key"), [
+    ('rho = "4"', 'rho = "-2"', "budget.rho"),
+    ('"adult * colour" = "1/2"', '"adult * size" = "1/2"', "strategy.district"),
+    ("width = 2", "width = 1", "levels"),
+    ('cap_rho = "1000"', 'cap_rho = "0"', "ledger.cap_rho"),
+])
+def test_config_errors_through_the_cli(tiny_release: Path, capsys: pytest.CaptureFixture[str], old: str, new: str,
+                                       key: str) -> None:
+    tiny_release.write_text(TINY_TOML.format(rho="4").replace(old, new, 1))
+    code, err = run_cli(tiny_release, capsys)
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert code != 0 and len(errors) == 1 and "config.toml" in errors[0] and key in errors[0]
+    assert_nothing_published(tiny_release)
+
+
+def test_delta_not_much_smaller_than_one_over_n_is_warned(tiny_release: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    tiny_release.write_text(TINY_TOML.format(rho="4").replace('delta = "1e-10"', 'delta = "0.001"'))
+    code = main(["release", str(tiny_release), "--no-prefect", "--insecure-seed", "1"])
+    err = capsys.readouterr().err
+    assert code == 0 and "delta is not much smaller than 1/n" in err

@@ -1,9 +1,17 @@
-"""The Prefect flow end to end, in a subprocess with its own PREFECT_HOME (embedded server on SQLite)."""
+"""The Prefect flow end to end in a subprocess with its own PREFECT_HOME, and the leak test.
+
+Markers: a text column the schema never uses, and a distinctive true count (MARKER_COUNT persons in one cell
+of one otherwise empty unit).  The budget is tiny (sigma in the thousands) and there are no invariants, so
+no published noisy or reconciled value can legitimately equal the marker count except by a chance of about
+1e-4 per value; the run is seeded, so the check is deterministic.  Neither marker may appear, as text or as
+a little-endian int64, in Prefect's database, logs or storage, the run folder, stdout or stderr.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -11,30 +19,58 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY_TOML, tiny_microdata
 
 MARKER = "ZQXLEAKMARKERQZX"
+MARKER_COUNT = 104729
+
+
+def leak_dataset(folder: Path) -> Path:
+    micro, geo = tiny_microdata()
+    micro = micro.filter(pl.col("geocode") != "2311")
+    marked = pl.DataFrame({"geocode": ["2311"] * MARKER_COUNT, "COLOUR": ["g"] * MARKER_COUNT,
+                           "ADULT": ["1"] * MARKER_COUNT})
+    pl.concat([micro, marked]).with_columns(pl.lit(MARKER).alias("NAME")).write_parquet(folder / "microdata.parquet")
+    geo.write_parquet(folder / "geography.parquet")
+    text = TINY_TOML.format(rho="1/1000000")
+    text = text[: text.index("[[invariants]]")] + text[text.index("[[structural_zeros]]"):]
+    (folder / "config.toml").write_text(text)
+    return folder / "config.toml"
 
 
 @pytest.mark.slow
-def test_release_through_prefect_publishes_and_leaks_no_marker(tiny_release: Path) -> None:
-    folder = tiny_release.parent
-    micro = pl.read_parquet(folder / "microdata.parquet")
-    # a column the schema does not use, full of a marker that must never reach Prefect or the outputs
-    micro.with_columns(pl.lit(MARKER).alias("NAME")).write_parquet(folder / "microdata.parquet")
-    home = folder / "prefect-home"
+def test_release_through_prefect_publishes_and_leaks_nothing(tmp_path: Path) -> None:
+    config = leak_dataset(tmp_path)
+    home = tmp_path / "prefect-home"
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
            "PREFECT_API_URL": "", "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", str(tiny_release), "--insecure-seed", "3"],
-                          env=env, capture_output=True, text=True, timeout=600, cwd=folder)
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", str(config), "--insecure-seed", "3"],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = Path(done.stdout.strip().splitlines()[-1])
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [lv["name"] for lv in manifest["levels"]] == ["root", "region", "district", "unit"]
-    assert (run_dir / "tables" / "unit.parquet").exists()
     assert home.exists() and any(home.rglob("*.db")), "Prefect did not use the embedded SQLite store"
+    markers = [MARKER.encode(), str(MARKER_COUNT).encode(), MARKER_COUNT.to_bytes(8, "little", signed=True)]
     for text in (done.stdout, done.stderr):
-        assert MARKER not in text
+        assert MARKER not in text and str(MARKER_COUNT) not in text
+    scanned = 0
     for path in [*home.rglob("*"), *run_dir.rglob("*")]:
         if path.is_file():
-            assert MARKER.encode() not in path.read_bytes(), f"marker found in {path}"
+            data = path.read_bytes()
+            scanned += 1
+            for marker in markers:
+                assert marker not in data, f"marker {marker!r} found in {path}"
+    assert scanned > 10
+    # the marked cell was measured and published with noise, so the test would see a leak of the true value
+    unit = pl.read_parquet(run_dir / "measurements" / "unit.parquet")
+    assert unit.filter((pl.col("geoid") == "2311") & (pl.col("query") == "detailed")).height == 6
+
+    # a release the ledger refuses fails visibly in Prefect: the flow run is FAILED with the one-line reason
+    refused = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", str(config), "--rho", "1000"], env=env,
+                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert refused.returncode != 0 and "exceeds the remaining budget" in refused.stderr
+    database = next(home.rglob("*.db"))
+    with sqlite3.connect(database) as connection:
+        states = connection.execute("SELECT state_type, state_name FROM flow_run ORDER BY created").fetchall()
+    assert [s[0] for s in states] == ["COMPLETED", "FAILED"]
