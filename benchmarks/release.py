@@ -1,8 +1,9 @@
 """End-to-end release time and peak memory at a given size, without Prefect (stage by stage) or with it.
 
-    python benchmarks/release.py --persons 100000 [--prefect]
+    python benchmarks/release.py --persons 100000 [--runner dask-local:2]
 
-Synthesises a state (pl94 preset), then times each stage of the release and reports peak RSS.
+Synthesises a state (pl94 preset), then times each stage of the release (without Prefect) and reports the
+driver's peak RSS and the detailed cells reconciled per second at each level.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pipeline import release as stages
 from pipeline.commands import preset_text
 from pipeline.config_load import load_config
 from pipeline.random_source import system_random_source
+from pipeline.runner import make_runner
 from pipeline.synth import write_synthetic
 
 
@@ -24,6 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--persons", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runner", default="local", help='"local" or "dask-local:N"')
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -41,19 +44,25 @@ def main() -> None:
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
 
         run = stages.start_release(config, folder / "runs", system_random_source())
+        runner = make_runner(args.runner)
         timed("read + tree + histograms", stages.read_inputs, run)
+        timed("ledger charge", stages.charge, run)
         assert run.tree is not None
         nodes = {lv.name: run.tree.n_nodes(i) for i, lv in enumerate(config.levels)}
         for level, spec in enumerate(config.levels):
             timed(f"measure {spec.name}", stages.measure, run, level)
         for level, spec in enumerate(config.levels):
-            timed(f"reconcile {spec.name}", stages.reconcile, run, level)
+            timed(f"reconcile {spec.name}", stages.reconcile, run, level, runner)
         timed("publish", stages.publish, run)
+        runner.close()
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-    print(f"persons={args.persons:,} nodes={nodes} synth={synth_s:.1f}s")
-    print("| stage | seconds |\n|---|---|")
+    n_cells = config.schema.n_cells
+    print(f"persons={args.persons:,} runner={args.runner} nodes={nodes} synth={synth_s:.1f}s")
+    print("| stage | seconds | detailed cells/s |\n|---|---|---|")
     for name, seconds in timings.items():
-        print(f"| {name} | {seconds:.2f} |")
+        level = name.split(" ", 1)[1] if name.startswith(("reconcile ", "measure ")) else None
+        rate = f"{nodes[level] * n_cells / seconds:,.0f}" if level in nodes and seconds > 0 else ""
+        print(f"| {name} | {seconds:.2f} | {rate} |")
     print(f"| total release | {sum(timings.values()):.2f} |")
     print(f"peak RSS: {peak_gb:.2f} GB")
 
