@@ -4,7 +4,9 @@ Statistical tests compare against the PMF computed with mpmath at 60 digits, wit
 summed until the omitted tail is below 1e-50 of it.  Bins are integers; tail bins with expected count < 5
 are merged.  Every p-value is checked against ``cks_reference.ALPHA`` (family-wise 1e-3, Bonferroni), and
 the seeded source makes every failure reproducible.  The same tests must reject deliberately wrong
-samplers at the same sample size (``test_power_*``), so passing means something.
+samplers at the same sample size (``test_power_*``), so passing means something.  Every discrete Gaussian
+check runs on both exact paths: ``sample_discrete_gaussian`` (table inversion for sigma2 <= 10^6; its rare
+branches are forced in tests/test_noise_table.py) and ``sample_discrete_gaussian_cks`` (CKS20 rejection).
 CENSUSDP_STAT_SAMPLES raises the sample size (default 10^6; 10^7 for a thorough run).
 """
 
@@ -31,6 +33,7 @@ from pipeline.noise import (
     laplace_scale,
     parse_rational,
     sample_discrete_gaussian,
+    sample_discrete_gaussian_cks,
     sample_discrete_laplace,
 )
 from pipeline.random_source import seeded_random_source
@@ -45,6 +48,12 @@ ALPHA = cks_reference.ALPHA
 Z_CRIT = float(stats.norm.isf(ALPHA / 2))  # two-sided, ~4.3 standard errors
 SIGMA2S = ["1/20", "1/2", "5", "7/3", "50", "500", "1000003/7", "1000000"]
 LAPLACE_SCALES = ["1/2", "1", "7/3", "100"]
+GAUSSIAN_SAMPLERS = ["gaussian", "gaussian_cks"]  # the production sampler and the CKS20 reference path
+SAMPLERS = {
+    "gaussian": sample_discrete_gaussian,
+    "gaussian_cks": sample_discrete_gaussian_cks,
+    "laplace": sample_discrete_laplace,
+}
 
 
 @dataclass(frozen=True)
@@ -86,8 +95,13 @@ def laplace_law(scale: str) -> Law:
 
 @functools.cache
 def draws(kind: str, param: str, n: int, seed: int) -> np.ndarray:
-    sampler = sample_discrete_gaussian if kind == "gaussian" else sample_discrete_laplace
-    return sampler(param, n, rng=seeded_random_source(seed))
+    return SAMPLERS[kind](param, n, rng=seeded_random_source(seed))
+
+
+@functools.cache
+def reference_draws(kind: str, param: str, n: int, seed: int) -> np.ndarray:
+    """The pure-Python reference sample (slow: cached, shared by both Gaussian paths)."""
+    return np.array(cks_reference.sample(kind, Fraction(param), n, seed=seed), dtype=np.int64)
 
 
 def bins(law: Law, n: int) -> tuple[int, int]:
@@ -139,8 +153,9 @@ def gof_pvalues(x: np.ndarray, law: Law) -> tuple[float, float]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sigma2", SIGMA2S)
-def test_discrete_gaussian_matches_exact_pmf(sigma2: str) -> None:
-    p_chi2, p_g = gof_pvalues(draws("gaussian", sigma2, N, 1), gaussian_law(sigma2))
+@pytest.mark.parametrize("kind", GAUSSIAN_SAMPLERS)
+def test_discrete_gaussian_matches_exact_pmf(kind: str, sigma2: str) -> None:
+    p_chi2, p_g = gof_pvalues(draws(kind, sigma2, N, 1), gaussian_law(sigma2))
     assert p_chi2 > ALPHA and p_g > ALPHA, (p_chi2, p_g)
 
 
@@ -153,10 +168,11 @@ def test_discrete_laplace_matches_exact_pmf(scale: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sigma2", SIGMA2S[1:])  # at 1/20 the sample variance is ~Poisson(90)/n: no CLT
-def test_discrete_gaussian_moments(sigma2: str) -> None:
+@pytest.mark.parametrize("kind", GAUSSIAN_SAMPLERS)
+def test_discrete_gaussian_moments(kind: str, sigma2: str) -> None:
     """Mean 0 and E[x^2] = exact variance, each within Z_CRIT standard errors (CLT at n = 10^6, with the
     standard error of the second moment from the exact fourth moment)."""
-    x = draws("gaussian", sigma2, N, 1).astype(float)
+    x = draws(kind, sigma2, N, 1).astype(float)
     law = gaussian_law(sigma2)
     assert abs(x.mean()) <= Z_CRIT * math.sqrt(law.variance / N)
     m2 = float(np.mean(x * x))
@@ -178,10 +194,15 @@ def test_power_rounded_continuous_gaussian_fails(sigma2: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sigma2", ["1/2", "5", "500", "1000003/7", "1000000"])
-def test_power_wrong_variance_fails(sigma2: str) -> None:
-    """The exact sampler at 1.05 * sigma2, tested against the law at sigma2, must fail."""
-    wrong = str(Fraction(sigma2) * Fraction(105, 100))
-    p_chi2, p_g = gof_pvalues(draws("gaussian", wrong, N, 4), gaussian_law(sigma2))
+@pytest.mark.parametrize("kind", GAUSSIAN_SAMPLERS)
+def test_power_wrong_variance_fails(kind: str, sigma2: str) -> None:
+    """The exact sampler at 1.05 * sigma2 (or sigma2 / 1.05, to stay on the table path), tested against the law
+    at sigma2, must fail."""
+    factor = Fraction(105, 100)
+    if kind == "gaussian" and Fraction(sigma2) * factor > noise.TABLE_MAX_SIGMA2:
+        factor = 1 / factor
+    wrong = str(Fraction(sigma2) * factor)
+    p_chi2, p_g = gof_pvalues(draws(kind, wrong, N, 4), gaussian_law(sigma2))
     assert p_chi2 < ALPHA and p_g < ALPHA, (p_chi2, p_g)
 
 
@@ -194,9 +215,11 @@ def test_power_wrong_laplace_scale_fails() -> None:
 # ---- two-sample test against the pure-Python reference ------------------------------------------------
 
 REFERENCE_CASES = [
-    ("gaussian", "5", 1),
-    ("gaussian", "7/3", 1),
-    ("gaussian", "1000003/7", 40),
+    *(
+        (kind, sigma2, width)
+        for kind in GAUSSIAN_SAMPLERS
+        for sigma2, width in (("5", 1), ("7/3", 1), ("1000003/7", 40))
+    ),
     ("laplace", "7/3", 1),
 ]
 
@@ -207,9 +230,9 @@ def test_homogeneous_with_pure_python_reference(kind: str, param: str, width: in
     """Chi-square homogeneity of the vectorised sampler and tests/cks_reference.py (bins fixed in advance
     from the exact law so that each reference cell expects >= 5; wide bins at large sigma)."""
     n_ref = 30_000
-    ref = np.array(cks_reference.sample(kind, Fraction(param), n_ref, seed=7), dtype=np.int64)
+    ref = reference_draws(kind.removesuffix("_cks"), param, n_ref, 7)
     fast = draws(kind, param, N, 8)
-    law = gaussian_law(param) if kind == "gaussian" else laplace_law(param)
+    law = laplace_law(param) if kind == "laplace" else gaussian_law(param)
     a, b = bins(law, n_ref * width)
     b = a + (b - a) // width * width
     table = np.array([binned_counts(ref, a, b, width), binned_counts(fast, a, b, width)])
@@ -226,11 +249,11 @@ def test_homogeneous_with_pure_python_reference(kind: str, param: str, width: in
 
 @pytest.mark.slow
 def test_object_fallback_paths_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With INT64_LIMIT lowered, every int64 overflow guard trips: big uniform bounds, per-element Python-int
-    numerators, object fractional parts, object X = U + tV.  The law must not change."""
+    """With INT64_LIMIT lowered, every int64 overflow guard of the CKS20 path trips: big uniform bounds,
+    per-element Python-int numerators, object fractional parts, object X = U + tV.  The law must not change."""
     n = min(N, 100_000)
     monkeypatch.setattr(noise_bernoulli, "INT64_LIMIT", 2**6)
-    x = sample_discrete_gaussian("7/3", n, rng=seeded_random_source(9))
+    x = sample_discrete_gaussian_cks("7/3", n, rng=seeded_random_source(9))
     assert min(gof_pvalues(x, gaussian_law("7/3"))) > ALPHA
     monkeypatch.setattr(noise_bernoulli, "INT64_LIMIT", 2**4)
     y = sample_discrete_laplace("7/3", n, rng=seeded_random_source(10))
@@ -252,7 +275,8 @@ def test_output_overflow_is_an_error_not_a_wrapped_value(monkeypatch: pytest.Mon
 
 
 def test_huge_sigma2_uses_python_ints_and_has_right_moments() -> None:
-    """sigma2 = 10^12 + 1/3: 2 p q t^2 ~ 1.8e25 exceeds int64, so the natural object path runs."""
+    """sigma2 = 10^12 + 1/3 (above TABLE_MAX_SIGMA2, so CKS20): 2 p q t^2 ~ 1.8e25 exceeds int64, so the
+    natural object path runs."""
     s2 = Fraction(10**12) + Fraction(1, 3)
     n = 20_000
     x = sample_discrete_gaussian(s2, n, rng=seeded_random_source(11)).astype(float)
@@ -262,9 +286,18 @@ def test_huge_sigma2_uses_python_ints_and_has_right_moments() -> None:
 
 
 @pytest.mark.parametrize("sigma2", [Fraction(1, 10**6), Fraction(1, 10**30)])
-def test_tiny_sigma2_is_all_zeros(sigma2: Fraction) -> None:
-    """P(x != 0) < 2 exp(-1/(2 sigma2)) < 1e-200: floor(gamma) is huge and 2pqt^2 may exceed int64."""
-    assert not sample_discrete_gaussian(sigma2, 10_000, rng=seeded_random_source(12)).any()
+@pytest.mark.parametrize("kind", GAUSSIAN_SAMPLERS)
+def test_tiny_sigma2_is_all_zeros(kind: str, sigma2: Fraction) -> None:
+    """P(x != 0) < 2 exp(-1/(2 sigma2)) < 1e-200: floor(gamma) is huge and 2pqt^2 may exceed int64; the table
+    has two boundaries, F(-1) and F(0), and exp(-1/(2 sigma2)) certified below 2^-200."""
+    assert not SAMPLERS[kind](sigma2, 10_000, rng=seeded_random_source(12)).any()
+
+
+def test_dispatch_uses_cks_above_table_max(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(noise, "TABLE_MAX_SIGMA2", Fraction(4))
+    for s2, same in (("5", True), ("4", False)):
+        x = sample_discrete_gaussian(s2, 1000, rng=seeded_random_source(16))
+        assert np.array_equal(x, sample_discrete_gaussian_cks(s2, 1000, rng=seeded_random_source(16))) == same
 
 
 def test_bernoulli_exp_edge_values() -> None:
@@ -315,6 +348,9 @@ def test_privacy_maps_exact() -> None:
         (lambda: sample_discrete_gaussian("-1/2", 3), "sigma2"),
         (lambda: sample_discrete_gaussian(10**25, 3), "sigma2"),
         (lambda: sample_discrete_gaussian(1, -1), "size"),
+        (lambda: sample_discrete_gaussian_cks(0, 3), "sigma2"),
+        (lambda: sample_discrete_gaussian_cks(10**25, 3), "sigma2"),
+        (lambda: sample_discrete_gaussian_cks(1, -1), "size"),
         (lambda: sample_discrete_laplace(0, 3), "scale"),
         (lambda: sample_discrete_laplace(10**16, 3), "scale"),
     ],
@@ -328,11 +364,13 @@ def test_samplers_refuse_floats() -> None:
     with pytest.raises(TypeError):
         sample_discrete_gaussian(0.5, 3)
     with pytest.raises(TypeError):
+        sample_discrete_gaussian_cks(0.5, 3)
+    with pytest.raises(TypeError):
         sample_discrete_laplace(2.0, 3)
 
 
 def test_shapes_dtypes_and_determinism() -> None:
-    for sampler in (sample_discrete_gaussian, sample_discrete_laplace):
+    for sampler in SAMPLERS.values():
         assert sampler(5, 0).shape == (0,)
         x = sampler("7/3", 1001, rng=seeded_random_source(5))
         assert x.dtype == np.int64 and x.shape == (1001,)
