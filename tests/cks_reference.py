@@ -13,7 +13,7 @@ import random
 from fractions import Fraction
 
 # Statistical tests in tests/test_noise.py and tests/test_random_source.py share one family-wise error
-# rate, split by Bonferroni over an upper bound on the number of p-values they compute (currently 56), so
+# rate, split by Bonferroni over an upper bound on the number of p-values they compute, so
 # a correct sampler fails any of them with probability below 1e-3 per full run.
 FAMILY_ALPHA = 1e-3
 N_STAT_TESTS = 128  # upper bound on the p-values computed across the noise tests (97 at present)
