@@ -18,7 +18,7 @@ from pipeline.schema import Attribute, Query, Schema
 
 FORMATS = ("parquet", "csv", "mdf-pl94")
 NEIGHBOURING = ("add-remove", "replace-one")
-MECHANISMS = ("gaussian",)
+MECHANISMS = ("gaussian", "laplace")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,11 @@ class BudgetConfig:
         add-remove: one person changes one cell by 1 -> Δ₂² = 1.  replace-one: one cell -1, another +1 ->
         Δ₂² = 2 (used for every query, as the Census did, which is conservative for marginals).
         """
+        return 1 if self.neighbouring == "add-remove" else 2
+
+    @property
+    def sensitivity1(self) -> int:
+        """L1 sensitivity of one histogram query: 1 under add-remove, 2 under replace-one (Ex. 19.12)."""
         return 1 if self.neighbouring == "add-remove" else 2
 
 

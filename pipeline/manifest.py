@@ -68,13 +68,15 @@ def privacy_section(config: ReleaseConfig, rho: Fraction) -> dict[str, Any]:
         "epsilon": epsilon_cks20(rho, delta),
         "epsilon_bun_steinke": epsilon_bun_steinke(rho, delta),
         "composition": COMPOSITION,
-        "mechanism": "exact discrete Gaussian (Canonne, Kamath, Steinke 2020)",
+        "mechanism": "exact discrete Gaussian (Canonne, Kamath, Steinke 2020); exact discrete Laplace where the "
+                     "strategy says so (pure epsilon-DP, accounted as epsilon²/2-zCDP)",
     }
 
 
 def allocation_section(allocations: tuple[QueryAllocation, ...]) -> list[dict[str, Any]]:
     return [{"level": a.level, "query": a.query, "mechanism": a.mechanism, "rho": float(a.rho),
              "rho_exact": str(a.rho), "sigma2": float(a.sigma2), "sigma2_exact": str(a.sigma2),
+             **({"scale": str(a.scale), "epsilon_pure": str(1 / a.scale)} if a.scale is not None else {}),
              "expected_abs_error": a.expected_abs_error} for a in allocations]
 
 

@@ -1,9 +1,10 @@
 """Drawing the noisy measurements: the only step that spends privacy budget.
 
 For one level and one query with allocation (rho_q, sigma²_q), every node's marginal gets independent exact
-discrete Gaussian noise N_Z(0, sigma²_q) on every cell.  Guarantee: rho_q-zCDP for the level under the
-configured neighbouring relation (Thm 19.37(iii) with CKS20 Thm 4; nodes are disjoint so Prop. 19.30 applies
-across them).  Noise is drawn once per charge and never retried or cached.
+discrete Gaussian noise N_Z(0, sigma²_q) on every cell: rho_q-zCDP for the level under the configured
+neighbouring relation (Thm 19.37(iii) with CKS20 Thm 4).  A Laplace query gets exact discrete Laplace noise
+of its scale b: (Δ₁/b)-DP, i.e. (Δ₁/b)²/2-zCDP.  Nodes are disjoint, so Prop. 19.30 applies across them.
+Noise is drawn once per charge and never retried or cached.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeline.budget import QueryAllocation
-from pipeline.noise import sample_discrete_gaussian
+from pipeline.noise import sample_discrete_gaussian, sample_discrete_laplace
 from pipeline.random_source import RandomSource
 from pipeline.schema import Schema
 from postprocess import QueryInvariant, QueryMeasurement
@@ -26,7 +27,10 @@ def measure_level(schema: Schema, histograms: np.ndarray, allocations: Sequence[
     for allocation in allocations:
         query = schema.parse_query(allocation.query)
         answers = schema.marginal(query, histograms)
-        noise = sample_discrete_gaussian(allocation.sigma2, answers.size, rng=rng).reshape(answers.shape)
+        if allocation.scale is not None:
+            noise = sample_discrete_laplace(allocation.scale, answers.size, rng=rng).reshape(answers.shape)
+        else:
+            noise = sample_discrete_gaussian(allocation.sigma2, answers.size, rng=rng).reshape(answers.shape)
         out.append(QueryMeasurement(name=query.name, matrix=schema.query_matrix(query),
                                     noisy=answers + noise, sigma2=allocation.sigma2))
         del answers  # true answers leave memory as soon as they are protected

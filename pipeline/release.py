@@ -138,7 +138,7 @@ def charge(run: ReleaseRun) -> None:
     config = run.config
     ledger = PrivacyLedger(config.ledger.location)
     ledger.ensure_dataset(config.ledger.dataset, config.ledger.cap_rho)
-    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared)
+    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
     digest = config_hash(json.dumps(config.raw, sort_keys=True, default=str).encode())
     ledger.charge(config.ledger.dataset, run.run_id, rho, config.budget.delta, digest, run.rng.publishable)
     run.ledger = ledger
@@ -247,7 +247,7 @@ def publish(run: ReleaseRun) -> Path:
         for start, stop, _ in run.chunk_plan[lowest]:
             writer.write_chunk(run.tree.geoids[lowest][start:stop], run.counts[lowest][start:stop])
         writer.close()
-    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared)
+    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
     manifest = {
         "run_id": run.run_id,
         "started_at": run.started_at,

@@ -140,3 +140,19 @@ def test_release_on_a_local_dask_cluster_of_two_workers(tiny_release: Path,
     check_consistency(run_dir, [(lv["name"], lv["width"]) for lv in manifest["levels"]], ["colour", "adult"])
     root = pl.read_parquet(run_dir / "tables" / "root.parquet")
     assert root["count"].sum() == pl.read_parquet(tiny_release.parent / "microdata.parquet").height
+
+
+def test_laplace_selected_for_one_level(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = tiny_release.read_text().replace('[strategy.unit]\ndetailed = "1"', '[strategy.unit]\nmechanism = "laplace"'
+                                            '\ndetailed = "1"')
+    tiny_release.write_text(text)
+    run_dir = release(tiny_release, capsys)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    unit = next(a for a in manifest["allocation"] if a["level"] == "unit")
+    assert unit["mechanism"] == "laplace"
+    epsilon = 1 / Fraction(unit["scale"])  # add-remove: L1 sensitivity 1
+    assert Fraction(unit["rho_exact"]) == epsilon**2 / 2 <= 1  # allocated 4 * 1/4; the scale rounds up
+    assert Fraction(unit["rho_exact"]) > Fraction(999, 1000)
+    total = sum(Fraction(a["rho_exact"]) for a in manifest["allocation"])
+    assert Fraction(manifest["privacy"]["rho_exact"]) == total <= 4
+    check_consistency(run_dir, [(lv["name"], lv["width"]) for lv in manifest["levels"]], ["colour", "adult"])
