@@ -6,6 +6,7 @@ never return data; results are not persisted and inputs are never hashed for cac
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 from prefect import flow, task
@@ -54,6 +55,9 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
     finally:
         if chunk_runner is not None:
             chunk_runner.close()
-    create_markdown_artifact(key="censusdp-budget", markdown=(final_dir / "report.md").read_text(),
+    report = (final_dir / "report.md").read_text()
+    plot = base64.b64encode((final_dir / stages.SHARES_PLOT).read_bytes()).decode()
+    report = report.replace(f"({stages.SHARES_PLOT})", f"(data:image/png;base64,{plot})")
+    create_markdown_artifact(key="censusdp-budget", markdown=report,
                              description="Budget, (epsilon, delta) and reconciliation summary (public values)")
     return str(final_dir)

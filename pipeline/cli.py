@@ -21,7 +21,9 @@ EXIT_USAGE, EXIT_ERROR, EXIT_INTERNAL = 2, 1, 3
 
 def build_parser() -> argparse.ArgumentParser:
     from pipeline import commands
+    from pipeline.evaluate import add_evaluate
     from pipeline.ledger_command import add_ledger
+    from pipeline.uncertainty import add_uncertainty
 
     parser = argparse.ArgumentParser(prog="censusdp", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
@@ -34,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_postprocess(sub)
     commands.add_serve(sub)
     add_ledger(sub)
+    add_evaluate(sub)
+    add_uncertainty(sub)
     return parser
 
 

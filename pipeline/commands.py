@@ -112,15 +112,24 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 def add_budget(sub: Sub) -> None:
     p = sub.add_parser("budget", help="show a configuration's budget, or convert between rho and (epsilon, delta)")
-    p.add_argument("config", nargs="?", help="release configuration (TOML); touches no data")
+    p.add_argument("config", nargs="?", help="release configuration (TOML); touches no data; or 'optimize' "
+                   "followed by a CONFIG to optimise the shares for --weights")
+    p.add_argument("target", nargs="?", help=argparse.SUPPRESS)
     p.add_argument("--rho", help="zCDP rho to convert to (epsilon, delta)")
     p.add_argument("--epsilon", help="target epsilon: print the largest rho that meets it at --delta")
     p.add_argument("--delta", help="delta (default: the config's, else 1e-10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    from pipeline.budget_optimize import add_optimize_arguments
+
+    add_optimize_arguments(p)
     p.set_defaults(handler=cmd_budget)
 
 
 def cmd_budget(args: argparse.Namespace) -> int:
+    if args.config == "optimize":
+        from pipeline.budget_optimize import cmd_budget_optimize
+
+        return cmd_budget_optimize(args, args.target)
     from pipeline.budget_report import budget_command
 
     print(budget_command(args.config, args.rho, args.epsilon, args.delta, args.json))
@@ -148,6 +157,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config.write_text(text.replace('geography = "geography.parquet"', f'geography = "{geo}"'))
     started = time.monotonic()
     run_dir = run_release_command(str(config), str(out / "runs"), None, None, None, None, args.no_prefect, None)
+    from pipeline.uncertainty import write_estimates
+
+    write_estimates(run_dir)  # error bars for every published count: post-processing of public values
     manifest = json.loads((run_dir / "manifest.json").read_text())
     privacy = manifest["privacy"]
     print(f"censusdp demo: {args.persons:,} synthetic persons released in {time.monotonic() - started:.1f} s: "

@@ -71,6 +71,7 @@ class Invariant:
 class OutputConfig:
     dir: Path
     protected_microdata: bool = False
+    estimates: bool = False
     geocode_parts: tuple[tuple[str, int], ...] = ()
 
 

@@ -116,17 +116,20 @@ def _input(raw: dict[str, Any], source: str, base: Path) -> InputConfig:
 
 def _output(raw: dict[str, Any], source: str, base: Path) -> OutputConfig:
     table = raw.get("output", {})
-    check_nothing_else(table, {"dir", "protected_microdata", "geocode_parts"}, source, "output.")
+    check_nothing_else(table, {"dir", "protected_microdata", "geocode_parts", "estimates"}, source, "output.")
     parts = table.get("geocode_parts", [])
     ok = isinstance(parts, list) and all(
         isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], int) and p[1] > 0
         for p in parts)
     if not ok:
         raise ConfigError(source, "output.geocode_parts", "expected a list of [column, width] pairs")
-    flag = table.get("protected_microdata", False)
-    if not isinstance(flag, bool):
-        raise ConfigError(source, "output.protected_microdata", "expected true or false")
-    return OutputConfig(dir=_path(table.get("dir", "runs"), base, source, "output.dir"), protected_microdata=flag,
+    flags = {}
+    for key in ("protected_microdata", "estimates"):
+        flags[key] = table.get(key, False)
+        if not isinstance(flags[key], bool):
+            raise ConfigError(source, f"output.{key}", "expected true or false")
+    return OutputConfig(dir=_path(table.get("dir", "runs"), base, source, "output.dir"),
+                        protected_microdata=flags["protected_microdata"], estimates=flags["estimates"],
                         geocode_parts=tuple((str(c), int(w)) for c, w in parts))
 
 

@@ -54,10 +54,14 @@ def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
     """Rebuild the tree, each level's chunks (one Parquet row group per chunk x query, in allocation order)
     and the invariants from a measurements folder."""
     schema, config = run.schema, run.config
-    lowest = config.levels[-1].name
-    geoids = pq.read_table(measurements / f"{lowest}.parquet", columns=["geoid"]).column(0).cast("string")
-    run.tree = build_tree(config.levels, np.unique(geoids.to_numpy(zero_copy_only=False)))
     allocations = allocate(config)
+    lowest = config.levels[-1].name
+    n_queries = sum(1 for a in allocations if a.level == lowest)
+    parquet = pq.ParquetFile(measurements / f"{lowest}.parquet")
+    # each chunk's first row group lists the chunk's geoids in its dictionary: no need to decode every row
+    codes = [parquet.read_row_group(i, columns=["geoid"]).column(0).combine_chunks().dictionary.to_numpy(
+        zero_copy_only=False) for i in range(0, parquet.metadata.num_row_groups, n_queries)]
+    run.tree = build_tree(config.levels, np.concatenate(codes).astype(np.str_))
     invariants = pq.read_table(measurements / INVARIANTS_FILE)
     for level, spec in enumerate(config.levels):
         queries = [a.query for a in allocations if a.level == spec.name]

@@ -31,6 +31,7 @@ from pipeline.budget import QueryAllocation, allocate, composed_rho
 from pipeline.chunks import level_chunks
 from pipeline.config import ReleaseConfig
 from pipeline.errors import CensusDPError, InputError
+from pipeline.evaluate_plots import budget_shares
 from pipeline.ledger import PrivacyLedger, config_hash
 from pipeline.measure import level_invariants, measure_level
 from pipeline.measurements_io import LevelMeasurementWriter, write_invariants
@@ -41,10 +42,12 @@ from pipeline.release_support import merge_reports, structural_zero_mask
 from pipeline.runner import make_runner
 from pipeline.schema import Schema
 from pipeline.tables import LevelTableWriter, ProtectedMicrodataWriter
+from pipeline.uncertainty import write_estimates
 from postprocess import QueryInvariant
 
 log = logging.getLogger("censusdp")
 COMPLETE_MARKER = "complete.json"
+SHARES_PLOT = "budget_shares.png"
 
 
 @dataclass
@@ -272,7 +275,11 @@ def publish(run: ReleaseRun) -> Path:
         **run.manifest_extra,
     }
     mf.write_manifest(run.work_dir / "manifest.json", manifest)
-    (run.work_dir / "report.md").write_text(mf.report_markdown(manifest, run.allocations))
+    budget_shares(manifest, run.work_dir / SHARES_PLOT)
+    (run.work_dir / "report.md").write_text(mf.report_markdown(manifest, run.allocations)
+                                            + f"\n![budget shares by level and query]({SHARES_PLOT})\n")
+    if config.output.estimates:
+        write_estimates(run.work_dir)  # GLS estimates with standard errors: post-processing (Thm 19.25)
     run.work_dir.rename(run.final_dir)
     if run.ledger is not None:
         run.ledger.set_status(run.run_id, "published")

@@ -98,6 +98,7 @@ def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path,
         pytest.skip("shared PPMF sample not present")
     assert main(["init", "--out", str(tmp_path / "pl94.toml")]) == 0
     text = (tmp_path / "pl94.toml").read_text().replace('geography = "geography.parquet"', "")
+    text = text.replace('# path = "..."', f'path = "{tmp_path / "ledger.sqlite"}"')  # not beside shared data
     (tmp_path / "pl94.toml").write_text(text)
     run_dir = release(tmp_path / "pl94.toml", capsys, "--microdata", str(SHARED_DATA), "--format", "mdf-pl94")
     manifest = json.loads((run_dir / "manifest.json").read_text())

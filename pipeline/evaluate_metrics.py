@@ -1,0 +1,81 @@
+"""Error metrics of one estimate of one query at one level against the true answers (evaluation only).
+
+NOT PRIVATE: everything here compares with confidential true counts; it is for synthetic or test data, and
+what it writes must never be published as part of a release.
+
+For each (method, level, query) the rows are long form: ``metric`` with ``group`` = ``all`` (bin ``all``),
+``size`` (bins of the true cell count: 0, 1-9, 10-49, 50-249, 250+) or ``diversity`` (bins of the node's
+entropy, in bits, of its true race x ethnicity counts), ``value`` and ``n`` (cells or nodes it is over).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+LABEL = "EVALUATION AGAINST TRUE DATA — NOT PRIVATE"
+SIZE_EDGES = (0, 1, 10, 50, 250)
+SIZE_BINS = ("0", "1-9", "10-49", "50-249", "250+")
+DIVERSITY_EDGES = (0.0, 0.5, 1.0, 2.0)
+DIVERSITY_BINS = ("0-0.5 bits", "0.5-1 bits", "1-2 bits", "2+ bits")
+
+
+def entropy_bits(counts: np.ndarray) -> np.ndarray:
+    """Shannon entropy (bits) of each row's distribution; 0 for an empty row."""
+    counts = np.asarray(counts, dtype=float)
+    totals = counts.sum(axis=1, keepdims=True)
+    p = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
+    logs = np.log2(p, out=np.zeros_like(p), where=p > 0)
+    return -(p * logs).sum(axis=1)
+
+
+def diversity_bin(entropy: np.ndarray) -> np.ndarray:
+    return np.searchsorted(np.asarray(DIVERSITY_EDGES), entropy, side="right") - 1
+
+
+def size_bin(true: np.ndarray) -> np.ndarray:
+    return np.searchsorted(np.asarray(SIZE_EDGES), true, side="right") - 1
+
+
+def total_variation(true: np.ndarray, estimate: np.ndarray) -> tuple[float, int]:
+    """Mean over nodes with a positive true total of 0.5·Σ|p - p̂|, p̂ the estimate clipped at 0 and normalised
+    (1 where the clipped estimate is all zero)."""
+    totals = true.sum(axis=1)
+    keep = totals > 0
+    if not keep.any():
+        return float("nan"), 0
+    p = true[keep] / totals[keep, None]
+    clipped = np.clip(estimate[keep].astype(float), 0, None)
+    mass = clipped.sum(axis=1)
+    q = np.divide(clipped, mass[:, None], out=np.zeros_like(clipped), where=mass[:, None] > 0)
+    tvd = np.where(mass > 0, 0.5 * np.abs(p - q).sum(axis=1), 1.0)
+    return float(tvd.mean()), int(keep.sum())
+
+
+def _basic(errors: np.ndarray) -> dict[str, float]:
+    if errors.size == 0:
+        return {}
+    return {"mae": float(np.abs(errors).mean()), "rmse": float(np.sqrt((errors**2).mean())),
+            "max_abs": float(np.abs(errors).max()), "bias": float(errors.mean())}
+
+
+def query_metrics(true: np.ndarray, estimate: np.ndarray, diversity: np.ndarray) -> list[dict[str, Any]]:
+    """Rows for one (method, level, query): ``true``/``estimate`` are (n_nodes, q_cells); ``diversity`` is each
+    node's diversity bin index."""
+    errors = estimate.astype(float) - true
+    rows = [{"metric": k, "group": "all", "bin": "all", "value": v, "n": errors.size}
+            for k, v in _basic(errors.ravel()).items()]
+    if true.shape[1] > 1:
+        tvd, nodes = total_variation(true, estimate)
+        rows.append({"metric": "tvd", "group": "all", "bin": "all", "value": tvd, "n": nodes})
+    sizes = size_bin(true)
+    for b, name in enumerate(SIZE_BINS):
+        selected = errors[sizes == b]
+        rows += [{"metric": k, "group": "size", "bin": name, "value": v, "n": selected.size}
+                 for k, v in _basic(selected).items() if k in ("mae", "bias", "rmse")]
+    for b, name in enumerate(DIVERSITY_BINS):
+        selected = errors[diversity == b]
+        rows += [{"metric": k, "group": "diversity", "bin": name, "value": v, "n": selected.size}
+                 for k, v in _basic(selected).items() if k in ("mae", "bias", "rmse")]
+    return rows

@@ -1,0 +1,232 @@
+"""Uncertainty of a release, from its public outputs only: GLS estimates with exact standard errors.
+
+``write_estimates(run_dir)`` writes, for every level,
+
+- ``estimates/<level>.parquet``: ``geoid``, one column per attribute, ``estimate``, ``std_error``, ``ci_low``,
+  ``ci_high`` — every detailed cell of every node (zeros included);
+- ``estimates/queries/<level>.parquet``: the same for every other query measured at the level (and ``total``),
+  long form: ``geoid``, ``query``, ``cell``, ``estimate``, ``std_error``, ``ci_low``, ``ci_high``.
+
+The estimates are the generalised least squares fit of all the run's noisy measurements (``postprocess.gls``):
+unbiased, not rounded, possibly negative, consistent across levels; the standard errors are exact, from the
+public σ² of every query (Thm 19.37(iii)), and the 95% intervals are estimate ± 1.96·std_error.  Inputs are the
+measurements, the invariants and the configuration — never microdata — so this is post-processing and spends
+no budget (Thm 19.25).  The parametric bootstrap of the integer tables is ``pipeline.uncertainty_bootstrap``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from geography.tree import GeoTree, build_tree
+from pipeline.budget import QueryAllocation, allocate
+from pipeline.config import ReleaseConfig
+from pipeline.config_load import parse_config
+from pipeline.errors import CensusDPError
+from pipeline.measurements_io import INVARIANTS_FILE
+from pipeline.schema import DETAILED, TOTAL, Query
+from postprocess import QueryInvariant
+from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, interval, solve_gls
+
+ESTIMATES_DIR = "estimates"
+
+
+@dataclass
+class LoadedRun:
+    """A published run folder, read back: configuration, tree, invariants and where the measurements are."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    config: ReleaseConfig
+    tree: GeoTree
+    invariants: dict[int, list[QueryInvariant]]
+    allocations: tuple[QueryAllocation, ...]
+    measurements_dir: Path
+
+    def level_queries(self, level: int) -> list[tuple[Query, Fraction]]:
+        name = self.config.levels[level].name
+        return [(self.config.schema.parse_query(a.query), a.sigma2) for a in self.allocations if a.level == name]
+
+    def measurements(self, level: int) -> list[tuple[Query, Fraction, np.ndarray]]:
+        """Every query measured at the level: (query, σ², noisy answers (n_nodes, q_cells) int64)."""
+        name = self.config.levels[level].name
+        table = pq.read_table(self.measurements_dir / f"{name}.parquet", columns=["query", "noisy_value"])
+        names = table.column("query").cast(pa.string())
+        out = []
+        for query, sigma2 in self.level_queries(level):
+            values = table.filter(pc.equal(names, query.name)).column("noisy_value").to_numpy()
+            out.append((query, sigma2, values.astype(np.int64).reshape(self.tree.n_nodes(level), -1)))
+        return out
+
+    def table(self, level: int) -> np.ndarray:
+        """The published (reconciled, integer) table of a level as dense counts (n_nodes, n_cells)."""
+        schema = self.config.schema
+        name = self.config.levels[level].name
+        frame = pq.read_table(self.run_dir / "tables" / f"{name}.parquet")
+        node = np.searchsorted(self.tree.geoids[level], frame.column("geoid").to_numpy(zero_copy_only=False))
+        index = [np.searchsorted(np.asarray(a.values), frame.column(a.name).to_numpy(zero_copy_only=False))
+                 if list(a.values) == sorted(a.values) else
+                 np.array([a.values.index(v) for v in frame.column(a.name).to_pylist()], dtype=np.int64)
+                 for a in schema.attributes]
+        cells = np.ravel_multi_index(tuple(index), schema.shape) if index else np.zeros(len(node), dtype=np.int64)
+        dense = np.zeros((self.tree.n_nodes(level), schema.n_cells), dtype=np.int64)
+        np.add.at(dense, (node, cells), frame.column("count").to_numpy())
+        return dense
+
+
+def load_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> LoadedRun:
+    """Read a run folder's manifest, configuration, tree and invariants (no microdata is read)."""
+    run_dir = Path(run_dir).resolve()
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        raw = manifest["config_raw"]
+    except (OSError, ValueError, KeyError):
+        raise CensusDPError(f"{run_dir}: not a censusdp run folder (no readable manifest.json)") from None
+    for dotted, value in (overrides or {}).items():
+        section, key = dotted.split(".", 1)
+        raw.setdefault(section, {})[key] = value
+    config = parse_config(raw, str(run_dir / "manifest.json"), base=Path(manifest["config"]["source"]).parent)
+    lowest = config.levels[-1].name
+    located = Path(manifest.get("measurements", {}).get(lowest, f"measurements/{lowest}.parquet"))
+    measurements_dir = (located if located.is_absolute() else run_dir / located).parent
+    allocations = allocate(config)
+    tree = build_tree(config.levels, _lowest_geoids(measurements_dir / f"{lowest}.parquet"))
+    return LoadedRun(run_dir=run_dir, manifest=manifest, config=config, tree=tree,
+                     invariants=_invariants(config, tree, measurements_dir), allocations=allocations,
+                     measurements_dir=measurements_dir)
+
+
+def _lowest_geoids(path: Path) -> np.ndarray:
+    """Every geoid of a measurement file, from the per-row-group dictionaries (no sort of every row)."""
+    column = pq.read_table(path, columns=["geoid"]).column(0)
+    parts = [chunk.dictionary.to_numpy(zero_copy_only=False) if pa.types.is_dictionary(chunk.type)
+             else np.unique(chunk.to_numpy(zero_copy_only=False)) for chunk in column.chunks]
+    return np.unique(np.concatenate(parts).astype(np.str_)) if parts else np.zeros(0, dtype=np.str_)
+
+
+def _invariants(config: ReleaseConfig, tree: GeoTree, measurements_dir: Path) -> dict[int, list[QueryInvariant]]:
+    """Each level's invariant values (published exactly), in node order."""
+    schema = config.schema
+    table = pq.read_table(measurements_dir / INVARIANTS_FILE)
+    levels, queries = table.column("level").cast(pa.string()), table.column("query").cast(pa.string())
+    out: dict[int, list[QueryInvariant]] = {}
+    for level, spec in enumerate(config.levels):
+        out[level] = []
+        for invariant in config.invariants:
+            if spec.name not in invariant.levels:
+                continue
+            query = invariant.query
+            rows = table.filter(pc.and_(pc.equal(levels, spec.name), pc.equal(queries, query.name)))
+            values = rows.column("value").to_numpy().reshape(tree.n_nodes(level), schema.query_cells(query))
+            out[level].append(QueryInvariant(name=query.name, matrix=schema.query_matrix(query),
+                                             values=values.astype(np.int64)))
+    return out
+
+
+def axes_of(run: LoadedRun, query: Query) -> tuple[int, ...]:
+    return tuple(run.config.schema.names.index(a) for a in query.attributes)
+
+
+def gls_levels(run: LoadedRun, noisy: list[list[tuple[Query, Fraction, np.ndarray]]] | None = None) -> list[GlsLevel]:
+    """The GLS problem of a run: its measurements (or ``noisy``, the same structure) and its invariants."""
+    schema = run.config.schema
+    levels = []
+    for level in range(run.tree.depth):
+        measured = noisy[level] if noisy is not None else run.measurements(level)
+        queries = [GlsQuery(axes_of(run, q), float(s2), values) for q, s2, values in measured]
+        invariants = [GlsInvariant(axes_of(run, schema.parse_query(i.name)), i.values)
+                      for i in run.invariants.get(level, [])]
+        levels.append(GlsLevel(parent=run.tree.parent[level], queries=queries, invariants=invariants))
+    return levels
+
+
+def gls_estimates(run: LoadedRun) -> GlsResult:
+    """The exact GLS fit of every level of the run (``postprocess.gls.solve_gls``)."""
+    return solve_gls(gls_levels(run), run.config.schema.shape)
+
+
+def _columns(estimate: np.ndarray, std_error: np.ndarray) -> dict[str, pa.Array]:
+    low, high = interval(estimate, std_error**2)
+    return {"estimate": pa.array(estimate), "std_error": pa.array(std_error),
+            "ci_low": pa.array(low), "ci_high": pa.array(high)}
+
+
+def write_estimates(run_dir: Path) -> list[Path]:
+    """Write ``estimates/<level>.parquet`` and ``estimates/queries/<level>.parquet``; return the paths."""
+    run = load_run(run_dir)
+    result = gls_estimates(run)
+    schema = run.config.schema
+    out_dir = run.run_dir / ESTIMATES_DIR
+    (out_dir / "queries").mkdir(parents=True, exist_ok=True)
+    written = []
+    for level, spec in enumerate(run.config.levels):
+        n, cells = run.tree.n_nodes(level), schema.n_cells
+        geoids = pa.array(run.tree.geoids[level].tolist(), type=pa.string())
+        node = np.repeat(np.arange(n, dtype=np.int32), cells)
+        columns: dict[str, pa.Array] = {"geoid": pa.DictionaryArray.from_arrays(node, geoids)}
+        multi = np.unravel_index(np.arange(cells), schema.shape)
+        for attribute, index in zip(schema.attributes, multi, strict=True):
+            columns[attribute.name] = pa.DictionaryArray.from_arrays(np.tile(index.astype(np.int32), n),
+                                                                     pa.array(attribute.values))
+        sd = np.repeat(np.sqrt(result.query_variance(level)), cells)
+        columns.update(_columns(result.estimates[level].ravel(), sd))
+        path = out_dir / f"{spec.name}.parquet"
+        pq.write_table(pa.table(columns), path, compression="zstd")
+        written.append(path)
+        queries = {q.name: q for q, _ in run.level_queries(level) if q.name != DETAILED}  # cells: the file above
+        queries.setdefault(TOTAL, schema.parse_query(TOTAL))
+        parts = []
+        for query in queries.values():
+            axes = axes_of(run, query)
+            values = result.query_estimate(level, axes)
+            q_cells = values.shape[1]
+            sd = np.repeat(np.sqrt(result.query_variance(level, axes)), q_cells)
+            part = {"geoid": pa.DictionaryArray.from_arrays(np.repeat(np.arange(n, dtype=np.int32), q_cells),
+                                                            geoids),
+                    "query": pa.DictionaryArray.from_arrays(np.zeros(values.size, dtype=np.int32),
+                                                             pa.array([query.name])),
+                    "cell": pa.array(np.tile(np.arange(q_cells, dtype=np.int32), n))}
+            part.update(_columns(values.ravel(), sd))
+            parts.append(pa.table(part))
+        path = out_dir / "queries" / f"{spec.name}.parquet"
+        pq.write_table(pa.concat_tables(parts), path, compression="zstd")
+        written.append(path)
+    return written
+
+
+def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None) -> dict[str, Any]:
+    """Parametric bootstrap of the published integer tables (see ``pipeline.uncertainty_bootstrap``)."""
+    from pipeline.uncertainty_bootstrap import bootstrap_intervals as run_bootstrap
+
+    return run_bootstrap(run_dir, replicates, seed)
+
+
+def add_uncertainty(sub: Any) -> None:
+    """Register ``censusdp uncertainty RUN_DIR [--bootstrap R] [--seed S]`` (public outputs only; no budget)."""
+    p = sub.add_parser("uncertainty", help="GLS estimates with standard errors (estimates/) and, optionally, a "
+                       "parametric bootstrap of the tables (bootstrap/), from a run's public outputs")
+    p.add_argument("run_dir", help="a published run folder")
+    p.add_argument("--bootstrap", type=int, metavar="R", help="also run R bootstrap replicates (R reconciliations)")
+    p.add_argument("--seed", type=int, help="seed of the bootstrap noise (default: the OS source)")
+    p.set_defaults(handler=cmd_uncertainty)
+
+
+def cmd_uncertainty(args: Any) -> int:
+    """Handler: write the estimates (and bootstrap), print the paths."""
+    for path in write_estimates(Path(args.run_dir)):
+        print(path)
+    if args.bootstrap:
+        if args.bootstrap < 2:
+            raise CensusDPError("--bootstrap needs at least 2 replicates")
+        for path in bootstrap_intervals(Path(args.run_dir), args.bootstrap, args.seed)["paths"]:
+            print(path)
+    return 0

@@ -1,0 +1,162 @@
+"""GLS estimates of a run folder, the parametric bootstrap, and the coverage of the GLS 95% intervals."""
+
+from __future__ import annotations
+
+import argparse
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from geography.levels import Level
+from geography.tree import build_tree
+from pipeline.cli import main
+from pipeline.noise import sample_discrete_gaussian
+from pipeline.random_source import seeded_random_source
+from pipeline.synth import synthesize
+from pipeline.uncertainty import add_uncertainty, bootstrap_intervals, gls_estimates, load_run, write_estimates
+from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
+from postprocess.gls_algebra import marginal
+
+
+def release(config: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    code = main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", "5"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return Path(out.strip().splitlines()[-1])
+
+
+def test_write_estimates_of_a_run(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = release(tiny_release, capsys)
+    paths = write_estimates(run_dir)
+    assert {p.name for p in paths} == {f"{n}.parquet" for n in ("root", "region", "district", "unit")}
+    root = pl.read_parquet(run_dir / "estimates" / "root.parquet")
+    assert root.columns == ["geoid", "colour", "adult", "estimate", "std_error", "ci_low", "ci_high"]
+    assert root.height == 6 and (root["ci_low"] < root["estimate"]).all()
+    queries = pl.read_parquet(run_dir / "estimates" / "queries" / "region.parquet")
+    totals = queries.filter(pl.col("query") == "total")
+    # the total is an invariant at root and region: estimated exactly, with zero standard error
+    micro = pl.read_parquet(tiny_release.parent / "microdata.parquet")
+    expected = micro.group_by(pl.col("geocode").str.slice(0, 1)).len().sort("geocode")["len"].to_numpy()
+    np.testing.assert_allclose(totals.sort("geoid")["estimate"].to_numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(totals["std_error"].to_numpy(), 0, atol=1e-9)
+    # consistent: the units' estimates add up to their districts'
+    unit = pl.read_parquet(run_dir / "estimates" / "unit.parquet")
+    district = pl.read_parquet(run_dir / "estimates" / "district.parquet")
+    summed = (unit.with_columns(pl.col("geoid").cast(pl.String).str.slice(0, 2))
+              .group_by(["geoid", "colour", "adult"]).agg(pl.col("estimate").sum()).sort(["geoid", "colour", "adult"]))
+    joined = district.with_columns(pl.col("geoid").cast(pl.String)).sort(["geoid", "colour", "adult"])
+    np.testing.assert_allclose(summed["estimate"].to_numpy(), joined["estimate"].to_numpy(), atol=1e-6)
+    assert (unit["std_error"] > 0).all()
+
+
+def test_bootstrap_of_a_run(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = release(tiny_release, capsys)
+    summary = bootstrap_intervals(run_dir, replicates=3, seed=1)
+    assert set(summary["levels"]) == {"root", "region", "district", "unit"}
+    assert summary["levels"]["root"]["sd_total"] == 0  # an invariant: every replicate keeps it
+    unit = pl.read_parquet(run_dir / "bootstrap" / "unit.parquet")
+    assert (unit["ci_low"] <= unit["ci_high"]).all() and (unit["boot_sd"] >= 0).all()
+    table = pl.read_parquet(run_dir / "tables" / "unit.parquet")
+    assert unit["published"].sum() == table["count"].sum()
+    with pytest.raises(ValueError):
+        bootstrap_intervals(run_dir, replicates=1)
+
+
+def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = release(tiny_release, capsys)
+    run = load_run(run_dir)
+    result = gls_estimates(run)
+    estimates = pl.read_parquet(run_dir / "estimates" / "unit.parquet") if (run_dir / "estimates").exists() else None
+    assert estimates is None  # nothing written until write_estimates is called
+    for level in range(run.tree.depth):
+        assert result.estimates[level].shape == (run.tree.n_nodes(level), 6)
+        np.testing.assert_allclose(result.estimates[level].sum(axis=1).sum(), result.estimates[0].sum(), rtol=1e-9)
+
+
+# --- coverage on synthetic data: pl94 schema, six levels, a tiny strategy, repeated noisy measurements -------
+
+SHAPE = (8, 2, 2, 63)
+LEVELS = tuple(Level(n, w) for n, w in (("us", 0), ("state", 2), ("county", 5), ("tract", 11),
+                                        ("block_group", 12), ("block", 15)))
+STRATEGY = (((), Fraction(7, 3)), ((1, 2, 3), Fraction(9, 2)), ((0, 1, 2, 3), Fraction(6)))  # (axes, σ²)
+
+
+def synthetic_levels() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """True detailed histograms of every level of a synthetic state, and the tree's parent arrays."""
+    micro, geography = synthesize(8000, seed=3)
+    tree = build_tree(LEVELS, geography["geocode"].to_numpy())
+    unit = tree.lowest_index(micro["geocode"].to_numpy().astype(np.str_))
+    index = [micro[c].cast(pl.Int64).to_numpy() - offset for c, offset in
+             (("GQTYPE_PL", 0), ("VOTING_AGE", 1), ("CENHISP", 1), ("CENRACE", 1))]
+    cells = np.ravel_multi_index(tuple(index), SHAPE)
+    truth = [np.zeros((tree.n_nodes(i), int(np.prod(SHAPE)))) for i in range(tree.depth)]
+    np.add.at(truth[-1], (unit, cells), 1)
+    for level in range(tree.depth - 1, 0, -1):
+        truth[level - 1] = tree.aggregate_up(level, truth[level])
+    return truth, list(tree.parent)
+
+
+@pytest.fixture(scope="module")
+def synthetic_truth() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    return synthetic_levels()
+
+
+def coverage(truth: list[np.ndarray], parents: list[np.ndarray], replicates: int, scale: float) -> float:
+    """Share of (node, detailed cell) pairs at tract level and above whose 95% GLS interval covers the truth."""
+    rng = seeded_random_source(2024)
+    hits = total = 0
+    for _ in range(replicates):
+        levels = []
+        for level, (counts, parent) in enumerate(zip(truth, parents, strict=True)):
+            queries = []
+            for axes, sigma2 in STRATEGY:
+                answers = marginal(counts, SHAPE, axes)
+                noise = sample_discrete_gaussian(sigma2, answers.size, rng=rng).reshape(answers.shape)
+                queries.append(GlsQuery(axes, float(sigma2), answers + noise))
+            invariants = [GlsInvariant((), marginal(counts, SHAPE, ()))] if level <= 1 else []
+            levels.append(GlsLevel(parent, queries, invariants))
+        result = solve_gls(levels, SHAPE)
+        for level in range(4):  # us, state, county, tract
+            variance = np.repeat(result.query_variance(level)[:, None], truth[level].shape[1], axis=1)
+            low, high = interval(result.estimates[level], variance * scale**2)
+            hits += int(np.count_nonzero((low <= truth[level]) & (truth[level] <= high)))
+            total += truth[level].size
+    return hits / total
+
+
+def test_gls_intervals_cover_the_truth_95_percent(synthetic_truth) -> None:
+    truth, parents = synthetic_truth
+    assert truth[3].shape[0] >= 2  # several tracts
+    rate = coverage(truth, parents, replicates=12, scale=1.0)
+    assert 0.93 <= rate <= 0.97, rate
+
+
+def test_coverage_check_fails_for_a_wrong_variance(synthetic_truth) -> None:
+    truth, parents = synthetic_truth
+    rate = coverage(truth, parents, replicates=3, scale=0.5)  # half the standard error
+    assert rate < 0.80, rate
+
+
+def test_estimates_of_a_postprocess_run_match(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``censusdp postprocess`` folder points at the original measurements: the same GLS estimates."""
+    run_dir = release(tiny_release, capsys)
+    assert main(["-q", "postprocess", str(run_dir)]) == 0
+    again = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    first, second = gls_estimates(load_run(run_dir)), gls_estimates(load_run(again))
+    for a, b in zip(first.estimates, second.estimates, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert write_estimates(again)[0].exists()
+
+
+def test_uncertainty_command(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = release(tiny_release, capsys)
+    parser = argparse.ArgumentParser()
+    add_uncertainty(parser.add_subparsers())
+    args = parser.parse_args(["uncertainty", str(run_dir), "--bootstrap", "2", "--seed", "4"])
+    assert args.handler(args) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert any(line.endswith("estimates/unit.parquet") for line in printed)
+    assert any(line.endswith("bootstrap/unit.parquet") for line in printed)
