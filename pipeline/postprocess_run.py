@@ -33,6 +33,8 @@ from postprocess import QueryInvariant
 class RecordedSource:
     """Stands in for the random source of a run whose noise was already drawn; refuses to draw more."""
 
+    can_draw = False
+
     def __init__(self, name: str, publishable: bool) -> None:
         self.name, self.publishable = name, publishable
 

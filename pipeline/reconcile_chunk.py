@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pipeline.measurements_io import read_chunk
+from pipeline.random_source import seeded_random_source
 from pipeline.schema import Schema
 from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
 
@@ -37,6 +38,7 @@ class ChunkTask:
     invariants: tuple[tuple[str, np.ndarray], ...]  # (query name, values of the chunk's nodes)
     structural_zeros: np.ndarray | None
     solver: str
+    tie_seed: int  # rounding ties are broken at random from a stream keyed by this (drawn from the run's CSPRNG)
 
     def __repr__(self) -> str:
         return f"ChunkTask(level={self.level!r}, nodes={self.start}:{self.stop})"
@@ -56,5 +58,6 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix, dict[str, Any]]:
     parent = task.parent_counts.toarray().astype(np.int64) if task.parent_counts is not None else None
     result = reconcile_level(measurements, n_cells=schema.n_cells, parent_counts=parent,
                              parent_index=task.parent_index, invariants=invariants,
-                             structural_zeros=task.structural_zeros, solver=task.solver)
+                             structural_zeros=task.structural_zeros, solver=task.solver,
+                             rng=seeded_random_source(task.tie_seed))
     return sp.csr_matrix(result.counts), result.report

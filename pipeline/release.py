@@ -36,7 +36,7 @@ from pipeline.ledger import PrivacyLedger, config_hash
 from pipeline.measure import level_invariants, measure_level
 from pipeline.measurements_io import LevelMeasurementWriter, write_invariants
 from pipeline.microdata import lowest_index_of_rows, read_geography, read_microdata
-from pipeline.random_source import RandomSource
+from pipeline.random_source import RandomSource, system_random_source
 from pipeline.reconcile_chunk import ChunkTask, reconcile_chunk
 from pipeline.release_support import merge_reports, structural_zero_mask
 from pipeline.runner import make_runner
@@ -202,6 +202,9 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
     queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
     path = str((run.measurements_dir or run.work_dir / "measurements") / f"{name}.parquet")
     zeros = structural_zero_mask(config)
+    # ties in rounding are broken at random (post-processing, so any source is private enough); the keys come
+    # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
+    tie_source = run.rng if getattr(run.rng, "can_draw", True) else system_random_source()
     tasks = []
     for start, stop, first in run.chunk_plan[level]:
         parent_counts = parent_index = None
@@ -213,7 +216,7 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
         tasks.append(ChunkTask(level=name, start=start, stop=stop, measurements_path=path, first_row_group=first,
                                queries=queries, schema=run.schema, parent_counts=parent_counts,
                                parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
-                               solver=config.solver))
+                               solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0])))
     return tasks
 
 

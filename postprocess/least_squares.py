@@ -77,9 +77,9 @@ class Solution:
 
 
 def resolve_solvers(solver: str) -> tuple[str, ...]:
-    """``"auto"``: the installed ones of AUTO_SOLVERS in order; else a cvxpy name or comma-separated names."""
+    """``"auto"``/``"cvxpy"``: the installed ones of AUTO_SOLVERS in order; else cvxpy names, comma-separated."""
     installed = set(cp.installed_solvers())
-    if solver == "auto":
+    if solver in ("auto", "cvxpy"):
         chain = tuple(name for name in AUTO_SOLVERS if name in installed)
     else:
         chain = tuple(name.strip().upper() for name in solver.split(",") if name.strip())

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from postprocess import fast_path
 from postprocess.checks import check_inputs, check_table
 from postprocess.layout import (
     Batch,
@@ -36,6 +37,7 @@ from postprocess.problem import (
     validate,
 )
 from postprocess.rounding import round_batch
+from postprocess.ties import TieSource, check_source
 
 
 def reconcile_level(
@@ -47,13 +49,21 @@ def reconcile_level(
     invariants: Sequence[QueryInvariant] = (),
     structural_zeros: np.ndarray | None = None,
     solver: str = "auto",
+    rng: TieSource | None = None,
 ) -> LevelResult:
     """Non-negative, consistent integer table (n_nodes, n_cells) of one level, with a public report.
 
     ``parent_counts``/``parent_index`` are None at the root (one problem per node, no parent constraint);
     below it, ``parent_index[node]`` is the node's row of ``parent_counts`` (parents that no node points to
-    are ignored, so a level can be reconciled in chunks of parents).  ``solver`` is ``"auto"`` (Clarabel,
-    then OSQP, then SCS when one fails), a cvxpy solver name, or several comma-separated names tried in order.
+    are ignored, so a level can be reconciled in chunks of parents).
+
+    ``solver``: ``"auto"`` takes the exact closed forms of ``postprocess.fast_path`` when only detailed
+    queries are measured and there are no invariants, else cvxpy with Clarabel, then OSQP, then SCS when one
+    fails; ``"cvxpy"`` forces that general path; ``"fast"`` forces the closed forms (``ValueError`` when they
+    do not apply); anything else is a cvxpy solver name, or several comma-separated names tried in order.
+    ``report["path"]`` says which path ran (``"fast"`` or ``"cvxpy"``).
+
+    ``rng`` (e.g. the run's ``RandomSource``) breaks rounding ties at random; None keeps index order.
 
     Raises ``ValueError`` for malformed arguments and ``ReconciliationError`` when the constraints are
     inconsistent, every solver fails, or the rounded table breaks a constraint: the run must then fail.
@@ -67,11 +77,50 @@ def reconcile_level(
         parent_index=parent_index,
         structural_zeros=structural_zeros,
     )
-    solvers = resolve_solvers(solver)
+    rng = check_source(rng)
+    fast = solver == "fast" or (solver == "auto" and fast_path.applies(inputs))
+    if solver == "fast" and not fast_path.applies(inputs):
+        raise ValueError("solver='fast' needs detailed-only measurements (identity matrices) and no invariants")
+    solvers = () if fast else resolve_solvers(solver)
     check_inputs(inputs)
     blocks = plan_blocks(inputs)
     counts = np.zeros((inputs.n_nodes, inputs.n_cells), dtype=np.int64)
-    only_children = _fill_only_children(inputs, blocks, counts)
+    report: dict = {
+        "nodes": inputs.n_nodes,
+        "cells": inputs.n_cells,
+        "root": inputs.is_root,
+        "blocks": int(blocks.n_free.size),
+        "blocks_only_child": int(np.count_nonzero(np.diff(blocks.start) == 1)) if blocks.parent is not None else 0,
+        "blocks_empty": int(np.count_nonzero(blocks.n_free == 0)),
+        "path": "fast" if fast else "cvxpy",
+        "tie_break": "random" if rng is not None else "index",
+    }
+    if fast:
+        tick = time.perf_counter()
+        report.update(fast_path.reconcile_fast(inputs, blocks, counts, rng))
+        report.update(
+            problems=0,
+            solvers=["closed_form"],
+            solver_status={},
+            fallbacks=0,
+            rounding={"largest_remainder" if blocks.parent is not None else "nearest": 1},
+            max_invariant_violation=0.0,
+            min_value_before_rounding=0.0,
+            seconds_solve=time.perf_counter() - tick,
+            seconds_rounding=0.0,  # the fast path rounds inside its vectorised loop: counted in seconds_solve
+        )
+    else:
+        _fill_only_children(inputs, blocks, counts)
+        report.update(_reconcile_general(inputs, blocks, counts, solvers, rng))
+    check_table(inputs, counts)
+    report["seconds_total"] = time.perf_counter() - started
+    return LevelResult(counts=counts, report=report)
+
+
+def _reconcile_general(
+    inputs: Inputs, blocks: Blocks, counts: np.ndarray, solvers: tuple[str, ...], rng: TieSource | None
+) -> dict:
+    """cvxpy least squares per batch of blocks, then HiGHS/greedy rounding; fills ``counts``."""
     statuses: Counter[str] = Counter()
     rounding: Counter[str] = Counter()
     worst = {"sum": 0.0, "invariant": 0.0, "min": np.inf}
@@ -89,19 +138,12 @@ def reconcile_level(
         worst["invariant"] = max(worst["invariant"], solution.violations[1])
         worst["min"] = min(worst["min"], solution.min_value)
         tick = time.perf_counter()
-        values, method = round_batch(batch, solution.x, inv_matrix, inv_rhs)
+        values, method = round_batch(batch, solution.x, inv_matrix, inv_rhs, rng)
         seconds["rounding"] += time.perf_counter() - tick
         rounding[method] += 1
         variables += batch.n_vars
         counts[batch.nodes[batch.var_node], batch.var_cell] = values
-    check_table(inputs, counts)
-    report = {
-        "nodes": inputs.n_nodes,
-        "cells": inputs.n_cells,
-        "root": inputs.is_root,
-        "blocks": int(blocks.n_free.size),
-        "blocks_only_child": only_children,
-        "blocks_empty": int(np.count_nonzero(blocks.n_free == 0)),
+    return {
         "problems": len(batches),
         "variables": variables,
         "solvers": list(solvers),
@@ -113,9 +155,7 @@ def reconcile_level(
         "min_value_before_rounding": worst["min"] if np.isfinite(worst["min"]) else None,
         "seconds_solve": seconds["solve"],
         "seconds_rounding": seconds["rounding"],
-        "seconds_total": time.perf_counter() - started,
     }
-    return LevelResult(counts=counts, report=report)
 
 
 def solve_batch(

@@ -11,9 +11,23 @@ invariant holding exactly.  Backends, proven against each other and against brut
   nested invariants (totals, marginals) the matrix is totally unimodular (two laminar families), so the
   simplex vertex of the LP relaxation is integral (``binary_lp``); otherwise the MILP (``binary_milp``).
 
-If the floors cannot be completed (``infeasible``: a solver tolerance pushed a floor the wrong way), the
-general integer problem ``min sum |x - x_ls|`` with x integer >= 0 under the same constraints is solved
-instead (``integer_milp``).  Rounding is post-processing of the noisy measurements (Thm 19.25).
+If the floors cannot be completed (``infeasible``: a solver tolerance pushed a floor the wrong way, or
+crossing invariants leave no floor-or-ceil table), the general integer problem ``min sum |x - x_ls|`` with
+x integer >= 0 under the same constraints is solved instead (``integer_milp``).
+
+Crossing queries (invariants that are not two laminar families with the sum constraints, e.g. two
+marginals per child over different attributes, plus the sum over children: a 3-index transportation
+problem) are not totally unimodular and their integer feasibility is NP-complete in general, so no
+polynomial method can promise a table.  The chain is: LP relaxation (integral whenever it happens to be),
+then the binary MILP, then the integer MILP, each under ``MILP_SECONDS``; a MILP stopped by its time limit
+is accepted with its best incumbent once that is checked to satisfy every constraint exactly
+(``*_incumbent`` in the report).  A feasible integer table always exists (the confidential one), so a
+failure means only that HiGHS ran out of time; the run then stops with ``ReconciliationError`` and
+publishes nothing, rather than release a table breaking a constraint.
+
+With a random source, tie-breaking is random (``postprocess.ties``): in ``greedy`` through the sort key,
+in the HiGHS problems through a jitter below the cost grid.  Rounding is post-processing of the noisy
+measurements and of that randomness only (Thm 19.25 of the seed).
 """
 
 from __future__ import annotations
@@ -24,15 +38,21 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from postprocess.layout import Batch
 from postprocess.problem import ReconciliationError
+from postprocess.ties import TieSource, cost_jitter, priority, snap_costs
 
 SNAP = 1e-7  # values this close to an integer are taken as that integer before flooring
 INTEGRAL = 1e-6  # an LP solution this close to integers is integral (a vertex of a TU polytope)
+MILP_SECONDS = 60.0  # time limit of each HiGHS MILP; after it, the best incumbent if there is one
 
 
 def round_batch(
-    batch: Batch, x: np.ndarray, inv_matrix: sp.csr_matrix, inv_rhs: np.ndarray
+    batch: Batch,
+    x: np.ndarray,
+    inv_matrix: sp.csr_matrix,
+    inv_rhs: np.ndarray,
+    rng: TieSource | None = None,
 ) -> tuple[np.ndarray, str]:
-    """Integer point (int64, one per variable) and the backend that produced it."""
+    """Integer point (int64, one per variable) and the backend that produced it; ``rng`` breaks ties."""
     point = np.clip(x, 0.0, batch.upper)
     nearest = np.rint(point)
     point = np.where(np.abs(point - nearest) <= SNAP, nearest, point)
@@ -49,18 +69,20 @@ def round_batch(
             return floor_int + (cost < 0), "nearest"
         sizes = np.bincount(batch.var_sum_row, minlength=batch.sum_rhs.size)
         if np.all((sum_gap >= 0) & (sum_gap <= sizes)):
-            return floor_int + _greedy(batch.var_sum_row, cost, sum_gap), "greedy"
+            return floor_int + _greedy(batch.var_sum_row, cost, sum_gap, rng), "greedy"
     else:
         inv_gap = inv_rhs - _int_matmul(inv_matrix, floor_int)
+        if rng is not None:
+            cost = snap_costs(cost) + cost_jitter(cost.size, rng)
         increments, method = _binary(batch, cost, floor, sum_gap, inv_matrix, inv_gap)
         if increments is not None:
             return floor_int + increments, method
-    return _integer_milp(batch, point, inv_matrix, inv_rhs), "integer_milp"
+    return _integer_milp(batch, point, inv_matrix, inv_rhs)
 
 
-def _greedy(row: np.ndarray, cost: np.ndarray, gap: np.ndarray) -> np.ndarray:
-    """In every sum row, increment the ``gap[row]`` variables of lowest cost (ties: lowest index)."""
-    order = np.lexsort((cost, row))
+def _greedy(row: np.ndarray, cost: np.ndarray, gap: np.ndarray, rng: TieSource | None = None) -> np.ndarray:
+    """In every sum row, increment the ``gap[row]`` variables of lowest cost (ties: random, else lowest index)."""
+    order = np.lexsort((priority((1.0 - cost) / 2.0, rng), row))
     sorted_rows = row[order]
     first = np.searchsorted(sorted_rows, sorted_rows, side="left")
     rank = np.arange(row.size) - first
@@ -91,19 +113,31 @@ def _binary(
             integrality=np.zeros(cost.size) if relaxed else np.ones(cost.size),
             bounds=Bounds(np.zeros(cost.size), upper),
             constraints=LinearConstraint(matrix, rhs, rhs),
-            options={"presolve": not relaxed},
+            options={"presolve": not relaxed, "time_limit": MILP_SECONDS},
         )
-        if result.status != 0 or result.x is None:
+        if result.x is None or result.status not in ((0,) if relaxed else (0, 1)):
+            if relaxed:
+                continue
             return None, ""
         increments = np.rint(result.x)
         if np.abs(result.x - increments).max(initial=0.0) <= INTEGRAL:
-            return increments.astype(np.int64), "binary_lp" if relaxed else "binary_milp"
+            if not _satisfies(matrix, increments, rhs, upper):
+                return None, ""
+            method = "binary_lp" if relaxed else "binary_milp"
+            return increments.astype(np.int64), method if result.status == 0 else method + "_incumbent"
     return None, ""
+
+
+def _satisfies(matrix: sp.csr_matrix, values: np.ndarray, rhs: np.ndarray, upper: np.ndarray) -> bool:
+    """Exact check of an integer point (a MILP incumbent is feasible only to HiGHS's tolerance)."""
+    as_int = values.astype(np.int64)
+    ok = bool(np.all(as_int >= 0) and np.all(values <= upper))
+    return ok and bool(np.array_equal(_int_matmul(matrix, as_int), rhs.astype(np.int64)))
 
 
 def _integer_milp(
     batch: Batch, point: np.ndarray, inv_matrix: sp.csr_matrix, inv_rhs: np.ndarray
-) -> np.ndarray:
+) -> tuple[np.ndarray, str]:
     """min sum t  s.t.  t >= |x - point|, constraints, x integer in [0, parent cell]."""
     n = point.size
     eye = sp.identity(n, format="csr")
@@ -120,13 +154,17 @@ def _integer_milp(
         integrality=np.concatenate([np.ones(n), np.zeros(n)]),
         bounds=Bounds(np.zeros(2 * n), np.concatenate([batch.upper, np.full(n, np.inf)])),
         constraints=constraints,
+        options={"time_limit": MILP_SECONDS},
     )
-    if result.status != 0 or result.x is None:
-        raise ReconciliationError(
-            f"integer rounding failed ({result.message.split('.')[0]}) for {batch.n_blocks} blocks "
-            f"and {n} variables"
-        )
-    return np.rint(result.x[:n]).astype(np.int64)
+    if result.status in (0, 1) and result.x is not None:
+        values = np.rint(result.x[:n])
+        equalities = sp.vstack([batch.sum_matrix, inv_matrix], format="csr")
+        if _satisfies(equalities, values, np.concatenate([batch.sum_rhs, inv_rhs]), batch.upper):
+            return values.astype(np.int64), "integer_milp" if result.status == 0 else "integer_milp_incumbent"
+    raise ReconciliationError(
+        f"integer rounding failed ({result.message.split('.')[0]}) for {batch.n_blocks} blocks "
+        f"and {n} variables"
+    )
 
 
 def _int_matmul(matrix: sp.csr_matrix, vector: np.ndarray) -> np.ndarray:

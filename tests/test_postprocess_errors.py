@@ -114,10 +114,25 @@ def test_negative_parent():
 def test_a_broken_table_is_never_returned(monkeypatch):
     """The final checks are real code, not ``assert``: a rounding bug makes the run fail."""
 
-    def broken(batch, x, inv_matrix, inv_rhs):
+    def broken(batch, x, inv_matrix, inv_rhs, rng=None):
         return np.ones(x.size, dtype=np.int64), "broken"
 
     monkeypatch.setattr(reconcile, "round_batch", broken)
+    with pytest.raises(ReconciliationError, match="do not sum to their parent"):
+        reconcile_level(
+            [detailed([[5, 1, 0, 2], [1, 1, 1, 1]])],
+            n_cells=N,
+            parent_counts=np.array([[6, 2, 1, 3]]),
+            parent_index=np.array([0, 0]),
+            solver="cvxpy",
+        )
+
+
+def test_a_broken_fast_path_table_is_never_returned(monkeypatch):
+    def broken(x, p, rng):
+        return np.ones(x.shape, dtype=np.int64)
+
+    monkeypatch.setattr(reconcile.fast_path, "largest_remainder", broken)
     with pytest.raises(ReconciliationError, match="do not sum to their parent"):
         reconcile_level(
             [detailed([[5, 1, 0, 2], [1, 1, 1, 1]])],

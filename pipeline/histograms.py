@@ -1,0 +1,21 @@
+"""Histograms: one dense detailed count vector per node per level (rows ordered as the tree's geoids)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from geography.tree import GeoTree
+
+
+def lowest_histograms(unit_index: np.ndarray, cells: np.ndarray, n_units: int, n_cells: int) -> np.ndarray:
+    """Count persons per (unit, cell): an (n_units, n_cells) int64 array; units with no persons are zero rows."""
+    flat = np.bincount(unit_index * n_cells + cells, minlength=n_units * n_cells)
+    return flat.astype(np.int64, copy=False).reshape(n_units, n_cells)
+
+
+def all_level_histograms(tree: GeoTree, lowest: np.ndarray) -> list[np.ndarray]:
+    """Aggregate the lowest level upwards; element i holds level i's histograms."""
+    levels = [lowest]
+    for level in range(tree.depth - 1, 0, -1):
+        levels.append(tree.aggregate_up(level, levels[-1]))
+    return levels[::-1]
