@@ -6,7 +6,8 @@ production path), its CKS20 reference path, the inexact np.rint(normal) baseline
 
 Prints a markdown table of samples per second (best of --repeat; ours and np.rint alternate within each
 repeat so that machine load hits both alike) and the issue-3 targets: >= 20 M/s, >= 0.5x np.rint(normal),
->= 300x OpenDP.
+>= 300x OpenDP.  Then the exact discrete Laplace rows: the table path (production) against its CKS20 path
+and np.rint of a numpy float Laplace sample (inexact: a speed reference only), target >= 20 M/s.
 """
 
 from __future__ import annotations
@@ -20,11 +21,18 @@ from fractions import Fraction
 
 import numpy as np
 
-from pipeline import noise_table
-from pipeline.noise import sample_discrete_gaussian, sample_discrete_gaussian_cks, sample_discrete_laplace
+from pipeline import noise_laplace_table, noise_table
+from pipeline.noise import (
+    LAPLACE_TABLE_MAX_SCALE,
+    sample_discrete_gaussian,
+    sample_discrete_gaussian_cks,
+    sample_discrete_laplace,
+    sample_discrete_laplace_cks,
+)
 from pipeline.random_source import system_random_source
 
 SIGMA2 = ["1/20", "1/2", "5", "7/3", "50", "500", "1000003/7", "1000000"]
+LAPLACE_SCALES = ["1/20", "1/2", "1", "7/3", "100", "256", "1000", "10000", "1000000", "10000001"]
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -106,13 +114,42 @@ def main() -> None:
             f"| {cks / 1e6:.2f} | {odp_cells} | {'met' if ok else 'NOT met'} |"
         )
     print()
-    print("| Laplace scale | exact discrete Laplace (M/s) |")
-    print("|---|---|")
-    for text in ["1", "7/3", "100"]:
-        (rate,) = best_rates(
-            [lambda s=Fraction(text): sample_discrete_laplace(s, args.size, rng=rng)], args.size, args.repeat
+    laplace_rows(args.size, args.repeat, rng, baseline_rng)
+
+
+def laplace_rows(size: int, repeat: int, rng, baseline_rng) -> None:
+    """Exact discrete Laplace (table inversion, the production path) against its CKS20 path and the inexact
+    np.rint(numpy Laplace) baseline, same run; target >= 20 M/s for scales 1/20 .. 10^4."""
+    print(
+        "| Laplace scale | path | tables build (ms) | tables (KiB) | ours (M/s) | CKS path (M/s) | ours/CKS "
+        "| np.rint(laplace), inexact (M/s) | ours/rint | target >= 20 M/s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for text in LAPLACE_SCALES:
+        scale = Fraction(text)
+        noise_table.clear_caches()
+        build = timed(lambda s=scale: sample_discrete_laplace(s, 1, rng=rng))
+        kib = sum(t.nbytes for t in noise_table._tables.values()) / 1024
+        if scale > LAPLACE_TABLE_MAX_SCALE:
+            path = "CKS (above table range)"
+        else:
+            path = "direct table" if scale <= noise_laplace_table.DIRECT_MAX_SCALE else "split W A + D"
+        b = float(scale)
+        ours, rint = best_rates(
+            [
+                lambda s=scale: sample_discrete_laplace(s, size, rng=rng),
+                lambda b=b: np.rint(baseline_rng.laplace(0.0, b, size)).astype(np.int64),
+            ],
+            size,
+            repeat,
         )
-        print(f"| {text} | {rate / 1e6:.2f} |")
+        cks_size = max(size // 4, 1)
+        (cks,) = best_rates([lambda s=scale, n=cks_size: sample_discrete_laplace_cks(s, n, rng=rng)], cks_size, 2)
+        met = ("met" if ours >= 20e6 else "NOT met") if scale <= 10**4 else "- (outside 1/20 .. 10^4)"
+        print(
+            f"| {text} | {path} | {build * 1e3:.1f} | {kib:.0f} | {ours / 1e6:.1f} | {cks / 1e6:.2f} "
+            f"| {ours / cks:.1f}x | {rint / 1e6:.1f} | {ours / rint:.2f} | {met} |"
+        )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ are compared with mpmath at 100 digits -- as a cross-check only; correctness doe
 from __future__ import annotations
 
 import bisect
+import math
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
@@ -162,3 +163,149 @@ def cdf_enclosure(sigma2: Fraction, prec: int) -> CdfEnclosure:
     if enc.lo(-1) > enc.lo(0) or enc.hi(-1) > enc.hi(0):  # G(1) < 1/2 - P(0)/2: only if widths exceed P(0)
         raise ArithmeticError(f"CDF enclosure at {prec} bits too wide for sigma2 = {sigma2}")
     return enc
+
+
+# ---- discrete Laplace: a closed form ---------------------------------------------------------------------
+#
+# For P(x) ~ q^|x| on Z, q = exp(-1/scale): P(x) = (1 - q) / (1 + q) q^|x|, so G(m) = P(X <= -m) = q^m / (1 + q)
+# for m >= 0 and F(k) = 1 - G(k + 1) for k >= 0, F(k) = G(-k) for k < 0.  Each bound below is an exact integer
+# computation from the certified ``exp_neg`` enclosures of q and q^m, rounded outward, as for the Gaussian.
+
+
+def _laplace_g(qm: tuple[int, int], q: tuple[int, int], w: int, prec: int) -> tuple[int, int]:
+    """Enclosure of G(m) 2^prec = q^m 2^prec / (1 + q), from w-bit enclosures of q^m and q (outward rounding)."""
+    full = 1 << prec
+    return (qm[0] << prec) // ((1 << w) + q[1]), min(_ceil_div(qm[1] << prec, (1 << w) + q[0]), full)
+
+
+def laplace_g_bounds(scale: Fraction, prec: int, mmax: int) -> tuple[list[int], list[int]]:
+    """(g_lo, g_hi) with g_lo[m-1] <= G(m) 2^prec <= g_hi[m-1] for m = 1 .. mmax (the table builder's path).
+
+    q^m is carried by the recurrence q^(m+1) = q^m q on w = prec + 64-bit enclosures, floored below and ceiled
+    above, so each lower bound stays <= the true value and each upper bound >= it (errors grow by a few units
+    of 2^-w per step: < 2^-40 relative to 2^-prec for mmax < 2^20).
+    """
+    t, s = scale.numerator, scale.denominator  # 1/scale = s/t
+    w = prec + _GUARD
+    one = 1 << w
+    q = exp_neg(s, t, w)
+    p_lo, p_hi = q
+    g_lo, g_hi = [], []
+    for _ in range(mmax):
+        lo, hi = _laplace_g((p_lo, p_hi), q, w, prec)
+        g_lo.append(lo)
+        g_hi.append(hi)
+        p_lo, p_hi = (p_lo * q[0]) >> w, min(_ceil_div(p_hi * q[1], one), one)
+    return g_lo, g_hi
+
+
+class LaplaceCdf:
+    """Certified bounds of the discrete Laplace CDF at ``prec`` bits for *every* k, computed on demand.
+
+    The refinement path's enclosure (same ``locate`` contract as ``CdfEnclosure``): lo(k) <= F(k) 2^prec <=
+    hi(k), with q^m taken directly from ``exp_neg(m s, t, w)`` (no range limit, so samples beyond the table
+    are decided too).  A float estimate only chooses where ``locate`` starts looking; every decision is made
+    by the integer bounds.  Bounds are memoised (a few thousand entries at most).
+    """
+
+    _MEMO_MAX = 4096
+
+    def __init__(self, scale: Fraction, prec: int) -> None:
+        self.scale, self.prec = scale, prec
+        self._w = prec + _GUARD
+        self._t, self._s = scale.numerator, scale.denominator
+        self._q = exp_neg(self._s, self._t, self._w)
+        self._memo: dict[int, tuple[int, int]] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return 4096 + self._MEMO_MAX * (3 * sys.getsizeof(1 << self.prec) + 64)  # the memo at its cap
+
+    def g(self, m: int) -> tuple[int, int]:
+        """(lo, hi) of G(m) 2^prec, m >= 1."""
+        got = self._memo.get(m)
+        if got is None:
+            if len(self._memo) >= self._MEMO_MAX:
+                self._memo.clear()
+            got = self._memo[m] = _laplace_g(exp_neg(m * self._s, self._t, self._w), self._q, self._w, self.prec)
+        return got
+
+    def lo(self, k: int) -> int:
+        return self.g(-k)[0] if k < 0 else (1 << self.prec) - self.g(k + 1)[1]
+
+    def hi(self, k: int) -> int:
+        return self.g(-k)[1] if k < 0 else (1 << self.prec) - self.g(k + 1)[0]
+
+    def _hint(self, value: int, bits: int) -> int:
+        """Roughly min{k : U* < F(k)} for U* ~ value / 2^bits, from floats (only a starting point)."""
+        log_q = -self._s / self._t
+        half = value < 1 << (bits - 1)
+        rest = value if half else (1 << bits) - value  # U* or 1 - U*, times 2^bits
+        log_u = (math.log(rest) if rest > 0 else -1.0) - bits * math.log(2) + math.log1p(math.exp(log_q))
+        level = log_u / log_q  # F(-m) = q^m / (1 + q) = U*  (left) or 1 - F(k) = q^(k+1) / (1 + q) (right)
+        if not math.isfinite(level):
+            return 0
+        return -max(math.ceil(level) - 1, 0) if half else max(math.floor(level), 0)
+
+    def locate(self, value: int, bits: int) -> int | None:
+        """X = min{k : U* < F(k)} if certain for every U* in [value, value + 1) / 2^bits, else None.
+
+        "F(k) <= U*" is certain when hi(k) <= value 2^(prec-bits), "U* < F(k)" when (value + 1) 2^(prec-bits)
+        <= lo(k).  Starting from the hint, step down while U* < F(k-1) is certain and up while F(k) <= U* is;
+        then X = k is certain iff F(k-1) <= U* < F(k) both are (F nondecreasing), else U* is within the
+        enclosure of F(k-1) or F(k) and the answer is None.  Steps double, so a poor hint costs O(log).
+        """
+        if bits > self.prec:
+            raise ValueError("value has more bits than the enclosure's precision")
+        shift = self.prec - bits
+        below, above = value << shift, (value + 1) << shift
+        k = self._hint(value, bits)
+        lo_k, hi_k = None, None  # bracket: X > lo_k and X <= hi_k once known
+        step = 1
+        while True:
+            if above <= self.lo(k - 1):  # X <= k - 1
+                hi_k = k - 1
+                k = k - step if lo_k is None else max((lo_k + hi_k + 1) // 2, lo_k + 1)
+            elif self.hi(k) <= below:  # X >= k + 1
+                lo_k = k
+                k = k + step if hi_k is None else (lo_k + hi_k + 1) // 2
+            else:
+                return k if self.hi(k - 1) <= below and above <= self.lo(k) else None
+            step *= 2
+            if lo_k is not None and hi_k is not None:
+                k = min(max(k, lo_k + 1), hi_k)
+
+
+def laplace_cdf(scale: Fraction, prec: int) -> LaplaceCdf:
+    return LaplaceCdf(scale, prec)
+
+
+def laplace_difference_enclosure(param: tuple[Fraction, int], prec: int) -> CdfEnclosure:
+    """Certified CDF of D = R1 - R2, R1, R2 iid with P(r) ~ q^r on 0 <= r < W (q = exp(-1/scale)).
+
+    P(D = d) ~ sum_r q^r q^(r - |d|) over max(0, |d|) <= r < W, i.e. ~ q^|d| - q^(2W - |d|) for |d| < W, 0 beyond.
+    Weights w_j = q^j - q^(2W - j), j = 0 .. W-1, from w-bit enclosures of q^i (recurrence, outward rounding;
+    the lower weight takes the upper q^(2W-j) and vice versa); then, as in ``cdf_enclosure``, S(m) = sum_{j>=m}
+    w_j, Z = w_0 + 2 S(1), G(m) = S(m) / Z in [floor(S_lo 2^prec / Z_hi), ceil(S_hi 2^prec / Z_lo)].  G(W) = 0
+    exactly, so J = W - 1 and the enclosure covers the whole support.
+    """
+    scale, width = param
+    t, s = scale.numerator, scale.denominator
+    w = prec + _GUARD
+    one = 1 << w
+    q = exp_neg(s, t, w)
+    p_lo, p_hi = [one], [one]
+    for _ in range(2 * width):
+        p_lo.append((p_lo[-1] * q[0]) >> w)
+        p_hi.append(min(_ceil_div(p_hi[-1] * q[1], one), one))
+    w_lo = [max(p_lo[j] - p_hi[2 * width - j], 0) for j in range(width)]
+    w_hi = [p_hi[j] - p_lo[2 * width - j] for j in range(width)]
+    s_lo, s_hi = [0] * (width + 1), [0] * (width + 1)  # index m: S(m), m = 0 .. W (S(W) = 0)
+    for m in range(width - 1, 0, -1):
+        s_lo[m] = s_lo[m + 1] + w_lo[m]
+        s_hi[m] = s_hi[m + 1] + w_hi[m]
+    z_lo, z_hi = w_lo[0] + 2 * s_lo[1], w_hi[0] + 2 * s_hi[1]
+    full = 1 << prec
+    g_lo = [(x << prec) // z_hi for x in s_lo[1:]]
+    g_hi = [min(_ceil_div(x << prec, z_lo), full) for x in s_hi[1:]]
+    return CdfEnclosure(param, prec, g_lo, g_hi)  # type: ignore[arg-type]  (the label is (scale, W) here)

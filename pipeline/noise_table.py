@@ -20,6 +20,11 @@ Every branch returns min{k : U* < F(k)} for the same U*, whatever the digits not
 and the slow path's digits are fresh, so it is correct conditionally on the fast path having failed: the
 overall law is that of inversion, i.e. exact.  P(U* = F(k)) = 0, so refinement ends with probability 1;
 it raises ``ArithmeticError`` only after ``_MAX_ROUNDS`` rounds (probability < 2^-900).
+
+The same machinery serves the discrete Laplace (``pipeline.noise_laplace_table``): a table's ``law`` names
+the CDF its bounds enclose, ``_refine`` continues against that law's enclosures, and all tables share one
+LRU and one byte cap.  Nothing above depends on which symmetric law F is, only on L_k <= F(k) 2^64 <= H_k
+and on enclosures that are certain.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from pipeline.noise_cdf import CdfEnclosure, cdf_enclosure
+from pipeline.noise_cdf import CdfEnclosure, LaplaceCdf, cdf_enclosure, laplace_cdf, laplace_difference_enclosure
 from pipeline.random_source import RandomSource
 
 TABLE_PREC = 128  # enclosure precision the 64-bit tables are rounded from (widths ~2^-126: L, H differ by 1)
@@ -52,6 +57,8 @@ class GaussianTable:
     high_m1: np.ndarray  # uint64, nondecreasing (H - 1, so that H = 2^64 fits)
     guide: np.ndarray  # smallest int dtype holding +-(K+1): X for a pure cell, the dtype's minimum otherwise
     shift: np.uint64  # 64 - guide bits
+    law: str = "gaussian"  # the CDF enclosed: "gaussian" (sigma2 = variance), "laplace" (sigma2 holds the scale),
+    # or "laplace_difference" (sigma2 holds (scale, W)): see pipeline.noise_laplace_table
 
     @property
     def nbytes(self) -> int:
@@ -78,8 +85,16 @@ def _guide(low: np.ndarray, high_m1: np.ndarray, kmax: int, bits: int, dtype: ty
     return np.where(pure, i.astype(np.int64) - (kmax + 1), np.iinfo(dtype).min).astype(dtype)
 
 
-def table_from_bounds(sigma2: Fraction, kmax: int, low: np.ndarray, high_m1: np.ndarray) -> GaussianTable:
-    """A table from boundary bounds (tests build deliberately wide, short or wrong ones with this)."""
+def table_from_bounds(
+    sigma2: Fraction, kmax: int, low: np.ndarray, high_m1: np.ndarray, law: str = "gaussian"
+) -> GaussianTable:
+    """A table from boundary bounds (tests build deliberately wide, short or wrong ones with this).
+
+    ``law`` names the CDF the bounds enclose ("gaussian", or "laplace" with sigma2 holding the scale): it is
+    the law ``_refine`` continues against, so it must be the one the bounds came from.
+    """
+    if law not in _ENCLOSURES:
+        raise ValueError(f"unknown law {law!r}")
     low = np.ascontiguousarray(low, dtype=np.uint64)
     high_m1 = np.ascontiguousarray(high_m1, dtype=np.uint64)
     if low.size != 2 * kmax + 2 or high_m1.size != low.size or kmax < 0:
@@ -90,7 +105,7 @@ def table_from_bounds(sigma2: Fraction, kmax: int, low: np.ndarray, high_m1: np.
     cap = (GUIDE_BYTES // np.dtype(dtype).itemsize).bit_length() - 1
     bits = min(max(int(low.size).bit_length() + 6, 10), cap)  # ~64 cells per boundary, guide <= GUIDE_BYTES
     guide = _guide(low, high_m1, kmax, bits, dtype)
-    return GaussianTable(sigma2, kmax, low, high_m1, guide, np.uint64(64 - bits))
+    return GaussianTable(sigma2, kmax, low, high_m1, guide, np.uint64(64 - bits), law)
 
 
 def build_table(sigma2: Fraction, *, widen: int = 0, kmax: int | None = None) -> GaussianTable:
@@ -113,17 +128,18 @@ def build_table(sigma2: Fraction, *, widen: int = 0, kmax: int | None = None) ->
 
 _lock = threading.Lock()
 _tables: OrderedDict[Fraction, GaussianTable] = OrderedDict()
-_enclosures: OrderedDict[tuple[Fraction, int], CdfEnclosure] = OrderedDict()
+_enclosures: OrderedDict[tuple, CdfEnclosure | LaplaceCdf] = OrderedDict()
+_ENCLOSURES = {"gaussian": cdf_enclosure, "laplace": laplace_cdf, "laplace_difference": laplace_difference_enclosure}
 
 
-def _enclosure(sigma2: Fraction, prec: int) -> CdfEnclosure:
-    """``cdf_enclosure`` through a small LRU (the table's one is reused by the first refinement round)."""
-    key = (sigma2, prec)
+def _enclosure(sigma2: Fraction, prec: int, law: str = "gaussian") -> CdfEnclosure | LaplaceCdf:
+    """``cdf_enclosure`` (or ``laplace_cdf``) through a small LRU (the table's one is reused by refinement)."""
+    key = (sigma2, prec) if law == "gaussian" else (law, sigma2, prec)
     with _lock:
         if key in _enclosures:
             _enclosures.move_to_end(key)
             return _enclosures[key]
-    enc = cdf_enclosure(sigma2, prec)
+    enc = _ENCLOSURES[law](sigma2, prec)
     with _lock:
         _enclosures[key] = enc
         while _enclosures and sum(e.nbytes for e in _enclosures.values()) > ENCLOSURE_CACHE_BYTES:
@@ -133,13 +149,21 @@ def _enclosure(sigma2: Fraction, prec: int) -> CdfEnclosure:
 
 def get_table(sigma2: Fraction) -> GaussianTable:
     """The cached table for sigma2, built on first use; least recently used tables beyond the byte cap go."""
+    return cached_table(sigma2, build_table)
+
+
+def cached_table(key: object, build) -> GaussianTable:
+    """``build(key)`` through the one table LRU shared by every law (so the byte cap bounds them together).
+
+    Gaussian tables are keyed by sigma2, others by a tuple naming the law (``pipeline.noise_laplace_table``).
+    """
     with _lock:
-        if sigma2 in _tables:
-            _tables.move_to_end(sigma2)
-            return _tables[sigma2]
-    table = build_table(sigma2)
+        if key in _tables:
+            _tables.move_to_end(key)
+            return _tables[key]
+    table = build(key)
     with _lock:
-        _tables[sigma2] = table
+        _tables[key] = table
         while len(_tables) > 1 and sum(t.nbytes for t in _tables.values()) > TABLE_CACHE_BYTES:
             _tables.popitem(last=False)
     return table
@@ -151,7 +175,7 @@ def clear_caches() -> None:
         _enclosures.clear()
 
 
-def _refine(sigma2: Fraction, u: np.ndarray, rng: RandomSource) -> np.ndarray:
+def _refine(sigma2: Fraction, u: np.ndarray, rng: RandomSource, law: str = "gaussian") -> np.ndarray:
     """Finish samples whose first 64 bits U did not decide: lazy inversion of the same U* (module docstring).
 
     Round r appends digit r of V (64 fresh bits) and asks a 64(r+1)-bit enclosure; the digits are drawn for
@@ -162,7 +186,7 @@ def _refine(sigma2: Fraction, u: np.ndarray, rng: RandomSource) -> np.ndarray:
     todo = list(range(len(values)))
     for rnd in range(1, _MAX_ROUNDS + 1):
         bits = 64 * (rnd + 1)
-        enc = _enclosure(sigma2, bits)
+        enc = _enclosure(sigma2, bits) if law == "gaussian" else _enclosure(sigma2, bits, law)
         digits = rng.uniform_uint64(len(todo))
         left = []
         for pos, digit in zip(todo, digits, strict=True):
@@ -175,7 +199,7 @@ def _refine(sigma2: Fraction, u: np.ndarray, rng: RandomSource) -> np.ndarray:
         todo = left
         if not todo:
             return out
-    raise ArithmeticError("discrete Gaussian refinement did not converge (probability < 2^-900)")
+    raise ArithmeticError(f"discrete {law} refinement did not converge (probability < 2^-900)")
 
 
 def sample_table(table: GaussianTable, size: int, rng: RandomSource) -> np.ndarray:
@@ -185,7 +209,7 @@ def sample_table(table: GaussianTable, size: int, rng: RandomSource) -> np.ndarr
     """
     out = np.empty(size, dtype=np.int64)
     cells = np.empty(min(size, _CHUNK), dtype=np.uint64)
-    guide, shift, low, high_m1, sentinel = table.guide, table.shift, table.low, table.high_m1, table.sentinel
+    guide, shift, sentinel = table.guide, table.shift, table.sentinel
     found = np.empty(min(size, _CHUNK), dtype=guide.dtype)
     for start in range(0, size, _CHUNK):
         n = min(_CHUNK, size - start)
@@ -197,11 +221,17 @@ def sample_table(table: GaussianTable, size: int, rng: RandomSource) -> np.ndarr
         impure = np.flatnonzero(found[:n] == sentinel)
         if impure.size == 0:
             continue
-        uu = u[impure]
-        i = np.searchsorted(high_m1, uu, side="left")  # branch 2: #{H <= U}
-        ok = (i > 0) & (i < low.size)
-        ok[ok] = uu[ok] < low[i[ok]]
-        chunk[impure[ok]] = i[ok] - (table.kmax + 1)
-        if not ok.all():  # branch 3
-            chunk[impure[~ok]] = _refine(table.sigma2, uu[~ok], rng)
+        chunk[impure] = resolve_impure(table, u[impure], rng)
     return out
+
+
+def resolve_impure(table: GaussianTable, uu: np.ndarray, rng: RandomSource) -> np.ndarray:
+    """X for U's whose guide cell is impure: branch 2 (binary search), else branch 3 (``_refine``)."""
+    low, high_m1 = table.low, table.high_m1
+    i = np.searchsorted(high_m1, uu, side="left")  # branch 2: #{H <= U}
+    ok = (i > 0) & (i < low.size)
+    ok[ok] = uu[ok] < low[i[ok]]
+    x = i.astype(np.int64) - (table.kmax + 1)
+    if not ok.all():  # branch 3
+        x[~ok] = _refine(table.sigma2, uu[~ok], rng, table.law)
+    return x
