@@ -7,6 +7,7 @@ never return data; results are not persisted and inputs are never hashed for cac
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 
 from prefect import flow, task
@@ -14,7 +15,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from pipeline import release as stages
-from pipeline.options import load_release_config, random_source
+from pipeline.errors import CensusDPError
+from pipeline.options import INSECURE_SEED_ENV, load_release_config, random_source
 from pipeline.runner import make_runner
 
 TASK_OPTIONS = {"cache_policy": NO_CACHE, "persist_result": False, "log_prints": False, "retries": 0}
@@ -36,6 +38,9 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
     With a Dask runner, each reconcile task maps its chunks on a Dask client (workers import no Prefect, so
     no ephemeral server is started per worker; they receive file locations and public values only).
     """
+    if insecure_seed is not None and os.environ.get(INSECURE_SEED_ENV) != "1":
+        # a deployment parameter alone must not switch off the CSPRNG: only the CLI's --insecure-seed flag
+        raise CensusDPError("insecure_seed is for tests only: pass --insecure-seed on the censusdp command line")
     config = load_release_config(config_path, microdata, geography, fmt, rho, runner)
     out_root = Path(out_dir).resolve() if out_dir else config.output.dir
     run = start_task(config, out_root, random_source(insecure_seed))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -81,6 +82,9 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
     if insecure_seed is not None:
         print("censusdp: WARNING: --insecure-seed: noise is reproducible; this run is NOT publishable",
               file=sys.stderr)
+        from pipeline.options import INSECURE_SEED_ENV
+
+        os.environ[INSECURE_SEED_ENV] = "1"  # lets the flow accept the seed it is given by this process
     if no_prefect:
         from pipeline.options import load_release_config, random_source
         from pipeline.release import run_release
@@ -97,11 +101,14 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
 def cmd_release(args: argparse.Namespace) -> int:
     started = time.monotonic()
     if args.resume:
-        from pipeline.options import load_release_config
+        from pipeline.config_load import load_config
         from pipeline.postprocess_run import resume_release
 
-        cfg = load_release_config(args.config, args.microdata, args.geography, args.fmt, args.rho, args.runner)
-        print(resume_release(cfg, Path(args.out).resolve() if args.out else cfg.output.dir, args.resume))
+        if args.rho or args.microdata or args.geography or args.fmt or args.insecure_seed is not None:
+            raise CensusDPError("--resume finishes a run with the configuration its measurements were drawn with: "
+                                "only --out and --runner may be given")
+        root = Path(args.out).resolve() if args.out else load_config(args.config).output.dir
+        print(resume_release(root, args.resume, runner=args.runner))
         return 0
     run_dir = run_release_command(args.config, args.out, args.microdata, args.geography, args.fmt, args.rho,
                                   args.no_prefect, args.insecure_seed, args.runner)

@@ -61,6 +61,14 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     solver = postprocess.get("solver", "auto")
     if not isinstance(solver, str):
         raise ConfigError(source, "postprocess.solver", "expected a string")
+    if solver != "fast":  # checked now, before any budget is charged, not after the noise is drawn
+        from postprocess.least_squares import resolve_solvers
+
+        try:
+            resolve_solvers(solver)
+        except ValueError as error:
+            raise ConfigError(source, "postprocess.solver", f"{error} (use auto, cvxpy, fast or installed cvxpy "
+                              "solver names)") from None
     try:
         runner = check_runner(str(postprocess.get("runner", "local")))
     except ValueError as error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -16,6 +17,12 @@ from pipeline.config import ReleaseConfig
 
 COMPOSITION = ("zCDP: parallel across the nodes of a level (Prop. 19.30), sequential across queries and levels "
                "(Thm 19.37(i)); epsilon from rho by CKS20 Corollary 13")
+
+
+def float_up(value: Fraction) -> float:
+    """The smallest float >= value: a reported budget is never below the exact one."""
+    result = float(value)
+    return math.nextafter(result, math.inf) if Fraction(result) < value else result
 
 
 def now() -> str:
@@ -62,7 +69,7 @@ def privacy_section(config: ReleaseConfig, rho: Fraction) -> dict[str, Any]:
         "unit": "person",
         "neighbouring": config.budget.neighbouring,
         "sensitivity_l2_squared": config.budget.sensitivity2_squared,
-        "rho": float(rho),
+        "rho": float_up(rho),
         "rho_exact": str(rho),
         "delta": delta,
         "epsilon": epsilon_cks20(rho, delta),
@@ -74,7 +81,7 @@ def privacy_section(config: ReleaseConfig, rho: Fraction) -> dict[str, Any]:
 
 
 def allocation_section(allocations: tuple[QueryAllocation, ...]) -> list[dict[str, Any]]:
-    return [{"level": a.level, "query": a.query, "mechanism": a.mechanism, "rho": float(a.rho),
+    return [{"level": a.level, "query": a.query, "mechanism": a.mechanism, "rho": float_up(a.rho),
              "rho_exact": str(a.rho), "sigma2": float(a.sigma2), "sigma2_exact": str(a.sigma2),
              **({"scale": str(a.scale), "epsilon_pure": str(1 / a.scale)} if a.scale is not None else {}),
              "expected_abs_error": a.expected_abs_error} for a in allocations]

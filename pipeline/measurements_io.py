@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.manifest import float_up
 from postprocess import QueryInvariant, QueryMeasurement
 
 INVARIANTS_FILE = "invariants.parquet"
@@ -63,7 +64,7 @@ class LevelMeasurementWriter:
         for measurement, rho in zip(measurements, rhos, strict=True):
             columns = _rows(self.level, geoids, measurement.name, measurement.noisy)
             columns["noisy_value"] = pa.array(measurement.noisy.ravel().astype(np.int64))
-            columns["rho"] = pa.array(np.full(measurement.noisy.size, float(rho)))
+            columns["rho"] = pa.array(np.full(measurement.noisy.size, float_up(rho)))
             columns["sigma2"] = pa.array(np.full(measurement.noisy.size, float(measurement.sigma2)))
             table = pa.table(columns)
             if self._writer is None:
@@ -83,7 +84,10 @@ def read_chunk(path: Path, first_row_group: int, shapes: Sequence[tuple[int, int
     parquet = pq.ParquetFile(path)
     out = []
     for offset, shape in enumerate(shapes):
-        values = parquet.read_row_group(first_row_group + offset, columns=["noisy_value"]).column(0).to_numpy()
+        group = first_row_group + offset
+        if parquet.metadata.row_group(group).num_rows != shape[0] * shape[1]:
+            raise ValueError(f"{path}: row group {group} does not hold one query of one chunk")
+        values = parquet.read_row_group(group, columns=["noisy_value"]).column(0).to_numpy()
         out.append(values.astype(np.int64).reshape(shape))
     return out
 

@@ -33,6 +33,9 @@ def load_release_config(config_path: str, microdata: str | None = None, geograph
     return load_config(config_path, release_overrides(microdata, geography, fmt, rho, runner))
 
 
+INSECURE_SEED_ENV = "CENSUSDP_ALLOW_INSECURE_SEED"  # set only by the CLI's --insecure-seed flag
+
+
 def random_source(insecure_seed: int | None) -> RandomSource:
     """The OS CSPRNG, unless a seed is given explicitly (tests only: such a run is marked not publishable)."""
     return system_random_source() if insecure_seed is None else seeded_random_source(insecure_seed)

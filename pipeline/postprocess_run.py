@@ -24,7 +24,7 @@ from pipeline.budget import allocate
 from pipeline.config import ReleaseConfig
 from pipeline.config_load import parse_config
 from pipeline.errors import CensusDPError
-from pipeline.ledger import PrivacyLedger, config_hash
+from pipeline.ledger import Charge, PrivacyLedger, config_hash
 from pipeline.measurements_io import INVARIANTS_FILE
 from pipeline.runner import make_runner
 from postprocess import QueryInvariant
@@ -119,12 +119,20 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
         raw.setdefault("ledger", {})["path"] = manifest["ledger"]["location"]  # the ledger the run was charged to
     config = parse_config(raw, str(run_dir / "manifest.json"), base=Path(manifest["config"]["source"]).parent)
     source = RecordedSource(**manifest["random_source"])
+    charge = _ledger_charge(config, manifest["run_id"])
+    if charge is not None and not charge.publishable:
+        source.publishable = False  # the ledger, not an editable manifest, says whether the noise was seeded
     run = stages.start_release(config, (out_root or run_dir.parent).resolve(), source)
     run.measurements_dir = run_dir / "measurements"
     run.manifest_extra = {"postprocess_of": manifest["run_id"], "charged_rho": "0",
                           "note": "post-processing of the measurements named above: no noise drawn, no budget spent"}
     _record_free_run(config, run.run_id, source.publishable)
     return _reconcile_and_publish(run, run.measurements_dir)
+
+
+def _ledger_charge(config: ReleaseConfig, run_id: str) -> Charge | None:
+    ledger = PrivacyLedger(config.ledger.location)
+    return next((c for c in ledger.charges(config.ledger.dataset) if c.run_id == run_id), None)
 
 
 def _record_free_run(config: ReleaseConfig, run_id: str, publishable: bool) -> None:
@@ -136,18 +144,32 @@ def _record_free_run(config: ReleaseConfig, run_id: str, publishable: bool) -> N
     ledger.set_status(run_id, "postprocess")
 
 
-def resume_release(config: ReleaseConfig, out_root: Path, run_id: str) -> Path:
-    """Finish run ``run_id`` from its saved measurements, under its existing charge (no new charge)."""
+def resume_release(out_root: Path, run_id: str, solver: str | None = None, runner: str | None = None) -> Path:
+    """Finish run ``run_id`` from its saved measurements, under its existing charge (no new charge).
+
+    The configuration is the one the measurements were drawn with (saved beside them); only the solver and
+    the runner may change.  The ledger's charge must match the rho those measurements spent.
+    """
     work_dir = out_root / f".{run_id}.partial"
     marker = _json(work_dir / "measurements" / stages.COMPLETE_MARKER,
                    f"cannot resume run {run_id}: its measurements were not all saved; start a new release")
+    raw = marker["config_raw"]
+    for key, value in (("solver", solver), ("runner", runner)):
+        if value is not None:
+            raw.setdefault("postprocess", {})[key] = value
+    config = parse_config(raw, marker["config_source"], base=Path(marker["config_source"]).parent)
     ledger = PrivacyLedger(config.ledger.location)
-    if not any(c.run_id == run_id for c in ledger.charges(config.ledger.dataset)):
+    charge = next((c for c in ledger.charges(config.ledger.dataset) if c.run_id == run_id), None)
+    if charge is None:
         raise CensusDPError(f"cannot resume run {run_id}: the ledger {ledger.location} has no charge for it")
+    if str(charge.rho) != marker["rho_exact"]:
+        raise CensusDPError(f"cannot resume run {run_id}: its measurements spent rho {marker['rho_exact']} but the "
+                            f"ledger charged {charge.rho}")
     for leftover in ("tables", "microdata.parquet", "manifest.json", "report.md"):
         path = work_dir / leftover
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-    run = stages.ReleaseRun(config=config, rng=RecordedSource(**marker["random_source"]), run_id=run_id,
+    recorded = RecordedSource(marker["random_source"]["name"], charge.publishable)
+    run = stages.ReleaseRun(config=config, rng=recorded, run_id=run_id,
                             final_dir=out_root / run_id, work_dir=work_dir, allocations=allocate(config),
                             started_at=marker.get("started_at", ""))
     run.ledger = ledger

@@ -123,8 +123,14 @@ def read_inputs(run: ReleaseRun) -> None:
     run.row_units, run.row_cells = unit_index[order], microdata.cells[order]
     n_persons = len(order)
     del microdata, unit_index, order
-    if config.budget.delta >= 1 / n_persons:
-        # Def. 19.6 pitfall: delta must be much smaller than 1/n; said without the exact n (confidential)
+    # Def. 19.6 pitfall: delta must be much smaller than 1/n.  n is compared only when it is public (the root
+    # total is an invariant): otherwise the warning itself would disclose a bit about the data
+    root_total_public = any(i.query.attributes == () and config.levels[0].name in i.levels
+                            for i in config.invariants)
+    if not root_total_public:
+        run.warnings.append("delta was not checked against 1/n: the population size is not public (no total "
+                            "invariant at the root); make sure delta is much smaller than 1/n")
+    elif config.budget.delta >= 1 / n_persons:
         run.warnings.append("delta is not much smaller than 1/n for this dataset: choose a smaller delta")
         log.warning(run.warnings[-1])
     sizes = ", ".join(f"{lv.name}={run.tree.n_nodes(i)}" for i, lv in enumerate(config.levels))
@@ -149,13 +155,14 @@ def charge(run: ReleaseRun) -> None:
              ledger.remaining(config.ledger.dataset))
 
 
-def chunk_histograms(run: ReleaseRun, level: int, start: int, stop: int) -> np.ndarray:
-    """Dense detailed histograms of nodes [start, stop) of a level (confidential)."""
-    assert run.tree is not None and run.row_units is not None and run.row_cells is not None
+def chunk_histograms(run: ReleaseRun, ancestors: np.ndarray, unit_offsets: np.ndarray, start: int,
+                     stop: int) -> np.ndarray:
+    """Dense detailed histograms of nodes [start, stop) of a level (confidential); ``ancestors`` and
+    ``unit_offsets`` are the level's ``tree.ancestor_of_units`` and ``tree.unit_offsets``, computed once."""
+    assert run.row_units is not None and run.row_cells is not None
     n_cells = run.schema.n_cells
-    units = run.tree.unit_offsets(level)
-    first, last = np.searchsorted(run.row_units, [units[start], units[stop]])
-    nodes = run.tree.ancestor_of_units(level)[run.row_units[first:last]] - start
+    first, last = np.searchsorted(run.row_units, [unit_offsets[start], unit_offsets[stop]])
+    nodes = ancestors[run.row_units[first:last]] - start
     flat = np.bincount(nodes * n_cells + run.row_cells[first:last], minlength=(stop - start) * n_cells)
     return flat.reshape(stop - start, n_cells)
 
@@ -173,8 +180,9 @@ def measure(run: ReleaseRun, level: int) -> None:
              tree.n_nodes(level), len(chunks))
     writer = LevelMeasurementWriter(run.work_dir / "measurements", name)
     plan, invariant_parts = [], []
+    ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
     for start, stop in chunks:
-        histograms = chunk_histograms(run, level, start, stop)
+        histograms = chunk_histograms(run, ancestors, unit_offsets, start, stop)
         noisy = measure_level(run.schema, histograms, allocations, run.rng)
         plan.append((start, stop, writer.write_chunk(tree.geoids[level][start:stop], noisy, rhos)))
         invariant_parts.append(level_invariants(run.schema, histograms, invariant_queries))
@@ -189,7 +197,9 @@ def measure(run: ReleaseRun, level: int) -> None:
         per_level = [(lv.name, tree.geoids[i], run.invariants[i]) for i, lv in enumerate(config.levels)]
         write_invariants(run.work_dir / "measurements", per_level)
         # from here on the run can be finished with --resume without drawing noise again
-        marker = {"run_id": run.run_id, "started_at": run.started_at,
+        marker = {"run_id": run.run_id, "started_at": run.started_at, "config_source": config.source,
+                  "config_raw": config.raw, "rho_exact": str(composed_rho(run.allocations,
+                  config.budget.sensitivity2_squared, config.budget.sensitivity1)),
                   "random_source": {"name": run.rng.name, "publishable": run.rng.publishable}}
         (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
@@ -284,8 +294,12 @@ def publish(run: ReleaseRun) -> Path:
     if config.output.estimates:
         write_estimates(run.work_dir)  # GLS estimates with standard errors: post-processing (Thm 19.25)
     run.work_dir.rename(run.final_dir)
-    if run.ledger is not None:
-        run.ledger.set_status(run.run_id, "published")
+    ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed
+    if ledger is not None:
+        try:
+            ledger.set_status(run.run_id, "published")
+        except Exception as error:  # noqa: BLE001 - the run is out; its charge stands either way
+            log.warning("published, but the ledger status could not be updated (%s)", type(error).__name__)
     log.info("published %s", run.final_dir)
     return run.final_dir
 

@@ -30,8 +30,11 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {"chunks": len(reports)}
     for report in reports:
         for key, value in report.items():
-            if isinstance(value, bool) or value is None:
+            if value is None:
                 merged.setdefault(key, value)
+            elif isinstance(value, bool | str):  # e.g. path, solvers: how many chunks had each value
+                counts = merged.setdefault(key, {})
+                counts[str(value)] = counts.get(str(value), 0) + 1
             elif key.startswith(("max_", "min_")):
                 previous = merged.get(key)
                 pick = max if key.startswith("max_") else min

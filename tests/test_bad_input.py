@@ -181,3 +181,12 @@ def test_delta_not_much_smaller_than_one_over_n_is_warned(tiny_release: Path,
     code = main(["release", str(tiny_release), "--no-prefect", "--insecure-seed", "1"])
     err = capsys.readouterr().err
     assert code == 0 and "delta is not much smaller than 1/n" in err
+
+
+def test_unknown_solver_is_refused_before_any_charge(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = TINY_TOML.format(rho="4").replace('[output]\ndir = "runs"', '[output]\ndir = "runs"\n\n[postprocess]\n'
+                                             'solver = "OSQQ"')
+    tiny_release.write_text(text)
+    code, err = run_cli(tiny_release, capsys)
+    assert code != 0 and "postprocess.solver" in err and "OSQQ" in err
+    assert_nothing_published(tiny_release)

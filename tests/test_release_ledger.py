@@ -117,3 +117,36 @@ def test_a_config_without_a_ledger_is_refused(tiny_release: Path, capsys: pytest
     tiny_release.write_text(text)
     code, _, err = cli(capsys, "release", str(tiny_release), "--no-prefect")
     assert code != 0 and "ledger" in err and "missing" in err
+
+
+def test_resume_refuses_a_changed_budget(tiny_release: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    real = stages.reconcile
+
+    def crash(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(stages, "reconcile", crash)
+    assert cli(capsys, "release", str(tiny_release), "--no-prefect", "--insecure-seed", "2")[0] != 0
+    monkeypatch.setattr(stages, "reconcile", real)
+    run_id = next((tiny_release.parent / "runs").iterdir()).name[1: -len(".partial")]
+    code, _, err = cli(capsys, "release", str(tiny_release), "--resume", run_id, "--rho", "1/100")
+    assert code != 0 and "--resume" in err
+    # editing the config file does not change what the resumed run reports: the saved configuration is used
+    tiny_release.write_text(tiny_release.read_text().replace('rho = "4"', 'rho = "1/100"'))
+    code, out, err = cli(capsys, "release", str(tiny_release), "--resume", run_id)
+    assert code == 0, err
+    manifest = json.loads((Path(out) / "manifest.json").read_text())
+    assert manifest["privacy"]["rho_exact"] == "4" and manifest["random_source"]["publishable"] is False
+
+
+def test_postprocess_takes_publishable_from_the_ledger_not_the_manifest(
+        tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "release", str(tiny_release), "--no-prefect", "--insecure-seed", "4")
+    manifest_path = Path(out) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["random_source"]["publishable"] = True  # an edited manifest
+    manifest_path.write_text(json.dumps(manifest))
+    code, again, _ = cli(capsys, "postprocess", out)
+    assert code == 0
+    assert json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"] is False
