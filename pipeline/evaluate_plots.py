@@ -30,8 +30,9 @@ def _levels(run: dict[str, Any]) -> list[str]:
     return [lv["name"] for lv in run["levels"]]
 
 
-def _finish(figure: plt.Figure, path: Path) -> Path:
-    figure.suptitle(LABEL, color="darkred", fontsize=10, fontweight="bold")
+def _finish(figure: plt.Figure, path: Path, label: str | None = LABEL) -> Path:
+    if label:  # truth-based figures carry the evaluation banner; public ones (budget shares) do not
+        figure.suptitle(label, color="darkred", fontsize=10, fontweight="bold")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -79,7 +80,8 @@ def bias_by(metrics: pl.DataFrame, run: dict[str, Any], group: str, path: Path) 
     return _finish(figure, path)
 
 
-def budget_shares(run: dict[str, Any], path: Path) -> Path:
+def budget_shares(run: dict[str, Any], path: Path, label: str | None = None) -> Path:
+    """The shares of rho by level and query, from the manifest (public values; no banner unless given)."""
     allocation = run.get("allocation", [])
     levels = _levels(run)
     total = sum(a["rho"] for a in allocation) or 1.0
@@ -93,9 +95,9 @@ def budget_shares(run: dict[str, Any], path: Path) -> Path:
         axis.bar(levels, shares, bottom=bottom, color=colours(k % 20), label=query)
         bottom += shares
     axis.set_ylabel("share of total rho")
-    axis.set_title("budget shares by level and query (from the manifest)")
+    axis.set_title("budget shares by level and query (public values from the manifest)")
     axis.legend(fontsize=7, ncol=2)
-    return _finish(figure, path)
+    return _finish(figure, path, label)
 
 
 def write_plots(metrics: pl.DataFrame, run: dict[str, Any], out_dir: Path) -> list[Path]:
@@ -103,4 +105,4 @@ def write_plots(metrics: pl.DataFrame, run: dict[str, Any], out_dir: Path) -> li
     return [error_by_level(metrics, run, out_dir / "error_by_level.png"),
             bias_by(metrics, run, "size", out_dir / "bias_by_size.png"),
             bias_by(metrics, run, "diversity", out_dir / "bias_by_diversity.png"),
-            budget_shares(run, out_dir / "budget_shares.png")]
+            budget_shares(run, out_dir / "budget_shares.png", LABEL)]
