@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.random import Generator  # synthetic data only: never privacy noise
 from numpy.typing import NDArray
 
 STATE_FIPS = 1
@@ -72,7 +73,7 @@ def _rank_within(groups: NDArray[np.int64]) -> NDArray[np.int64]:
 
 
 def sample_ragged(
-    rng: np.random.Generator,
+    rng: Generator,
     weights: NDArray[np.float64],
     starts: NDArray[np.int64],
     rows: NDArray[np.int64],
@@ -104,7 +105,7 @@ def sample_ragged(
     return np.minimum(idx, last_positive[rows])
 
 
-def build_blocks(rng: np.random.Generator, household_persons: int) -> Blocks:
+def build_blocks(rng: Generator, household_persons: int) -> Blocks:
     """Lay out counties, tracts, block groups and blocks and place ``household_persons`` in them.
 
     Tract populations vary lognormally around :data:`MEAN_TRACT_POP`; counties get a heavy-tailed

@@ -10,6 +10,7 @@ from __future__ import annotations
 from itertools import combinations
 
 import numpy as np
+from numpy.random import Generator  # synthetic data only: never privacy noise
 from numpy.typing import NDArray
 
 from pipeline.synth_geo import Blocks, sample_ragged
@@ -70,14 +71,14 @@ def race_profile(single: NDArray[np.float64], propensity: NDArray[np.float64]) -
     return np.r_[single, multi]
 
 
-def _dirichlet_rows(rng: np.random.Generator, alpha: NDArray[np.float64]) -> NDArray[np.float64]:
+def _dirichlet_rows(rng: Generator, alpha: NDArray[np.float64]) -> NDArray[np.float64]:
     """Row-wise Dirichlet draws via gammas (tolerates tiny concentrations; a row of zeros stays zero)."""
     g = rng.gamma(alpha)
     s = g.sum(axis=1, keepdims=True)
     return np.divide(g, s, out=np.zeros_like(g), where=s > 0)
 
 
-def tract_race_tables(rng: np.random.Generator, blocks: Blocks) -> NDArray[np.float64]:
+def tract_race_tables(rng: Generator, blocks: Blocks) -> NDArray[np.float64]:
     """Race distributions per (tract, Hispanic origin), shape ``(2 * n_tracts, 63)``.
 
     Row ``2 * t`` is non-Hispanic persons of tract ``t``, row ``2 * t + 1`` Hispanic ones. The mix of
@@ -108,7 +109,7 @@ def tract_race_tables(rng: np.random.Generator, blocks: Blocks) -> NDArray[np.fl
     return out
 
 
-def group_quarters(rng: np.random.Generator, persons: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def group_quarters(rng: Generator, persons: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Draw group-quarters facilities: (GQ type 1..7, size) of each.
 
     The total size is Binomial(persons, GQ_RATE); facility sizes are lognormal by type (prisons,
@@ -133,14 +134,14 @@ def group_quarters(rng: np.random.Generator, persons: int) -> tuple[NDArray[np.i
     return types, sizes
 
 
-def place_facilities(rng: np.random.Generator, n_facilities: int, n_blocks: int) -> NDArray[np.int64]:
+def place_facilities(rng: Generator, n_facilities: int, n_blocks: int) -> NDArray[np.int64]:
     """Distinct blocks for the facilities (so each GQ block holds one GQ type), chosen uniformly."""
     replace = n_facilities > n_blocks  # only conceivable for tiny states; keeps the person count exact
     return rng.choice(n_blocks, size=n_facilities, replace=replace).astype(np.int64)
 
 
 def person_attributes(
-    rng: np.random.Generator,
+    rng: Generator,
     blocks: Blocks,
     person_block: NDArray[np.int64],
     gqtype: NDArray[np.int8],
