@@ -8,8 +8,9 @@ Synthesises a state (``pipeline.synth``), builds block / block group / tract his
 
 * ``fast``: detailed query only, ``solver="auto"`` (closed-form projection + largest remainder);
 * ``cvxpy detailed``: the same problems forced through cvxpy (``solver="cvxpy"``), the same-run baseline;
-* ``cvxpy multi``: the PL94 strategy (total, hhgq, votingage, hispanic, cenrace, votingage*hispanic*cenrace,
-  detailed), weighted by 1/sigma2.
+* ``cvxpy multi`` / ``first_order multi``: the PL94 strategy (total, hhgq, votingage, hispanic, cenrace,
+  votingage*hispanic*cenrace, detailed), weighted by 1/sigma2, through cvxpy (forced) and through the
+  certified first-order solver (``postprocess.first_order``, which ``solver="auto"`` picks for it).
 
 "cells" = children x 2016 over the parents reconciled.  cvxpy paths run on at most ``--max-cvxpy-cells``
 cells per level (the first parents), in process (1 worker) or over a process pool in chunks of parents, as
@@ -143,7 +144,9 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2", help="process counts for the cvxpy paths, e.g. 1,2")
     parser.add_argument("--max-cvxpy-cells", type=int, default=2_000_000)
     parser.add_argument("--levels", default=",".join(LEVELS), help="comma-separated subset of " + ", ".join(LEVELS))
-    parser.add_argument("--multi-solvers", default="cvxpy", help="solver= values of the multi path, e.g. cvxpy,OSQP")
+    parser.add_argument(
+        "--multi-solvers", default="cvxpy,first_order,auto", help="solver= values of the multi path, e.g. cvxpy,OSQP"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     tree, truth = histograms(args.persons, args.seed)

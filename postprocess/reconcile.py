@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess import fast_path
+from postprocess import fast_path, first_order
 from postprocess.checks import check_inputs, check_table
 from postprocess.layout import (
     Batch,
@@ -58,10 +58,14 @@ def reconcile_level(
     are ignored, so a level can be reconciled in chunks of parents).
 
     ``solver``: ``"auto"`` takes the exact closed forms of ``postprocess.fast_path`` when only detailed
-    queries are measured and there are no invariants, else cvxpy with Clarabel, then OSQP, then SCS when one
-    fails; ``"cvxpy"`` forces that general path; ``"fast"`` forces the closed forms (``ValueError`` when they
-    do not apply); anything else is a cvxpy solver name, or several comma-separated names tried in order.
-    ``report["path"]`` says which path ran (``"fast"`` or ``"cvxpy"``).
+    queries are measured and there are no invariants; else, below the root without invariants and with the
+    detailed query measured, the certified first-order solver of ``postprocess.first_order`` on batches of
+    large blocks; else (and whenever that one does not certify its point) cvxpy with Clarabel, then OSQP,
+    then SCS when one fails.  ``"cvxpy"`` forces the cvxpy path; ``"fast"`` forces the closed forms and
+    ``"first_order"`` the first-order solver on every batch (``ValueError`` when they do not apply);
+    anything else is a cvxpy solver name, or several comma-separated names tried in order.
+    ``report["path"]`` says which path ran (``"fast"``, ``"first_order"`` or ``"cvxpy"``); with
+    ``"first_order"``, ``report["solver_status"]`` counts the batches each solver took.
 
     ``rng`` (e.g. the run's ``RandomSource``) breaks rounding ties at random; None keeps index order.
 
@@ -81,7 +85,11 @@ def reconcile_level(
     fast = solver == "fast" or (solver == "auto" and fast_path.applies(inputs))
     if solver == "fast" and not fast_path.applies(inputs):
         raise ValueError("solver='fast' needs detailed-only measurements (identity matrices) and no invariants")
-    solvers = () if fast else resolve_solvers(solver)
+    first = solver == "first_order" or (solver == "auto" and not fast and first_order.applies(inputs))
+    always = solver == "first_order"  # "auto": only on batches of large blocks (first_order.worthwhile)
+    if solver == "first_order" and not first_order.applies(inputs):
+        raise ValueError("solver='first_order' needs a parent, a detailed measurement and no invariants")
+    solvers = () if fast else resolve_solvers("auto" if first else solver)
     check_inputs(inputs)
     blocks = plan_blocks(inputs)
     counts = np.zeros((inputs.n_nodes, inputs.n_cells), dtype=np.int64)
@@ -92,7 +100,7 @@ def reconcile_level(
         "blocks": int(blocks.n_free.size),
         "blocks_only_child": int(np.count_nonzero(np.diff(blocks.start) == 1)) if blocks.parent is not None else 0,
         "blocks_empty": int(np.count_nonzero(blocks.n_free == 0)),
-        "path": "fast" if fast else "cvxpy",
+        "path": "fast" if fast else "first_order" if first else "cvxpy",
         "tie_break": "random" if rng is not None else "index",
     }
     if fast:
@@ -111,14 +119,20 @@ def reconcile_level(
         )
     else:
         _fill_only_children(inputs, blocks, counts)
-        report.update(_reconcile_general(inputs, blocks, counts, solvers, rng))
+        report.update(_reconcile_general(inputs, blocks, counts, solvers, rng, first, always))
     check_table(inputs, counts)
     report["seconds_total"] = time.perf_counter() - started
     return LevelResult(counts=counts, report=report)
 
 
 def _reconcile_general(
-    inputs: Inputs, blocks: Blocks, counts: np.ndarray, solvers: tuple[str, ...], rng: TieSource | None
+    inputs: Inputs,
+    blocks: Blocks,
+    counts: np.ndarray,
+    solvers: tuple[str, ...],
+    rng: TieSource | None,
+    first: bool = False,
+    always: bool = False,
 ) -> dict:
     """cvxpy least squares per batch of blocks, then HiGHS/greedy rounding; fills ``counts``."""
     statuses: Counter[str] = Counter()
@@ -128,7 +142,7 @@ def _reconcile_general(
     batches = plan_batches(blocks, inputs.n_cells)
     variables = fallbacks = 0
     for block_ids in batches:
-        batch, inv_matrix, inv_rhs, solution = solve_batch(inputs, blocks, block_ids, solvers)
+        batch, inv_matrix, inv_rhs, solution = solve_batch(inputs, blocks, block_ids, solvers, first, always)
         statuses.update(f"{name}:{status}" for name, status in solution.attempts)
         fallbacks += len(solution.attempts) > 1
         seconds["solve"] += solution.seconds
@@ -146,7 +160,9 @@ def _reconcile_general(
     return {
         "problems": len(batches),
         "variables": variables,
-        "solvers": list(solvers),
+        "solvers": (["first_order"] if first else []) + list(solvers),
+        # "first_order" when it was tried on some batch (solver_status says on which), else cvxpy alone ran
+        "path": "first_order" if any(key.startswith("first_order:") for key in statuses) else "cvxpy",
         "solver_status": dict(sorted(statuses.items())),
         "fallbacks": fallbacks,
         "rounding": dict(sorted(rounding.items())),
@@ -159,16 +175,37 @@ def _reconcile_general(
 
 
 def solve_batch(
-    inputs: Inputs, blocks: Blocks, block_ids: np.ndarray, solvers: tuple[str, ...]
+    inputs: Inputs,
+    blocks: Blocks,
+    block_ids: np.ndarray,
+    solvers: tuple[str, ...],
+    first: bool = False,
+    always: bool = False,
 ) -> tuple[Batch, sp.csr_matrix, np.ndarray, Solution]:
-    """Least squares of a stack of blocks; also returns the batch and its invariant rows for the rounding."""
+    """Least squares of a stack of blocks; also returns the batch and its invariant rows for the rounding.
+
+    ``first``: try ``postprocess.first_order`` (certified FISTA) before the cvxpy ``solvers``, on every batch
+    when ``always``, else on batches of large blocks only.
+    """
     batch = build_batch(inputs, blocks, block_ids)
     inv_matrix, inv_rhs, redundant = invariant_rows(inputs, batch)
     equalities = [
         Equalities(batch.sum_matrix, batch.sum_rhs, np.ones(batch.sum_rhs.size, dtype=bool)),
         Equalities(inv_matrix, inv_rhs, ~redundant),
     ]
-    return batch, inv_matrix, inv_rhs, solve(_terms(inputs, batch), equalities, batch.n_vars, solvers)
+    terms = _terms(inputs, batch)
+    if first and terms and (always or first_order.worthwhile(batch)):
+        x, info = first_order.solve(terms, batch)
+        if x is not None:
+            violations = tuple(float(np.abs(eq.matrix @ x - eq.rhs).max()) if eq.rhs.size else 0.0 for eq in equalities)
+            minimum = float(x.min()) if x.size else 0.0
+            solution = Solution(x, [("first_order", "optimal")], violations, minimum, info["seconds"])
+            return batch, inv_matrix, inv_rhs, solution
+        solution = solve(terms, equalities, batch.n_vars, solvers)
+        solution.attempts.insert(0, ("first_order", "limit"))
+        solution.seconds += info["seconds"]
+        return batch, inv_matrix, inv_rhs, solution
+    return batch, inv_matrix, inv_rhs, solve(terms, equalities, batch.n_vars, solvers)
 
 
 def _fill_only_children(inputs: Inputs, blocks: Blocks, counts: np.ndarray) -> int:
