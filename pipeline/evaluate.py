@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import CensusDPError, InputError
 from pipeline.evaluate_metrics import LABEL, diversity_bin, entropy_bits, query_metrics
+from pipeline.histograms import all_level_histograms, lowest_histograms
 from pipeline.microdata import read_microdata
 from pipeline.noise import gaussian_sigma2, sample_discrete_gaussian
 from pipeline.random_source import seeded_random_source
@@ -45,13 +46,8 @@ def true_histograms(run: LoadedRun) -> list[np.ndarray]:
     unit = run.tree.lowest_index(micro.codes.to_numpy().astype(np.str_))
     if (unit < 0).any():
         raise InputError(micro.path, "has units that are not in the release's geography")
-    n_cells = run.config.schema.n_cells
-    lowest = np.bincount(unit * n_cells + micro.cells, minlength=run.tree.n_nodes(run.tree.depth - 1) * n_cells)
-    truth = [np.empty(0)] * run.tree.depth
-    truth[-1] = lowest.reshape(-1, n_cells).astype(np.int64)
-    for level in range(run.tree.depth - 1, 0, -1):
-        truth[level - 1] = run.tree.aggregate_up(level, truth[level])
-    return truth
+    lowest = lowest_histograms(unit, micro.cells, run.tree.n_nodes(run.tree.depth - 1), run.config.schema.n_cells)
+    return all_level_histograms(run.tree, lowest)
 
 
 def bottom_up(run: LoadedRun, truth_lowest: np.ndarray, seed: int) -> list[np.ndarray]:
@@ -60,11 +56,7 @@ def bottom_up(run: LoadedRun, truth_lowest: np.ndarray, seed: int) -> list[np.nd
     sigma2 = gaussian_sigma2(budget.rho, budget.sensitivity2_squared)
     rng = seeded_random_source(seed)  # an evaluation baseline, not a release
     noisy = truth_lowest + sample_discrete_gaussian(sigma2, truth_lowest.size, rng=rng).reshape(truth_lowest.shape)
-    levels = [np.empty(0)] * run.tree.depth
-    levels[-1] = noisy
-    for level in range(run.tree.depth - 1, 0, -1):
-        levels[level - 1] = run.tree.aggregate_up(level, levels[level])
-    return levels
+    return all_level_histograms(run.tree, noisy)
 
 
 def diversity_attributes(run: LoadedRun, names: tuple[str, ...] | None) -> tuple[str, ...]:

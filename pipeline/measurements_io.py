@@ -24,8 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from geography.tree import GeoTree
+from pipeline.config import ReleaseConfig
 from pipeline.manifest import float_up
 from postprocess import QueryInvariant, QueryMeasurement
 
@@ -109,3 +112,31 @@ def write_invariants(directory: Path, per_level: Sequence[tuple[str, np.ndarray,
     path = directory / INVARIANTS_FILE
     pq.write_table(table, path)
     return path
+
+
+def read_lowest_geoids(path: Path, n_queries: int) -> np.ndarray:
+    """Every geoid of the lowest level's measurement file, from each chunk's first row group's dictionary
+    (each chunk lists its nodes there), so no row needs decoding."""
+    parquet = pq.ParquetFile(path)
+    codes = [parquet.read_row_group(i, columns=["geoid"]).column(0).combine_chunks().dictionary.to_numpy(
+        zero_copy_only=False) for i in range(0, parquet.metadata.num_row_groups, n_queries)]
+    return np.concatenate(codes).astype(np.str_) if codes else np.zeros(0, dtype=np.str_)
+
+
+def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> dict[int, list[QueryInvariant]]:
+    """Each level's invariant values (published exactly), one (n_nodes, q_cells) array per query, node order."""
+    schema = config.schema
+    table = pq.read_table(directory / INVARIANTS_FILE)
+    levels, queries = table.column("level").cast(pa.string()), table.column("query").cast(pa.string())
+    out: dict[int, list[QueryInvariant]] = {}
+    for level, spec in enumerate(config.levels):
+        out[level] = []
+        for invariant in config.invariants:
+            if spec.name not in invariant.levels:
+                continue
+            query = invariant.query
+            rows = table.filter(pc.and_(pc.equal(levels, spec.name), pc.equal(queries, query.name)))
+            values = rows.column("value").to_numpy().reshape(tree.n_nodes(level), schema.query_cells(query))
+            out[level].append(QueryInvariant(name=query.name, matrix=schema.query_matrix(query),
+                                             values=values.astype(np.int64)))
+    return out

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from geography.tree import build_tree
@@ -25,9 +24,8 @@ from pipeline.config import ReleaseConfig
 from pipeline.config_load import parse_config
 from pipeline.errors import CensusDPError
 from pipeline.ledger import Charge, PrivacyLedger, config_hash
-from pipeline.measurements_io import INVARIANTS_FILE
+from pipeline.measurements_io import read_invariants, read_lowest_geoids
 from pipeline.runner import make_runner
-from postprocess import QueryInvariant
 
 
 class RecordedSource:
@@ -57,14 +55,9 @@ def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
     and the invariants from a measurements folder."""
     schema, config = run.schema, run.config
     allocations = allocate(config)
-    lowest = config.levels[-1].name
-    n_queries = sum(1 for a in allocations if a.level == lowest)
-    parquet = pq.ParquetFile(measurements / f"{lowest}.parquet")
-    # each chunk's first row group lists the chunk's geoids in its dictionary: no need to decode every row
-    codes = [parquet.read_row_group(i, columns=["geoid"]).column(0).combine_chunks().dictionary.to_numpy(
-        zero_copy_only=False) for i in range(0, parquet.metadata.num_row_groups, n_queries)]
-    run.tree = build_tree(config.levels, np.concatenate(codes).astype(np.str_))
-    invariants = pq.read_table(measurements / INVARIANTS_FILE)
+    n_queries = sum(1 for a in allocations if a.level == config.levels[-1].name)
+    lowest = measurements / f"{config.levels[-1].name}.parquet"
+    run.tree = build_tree(config.levels, read_lowest_geoids(lowest, n_queries))
     for level, spec in enumerate(config.levels):
         queries = [a.query for a in allocations if a.level == spec.name]
         meta = pq.ParquetFile(measurements / f"{spec.name}.parquet").metadata
@@ -77,17 +70,7 @@ def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
         if start != run.tree.n_nodes(level):
             raise CensusDPError(f"{measurements / spec.name}.parquet: does not match the run's geography")
         run.chunk_plan[level] = plan
-        run.invariants[level] = []
-        for invariant in config.invariants:
-            if spec.name not in invariant.levels:
-                continue
-            query = invariant.query
-            mask = pc.and_(pc.equal(invariants["level"].cast("string"), spec.name),
-                           pc.equal(invariants["query"].cast("string"), query.name))
-            values = invariants.filter(mask).column("value").to_numpy()
-            run.invariants[level].append(QueryInvariant(
-                name=query.name, matrix=schema.query_matrix(query),
-                values=values.reshape(run.tree.n_nodes(level), schema.query_cells(query)).astype(np.int64)))
+    run.invariants = read_invariants(measurements, config, run.tree)
 
 
 def _reconcile_and_publish(run: stages.ReleaseRun, measurements: Path) -> Path:

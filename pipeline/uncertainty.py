@@ -32,7 +32,7 @@ from pipeline.budget import QueryAllocation, allocate
 from pipeline.config import ReleaseConfig
 from pipeline.config_load import parse_config
 from pipeline.errors import CensusDPError
-from pipeline.measurements_io import INVARIANTS_FILE
+from pipeline.measurements_io import read_invariants, read_lowest_geoids
 from pipeline.schema import DETAILED, TOTAL, Query
 from postprocess import QueryInvariant
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, interval, solve_gls
@@ -99,37 +99,11 @@ def load_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> LoadedRu
     located = Path(manifest.get("measurements", {}).get(lowest, f"measurements/{lowest}.parquet"))
     measurements_dir = (located if located.is_absolute() else run_dir / located).parent
     allocations = allocate(config)
-    tree = build_tree(config.levels, _lowest_geoids(measurements_dir / f"{lowest}.parquet"))
+    n_queries = sum(1 for a in allocations if a.level == lowest)
+    tree = build_tree(config.levels, read_lowest_geoids(measurements_dir / f"{lowest}.parquet", n_queries))
     return LoadedRun(run_dir=run_dir, manifest=manifest, config=config, tree=tree,
-                     invariants=_invariants(config, tree, measurements_dir), allocations=allocations,
+                     invariants=read_invariants(measurements_dir, config, tree), allocations=allocations,
                      measurements_dir=measurements_dir)
-
-
-def _lowest_geoids(path: Path) -> np.ndarray:
-    """Every geoid of a measurement file, from the per-row-group dictionaries (no sort of every row)."""
-    column = pq.read_table(path, columns=["geoid"]).column(0)
-    parts = [chunk.dictionary.to_numpy(zero_copy_only=False) if pa.types.is_dictionary(chunk.type)
-             else np.unique(chunk.to_numpy(zero_copy_only=False)) for chunk in column.chunks]
-    return np.unique(np.concatenate(parts).astype(np.str_)) if parts else np.zeros(0, dtype=np.str_)
-
-
-def _invariants(config: ReleaseConfig, tree: GeoTree, measurements_dir: Path) -> dict[int, list[QueryInvariant]]:
-    """Each level's invariant values (published exactly), in node order."""
-    schema = config.schema
-    table = pq.read_table(measurements_dir / INVARIANTS_FILE)
-    levels, queries = table.column("level").cast(pa.string()), table.column("query").cast(pa.string())
-    out: dict[int, list[QueryInvariant]] = {}
-    for level, spec in enumerate(config.levels):
-        out[level] = []
-        for invariant in config.invariants:
-            if spec.name not in invariant.levels:
-                continue
-            query = invariant.query
-            rows = table.filter(pc.and_(pc.equal(levels, spec.name), pc.equal(queries, query.name)))
-            values = rows.column("value").to_numpy().reshape(tree.n_nodes(level), schema.query_cells(query))
-            out[level].append(QueryInvariant(name=query.name, matrix=schema.query_matrix(query),
-                                             values=values.astype(np.int64)))
-    return out
 
 
 def axes_of(run: LoadedRun, query: Query) -> tuple[int, ...]:
