@@ -22,8 +22,9 @@ from pipeline.runner import make_runner
 TASK_OPTIONS = {"cache_policy": NO_CACHE, "persist_result": False, "log_prints": False, "retries": 0}
 
 start_task = task(stages.start_release, name="allocate-budget", **TASK_OPTIONS)
-read_task = task(stages.read_inputs, name="read-and-validate", **TASK_OPTIONS)
+read_task = task(stages.read_files, name="read-files", **TASK_OPTIONS)
 charge_task = task(stages.charge, name="charge-ledger", **TASK_OPTIONS)
+validate_task = task(stages.validate_inputs, name="validate-values", **TASK_OPTIONS)
 measure_task = task(stages.measure, name="measure", **TASK_OPTIONS)
 reconcile_task = task(stages.reconcile, name="reconcile", **TASK_OPTIONS)
 publish_task = task(stages.publish, name="publish", **TASK_OPTIONS)
@@ -49,6 +50,7 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
         chunk_runner = make_runner(config.runner)
         read_task(run)
         charge_task(run)
+        validate_task(run)
         for level, spec in enumerate(config.levels):
             measure_task.with_options(task_run_name=f"measure-{spec.name}")(run, level)
         for level, spec in enumerate(config.levels):

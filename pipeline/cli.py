@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_init(sub)
     commands.add_synth(sub)
+    commands.add_check(sub)
     commands.add_release(sub)
     commands.add_budget(sub)
     commands.add_demo(sub)

@@ -11,6 +11,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from pipeline.config import FORMATS
 from pipeline.errors import CensusDPError
 
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -66,7 +67,7 @@ def add_release(sub: Sub) -> None:
     p.add_argument("--out", help="directory that receives the run folder (default: the config's output.dir)")
     p.add_argument("--microdata", help="microdata file (overrides input.path)")
     p.add_argument("--geography", help="geography file listing every lowest-level unit (overrides input.geography)")
-    p.add_argument("--format", dest="fmt", choices=["parquet", "csv", "mdf-pl94"], help="microdata format")
+    p.add_argument("--format", dest="fmt", choices=list(FORMATS), help="microdata format")
     p.add_argument("--rho", help="total zCDP budget, e.g. 2.56 or 64/25 (overrides budget.rho)")
     p.add_argument("--runner", help='where reconciliation chunks run: "local", "dask-local:N" or "tcp://host:port"')
     p.add_argument("--no-prefect", action="store_true", help="run as plain function calls, without Prefect")
@@ -107,13 +108,37 @@ def cmd_release(args: argparse.Namespace) -> int:
         if args.rho or args.microdata or args.geography or args.fmt or args.insecure_seed is not None:
             raise CensusDPError("--resume finishes a run with the configuration its measurements were drawn with: "
                                 "only --out and --runner may be given")
-        root = Path(args.out).resolve() if args.out else load_config(args.config).output.dir
-        print(resume_release(root, args.resume, runner=args.runner))
+        own = load_config(args.config)  # the user's own configuration says where the ledger is
+        root = Path(args.out).resolve() if args.out else own.output.dir
+        print(resume_release(root, args.resume, own.ledger.location, runner=args.runner))
         return 0
     run_dir = run_release_command(args.config, args.out, args.microdata, args.geography, args.fmt, args.rho,
                                   args.no_prefect, args.insecure_seed, args.runner)
     print(run_dir)
     print(f"censusdp: release finished in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+def add_check(sub: Sub) -> None:
+    p = sub.add_parser("check", help="validate the input files against a configuration, naming file, column and "
+                       "row of any problem (for the data curator only: no ledger, no noise)")
+    p.add_argument("config", help="release configuration (TOML)")
+    p.add_argument("--microdata", help="microdata file (overrides input.path)")
+    p.add_argument("--geography", help="geography file (overrides input.geography)")
+    p.add_argument("--format", dest="fmt", choices=list(FORMATS), help="microdata format")
+    p.set_defaults(handler=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Every check a release makes, before and after its charge, with precise errors.  Its output names rows of
+    the confidential data: only someone allowed to read the microdata may run it; deployments never expose it."""
+    from pipeline.microdata import read_input_files, validated_rows
+    from pipeline.options import load_release_config
+
+    config = load_release_config(args.config, args.microdata, args.geography, args.fmt)
+    tree, unit_index, _ = validated_rows(read_input_files(config))
+    levels = ", ".join(f"{lv.name} {tree.n_nodes(i):,}" for i, lv in enumerate(config.levels))
+    print(f"censusdp check: {config.input.path}: valid ({len(unit_index):,} person records; units: {levels})")
     return 0
 
 
@@ -183,6 +208,8 @@ def add_postprocess(sub: Sub) -> None:
     p.add_argument("--out", help="directory that receives the new run folder (default: beside RUN_DIR)")
     p.add_argument("--solver", help='"auto" or a cvxpy solver name (e.g. CLARABEL, OSQP, SCS)')
     p.add_argument("--runner", help='"local", "dask-local:N" or "tcp://host:port"')
+    p.add_argument("--ledger", help="ledger file or postgresql:// URL to record the free run in (default: "
+                   "$CENSUSDP_LEDGER, else the ledger file the run was charged to)")
     p.set_defaults(handler=cmd_postprocess)
 
 
@@ -190,7 +217,7 @@ def cmd_postprocess(args: argparse.Namespace) -> int:
     from pipeline.postprocess_run import postprocess_run
 
     out = Path(args.out).resolve() if args.out else None
-    print(postprocess_run(Path(args.run_dir), out, args.solver, args.runner))
+    print(postprocess_run(Path(args.run_dir), out, args.solver, args.runner, args.ledger))
     return 0
 
 

@@ -79,9 +79,14 @@ class OutputConfig:
 class LedgerConfig:
     """Where budget is charged: a dataset id with a lifetime cap, in a ledger file (or PostgreSQL URL)."""
 
-    location: str
+    location: str  # may hold a password (a postgresql:// URL): never written, logged or shown (see __repr__)
     dataset: str
     cap_rho: Fraction
+
+    def __repr__(self) -> str:
+        from pipeline.ledger_location import redact_url
+
+        return f"LedgerConfig(location={redact_url(self.location)!r}, dataset={self.dataset!r})"
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,10 @@ class ReleaseConfig:
     solver: str = "auto"
     runner: str = "local"
     chunk_cells: int = 4_000_000
-    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as read: may hold a ledger password
+
+    def __repr__(self) -> str:  # the raw table and the ledger URL may hold secrets
+        return f"ReleaseConfig(source={self.source!r})"
 
 
 def parse_fraction(value: Any, source: str, key: str) -> Fraction:

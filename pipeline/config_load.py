@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import tomllib
 from fractions import Fraction
@@ -26,6 +28,7 @@ from pipeline.config import (
     require,
 )
 from pipeline.errors import ConfigError
+from pipeline.ledger_location import is_postgres_url, resolve_ledger_location
 from pipeline.runner import check_runner
 from pipeline.schema import DETAILED, TOTAL, Attribute, Schema
 
@@ -76,13 +79,31 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     chunk_cells = postprocess.get("chunk_cells", 4_000_000)
     if not isinstance(chunk_cells, int) or isinstance(chunk_cells, bool) or chunk_cells < 1:
         raise ConfigError(source, "postprocess.chunk_cells", "expected a positive integer")
+    _check_relation(budget, invariants, source)
     input_config = _input(raw, source, base)
-    ledger = _ledger(raw, source, base, input_config, budget.delta)
+    ledger = _ledger(raw, source, base, budget.delta)
     return ReleaseConfig(
         source=source, input=input_config, ledger=ledger, output=_output(raw, source, base), levels=levels,
         schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
         solver=solver, runner=runner, chunk_cells=chunk_cells, raw=raw,
     )
+
+
+def parse_recorded_config(raw: dict[str, Any], source: str, base: Path, ledger_location: str | None = None
+                          ) -> ReleaseConfig:
+    """A configuration as a run recorded it (manifest.json, measurements/complete.json).
+
+    The recorded ``ledger.path`` is not used: a run's files never hold a credential (it was redacted when
+    written) and must not choose a ledger.  The ledger is ``ledger_location`` (from the user's own option or
+    configuration), else the installation's (``$CENSUSDP_LEDGER`` or the user data directory).
+    """
+    raw = copy.deepcopy(raw)
+    if isinstance(raw.get("ledger"), dict):
+        raw["ledger"].pop("path", None)
+    config = parse_config(raw, source, base)
+    if ledger_location is not None:
+        config = dataclasses.replace(config, ledger=dataclasses.replace(config.ledger, location=ledger_location))
+    return config
 
 
 def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
@@ -220,7 +241,7 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
         raise ConfigError(source, "budget.delta", f"expected a number, got {delta_text!r}") from None
     if not (0 < delta < 1) or not math.isfinite(delta):
         raise ConfigError(source, "budget.delta", "must be strictly between 0 and 1")
-    neighbouring = table.get("neighbouring", "add-remove")
+    neighbouring = table.get("neighbouring", "replace-one")
     if neighbouring not in NEIGHBOURING:
         raise ConfigError(source, "budget.neighbouring", f"one of: {', '.join(NEIGHBOURING)}")
     target = None
@@ -321,11 +342,28 @@ def _structural_zeros(raw: dict[str, Any], source: str, schema: Schema) -> tuple
     return tuple(out)
 
 
-def _ledger(raw: dict[str, Any], source: str, base: Path, input_config: InputConfig, delta: float) -> LedgerConfig:
+def _check_relation(budget: BudgetConfig, invariants: tuple[Invariant, ...], source: str) -> None:
+    """Exact invariants and add-remove neighbours cannot both hold: refused, naming both keys.
+
+    With an exact count published, adding or removing a person is detected with certainty, so no add-remove
+    guarantee survives; only replace-one neighbours that keep the invariants stay protected (the Census's
+    choice), and for those a histogram's squared L2 sensitivity is 2, not the 1 that add-remove accounting uses.
+    """
+    if budget.neighbouring == "add-remove" and invariants:
+        first = invariants[0]
+        raise ConfigError(source, "budget.neighbouring", f"add-remove cannot hold with invariants[0] "
+                          f"({first.query.name} at {', '.join(first.levels)}) published exactly: an exact count "
+                          "reveals every addition or removal; use neighbouring = \"replace-one\" (as the Census did) "
+                          "or remove the [[invariants]]")
+
+
+def _ledger(raw: dict[str, Any], source: str, base: Path, delta: float) -> LedgerConfig:
     """The [ledger] table: dataset id and lifetime cap (rho, or epsilon at the budget's delta), and where.
 
-    The ledger file defaults to ``.censusdp-ledger.sqlite`` next to the microdata, not inside a run folder,
-    so every release of the same data is charged to the same ledger.
+    Where: ``$CENSUSDP_LEDGER`` (the installation's ledger, set by its administrator), else ``ledger.path``,
+    else one ledger per installation in the user data directory (``pipeline.ledger.default_ledger_location``).
+    Never next to the data: copying the data elsewhere must not give it a fresh budget.  A configuration that
+    names a ledger other than ``$CENSUSDP_LEDGER`` is refused, so a configuration cannot move the budget.
     """
     table = raw.get("ledger")
     if not isinstance(table, dict):
@@ -343,14 +381,11 @@ def _ledger(raw: dict[str, Any], source: str, base: Path, input_config: InputCon
         cap = cap_from_epsilon_delta(float(parse_fraction(table["cap_epsilon"], source, "ledger.cap_epsilon")), delta)
     if cap <= 0:
         raise ConfigError(source, "ledger.cap_rho", "the lifetime cap must be > 0")
-    location = table.get("path")
-    if isinstance(location, str) and location.startswith("postgresql://"):
-        where = location
-    elif location is not None:
-        where = str(_path(location, base, source, "ledger.path"))
-    else:
-        from pipeline.ledger import default_ledger_path
-
-        data = input_config.path or base / "microdata"
-        where = str(default_ledger_path(data))
+    configured = table.get("path")
+    if configured is not None and not is_postgres_url(configured):
+        configured = str(_path(configured, base, source, "ledger.path"))
+    try:
+        where = resolve_ledger_location(configured)
+    except ValueError as error:
+        raise ConfigError(source, "ledger.path", str(error)) from None
     return LedgerConfig(location=where, dataset=dataset, cap_rho=cap)

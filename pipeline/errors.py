@@ -7,6 +7,8 @@ offending microdata value, because error text ends up in logs and in Prefect's d
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 
 class CensusDPError(Exception):
     """Base class of every error meant for the user."""
@@ -20,10 +22,33 @@ class ConfigError(CensusDPError):
         self.source, self.key, self.problem = source, key, problem
 
 
-class InputError(CensusDPError):
-    """The microdata or geography file is invalid; the message names file, column and row (1-based)."""
+class InputProblem(StrEnum):
+    """What kind of input problem an ``InputError`` is.  FILE and COLUMN depend on the files' structure only;
+    the others on confidential values, so a release meets them only after its charge."""
 
-    def __init__(self, path: str, problem: str, *, column: str | None = None, row: int | None = None) -> None:
+    FILE = "file"                    # missing, unreadable
+    COLUMN = "column"                # a required column missing, of the wrong type, or duplicated
+    EMPTY = "empty"                  # no person records
+    MISSING_VALUE = "missing-value"  # a null or empty value
+    GEOCODE = "geocode"              # a geocode of the wrong width or form
+    DOMAIN = "domain"                # a value outside an attribute's domain
+    GEOGRAPHY = "geography"          # a unit not in the geography file, or a malformed geography file
+    DUPLICATE = "duplicate"          # a unit listed twice in the geography file
+
+    @property
+    def depends_on_values(self) -> bool:
+        return self not in (InputProblem.FILE, InputProblem.COLUMN)
+
+
+class InputError(CensusDPError):
+    """The microdata or geography file is invalid; the message names file, column and row (1-based).
+
+    Only the data curator's ``censusdp check`` and file-level checks show this message; a release that meets a
+    value-level problem after its charge reports an ``InputRejectedError`` instead (no row, no column).
+    """
+
+    def __init__(self, path: str, problem: str, *, column: str | None = None, row: int | None = None,
+                 category: InputProblem = InputProblem.FILE) -> None:
         where = [str(path)]
         if column is not None:
             where.append(f"column {column}")
@@ -31,3 +56,18 @@ class InputError(CensusDPError):
             where.append(f"row {row}")
         super().__init__(f"{', '.join(where)}: {problem}")
         self.path, self.column, self.row, self.problem = str(path), column, row, problem
+        self.category = category
+
+
+class InputRejectedError(CensusDPError):
+    """A release's input failed a value-level check after the budget was charged.
+
+    The message names the category of the problem only -- never the file's row, column or value -- because it
+    reaches Prefect's database and the logs of people who may start releases but not read the data.
+    """
+
+    def __init__(self, category: InputProblem, config_source: str) -> None:
+        super().__init__(
+            f"the input failed validation after the budget was charged ({category.value} problem); the charge "
+            f"stands and nothing was published; a data curator can see where with: censusdp check {config_source}")
+        self.category = category

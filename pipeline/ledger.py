@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from fractions import Fraction
 from pathlib import Path
 
@@ -29,9 +32,16 @@ from pipeline.errors import CensusDPError
 from pipeline.ledger_store import SQL, Store, open_store
 
 STATUSES = ("charged", "published", "failed", "postprocess")
-LEDGER_FILENAME = ".censusdp-ledger.sqlite"
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
 _HEX = re.compile(r"[0-9a-f]{8,128}")
+_FINGERPRINT_KEY = "fingerprint_key"
+
+
+class FailureReason(StrEnum):
+    """Why a charged run failed, as recorded in the ledger: a category, never a row number or a value."""
+
+    INPUT_VALIDATION = "input-validation"  # the microdata or geography failed a value check after the charge
+    RUN_ERROR = "run-error"  # anything else (solver, disk, interrupted)
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,7 @@ class Charge:
     config_hash: str
     status: str  # one of STATUSES
     publishable: bool
+    reason: str | None = None  # a FailureReason category (and its detail category) for a failed run
 
 
 class BudgetExceededError(CensusDPError):
@@ -66,15 +77,6 @@ class BudgetExceededError(CensusDPError):
 def config_hash(text: bytes) -> str:
     """The SHA-256 hex digest of a configuration file's bytes (what the ledger records, never the file)."""
     return hashlib.sha256(text).hexdigest()
-
-
-def default_ledger_path(data_path: Path) -> Path:
-    """The ledger next to the user's data, ``data_path.parent / ".censusdp-ledger.sqlite"``.
-
-    It lives beside the data it protects, not inside a run directory: deleting or re-running a release must
-    not lose the record of budget already spent on that data.
-    """
-    return Path(data_path).parent / LEDGER_FILENAME
 
 
 def cap_from_epsilon_delta(epsilon: float, delta: float) -> Fraction:
@@ -105,25 +107,115 @@ class PrivacyLedger:
         A cap is never silently changed: an existing dataset with a different cap is a ``CensusDPError``.
         """
         _check_id(dataset, "dataset id")
-        cap = _rational(cap_rho, "cap rho")
-        if cap <= 0:
-            raise CensusDPError(f"ledger: cap rho must be > 0, got {cap}")
+        cap = _positive_cap(cap_rho)
         with self._store.transaction() as sql:
-            sql("INSERT INTO censusdp_datasets (id, cap_rho, created) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
-                (dataset, _frac(cap), _now()))
-            existing = Fraction(sql("SELECT cap_rho FROM censusdp_datasets WHERE id = ?", (dataset,))[0][0])
-        if existing != cap:
-            raise CensusDPError(f"ledger: dataset {dataset!r} already has lifetime cap rho {existing}, "
-                                f"not {cap}; a cap is never changed (a new dataset id is for new data only)")
+            self._register(sql, dataset, cap)
 
     def charge(self, dataset: str, run_id: str, rho: Fraction, delta: float, config_hash: str,
                publishable: bool) -> Charge:
-        """Atomically charge ``rho`` to ``dataset`` for run ``run_id``, before any noise is drawn.
+        """Atomically charge ``rho`` to the registered ``dataset`` for run ``run_id``, before any noise is drawn.
 
         Refused with ``BudgetExceededError`` if spent + rho > cap, where spent sums every charge ever made
         on the dataset (Thm 19.37(i)); a run id can be charged once only, so noise is never drawn twice
-        for one charge.  The stored epsilon is the CKS20 conversion of rho at ``delta``.
+        for one charge.  The stored epsilon is the CKS20 conversion of rho at ``delta``.  A release charges
+        through ``charge_release``, which first finds the dataset its data belongs to.
         """
+        entry = self._entry(dataset, run_id, rho, delta, config_hash, publishable)
+        try:
+            with self._store.transaction() as sql:
+                self._insert_charge(sql, entry)
+        except self._store.integrity_errors:  # the same run id inserted concurrently for another dataset
+            raise _duplicate(run_id) from None
+        return entry
+
+    def charge_release(self, dataset: str, cap_rho: Fraction, fingerprints: Mapping[str, str], run_id: str,
+                       rho: Fraction, delta: float, config_hash: str, publishable: bool) -> Charge:
+        """Charge a release to the dataset its data belongs to, in one atomic step.
+
+        ``fingerprints`` (kind -> keyed digest, ``pipeline.fingerprint``) identify the data's content whatever
+        its path, file name, format or row order.  If any is already registered, the charge goes to that
+        dataset, whatever ``dataset`` the configuration names (the returned ``Charge.dataset`` says which;
+        its cap applies); data whose fingerprints point at two datasets is refused.  Otherwise ``dataset`` is
+        registered with ``cap_rho`` if new (an existing dataset keeps its cap; a different one is an error).
+        The fingerprints are then recorded for the charged dataset, and the charge is made as in ``charge``.
+        """
+        for kind, digest in fingerprints.items():
+            if not isinstance(digest, str) or not _HEX.fullmatch(digest) or not _ID.fullmatch(kind):
+                raise CensusDPError("ledger: a fingerprint must be a kind and a lowercase hex digest")
+        cap = _positive_cap(cap_rho)
+        try:
+            with self._store.transaction() as sql:
+                if self._store.charge_lock:
+                    sql(self._store.charge_lock)
+                found: set[str] = set()
+                for digest in fingerprints.values():
+                    found.update(d for (d,) in sql("SELECT dataset FROM censusdp_fingerprints WHERE fingerprint = ?",
+                                                   (digest,)))
+                owners = sorted(found)
+                if len(owners) > 1:
+                    raise CensusDPError(f"ledger: this data matches datasets {owners[0]!r} and {owners[1]!r}; "
+                                        "nothing was charged (a data curator must decide which it is)")
+                target = owners[0] if owners else dataset
+                entry = self._entry(target, run_id, rho, delta, config_hash, publishable)
+                if not owners:
+                    self._register(sql, dataset, cap)
+                for kind, digest in fingerprints.items():
+                    sql("INSERT INTO censusdp_fingerprints (fingerprint, kind, dataset, first_run, created) "
+                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO NOTHING",
+                        (digest, kind, target, run_id, entry.time))
+                self._insert_charge(sql, entry)
+        except self._store.integrity_errors:
+            raise _duplicate(run_id) from None
+        return entry
+
+    def fingerprint_key(self) -> bytes:
+        """The ledger's secret key for content fingerprints (32 random bytes, made once, never changed)."""
+        with self._store.transaction() as sql:
+            sql("INSERT INTO censusdp_keys (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                (_FINGERPRINT_KEY, secrets.token_hex(32)))
+            (value,), = sql("SELECT value FROM censusdp_keys WHERE name = ?", (_FINGERPRINT_KEY,))
+        return bytes.fromhex(value)
+
+    def fingerprint_datasets(self) -> dict[str, int]:
+        """How many fingerprints each dataset has (for ``censusdp ledger``; the digests themselves stay inside)."""
+        with self._store.transaction(write=False) as sql:
+            rows = sql("SELECT dataset, COUNT(*) FROM censusdp_fingerprints GROUP BY dataset")
+        return {d: int(n) for d, n in rows}
+
+    def set_status(self, run_id: str, status: str, reason: str | None = None) -> None:
+        """Record what became of a charged run; the charge itself stays (budget is never refunded).
+
+        ``reason`` (for a failed run) is a category from ``FailureReason``, optionally followed by ``:`` and
+        a category of the input problem: never a row number, a column's value or free text.
+        """
+        _check_id(run_id, "run id")
+        if status not in STATUSES:
+            raise CensusDPError(f"ledger: status must be one of {', '.join(STATUSES)}, got {status!r}")
+        if reason is not None and (not _REASON.fullmatch(reason) or reason.split(":")[0] not in set(FailureReason)):
+            raise CensusDPError("ledger: a failure reason must be a FailureReason category")
+        with self._store.transaction() as sql:
+            if not sql("SELECT 1 FROM censusdp_charges WHERE run_id = ?", (run_id,)):
+                raise CensusDPError(f"ledger: no charge with run id {run_id!r}")
+            sql("UPDATE censusdp_charges SET status = ?, reason = ? WHERE run_id = ?", (status, reason, run_id))
+
+    def charges(self, dataset: str | None = None) -> list[Charge]:
+        """Every charge (of ``dataset`` if given), oldest first."""
+        query = ("SELECT run_id, dataset, charged_at, rho, delta, epsilon, config_hash, status, publishable, reason "
+                 "FROM censusdp_charges")
+        params: tuple[str, ...] = ()
+        if dataset is not None:
+            query, params = query + " WHERE dataset = ?", (dataset,)
+        with self._store.transaction(write=False) as sql:
+            rows = sql(query + " ORDER BY seq", params)
+        return [Charge(r[0], r[1], r[2], Fraction(r[3]), float(r[4]), float(r[5]), r[6], r[7], bool(r[8]), r[9])
+                for r in rows]
+
+    def charge_of(self, run_id: str) -> Charge | None:
+        """The charge of run ``run_id``, whichever dataset it went to."""
+        return next((c for c in self.charges() if c.run_id == run_id), None)
+
+    def _entry(self, dataset: str, run_id: str, rho: Fraction, delta: float, config_hash: str,
+               publishable: bool) -> Charge:
         _check_id(dataset, "dataset id")
         _check_id(run_id, "run id")
         amount = _rational(rho, "rho")
@@ -135,46 +227,32 @@ class PrivacyLedger:
             raise CensusDPError("ledger: config hash must be a lowercase hex digest (see config_hash())")
         if not isinstance(publishable, bool):
             raise CensusDPError(f"ledger: publishable must be True or False, got {publishable!r}")
-        entry = Charge(run_id, dataset, _now(), amount, float(delta), epsilon_cks20(amount, float(delta)),
-                       config_hash, "charged", publishable)
-        try:
-            with self._store.transaction() as sql:
-                cap = self._cap(sql, dataset, lock=True)
-                if sql("SELECT 1 FROM censusdp_charges WHERE run_id = ?", (run_id,)):
-                    raise _duplicate(run_id)
-                spent = compose_zcdp(Fraction(r) for (r,) in sql(
-                    "SELECT rho FROM censusdp_charges WHERE dataset = ?", (dataset,)))
-                if spent + amount > cap:
-                    raise BudgetExceededError(dataset, amount, cap - spent, cap)
-                sql("INSERT INTO censusdp_charges (run_id, dataset, charged_at, rho, delta, epsilon, config_hash, "
-                    "status, publishable) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run_id, dataset, entry.time, _frac(amount), entry.delta, entry.epsilon, config_hash,
-                     entry.status, int(publishable)))
-        except self._store.integrity_errors:  # the same run id inserted concurrently for another dataset
-            raise _duplicate(run_id) from None
-        return entry
+        return Charge(run_id, dataset, _now(), amount, float(delta), epsilon_cks20(amount, float(delta)),
+                      config_hash, "charged", publishable)
 
-    def set_status(self, run_id: str, status: str) -> None:
-        """Record what became of a charged run; the charge itself stays (budget is never refunded)."""
-        _check_id(run_id, "run id")
-        if status not in STATUSES:
-            raise CensusDPError(f"ledger: status must be one of {', '.join(STATUSES)}, got {status!r}")
-        with self._store.transaction() as sql:
-            if not sql("SELECT 1 FROM censusdp_charges WHERE run_id = ?", (run_id,)):
-                raise CensusDPError(f"ledger: no charge with run id {run_id!r}")
-            sql("UPDATE censusdp_charges SET status = ? WHERE run_id = ?", (status, run_id))
+    def _insert_charge(self, sql: SQL, entry: Charge) -> None:
+        """Check the cap and insert, inside the caller's write transaction (the dataset row locked)."""
+        cap = self._cap(sql, entry.dataset, lock=True)
+        if sql("SELECT 1 FROM censusdp_charges WHERE run_id = ?", (entry.run_id,)):
+            raise _duplicate(entry.run_id)
+        spent = compose_zcdp(Fraction(r) for (r,) in sql(
+            "SELECT rho FROM censusdp_charges WHERE dataset = ?", (entry.dataset,)))
+        if spent + entry.rho > cap:
+            raise BudgetExceededError(entry.dataset, entry.rho, cap - spent, cap)
+        sql("INSERT INTO censusdp_charges (run_id, dataset, charged_at, rho, delta, epsilon, config_hash, "
+            "status, publishable) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (entry.run_id, entry.dataset, entry.time, _frac(entry.rho), entry.delta, entry.epsilon,
+             entry.config_hash, entry.status, int(entry.publishable)))
 
-    def charges(self, dataset: str | None = None) -> list[Charge]:
-        """Every charge (of ``dataset`` if given), oldest first."""
-        query = ("SELECT run_id, dataset, charged_at, rho, delta, epsilon, config_hash, status, publishable "
-                 "FROM censusdp_charges")
-        params: tuple[str, ...] = ()
-        if dataset is not None:
-            query, params = query + " WHERE dataset = ?", (dataset,)
-        with self._store.transaction(write=False) as sql:
-            rows = sql(query + " ORDER BY seq", params)
-        return [Charge(r[0], r[1], r[2], Fraction(r[3]), float(r[4]), float(r[5]), r[6], r[7], bool(r[8]))
-                for r in rows]
+    def _register(self, sql: SQL, dataset: str, cap: Fraction) -> None:
+        """Register ``dataset`` with ``cap`` unless it exists; an existing dataset's cap is never changed."""
+        _check_id(dataset, "dataset id")
+        sql("INSERT INTO censusdp_datasets (id, cap_rho, created) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            (dataset, _frac(cap), _now()))
+        existing = Fraction(sql("SELECT cap_rho FROM censusdp_datasets WHERE id = ?", (dataset,))[0][0])
+        if existing != cap:
+            raise CensusDPError(f"ledger: dataset {dataset!r} already has lifetime cap rho {existing}, "
+                                f"not {cap}; a cap is never changed (a new dataset id is for new data only)")
 
     def spent(self, dataset: str) -> Fraction:
         """Total rho ever charged to ``dataset``, every status included (zCDP composition, Thm 19.37(i))."""
@@ -202,6 +280,16 @@ class PrivacyLedger:
         if not rows:
             raise CensusDPError(f"ledger: unknown dataset {dataset!r} (register it with its lifetime cap first)")
         return Fraction(rows[0][0])
+
+
+_REASON = re.compile(r"[a-z-]{1,40}(:[a-z-]{1,40})?")
+
+
+def _positive_cap(cap_rho: Fraction | int | str) -> Fraction:
+    cap = _rational(cap_rho, "cap rho")
+    if cap <= 0:
+        raise CensusDPError(f"ledger: cap rho must be > 0, got {cap}")
+    return cap
 
 
 def _duplicate(run_id: str) -> CensusDPError:

@@ -10,18 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-from decimal import ROUND_CEILING, Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from pipeline.accounting import epsilon_cks20
 from pipeline.errors import CensusDPError
-from pipeline.ledger import LEDGER_FILENAME, Charge, PrivacyLedger
-from pipeline.ledger_store import is_postgres_url
+from pipeline.ledger import Charge, PrivacyLedger
+from pipeline.ledger_location import LEDGER_ENV, default_ledger_location, is_postgres_url
+from pipeline.rounding_text import round_text
 
-LEDGER_ENV = "CENSUSDP_LEDGER"
 DEFAULT_DELTA = 1e-10  # the default of `censusdp budget`, for a dataset with no charges yet
 
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -30,8 +28,8 @@ Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 def add_ledger(sub: Sub) -> None:
     """Register ``censusdp ledger`` on an argparse subparsers object."""
     p = sub.add_parser("ledger", help="show the privacy-loss ledger: every charge and each dataset's budget left")
-    p.add_argument("--ledger", help=f"ledger file or postgresql:// URL (default: ${LEDGER_ENV}, else "
-                                    f"./{LEDGER_FILENAME} if it exists; the release keeps it beside the microdata)")
+    p.add_argument("--ledger", help=f"ledger file or postgresql:// URL (default: ${LEDGER_ENV}, else the "
+                                    "installation's ledger in the user data directory, as a release uses)")
     p.add_argument("--dataset", help="only this dataset id")
     p.add_argument("--delta", help="delta for every epsilon shown (default: each charge's own delta, and per "
                                    f"dataset the smallest delta charged, else {DEFAULT_DELTA:g})")
@@ -48,13 +46,11 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def resolve_location(given: str | None) -> str:
-    """--ledger, else $CENSUSDP_LEDGER, else ./.censusdp-ledger.sqlite if present; a file must already exist."""
-    location = given or os.environ.get(LEDGER_ENV) or (LEDGER_FILENAME if Path(LEDGER_FILENAME).is_file() else None)
-    if not location:
-        raise CensusDPError(f"no ledger given: pass --ledger PATH_OR_URL or set {LEDGER_ENV} (a release keeps "
-                            f"its ledger in {LEDGER_FILENAME} beside the microdata)")
+    """--ledger, else the installation's ledger ($CENSUSDP_LEDGER or the user data directory); a file must exist."""
+    location = given or default_ledger_location()
     if not is_postgres_url(location) and not Path(location).expanduser().is_file():
-        raise CensusDPError(f"ledger {location}: no such file (this command reads a ledger, it never creates one)")
+        raise CensusDPError(f"ledger {location}: no such file (this command reads a ledger, it never creates one; "
+                            f"pass --ledger PATH_OR_URL or set {LEDGER_ENV})")
     return location
 
 
@@ -99,7 +95,8 @@ def format_text(report: dict[str, Any]) -> str:
             continue
         rows = [["run id", "time (UTC)", "rho", "epsilon", "delta", "config", "status", "publishable"]]
         rows += [[c["run_id"], c["time"][:19].replace("T", " "), _rho_text(c["rho"]), _eps_text(c["epsilon"]),
-                  f"{c['delta']:g}", c["config_hash"][:12], c["status"], "yes" if c["publishable"] else "no"]
+                  f"{c['delta']:g}", c["config_hash"][:12],
+                  c["status"] + (f" ({c['reason']})" if c["reason"] else ""), "yes" if c["publishable"] else "no"]
                  for c in d["charges"]]
         lines += [""] + ["  " + line for line in _table(rows)]
     return "\n".join(lines)
@@ -114,7 +111,7 @@ def _charge(c: Charge, delta: float | None) -> dict[str, Any]:
     return {"run_id": c.run_id, "time": c.time, "rho": f"{c.rho.numerator}/{c.rho.denominator}",
             "rho_float": float(c.rho), "delta": c.delta if delta is None else delta,
             "epsilon": c.epsilon if delta is None else epsilon_cks20(c.rho, delta),
-            "config_hash": c.config_hash, "status": c.status, "publishable": c.publishable}
+            "config_hash": c.config_hash, "status": c.status, "reason": c.reason, "publishable": c.publishable}
 
 
 def _delta(text: str | float | None) -> float | None:
@@ -138,10 +135,7 @@ def _rho_text(exact: str) -> str:
 
 def _eps_text(epsilon: float) -> str:
     """epsilon to 6 significant digits, rounded up (a privacy loss is never understated)."""
-    if epsilon == 0:
-        return "0"
-    d = Decimal(epsilon)
-    return f"{d.quantize(Decimal(1).scaleb(d.adjusted() - 5), rounding=ROUND_CEILING).normalize():f}"
+    return round_text(epsilon, up=True, significant=6, strip=True)
 
 
 def _table(rows: list[list[str]]) -> list[str]:

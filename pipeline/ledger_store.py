@@ -11,15 +11,16 @@ password.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from pipeline.errors import CensusDPError
+from pipeline.ledger_location import is_postgres_url, redact_url
 
 SQL = Callable[..., list[tuple[Any, ...]]]
 _PG_LOCK_KEY = 0x63656E73757364  # pg_advisory_xact_lock key serialising table creation ("censusd")
@@ -31,7 +32,14 @@ _DDL = (
     "status TEXT NOT NULL CHECK (status IN ('charged', 'published', 'failed', 'postprocess')), "
     "publishable INTEGER NOT NULL CHECK (publishable IN (0, 1)))",
     "CREATE INDEX IF NOT EXISTS censusdp_charges_by_dataset ON censusdp_charges (dataset)",
+    # keyed content fingerprints (pipeline.fingerprint): the same data under another name finds its dataset
+    "CREATE TABLE IF NOT EXISTS censusdp_fingerprints (fingerprint TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+    "dataset TEXT NOT NULL REFERENCES censusdp_datasets (id), first_run TEXT NOT NULL, created TEXT NOT NULL)",
+    # the ledger's secrets (the fingerprint key): readable by whoever can read the ledger, nobody else
+    "CREATE TABLE IF NOT EXISTS censusdp_keys (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
+# why a charged run failed: a category from pipeline.ledger.FailureReason, never a row number or a value
+_REASON_COLUMN = "ALTER TABLE censusdp_charges ADD COLUMN {if_not_exists}reason TEXT"
 # SQLite only: charges are never deleted or altered (only their status), caps never changed.
 _SQLITE_GUARDS = (
     "CREATE TRIGGER IF NOT EXISTS censusdp_charges_keep BEFORE DELETE ON censusdp_charges "
@@ -41,19 +49,22 @@ _SQLITE_GUARDS = (
     "BEGIN SELECT RAISE(ABORT, 'ledger charges are never altered'); END",
     "CREATE TRIGGER IF NOT EXISTS censusdp_caps_fixed BEFORE UPDATE ON censusdp_datasets "
     "BEGIN SELECT RAISE(ABORT, 'ledger caps are never changed'); END",
+    "CREATE TRIGGER IF NOT EXISTS censusdp_fingerprints_keep BEFORE DELETE ON censusdp_fingerprints "
+    "BEGIN SELECT RAISE(ABORT, 'ledger fingerprints are never deleted'); END",
+    "CREATE TRIGGER IF NOT EXISTS censusdp_fingerprints_fixed BEFORE UPDATE ON censusdp_fingerprints "
+    "BEGIN SELECT RAISE(ABORT, 'ledger fingerprints are never altered'); END",
+    "CREATE TRIGGER IF NOT EXISTS censusdp_keys_fixed BEFORE UPDATE ON censusdp_keys "
+    "BEGIN SELECT RAISE(ABORT, 'ledger keys are never changed'); END",
 )
 
 
 class Store(Protocol):
     display: str
     lock_suffix: str
+    charge_lock: str
     integrity_errors: tuple[type[BaseException], ...]
 
     def transaction(self, write: bool = True) -> AbstractContextManager[SQL]: ...
-
-
-def is_postgres_url(location: str | Path) -> bool:
-    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
 def open_store(location: str | Path) -> Store:
@@ -69,16 +80,21 @@ class SQLiteStore:
     """A ledger in one SQLite file, in WAL mode, written only inside ``BEGIN IMMEDIATE`` transactions."""
 
     lock_suffix = ""  # BEGIN IMMEDIATE already holds the write lock
+    charge_lock = ""  # ... for the whole transaction
     integrity_errors: tuple[type[BaseException], ...] = (sqlite3.IntegrityError,)
 
     def __init__(self, path: Path, busy_timeout_s: float = 60.0) -> None:
         self.path, self.display, self._timeout = path, str(path.absolute()), busy_timeout_s
         if path.is_dir() or not path.parent.is_dir():
             raise CensusDPError(f"ledger {path}: not a file in an existing directory")
+        if not path.exists():  # only its owner may read it: it holds the fingerprint key
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         self._wal()
         with self.transaction() as sql:
             for ddl in _DDL + _SQLITE_GUARDS:
                 sql(ddl.format(seq="INTEGER PRIMARY KEY AUTOINCREMENT"))
+            if "reason" not in {row[1] for row in sql("PRAGMA table_info(censusdp_charges)")}:
+                sql(_REASON_COLUMN.format(if_not_exists=""))  # a ledger written before reasons were recorded
 
     def _wal(self) -> None:
         """Switch the file to WAL (persistent); switching needs a moment alone, so retry while it is busy."""
@@ -100,7 +116,15 @@ class SQLiteStore:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            return sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+            # FULL: a committed charge is on disk before the commit returns, even in WAL mode (whose default,
+            # NORMAL, may lose the last commits on power loss) -- a charge must survive before any noise is drawn
+            conn.execute("PRAGMA synchronous=FULL")
+            return conn
+        except sqlite3.OperationalError as error:
+            raise CensusDPError(f"ledger {self.path}: cannot open ({error})") from None
+        except sqlite3.DatabaseError as error:
+            raise CensusDPError(f"ledger {self.path}: not a censusdp ledger ({error})") from None
         except sqlite3.Error as error:
             raise CensusDPError(f"ledger {self.path}: cannot open ({error})") from None
 
@@ -131,6 +155,9 @@ class PostgresStore:
     """A ledger in PostgreSQL (psycopg 3); a charge locks its dataset row ``FOR UPDATE``."""
 
     lock_suffix = " FOR UPDATE"
+    # a charge first looks its data's fingerprints up, before it knows which dataset row to lock: charges are
+    # serialised as a whole (a ledger sees a few charges a day; correctness beats concurrency here)
+    charge_lock = f"SELECT pg_advisory_xact_lock({_PG_LOCK_KEY + 1})"
 
     def __init__(self, url: str) -> None:
         try:
@@ -144,6 +171,7 @@ class PostgresStore:
             sql("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_KEY,))  # concurrent CREATE IF NOT EXISTS can clash
             for ddl in _DDL:
                 sql(ddl.format(seq="BIGSERIAL PRIMARY KEY"))
+            sql(_REASON_COLUMN.format(if_not_exists="IF NOT EXISTS "))
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[SQL]:
@@ -166,15 +194,3 @@ class PostgresStore:
             raise CensusDPError(f"ledger {self.display}: database error ({type(error).__name__})") from None
         finally:
             conn.close()
-
-
-def redact_url(url: str) -> str:
-    """``postgresql://user@host:port/db``: the password and query string (which may hold one) removed."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    user = f"{parts.username}@" if parts.username else ""
-    return f"{parts.scheme}://{user}{host}{port}{parts.path}"

@@ -14,6 +14,8 @@ from typing import Any
 from pipeline.accounting import epsilon_bun_steinke, epsilon_cks20
 from pipeline.budget import QueryAllocation, level_rho
 from pipeline.config import ReleaseConfig
+from pipeline.noise import laplace_epsilon
+from pipeline.rounding_text import round_text
 
 COMPOSITION = ("zCDP: parallel across the nodes of a level (Prop. 19.30), sequential across queries and levels "
                "(Thm 19.37(i)); epsilon from rho by CKS20 Corollary 13")
@@ -63,11 +65,32 @@ def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
     }
 
 
+def guarantee(config: ReleaseConfig, rho: Fraction) -> str:
+    """One sentence: for which pairs of datasets the rho-zCDP bound holds.
+
+    An epsilon or rho means nothing without the neighbouring relation (Def 19.1; the seed's pitfall list), and
+    exact invariants shrink the protected set further: two datasets whose invariant values differ are told apart
+    with certainty, so the bound holds only among datasets that share those values.
+    """
+    if config.budget.neighbouring == "add-remove":
+        pairs = "datasets that differ by adding or removing one person's record (add-remove)"
+    else:
+        pairs = "datasets of the same size that differ in one person's record (replace-one)"
+    sentence = f"rho-zCDP (rho = {rho}) for every pair of {pairs}"
+    if config.invariants:
+        listed = "; ".join(f"{i.query.name} at {', '.join(i.levels)}" for i in config.invariants)
+        sentence += (f" and share the invariants' values ({listed}): the invariants are published exactly and "
+                     "are not protected")
+    return sentence
+
+
 def privacy_section(config: ReleaseConfig, rho: Fraction) -> dict[str, Any]:
+    """The guarantee of the release: relation, rho (exact and rounded up), epsilon at delta, and for whom."""
     delta = config.budget.delta
     return {
         "unit": "person",
         "neighbouring": config.budget.neighbouring,
+        "guarantee": guarantee(config, rho),
         "sensitivity_l2_squared": config.budget.sensitivity2_squared,
         "rho": float_up(rho),
         "rho_exact": str(rho),
@@ -80,10 +103,16 @@ def privacy_section(config: ReleaseConfig, rho: Fraction) -> dict[str, Any]:
     }
 
 
-def allocation_section(allocations: tuple[QueryAllocation, ...]) -> list[dict[str, Any]]:
+def allocation_section(allocations: tuple[QueryAllocation, ...], *, sensitivity1: int) -> list[dict[str, Any]]:
+    """Every query's budget and noise; a Laplace query's pure epsilon is Δ₁/scale (Thm 19.14 on Z), exactly.
+
+    ``sensitivity1`` is the L1 sensitivity under the release's relation (``config.budget.sensitivity1``: 2 under
+    replace-one), passed explicitly: 1/scale would understate a replace-one release's loss by half.
+    """
     return [{"level": a.level, "query": a.query, "mechanism": a.mechanism, "rho": float_up(a.rho),
              "rho_exact": str(a.rho), "sigma2": float(a.sigma2), "sigma2_exact": str(a.sigma2),
-             **({"scale": str(a.scale), "epsilon_pure": str(1 / a.scale)} if a.scale is not None else {}),
+             **({"scale": str(a.scale), "epsilon_pure": str(laplace_epsilon(a.scale, sensitivity1))}
+                if a.scale is not None else {}),
              "expected_abs_error": a.expected_abs_error} for a in allocations]
 
 
@@ -101,16 +130,26 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     path.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
 
 
+def _up(value: Fraction | float, significant: int = 6) -> str:
+    return round_text(value, up=True, significant=significant, strip=True)
+
+
 def report_markdown(manifest: dict[str, Any], allocations: tuple[QueryAllocation, ...]) -> str:
-    """A human summary of the manifest (public values only)."""
+    """A human summary of the manifest (public values only).
+
+    Privacy-loss figures (rho, epsilon, shares, expected errors) are rounded up and sigma² down
+    (``pipeline.rounding_text``): a rounded report never shows the release as more private than it is.
+    """
     privacy = manifest["privacy"]
     lines = [
         f"# censusdp release {manifest['run_id']}",
         "",
         f"- Unit of privacy: {privacy['unit']}; neighbouring relation: {privacy['neighbouring']}",
-        f"- Total budget: rho = {privacy['rho_exact']} ({privacy['rho']:.6g}) zCDP",
-        f"- Implied (epsilon, delta): epsilon = {privacy['epsilon']:.4f} at delta = {privacy['delta']:g} (CKS20); "
-        f"Bun–Steinke bound {privacy['epsilon_bun_steinke']:.4f}",
+        f"- Guarantee: {privacy['guarantee']}",
+        f"- Total budget: rho = {privacy['rho_exact']} ({_up(Fraction(privacy['rho_exact']))}) zCDP",
+        f"- Implied (epsilon, delta): epsilon = {round_text(privacy['epsilon'], up=True, places=4)} at "
+        f"delta = {privacy['delta']:g} (CKS20); "
+        f"Bun–Steinke bound {round_text(privacy['epsilon_bun_steinke'], up=True, places=4)}",
         f"- Random source: {manifest['random_source']['name']}"
         + ("" if manifest["random_source"]["publishable"] else " — **NOT PUBLISHABLE**"),
         f"- Code version: {manifest['code_version']}",
@@ -122,15 +161,16 @@ def report_markdown(manifest: dict[str, Any], allocations: tuple[QueryAllocation
     ]
     total = sum((a.rho for a in allocations), Fraction(0))
     for a in allocations:
-        lines.append(f"| {a.level} | {a.query} | {float(a.rho):.6g} | {float(a.rho / total):.2%} | "
-                     f"{float(a.sigma2):.6g} | {a.expected_abs_error:.3g} |")
+        share = round_text(a.rho / total * 100, up=True, places=2)
+        lines.append(f"| {a.level} | {a.query} | {_up(a.rho)} | {share}% | "
+                     f"{round_text(a.sigma2, up=False, significant=6, strip=True)} | {_up(a.expected_abs_error, 3)} |")
     lines += ["", "## Levels", "",
               "| level | rho | nodes | solver problems | max constraint violation before rounding | seconds |",
               "|---|---|---|---|---|---|"]
     for level in manifest["levels"]:
         diag = manifest.get("reconciliation", {}).get(level["name"], {})
         violation = max(float(diag.get("max_sum_violation") or 0), float(diag.get("max_invariant_violation") or 0))
-        lines.append(f"| {level['name']} | {float(level_rho(allocations, level['name'])):.6g} | "
+        lines.append(f"| {level['name']} | {_up(level_rho(allocations, level['name']))} | "
                      f"{level.get('nodes', '')} | {diag.get('problems', '')} | {violation:.2g} | "
                      f"{float(diag.get('seconds_total') or 0):.2f} |")
     lines += ["", "## Not protected", ""] + [f"- {n}" for n in manifest["not_protected"]] + [""]

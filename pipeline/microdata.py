@@ -1,8 +1,15 @@
-"""Reading and validating microdata and the geography list.
+"""Reading and validating microdata and the geography list, in two steps that a release keeps apart.
 
-Every row is either counted or the run fails with one line naming the file, the column and the row
-(1-based, counting data rows after any header).  Values are never quoted in errors: a microdata value is
-confidential, and error text reaches logs and Prefect's database.
+1. ``read_input_files`` (file level): each file exists, is readable Parquet/CSV, has the required columns with
+   usable types.  Its outcome depends on the files' structure and the configuration only, not on any person's
+   values, so a release may run it before the ledger charge and refuse without charging.
+2. ``validate_input`` (value level): no missing values, geocodes of the right width and form, values inside
+   the configured domains, geography codes unique and of the right width, every person's unit listed.  Its
+   outcome depends on confidential values, so a release runs it only after the charge (a failure there is a
+   charged failure, ``pipeline.release``); ``censusdp check`` runs both steps for the data curator.
+
+Errors name the file, the column and the row (1-based, counting data rows after any header) and carry an
+``InputProblem`` category; values are never quoted.
 """
 
 from __future__ import annotations
@@ -13,12 +20,27 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from geography.tree import GeoTree, build_tree
 from pipeline.config import ReleaseConfig
-from pipeline.errors import InputError
+from pipeline.errors import InputError, InputProblem
 
-MDF_GEO_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLKGRPCE", "TABBLK")
+MDF_GEO_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
+MDF_GROUP_COLUMN = "TABBLKGRPCE"
+MDF_WIDTHS = {"TABBLKST": 2, "TABBLKCOU": 3, "TABTRACTCE": 6, "TABBLKGRPCE": 1, "TABBLK": 4}
 GEOCODE = "__geocode"
-CELL = "__cell"
+_TYPES = (pl.Utf8, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.Categorical)
+
+
+@dataclass(frozen=True)
+class InputFiles:
+    """The input files read as they are (confidential), checked at file level only."""
+
+    config: ReleaseConfig
+    microdata: pl.DataFrame
+    geography: pl.DataFrame | None
+
+    def __repr__(self) -> str:  # never show records
+        return f"InputFiles(rows={self.microdata.height}, geography={self.geography is not None})"
 
 
 @dataclass(frozen=True)
@@ -36,7 +58,7 @@ class Microdata:
 def read_frame(path: Path, fmt: str) -> pl.DataFrame:
     """Read a file as it is; every format's failure becomes an InputError naming the file."""
     if not path.exists():
-        raise InputError(str(path), "no such file")
+        raise InputError(str(path), "no such file", category=InputProblem.FILE)
     try:
         if fmt == "parquet":
             return pl.read_parquet(path)
@@ -45,78 +67,123 @@ def read_frame(path: Path, fmt: str) -> pl.DataFrame:
         return pl.read_csv(path, infer_schema=False, separator=separator)
     except (pl.exceptions.PolarsError, OSError, ValueError) as error:
         kind = "Parquet" if fmt == "parquet" else "CSV"
-        raise InputError(str(path), f"not a readable {kind} file ({type(error).__name__})") from None
+        raise InputError(str(path), f"not a readable {kind} file ({type(error).__name__})",
+                         category=InputProblem.FILE) from None
+
+
+def geocode_columns(config: ReleaseConfig) -> tuple[str, ...]:
+    """The columns whose concatenation is a person's lowest-level unit code."""
+    if config.input.format == "mdf-pl94":
+        return MDF_GEO_COLUMNS
+    return config.input.geocode_columns or (config.input.geocode_column,)
+
+
+def read_input_files(config: ReleaseConfig) -> InputFiles:
+    """File-level checks of the microdata and the geography file (no value is looked at)."""
+    if config.input.path is None:
+        raise InputError(config.source, "no microdata path: set input.path or pass --microdata",
+                         category=InputProblem.FILE)
+    path = config.input.path
+    frame = read_frame(path, config.input.format)
+    for column in frame.columns:
+        if "_duplicated_" in column:
+            raise InputError(str(path), "duplicate column name", column=column.split("_duplicated_")[0],
+                             category=InputProblem.COLUMN)
+    required = list(geocode_columns(config)) + [a.column for a in config.schema.attributes]
+    if config.input.format == "mdf-pl94":
+        required.append(MDF_GROUP_COLUMN)
+    for name in dict.fromkeys(required):
+        _typed_column(frame, name, path)
+    geography = None
+    if config.input.geography is not None:
+        geo_path = config.input.geography
+        geography = read_frame(geo_path, "parquet" if geo_path.suffix.lower() in (".parquet", ".pq") else "csv")
+        _typed_column(geography, "geocode", geo_path)
+    return InputFiles(config=config, microdata=frame, geography=geography)
+
+
+def validate_input(files: InputFiles) -> tuple[Microdata, np.ndarray]:
+    """Value-level checks; returns the encoded microdata and the sorted lowest-level units of the geography
+    file (or, without one, those of the microdata)."""
+    config, path = files.config, files.config.input.path
+    assert path is not None  # read_input_files refused a config without one
+    frame = files.microdata
+    if frame.height == 0:
+        raise InputError(str(path), "contains no person records", category=InputProblem.EMPTY)
+    microdata = Microdata(path=str(path), codes=_geocodes(frame, config, path), cells=_cells(frame, config, path))
+    width = config.levels[-1].width
+    if files.geography is not None and config.input.geography is not None:
+        units = _geography_units(files.geography, config.input.geography, width)
+    else:
+        units = np.unique(microdata.codes.to_numpy().astype(np.str_))
+    return microdata, units
+
+
+def validated_rows(files: InputFiles) -> tuple[GeoTree, np.ndarray, np.ndarray]:
+    """Every value-level check, then the geography tree, each person's lowest-level unit index and cell."""
+    config = files.config
+    microdata, units = validate_input(files)
+    source = str(config.input.geography) if config.input.geography is not None else "(the microdata itself)"
+    try:
+        tree = build_tree(config.levels, units)
+    except ValueError as error:
+        raise InputError(source, str(error), category=InputProblem.GEOGRAPHY) from None
+    return tree, lowest_index_of_rows(microdata, tree.geoids[-1], source), microdata.cells
 
 
 def read_microdata(config: ReleaseConfig) -> Microdata:
-    """Read, validate and encode the microdata named by ``config.input``."""
-    if config.input.path is None:
-        raise InputError(config.source, "no microdata path: set input.path or pass --microdata")
-    path = config.input.path
-    frame = read_frame(path, config.input.format)
-    if frame.height == 0:
-        raise InputError(str(path), "contains no person records")
-    _check_duplicate_columns(frame, path)
-    codes = _geocodes(frame, config, path)
-    cells = _cells(frame, config, path)
-    return Microdata(path=str(path), codes=codes, cells=cells)
+    """Read, validate and encode the microdata named by ``config.input`` (both steps; for evaluation)."""
+    return validate_input(read_input_files(config))[0]
 
 
-def _check_duplicate_columns(frame: pl.DataFrame, path: Path) -> None:
-    for column in frame.columns:
-        if "_duplicated_" in column:
-            raise InputError(str(path), "duplicate column name", column=column.split("_duplicated_")[0])
+def _typed_column(frame: pl.DataFrame, name: str, path: Path) -> pl.Series:
+    """A required column, present and of a usable type (text or integers), as strings."""
+    if name not in frame.columns:
+        raise InputError(str(path), "missing column", column=name, category=InputProblem.COLUMN)
+    series = frame.get_column(name)
+    if series.dtype not in _TYPES:
+        raise InputError(str(path), f"has type {series.dtype}, expected text or integers", column=name,
+                         category=InputProblem.COLUMN)
+    return series.cast(pl.Utf8)
 
 
 def _column(frame: pl.DataFrame, name: str, path: Path) -> pl.Series:
     """A required column as strings, with nulls and empty strings rejected (naming the first bad row)."""
-    if name not in frame.columns:
-        raise InputError(str(path), "missing column", column=name)
-    series = frame.get_column(name)
-    if series.dtype not in (pl.Utf8, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32,
-                            pl.UInt64, pl.Categorical):
-        raise InputError(str(path), f"has type {series.dtype}, expected text or integers", column=name)
-    series = series.cast(pl.Utf8)
+    series = _typed_column(frame, name, path)
     bad = series.is_null() | (series.str.strip_chars() == "")
     if bad.any():
-        raise InputError(str(path), "missing value", column=name, row=int(bad.arg_max()) + 1)
+        raise InputError(str(path), "missing value", column=name, row=int(bad.arg_max()) + 1,
+                         category=InputProblem.MISSING_VALUE)
     return series
+
+
+def _geocode_error(path: Path, problem: str, column: str, bad: pl.Series) -> InputError:
+    return InputError(str(path), problem, column=column, row=int(bad.arg_max()) + 1, category=InputProblem.GEOCODE)
 
 
 def _geocodes(frame: pl.DataFrame, config: ReleaseConfig, path: Path) -> pl.Series:
     width = config.levels[-1].width
+    columns = geocode_columns(config)
+    parts = [_column(frame, c, path) for c in columns]
     if config.input.format == "mdf-pl94":
-        parts = [_column(frame, c, path) for c in MDF_GEO_COLUMNS]
-        widths = (2, 3, 6, 1, 4)
-        for part, w in zip(parts, widths, strict=True):
-            bad = part.str.len_chars() != w
+        group = _column(frame, MDF_GROUP_COLUMN, path)
+        for part in [*parts, group]:
+            bad = part.str.len_chars() != MDF_WIDTHS[part.name]
             if bad.any():
-                raise InputError(str(path), f"code must have {w} characters", column=part.name,
-                                 row=int(bad.arg_max()) + 1)
-        state, county, tract, group, block = parts
-        bad = block.str.slice(0, 1) != group
+                raise _geocode_error(path, f"code must have {MDF_WIDTHS[part.name]} characters", part.name, bad)
+        bad = parts[-1].str.slice(0, 1) != group
         if bad.any():
-            raise InputError(str(path), "block group does not match the first digit of TABBLK",
-                             column="TABBLKGRPCE", row=int(bad.arg_max()) + 1)
-        codes = state + county + tract + block
-        name = "TABBLKST+TABBLKCOU+TABTRACTCE+TABBLK"
-    elif config.input.geocode_columns:
-        parts = [_column(frame, c, path) for c in config.input.geocode_columns]
-        codes = parts[0]
-        for part in parts[1:]:
-            codes = codes + part
-        name = "+".join(config.input.geocode_columns)
-    else:
-        name = config.input.geocode_column
-        codes = _column(frame, name, path)
+            raise _geocode_error(path, "block group does not match the first digit of TABBLK", MDF_GROUP_COLUMN, bad)
+    codes = parts[0]
+    for part in parts[1:]:
+        codes = codes + part
+    name = "+".join(columns)
     bad = codes.str.len_chars() != width
     if bad.any():
-        raise InputError(str(path), f"geocode must have {width} characters (the lowest level's width)",
-                         column=name, row=int(bad.arg_max()) + 1)
+        raise _geocode_error(path, f"geocode must have {width} characters (the lowest level's width)", name, bad)
     bad = ~codes.str.contains(r"^[0-9A-Za-z]+$") if width else pl.Series([False])
     if bad.any():
-        raise InputError(str(path), "malformed geocode (only letters and digits are allowed)", column=name,
-                         row=int(bad.arg_max()) + 1)
+        raise _geocode_error(path, "malformed geocode (only letters and digits are allowed)", name, bad)
     return codes.rename(GEOCODE)
 
 
@@ -130,25 +197,24 @@ def _cells(frame: pl.DataFrame, config: ReleaseConfig, path: Path) -> np.ndarray
         missing = index.is_null()
         if missing.any():
             raise InputError(str(path), f"value outside the domain of attribute {attribute.name}",
-                             column=attribute.column, row=int(missing.arg_max()) + 1)
+                             column=attribute.column, row=int(missing.arg_max()) + 1, category=InputProblem.DOMAIN)
         indices.append(index.to_numpy())
     return np.ravel_multi_index(tuple(indices), schema.shape).astype(np.int64)
 
 
-def read_geography(path: Path, width: int) -> np.ndarray:
+def _geography_units(frame: pl.DataFrame, path: Path, width: int) -> np.ndarray:
     """The list of every lowest-level unit (column ``geocode``), as a sorted unique string array."""
-    fmt = "parquet" if path.suffix.lower() in (".parquet", ".pq") else "csv"
-    frame = read_frame(path, fmt)
     if frame.height == 0:
-        raise InputError(str(path), "lists no geography units")
+        raise InputError(str(path), "lists no geography units", category=InputProblem.GEOGRAPHY)
     codes = _column(frame, "geocode", path)
     bad = codes.str.len_chars() != width
     if bad.any():
         raise InputError(str(path), f"geocode must have {width} characters", column="geocode",
-                         row=int(bad.arg_max()) + 1)
+                         row=int(bad.arg_max()) + 1, category=InputProblem.GEOGRAPHY)
     dup = codes.is_duplicated()
     if dup.any():
-        raise InputError(str(path), "duplicate geocode", column="geocode", row=int(dup.arg_max()) + 1)
+        raise InputError(str(path), "duplicate geocode", column="geocode", row=int(dup.arg_max()) + 1,
+                         category=InputProblem.DUPLICATE)
     return np.sort(codes.to_numpy().astype(np.str_))
 
 
@@ -161,5 +227,5 @@ def lowest_index_of_rows(microdata: Microdata, lowest_geoids: np.ndarray, geogra
     missing = unit.is_null()
     if missing.any():
         raise InputError(microdata.path, f"geocode is not a unit of the geography file {geography_source}",
-                         column="geocode", row=int(missing.arg_max()) + 1)
+                         column="geocode", row=int(missing.arg_max()) + 1, category=InputProblem.GEOGRAPHY)
     return unit.to_numpy().astype(np.int64)

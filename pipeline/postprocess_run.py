@@ -10,6 +10,7 @@ saved, under the run's own id and its one charge.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,10 @@ from geography.tree import build_tree
 from pipeline import release as stages
 from pipeline.budget import allocate
 from pipeline.config import ReleaseConfig
-from pipeline.config_load import parse_config
+from pipeline.config_load import parse_recorded_config
 from pipeline.errors import CensusDPError
-from pipeline.ledger import Charge, PrivacyLedger, config_hash
+from pipeline.ledger import PrivacyLedger, config_hash
+from pipeline.ledger_location import LEDGER_ENV, is_postgres_url, public_config_raw
 from pipeline.measurements_io import read_invariants, read_lowest_geoids
 from pipeline.runner import make_runner
 
@@ -90,48 +92,55 @@ def _reconcile_and_publish(run: stages.ReleaseRun, measurements: Path) -> Path:
 
 
 def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | None = None,
-                    runner: str | None = None) -> Path:
-    """Re-run reconciliation and rounding on ``run_dir``'s measurements; returns the new run folder."""
+                    runner: str | None = None, ledger: str | None = None) -> Path:
+    """Re-run reconciliation and rounding on ``run_dir``'s measurements; returns the new run folder.
+
+    The ledger is ``ledger`` (``--ledger``), else ``$CENSUSDP_LEDGER``, else the file the run recorded (a file
+    path holds no credential); a run charged to PostgreSQL recorded its URL without a password, so it needs
+    ``--ledger`` or the environment.
+    """
     run_dir = run_dir.resolve()
     manifest = _json(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
     raw = manifest["config_raw"]
     for key, value in (("solver", solver), ("runner", runner)):
         if value is not None:
             raw.setdefault("postprocess", {})[key] = value
-    if manifest.get("ledger"):
-        raw.setdefault("ledger", {})["path"] = manifest["ledger"]["location"]  # the ledger the run was charged to
-    config = parse_config(raw, str(run_dir / "manifest.json"), base=Path(manifest["config"]["source"]).parent)
+    recorded = (manifest.get("ledger") or {}).get("location")
+    location = ledger or os.environ.get(LEDGER_ENV) or (recorded if recorded and not is_postgres_url(recorded)
+                                                         else None)
+    config = parse_recorded_config(raw, str(run_dir / "manifest.json"),
+                                   base=Path(manifest["config"]["source"]).parent, ledger_location=location)
     source = RecordedSource(**manifest["random_source"])
-    charge = _ledger_charge(config, manifest["run_id"])
+    book = PrivacyLedger(config.ledger.location)
+    charge = book.charge_of(manifest["run_id"])
     if charge is not None and not charge.publishable:
         source.publishable = False  # the ledger, not an editable manifest, says whether the noise was seeded
     run = stages.start_release(config, (out_root or run_dir.parent).resolve(), source)
     run.measurements_dir = run_dir / "measurements"
     run.manifest_extra = {"postprocess_of": manifest["run_id"], "charged_rho": "0",
                           "note": "post-processing of the measurements named above: no noise drawn, no budget spent"}
-    _record_free_run(config, run.run_id, source.publishable)
+    dataset = charge.dataset if charge is not None else config.ledger.dataset
+    _record_free_run(book, config, dataset, run.run_id, source.publishable)
     return _reconcile_and_publish(run, run.measurements_dir)
 
 
-def _ledger_charge(config: ReleaseConfig, run_id: str) -> Charge | None:
-    ledger = PrivacyLedger(config.ledger.location)
-    return next((c for c in ledger.charges(config.ledger.dataset) if c.run_id == run_id), None)
-
-
-def _record_free_run(config: ReleaseConfig, run_id: str, publishable: bool) -> None:
+def _record_free_run(ledger: PrivacyLedger, config: ReleaseConfig, dataset: str, run_id: str,
+                     publishable: bool) -> None:
     """A zero-rho ledger entry with status 'postprocess', so the ledger shows every run on the dataset."""
-    ledger = PrivacyLedger(config.ledger.location)
-    ledger.ensure_dataset(config.ledger.dataset, config.ledger.cap_rho)
-    digest = config_hash(json.dumps(config.raw, sort_keys=True, default=str).encode())
-    ledger.charge(config.ledger.dataset, run_id, 0, config.budget.delta, digest, publishable)
+    if dataset not in ledger.datasets():
+        ledger.ensure_dataset(dataset, config.ledger.cap_rho)
+    digest = config_hash(json.dumps(public_config_raw(config.raw), sort_keys=True, default=str).encode())
+    ledger.charge(dataset, run_id, 0, config.budget.delta, digest, publishable)
     ledger.set_status(run_id, "postprocess")
 
 
-def resume_release(out_root: Path, run_id: str, solver: str | None = None, runner: str | None = None) -> Path:
+def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: str | None = None,
+                   runner: str | None = None) -> Path:
     """Finish run ``run_id`` from its saved measurements, under its existing charge (no new charge).
 
     The configuration is the one the measurements were drawn with (saved beside them); only the solver and
-    the runner may change.  The ledger's charge must match the rho those measurements spent.
+    the runner may change.  The ledger is the one the user's own configuration resolves to (``ledger_location``),
+    never one the run's files name; its charge must match the rho those measurements spent.
     """
     work_dir = out_root / f".{run_id}.partial"
     marker = _json(work_dir / "measurements" / stages.COMPLETE_MARKER,
@@ -140,9 +149,10 @@ def resume_release(out_root: Path, run_id: str, solver: str | None = None, runne
     for key, value in (("solver", solver), ("runner", runner)):
         if value is not None:
             raw.setdefault("postprocess", {})[key] = value
-    config = parse_config(raw, marker["config_source"], base=Path(marker["config_source"]).parent)
+    config = parse_recorded_config(raw, marker["config_source"], base=Path(marker["config_source"]).parent,
+                                   ledger_location=ledger_location)
     ledger = PrivacyLedger(config.ledger.location)
-    charge = next((c for c in ledger.charges(config.ledger.dataset) if c.run_id == run_id), None)
+    charge = ledger.charge_of(run_id)
     if charge is None:
         raise CensusDPError(f"cannot resume run {run_id}: the ledger {ledger.location} has no charge for it")
     if str(charge.rho) != marker["rho_exact"]:
@@ -155,6 +165,6 @@ def resume_release(out_root: Path, run_id: str, solver: str | None = None, runne
     run = stages.ReleaseRun(config=config, rng=recorded, run_id=run_id,
                             final_dir=out_root / run_id, work_dir=work_dir, allocations=allocate(config),
                             started_at=marker.get("started_at", ""))
-    run.ledger = ledger
+    run.ledger, run.dataset = ledger, charge.dataset
     run.manifest_extra = {"resumed": True}
     return _reconcile_and_publish(run, work_dir / "measurements")

@@ -1,10 +1,16 @@
 """One release as plain function calls, stage by stage (the Prefect flow calls the same stages).
 
     run = start_release(config, out_root, rng)   # budget allocated and checked, temp folder made
-    read_inputs(run)                             # microdata -> tree -> rows sorted by unit (confidential)
+    read_files(run)                              # file-level checks only: may refuse without a charge
+    charge(run)                                  # fingerprint the data, charge its dataset in the ledger
+    validate_inputs(run)                         # value checks (after the charge), tree, rows sorted by unit
     for level: measure(run, level)               # noise drawn once per chunk of nodes, written at once
     for level: reconcile(run, level)             # post-processing from measurements only (Thm 19.25)
     publish(run)                                 # manifest, report; temp folder renamed into place
+
+Whether a release is charged never depends on a confidential value: everything before ``charge`` looks at the
+files' structure and the configuration only; every check of a value runs after it, and a failure there is a
+charged, failed run whose error names a category only (``InputRejectedError``; ``censusdp check`` shows where).
 
 Every level is processed in chunks of nodes aligned to parent boundaries (``pipeline.chunks``), so memory is
 bounded by the chunk size plus the sparse counts of the level above, and reconciliation chunks can run in
@@ -25,17 +31,19 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from geography.tree import GeoTree, build_tree
+from geography.tree import GeoTree
 from pipeline import manifest as mf
 from pipeline.budget import QueryAllocation, allocate, composed_rho
 from pipeline.chunks import level_chunks
 from pipeline.config import ReleaseConfig
-from pipeline.errors import CensusDPError, InputError
+from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from pipeline.evaluate_plots import budget_shares
-from pipeline.ledger import PrivacyLedger, config_hash
+from pipeline.fingerprint import data_fingerprints
+from pipeline.ledger import FailureReason, PrivacyLedger, config_hash
+from pipeline.ledger_location import prepare_location, public_config_raw
 from pipeline.measure import level_invariants, measure_level
 from pipeline.measurements_io import LevelMeasurementWriter, write_invariants
-from pipeline.microdata import lowest_index_of_rows, read_geography, read_microdata
+from pipeline.microdata import InputFiles, read_input_files, validated_rows
 from pipeline.random_source import RandomSource, system_random_source
 from pipeline.reconcile_chunk import ChunkTask, reconcile_chunk
 from pipeline.release_support import merge_reports, structural_zero_mask
@@ -62,6 +70,7 @@ class ReleaseRun:
     allocations: tuple[QueryAllocation, ...]
     started_at: str
     tree: GeoTree | None = None
+    input_files: InputFiles | None = None  # confidential: the files as read, until they are validated
     row_units: np.ndarray | None = None  # confidential: each person's unit index, sorted
     row_cells: np.ndarray | None = None  # confidential: each person's detailed cell, in the same order
     chunk_plan: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (start, stop, row group)
@@ -72,6 +81,8 @@ class ReleaseRun:
     measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)
     manifest_extra: dict[str, Any] = field(default_factory=dict)
     ledger: PrivacyLedger | None = None  # set once the run's budget is charged
+    dataset: str | None = None  # the ledger dataset charged (the data's own, whatever the config names)
+    failure_reason: str | None = None  # the ledger's category for a failure (never a row or a value)
 
     def __repr__(self) -> str:
         return f"ReleaseRun(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"
@@ -103,26 +114,64 @@ def start_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_
                       allocations=allocations, started_at=mf.now())
 
 
-def read_inputs(run: ReleaseRun) -> None:
-    """Validate the microdata, build the tree (from the geography file if given), sort persons by unit."""
+def read_files(run: ReleaseRun) -> None:
+    """File-level checks (files exist and are readable, required columns present with usable types).
+
+    Their outcome depends on the files' structure and the configuration only, so a failure here refuses the
+    release without a charge.  No value is looked at.
+    """
+    run.input_files = read_input_files(run.config)
+
+
+def charge(run: ReleaseRun) -> None:
+    """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn.
+
+    The dataset is found by the data's keyed content fingerprints (``pipeline.fingerprint``): the same data
+    under another path, name, format or row order is charged to the dataset it was first charged to, whatever
+    ``ledger.dataset`` says.  Refused (BudgetExceededError, nothing drawn, nothing published) if it would pass
+    the dataset's lifetime cap.  Once charged it is never refunded, even if the run fails later: composition
+    (Thm 19.37(i)) counts every noisy measurement drawn, and noise may already have been drawn when a failure
+    happens.
+    """
+    assert run.input_files is not None, "read_files runs before charge"
     config = run.config
-    microdata = read_microdata(config)
-    width = config.levels[-1].width
-    if config.input.geography is not None:
-        units = read_geography(config.input.geography, width)
-        source = str(config.input.geography)
-    else:
-        units = np.unique(microdata.codes.to_numpy().astype(np.str_))
-        source = "(the microdata itself)"
+    prepare_location(config.ledger.location)
+    ledger = PrivacyLedger(config.ledger.location)
+    fingerprints = data_fingerprints(run.input_files, ledger.fingerprint_key())
+    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
+    digest = config_hash(json.dumps(public_config_raw(config.raw), sort_keys=True, default=str).encode())
+    entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,
+                                  config.budget.delta, digest, run.rng.publishable)
+    run.ledger, run.dataset = ledger, entry.dataset
+    if entry.dataset != config.ledger.dataset:
+        run.warnings.append(f"the data is dataset {entry.dataset!r} in the ledger (the configuration names "
+                            f"{config.ledger.dataset!r}): charged to {entry.dataset!r}, under its lifetime cap")
+        log.warning(run.warnings[-1])
+    log.info("charged rho = %s to dataset %s (remaining %s)", rho, entry.dataset, ledger.remaining(entry.dataset))
+
+
+def validate_inputs(run: ReleaseRun) -> None:
+    """Value-level checks, after the charge; then build the tree and sort persons by unit.
+
+    A value-level failure is a charged failure (``InputRejectedError``): the message and the ledger record
+    its category only, so nobody who may start releases learns a row or a value, and a refusal is never free.
+    """
+    assert run.input_files is not None and run.ledger is not None, "validate_inputs runs after charge"
+    config, files = run.config, run.input_files
+    run.input_files = None
+    problem: InputProblem | None = None
     try:
-        run.tree = build_tree(config.levels, units)
-    except ValueError as error:
-        raise InputError(source, str(error)) from None
-    unit_index = lowest_index_of_rows(microdata, run.tree.geoids[-1], source)
+        run.tree, unit_index, cells = validated_rows(files)
+    except InputError as error:
+        problem = error.category
+    del files
+    if problem is not None:  # raised here, outside the handler, so no trace of the detailed error travels on
+        run.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
+        raise InputRejectedError(problem, config.source)
     order = np.argsort(unit_index, kind="stable")
-    run.row_units, run.row_cells = unit_index[order], microdata.cells[order]
+    run.row_units, run.row_cells = unit_index[order], cells[order]
     n_persons = len(order)
-    del microdata, unit_index, order
+    del cells, unit_index, order
     # Def. 19.6 pitfall: delta must be much smaller than 1/n.  n is compared only when it is public (the root
     # total is an invariant): otherwise the warning itself would disclose a bit about the data
     root_total_public = any(i.query.attributes == () and config.levels[0].name in i.levels
@@ -135,24 +184,6 @@ def read_inputs(run: ReleaseRun) -> None:
         log.warning(run.warnings[-1])
     sizes = ", ".join(f"{lv.name}={run.tree.n_nodes(i)}" for i, lv in enumerate(config.levels))
     log.info("geography tree built: %s nodes", sizes)
-
-
-def charge(run: ReleaseRun) -> None:
-    """Charge the release's total rho to the ledger, atomically, before any noise is drawn.
-
-    Refused (BudgetExceededError, nothing drawn, nothing published) if it would pass the dataset's lifetime
-    cap.  Once charged it is never refunded, even if the run fails later: composition (Thm 19.37(i)) counts
-    every noisy measurement drawn, and noise may already have been drawn when a failure happens.
-    """
-    config = run.config
-    ledger = PrivacyLedger(config.ledger.location)
-    ledger.ensure_dataset(config.ledger.dataset, config.ledger.cap_rho)
-    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
-    digest = config_hash(json.dumps(config.raw, sort_keys=True, default=str).encode())
-    ledger.charge(config.ledger.dataset, run.run_id, rho, config.budget.delta, digest, run.rng.publishable)
-    run.ledger = ledger
-    log.info("charged rho = %s to dataset %s (remaining %s)", rho, config.ledger.dataset,
-             ledger.remaining(config.ledger.dataset))
 
 
 def chunk_histograms(run: ReleaseRun, ancestors: np.ndarray, unit_offsets: np.ndarray, start: int,
@@ -198,7 +229,7 @@ def measure(run: ReleaseRun, level: int) -> None:
         write_invariants(run.work_dir / "measurements", per_level)
         # from here on the run can be finished with --resume without drawing noise again
         marker = {"run_id": run.run_id, "started_at": run.started_at, "config_source": config.source,
-                  "config_raw": config.raw, "rho_exact": str(composed_rho(run.allocations,
+                  "config_raw": public_config_raw(config.raw), "rho_exact": str(composed_rho(run.allocations,
                   config.budget.sensitivity2_squared, config.budget.sensitivity1)),
                   "random_source": {"name": run.rng.name, "publishable": run.rng.publishable}}
         (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
@@ -270,11 +301,11 @@ def publish(run: ReleaseRun) -> Path:
         "finished_at": mf.now(),
         "code_version": mf.code_version(),
         "config": mf.resolved_config(config),
-        "config_raw": config.raw,
+        "config_raw": public_config_raw(config.raw),
         "levels": [{"name": lv.name, "width": lv.width, "nodes": run.tree.n_nodes(i)}
                    for i, lv in enumerate(config.levels)],
         "privacy": mf.privacy_section(config, rho),
-        "allocation": mf.allocation_section(run.allocations),
+        "allocation": mf.allocation_section(run.allocations, sensitivity1=config.budget.sensitivity1),
         "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
                        for i in config.invariants],
         "not_protected": mf.not_protected(config),
@@ -307,9 +338,10 @@ def publish(run: ReleaseRun) -> Path:
 def ledger_section(run: ReleaseRun) -> dict[str, Any] | None:
     if run.ledger is None:
         return None
-    dataset = run.config.ledger.dataset
-    return {"location": run.ledger.location, "dataset": dataset, "cap_rho": str(run.config.ledger.cap_rho),
-            "remaining_rho": str(run.ledger.remaining(dataset)), "charged": True}
+    dataset = run.dataset or run.config.ledger.dataset
+    return {"location": run.ledger.location, "dataset": dataset, "configured_dataset": run.config.ledger.dataset,
+            "cap_rho": str(run.ledger.datasets()[dataset]), "remaining_rho": str(run.ledger.remaining(dataset)),
+            "charged": True}
 
 
 def abandon(run: ReleaseRun) -> None:
@@ -317,7 +349,8 @@ def abandon(run: ReleaseRun) -> None:
     measurement was saved, the temporary folder is kept so ``release --resume RUN_ID`` can finish it without
     drawing noise again; otherwise it is removed."""
     if run.ledger is not None:
-        run.ledger.set_status(run.run_id, "failed")
+        run.ledger.set_status(run.run_id, "failed", run.failure_reason or FailureReason.RUN_ERROR.value)
+    run.input_files = run.row_units = run.row_cells = None
     if run.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
         log.warning("run %s failed after its measurements were saved: finish it with --resume %s",
                     run.run_id, run.run_id)
@@ -331,8 +364,9 @@ def run_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id
     runner = None
     try:
         runner = make_runner(config.runner)
-        read_inputs(run)
+        read_files(run)
         charge(run)
+        validate_inputs(run)
         for level in range(len(config.levels)):
             measure(run, level)
         for level in range(len(config.levels)):

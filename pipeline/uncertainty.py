@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from geography.tree import GeoTree, build_tree
 from pipeline.budget import QueryAllocation, allocate
 from pipeline.config import ReleaseConfig
-from pipeline.config_load import parse_config
+from pipeline.config_load import parse_recorded_config
 from pipeline.errors import CensusDPError
 from pipeline.measurements_io import read_invariants, read_lowest_geoids
 from pipeline.schema import DETAILED, TOTAL, Query
@@ -38,6 +38,21 @@ from postprocess import QueryInvariant
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, interval, solve_gls
 
 ESTIMATES_DIR = "estimates"
+
+
+@dataclass(frozen=True)
+class QueryNoise:
+    """How one query at one level was measured: the mechanism and its public noise parameters.
+
+    ``sigma2`` is the variance weight every query has (exact for the Gaussian); ``scale`` is the discrete
+    Laplace's scale b (P(x) ~ exp(-|x|/b)), None for the Gaussian.  Re-drawing noise (the bootstrap) must use
+    the mechanism that was used: a Gaussian of the same variance has other tails.
+    """
+
+    query: Query
+    sigma2: Fraction
+    mechanism: str = "gaussian"
+    scale: Fraction | None = None
 
 
 @dataclass
@@ -55,6 +70,32 @@ class LoadedRun:
     def level_queries(self, level: int) -> list[tuple[Query, Fraction]]:
         name = self.config.levels[level].name
         return [(self.config.schema.parse_query(a.query), a.sigma2) for a in self.allocations if a.level == name]
+
+    def level_noise(self, level: int) -> list[QueryNoise]:
+        """Every query of the level with its mechanism and scale, as the manifest's ``allocation`` records them.
+
+        The manifest says what the release drew; the allocation recomputed from the configuration fills in
+        only what an older manifest lacks (no ``mechanism``: Laplace if it gives a ``scale``, else the Gaussian).
+        """
+        name = self.config.levels[level].name
+        recorded = {(e["level"], e["query"]): e for e in self.manifest.get("allocation", [])}
+        out = []
+        for a in self.allocations:
+            if a.level != name:
+                continue
+            entry = recorded.get((a.level, a.query), {})
+            mechanism = entry.get("mechanism", ("laplace" if "scale" in entry else "gaussian") if entry
+                                  else a.mechanism)
+            sigma2 = Fraction(entry["sigma2_exact"]) if "sigma2_exact" in entry else a.sigma2
+            scale = None
+            if mechanism == "laplace":
+                if "scale" not in entry and a.scale is None:
+                    raise CensusDPError(f"{self.run_dir}: manifest gives no Laplace scale for {a.query} at {name}")
+                scale = Fraction(entry["scale"]) if "scale" in entry else a.scale
+            elif mechanism != "gaussian":
+                raise CensusDPError(f"{self.run_dir}: unknown mechanism {mechanism!r} for {a.query} at {name}")
+            out.append(QueryNoise(self.config.schema.parse_query(a.query), sigma2, mechanism, scale))
+        return out
 
     def measurements(self, level: int) -> list[tuple[Query, Fraction, np.ndarray]]:
         """Every query measured at the level: (query, σ², noisy answers (n_nodes, q_cells) int64)."""
@@ -94,7 +135,7 @@ def load_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> LoadedRu
     for dotted, value in (overrides or {}).items():
         section, key = dotted.split(".", 1)
         raw.setdefault(section, {})[key] = value
-    config = parse_config(raw, str(run_dir / "manifest.json"), base=Path(manifest["config"]["source"]).parent)
+    config = parse_recorded_config(raw, str(run_dir / "manifest.json"), base=Path(manifest["config"]["source"]).parent)
     lowest = config.levels[-1].name
     located = Path(manifest.get("measurements", {}).get(lowest, f"measurements/{lowest}.parquet"))
     measurements_dir = (located if located.is_absolute() else run_dir / located).parent

@@ -1,7 +1,8 @@
 """Parametric bootstrap of a release's integer tables: how much would they move under fresh noise?
 
 The published table is taken as if it were the truth; R times, fresh noisy measurements of every level x query
-are drawn from it with the run's public σ² (exact discrete Gaussian, ``pipeline.noise``) and the same
+are drawn from it with the mechanism each query was measured with and its public parameters, as the manifest
+records them (exact discrete Gaussian of σ², or exact discrete Laplace of scale b, ``pipeline.noise``) and the same
 post-processing is re-run top-down (``postprocess.reconcile_level``: non-negativity, consistency, the published
 invariants, structural zeros, integer rounding).  The spread of the R replicate tables around the published
 one is reported per cell.  Only public outputs are used (published tables, σ², invariants): no confidential
@@ -18,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.noise import sample_discrete_gaussian
+from pipeline.noise import sample_discrete_gaussian, sample_discrete_laplace
 from pipeline.random_source import RandomSource, seeded_random_source, system_random_source
 from pipeline.release_support import structural_zero_mask
 from pipeline.uncertainty import LoadedRun, load_run
@@ -35,11 +36,14 @@ def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource)
     out: list[np.ndarray] = []
     for level in range(run.tree.depth):
         measurements = []
-        for query, sigma2 in run.level_queries(level):
-            answers = schema.marginal(query, truth[level])
-            noise = sample_discrete_gaussian(sigma2, answers.size, rng=rng).reshape(answers.shape)
-            measurements.append(QueryMeasurement(name=query.name, matrix=schema.query_matrix(query),
-                                                 noisy=answers + noise, sigma2=sigma2))
+        for q in run.level_noise(level):
+            answers = schema.marginal(q.query, truth[level])
+            if q.mechanism == "laplace":  # the release's own mechanism and public scale (manifest allocation)
+                noise = sample_discrete_laplace(q.scale, answers.size, rng=rng)
+            else:
+                noise = sample_discrete_gaussian(q.sigma2, answers.size, rng=rng)
+            measurements.append(QueryMeasurement(name=q.query.name, matrix=schema.query_matrix(q.query),
+                                                 noisy=answers + noise.reshape(answers.shape), sigma2=q.sigma2))
         parent = out[level - 1] if level > 0 else None
         result = reconcile_level(measurements, n_cells=schema.n_cells, parent_counts=parent,
                                  parent_index=run.tree.parent[level] if level > 0 else None,

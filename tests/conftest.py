@@ -8,6 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+pytest_plugins = ["tests.helpers.postgres"]  # a throw-away PostgreSQL server for the ledger tests
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data" / "ppmf_pl94_perry_al.csv"
 
@@ -27,7 +29,7 @@ cap_rho = "1000"
 [budget]
 rho = "{rho}"
 delta = "1e-10"
-neighbouring = "add-remove"
+neighbouring = "replace-one"
 
 [budget.level_shares]
 root = "1/4"
@@ -86,6 +88,15 @@ levels = ["root", "region"]
 colour = ["blue"]
 adult = ["0"]
 """
+
+
+@pytest.fixture(autouse=True)
+def installation_ledger(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test gets its own installation: the default ledger lives in a fresh user data directory."""
+    data_home = tmp_path_factory.mktemp("xdg-data")
+    monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
+    monkeypatch.delenv("CENSUSDP_LEDGER", raising=False)
+    return data_home / "censusdp" / "ledger.sqlite"
 
 
 def tiny_microdata(seed: int = 1, persons: int = 3000) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.ledger import PrivacyLedger
+from pipeline.ledger_location import default_ledger_location
 from tests.conftest import TINY_TOML, tiny_microdata
 
 MARKER_ROW = 1234  # the bad value is planted in this row (1-based data row)
@@ -44,6 +45,13 @@ CASES = {
 
 
 def run_cli(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
+    """``censusdp check``: the data curator's precise one-line errors (a release names categories only after
+    its charge, tests/test_refusals.py); the release refuses the file-level cases alike, uncharged."""
+    code = main(["-q", "check", str(config), *extra])
+    return code, capsys.readouterr().err
+
+
+def run_release(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
     code = main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", "7", *extra])
     return code, capsys.readouterr().err
 
@@ -51,7 +59,7 @@ def run_cli(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tu
 def assert_nothing_published(config: Path) -> None:
     runs = config.parent / "runs"
     assert not runs.exists() or not any(runs.iterdir()), "a failed run left files behind"
-    ledger = config.parent / ".censusdp-ledger.sqlite"
+    ledger = Path(default_ledger_location())
     assert not ledger.exists() or PrivacyLedger(ledger).charges() == [], "bad input was charged"
 
 
@@ -155,6 +163,8 @@ def test_mdf_block_group_that_does_not_match_the_block(tmp_path: Path, capsys: p
     frame.write_csv(tmp_path / "ppmf.csv")
     assert main(["init", "--out", str(tmp_path / "pl94.toml")]) == 0
     capsys.readouterr()
+    text = (tmp_path / "pl94.toml").read_text()  # the PPMF sample comes without a geography file
+    (tmp_path / "pl94.toml").write_text("\n".join(x for x in text.splitlines() if not x.startswith("geography = ")))
     code, err = run_cli(tmp_path / "pl94.toml", capsys, "--microdata", str(tmp_path / "ppmf.csv"), "--format",
                         "mdf-pl94")
     assert code != 0 and "ppmf.csv" in err and "column TABBLKGRPCE" in err and "row 100" in err
@@ -169,7 +179,7 @@ def test_mdf_block_group_that_does_not_match_the_block(tmp_path: Path, capsys: p
 def test_config_errors_through_the_cli(tiny_release: Path, capsys: pytest.CaptureFixture[str], old: str, new: str,
                                        key: str) -> None:
     tiny_release.write_text(TINY_TOML.format(rho="4").replace(old, new, 1))
-    code, err = run_cli(tiny_release, capsys)
+    code, err = run_release(tiny_release, capsys)
     errors = [line for line in err.splitlines() if "error" in line]
     assert code != 0 and len(errors) == 1 and "config.toml" in errors[0] and key in errors[0]
     assert_nothing_published(tiny_release)
@@ -187,6 +197,6 @@ def test_unknown_solver_is_refused_before_any_charge(tiny_release: Path, capsys:
     text = TINY_TOML.format(rho="4").replace('[output]\ndir = "runs"', '[output]\ndir = "runs"\n\n[postprocess]\n'
                                              'solver = "OSQQ"')
     tiny_release.write_text(text)
-    code, err = run_cli(tiny_release, capsys)
+    code, err = run_release(tiny_release, capsys)
     assert code != 0 and "postprocess.solver" in err and "OSQQ" in err
     assert_nothing_published(tiny_release)

@@ -36,14 +36,32 @@ def test_allocation_is_exact_and_sums_to_rho(tiny_release: Path) -> None:
     allocations = allocate(config)
     assert sum(a.rho for a in allocations) == config.budget.rho == 4
     root_total = next(a for a in allocations if a.level == "root" and a.query == "total")
-    assert root_total.rho == Fraction(1, 2) and root_total.sigma2 == 1  # sigma² = 1/(2 rho) under add-remove
+    assert root_total.rho == Fraction(1, 2) and root_total.sigma2 == 2  # sigma² = 2/(2 rho) under replace-one
 
 
-def test_replace_one_doubles_the_variance(tmp_path: Path) -> None:
-    text = TINY_TOML.format(rho="4").replace('neighbouring = "add-remove"', 'neighbouring = "replace-one"')
+def without_invariants(text: str) -> str:
+    return text[: text.index("[[invariants]]")] + text[text.index("[[structural_zeros]]"):]
+
+
+def test_add_remove_halves_the_variance(tmp_path: Path) -> None:
+    text = without_invariants(TINY_TOML.format(rho="4")).replace('neighbouring = "replace-one"',
+                                                                 'neighbouring = "add-remove"')
     allocations = allocate(load_config(write(tmp_path, text)))
     root_total = next(a for a in allocations if a.level == "root" and a.query == "total")
-    assert root_total.sigma2 == 2
+    assert root_total.sigma2 == 1
+
+
+def test_exact_invariants_under_add_remove_are_refused_naming_both_keys(tmp_path: Path) -> None:
+    text = TINY_TOML.format(rho="4").replace('neighbouring = "replace-one"', 'neighbouring = "add-remove"')
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    message = str(caught.value)
+    assert "budget.neighbouring" in message and "invariants[0]" in message and "replace-one" in message
+
+
+def test_presets_use_replace_one() -> None:
+    text = preset_text("pl94")
+    assert 'neighbouring = "replace-one"' in text and "[[invariants]]" in text
 
 
 def test_epsilon_target_is_solved_for_rho(tmp_path: Path) -> None:
@@ -67,7 +85,7 @@ def test_epsilon_target_is_solved_for_rho(tmp_path: Path) -> None:
         ('total = "1/3"', 'total = "1/2"', "strategy.region"),
         ("width = 2", "width = 1", "levels"),
         ('format = "parquet"', 'format = "xlsx"', "input.format"),
-        ('neighbouring = "add-remove"', 'neighbouring = "swap"', "budget.neighbouring"),
+        ('neighbouring = "replace-one"', 'neighbouring = "swap"', "budget.neighbouring"),
         ('levels = ["root", "region"]', 'levels = ["region"]', "invariants[0].levels"),
         ('colour = ["blue"]', 'colour = ["purple"]', "structural_zeros[0].colour"),
         ('[output]\ndir = "runs"', '[output]\ndir = "runs"\ncolor = 1', "output.color"),

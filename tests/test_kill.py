@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.ledger import PrivacyLedger
+from pipeline.ledger_location import default_ledger_location
 from pipeline.synth import write_synthetic
 from tests.conftest import REPO
 
@@ -64,7 +65,7 @@ def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> Non
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=60)
         check_runs_folder(runs, levels)
-    ledger = PrivacyLedger(micro.parent / ".censusdp-ledger.sqlite")
+    ledger = PrivacyLedger(default_ledger_location())  # the installation's, in this test's user data directory
     charges = ledger.charges()
     assert ledger.spent("pl94-state") == sum((c.rho for c in charges), Fraction(0))
     assert all(c.rho == Fraction(64, 25) for c in charges)

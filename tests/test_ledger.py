@@ -1,15 +1,20 @@
-"""The privacy-loss ledger: caps enforced, exact budgets, never refunded (Thm 19.37(i), §19.7 pitfall), and its CLI."""
+"""The privacy-loss ledger: caps enforced, exact budgets, never refunded (Thm 19.37(i), §19.7 pitfall), and its CLI.
+
+Every test of ledger storage runs on both backends through the ``ledger_location`` fixture
+(``tests/helpers/postgres.py``): a SQLite file and a fresh database on a throw-away PostgreSQL server.  Tests
+of SQLite-only details (its guard triggers, a corrupt file, the default file) use the ``path`` fixture.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sqlite3
 import sys
-import uuid
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -21,7 +26,6 @@ from pipeline.ledger import (
     PrivacyLedger,
     cap_from_epsilon_delta,
     config_hash,
-    default_ledger_path,
 )
 from pipeline.ledger_command import add_ledger, cmd_ledger
 from pipeline.ledger_store import redact_url
@@ -32,16 +36,38 @@ DELTA = 1e-10
 
 @pytest.fixture
 def path(tmp_path: Path) -> Path:
+    """A SQLite ledger file, for the SQLite-only tests."""
     return tmp_path / ".censusdp-ledger.sqlite"
 
 
 @pytest.fixture
-def ledger(path: Path) -> PrivacyLedger:
-    return PrivacyLedger(path)
+def ledger(ledger_location: str) -> PrivacyLedger:
+    """A new ledger on each backend: a SQLite file, then a fresh PostgreSQL database."""
+    return PrivacyLedger(ledger_location)
 
 
 def charge(ledger: PrivacyLedger, run_id: str, rho: Fraction, dataset: str = "pa", publishable: bool = True) -> Charge:
     return ledger.charge(dataset, run_id, rho, DELTA, HASH, publishable)
+
+
+def is_postgres_url(location: str | Path) -> bool:
+    return str(location).startswith("postgresql://")
+
+
+def raw_rows(location: str | Path, query: str) -> list[tuple[Any, ...]]:
+    """Rows exactly as stored, read past the ledger API: sqlite3 for a file, psycopg for a URL."""
+    if is_postgres_url(location):
+        import psycopg
+
+        with psycopg.connect(str(location)) as conn:
+            return conn.execute(query).fetchall()
+    with sqlite3.connect(location) as conn:
+        return conn.execute(query).fetchall()
+
+
+def password(location: str | Path) -> str | None:
+    """The password in a PostgreSQL URL (the test server's URLs always carry one), else None."""
+    return urlsplit(location).password if is_postgres_url(location) else None
 
 
 def test_cap_is_enforced_exactly(ledger: PrivacyLedger) -> None:
@@ -66,22 +92,21 @@ def test_refusal_reports_remaining(ledger: PrivacyLedger) -> None:
     assert ledger.remaining("pa") == Fraction(3, 10)
 
 
-def test_exact_fractions_round_trip(path: Path) -> None:
+def test_exact_fractions_round_trip(ledger_location: str) -> None:
     cap = cap_from_epsilon_delta(1.0, DELTA)
-    first = PrivacyLedger(path)
+    first = PrivacyLedger(ledger_location)
     first.ensure_dataset("pa", cap)
     odd = [Fraction(1, 3) * cap, Fraction(10**40 + 1, 10**41) * cap]
     for i, rho in enumerate(odd):
         charge(first, f"r{i}", rho)
     last = cap - sum(odd)
     charge(first, "last", last)
-    again = PrivacyLedger(path)  # a new object (and connection) reads the same exact numbers
+    again = PrivacyLedger(ledger_location)  # a new object (and connection) reads the same exact numbers
     assert again.datasets() == {"pa": cap}
     assert [c.rho for c in again.charges("pa")] == [*odd, last]
     assert again.spent("pa") == cap and again.remaining("pa") == 0
-    with sqlite3.connect(path) as conn:
-        stored = [r for (r,) in conn.execute("SELECT rho FROM censusdp_charges ORDER BY seq")]
-        stored_cap = conn.execute("SELECT cap_rho FROM censusdp_datasets").fetchone()[0]
+    stored = [r for (r,) in raw_rows(ledger_location, "SELECT rho FROM censusdp_charges ORDER BY seq")]
+    [(stored_cap,)] = raw_rows(ledger_location, "SELECT cap_rho FROM censusdp_datasets")
     assert stored[0] == f"{odd[0].numerator}/{odd[0].denominator}" and "/" in stored_cap
     assert Fraction(stored_cap) == cap
 
@@ -107,13 +132,22 @@ def test_status_updates(ledger: PrivacyLedger) -> None:
         ledger.set_status("nope", "failed")
 
 
-def test_never_refunded(ledger: PrivacyLedger, path: Path) -> None:
+def test_never_refunded(ledger: PrivacyLedger) -> None:
     ledger.ensure_dataset("pa", Fraction(1))
     charge(ledger, "r1", Fraction(3, 5))
     ledger.set_status("r1", "failed")  # a failed or disappointing run still spent its budget (§19.7 pitfall)
     assert ledger.spent("pa") == Fraction(3, 5)
     with pytest.raises(BudgetExceededError):
         charge(ledger, "r2", Fraction(3, 5))
+    assert ledger.spent("pa") == Fraction(3, 5) and ledger.remaining("pa") == Fraction(2, 5)
+
+
+def test_sqlite_guards_forbid_rewrites(path: Path) -> None:
+    """SQLite only: the file's triggers refuse deleting or altering a charge and changing a cap."""
+    ledger = PrivacyLedger(path)
+    ledger.ensure_dataset("pa", Fraction(1))
+    charge(ledger, "r1", Fraction(3, 5))
+    ledger.set_status("r1", "failed")
     with sqlite3.connect(path) as conn, pytest.raises(sqlite3.DatabaseError, match="never"):
         conn.execute("DELETE FROM censusdp_charges")
     with sqlite3.connect(path) as conn, pytest.raises(sqlite3.DatabaseError, match="never"):
@@ -194,16 +228,15 @@ def test_cap_from_epsilon_delta() -> None:
 
 def test_helpers(tmp_path: Path) -> None:
     assert config_hash(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-    data = tmp_path / "state" / "microdata.parquet"
-    assert default_ledger_path(data) == tmp_path / "state" / ".censusdp-ledger.sqlite"
     assert redact_url("postgresql://alice:s3cret@db.example:5433/ledger?password=x") == \
         "postgresql://alice@db.example:5433/ledger"
 
 
-def test_bad_locations(tmp_path: Path) -> None:
+def test_bad_locations(tmp_path: Path) -> None:  # SQLite only: a corrupt file, a missing directory
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not a database at all" * 100)
-    with pytest.raises(CensusDPError, match="not a censusdp ledger"):
+    # "not a database": since PRAGMA synchronous=FULL runs on opening, SQLite's own words come first
+    with pytest.raises(CensusDPError, match="not a censusdp ledger|file is not a database"):
         PrivacyLedger(junk)
     with pytest.raises(CensusDPError, match="existing directory"):
         PrivacyLedger(tmp_path / "missing" / "ledger.sqlite")
@@ -218,12 +251,9 @@ def test_postgres_without_psycopg(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "s3cret" not in str(info.value)
 
 
-@pytest.mark.skipif(not os.environ.get("CENSUSDP_TEST_POSTGRES_URL"), reason="no PostgreSQL server configured "
-                    "(set CENSUSDP_TEST_POSTGRES_URL=postgresql://... to run)")
-def test_postgres_round_trip() -> None:
-    pytest.importorskip("psycopg")
-    ledger = PrivacyLedger(os.environ["CENSUSDP_TEST_POSTGRES_URL"])
-    dataset, run = f"test-{uuid.uuid4().hex}", uuid.uuid4().hex
+def test_round_trip(ledger_location: str) -> None:
+    ledger = PrivacyLedger(ledger_location)
+    dataset, run = "test-set", "0123abcd"
     ledger.ensure_dataset(dataset, Fraction(1, 3))
     charge(ledger, f"{run}-1", Fraction(1, 7), dataset=dataset)
     ledger.set_status(f"{run}-1", "failed")
@@ -233,6 +263,27 @@ def test_postgres_round_trip() -> None:
         charge(ledger, f"{run}-1", Fraction(0), dataset=dataset)
     assert ledger.spent(dataset) == Fraction(1, 7) and ledger.remaining(dataset) == Fraction(4, 21)
     assert ledger.charges(dataset)[0].status == "failed"
+    reopened = PrivacyLedger(ledger_location)  # what was committed is there for the next connection
+    assert reopened.spent(dataset) == Fraction(1, 7) and [c.run_id for c in reopened.charges()] == [f"{run}-1"]
+
+
+def test_location_hides_password(ledger_location: str) -> None:
+    ledger = PrivacyLedger(ledger_location)
+    if is_postgres_url(ledger_location):
+        secret = password(ledger_location)
+        assert secret and secret not in ledger.location
+        assert ledger.location == redact_url(ledger_location) and ledger.location.startswith("postgresql://censusdp@")
+    else:
+        assert ledger.location == str(Path(ledger_location).absolute())
+
+
+def test_postgres_unreachable_database(postgres_url: str) -> None:
+    """A database that does not exist: one-line error, naming the URL without its password."""
+    parts = urlsplit(postgres_url)
+    missing = parts._replace(path=parts.path + "_missing").geturl()
+    with pytest.raises(CensusDPError, match="cannot connect") as info:
+        PrivacyLedger(missing)
+    assert parts.password and parts.password not in str(info.value) and "\n" not in str(info.value)
 
 
 # --- censusdp ledger ---------------------------------------------------------------------------------------
@@ -240,6 +291,10 @@ def test_postgres_round_trip() -> None:
 
 @pytest.fixture
 def filled(ledger: PrivacyLedger) -> PrivacyLedger:
+    return fill(ledger)
+
+
+def fill(ledger: PrivacyLedger) -> PrivacyLedger:
     ledger.ensure_dataset("pa-2020", Fraction(1))
     ledger.charge("pa-2020", "run-a", Fraction(2, 5), DELTA, HASH, True)
     ledger.set_status("run-a", "failed")
@@ -259,9 +314,10 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().out
 
 
-def test_cli_text(filled: PrivacyLedger, path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_cli(["--ledger", str(path)], capsys)
-    assert str(path) in out and "run-c" not in out
+def test_cli_text(filled: PrivacyLedger, ledger_location: str, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_cli(["--ledger", ledger_location], capsys)
+    assert filled.location in out and "run-c" not in out
+    assert password(ledger_location) is None or password(ledger_location) not in out
     lines = out.splitlines()
     row = next(line for line in lines if line.strip().startswith("run-a"))
     assert row.split()[-4:] == ["1e-10", HASH[:12], "failed", "yes"]
@@ -275,8 +331,11 @@ def test_cli_text(filled: PrivacyLedger, path: Path, capsys: pytest.CaptureFixtu
     assert "dataset nj-2020" in out and "(no charges)" in out
 
 
-def test_cli_json(filled: PrivacyLedger, path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    report = json.loads(run_cli(["--ledger", str(path), "--dataset", "pa-2020", "--json", "--delta", "1e-6"], capsys))
+def test_cli_json(filled: PrivacyLedger, ledger_location: str, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_cli(["--ledger", ledger_location, "--dataset", "pa-2020", "--json", "--delta", "1e-6"], capsys)
+    report = json.loads(out)
+    assert report["ledger"] == filled.location
+    assert password(ledger_location) is None or password(ledger_location) not in out
     [pa] = report["datasets"]
     assert pa["dataset"] == "pa-2020" and pa["delta"] == 1e-6
     assert (pa["cap"]["rho"], pa["spent"]["rho"], pa["remaining"]["rho"]) == ("1/1", "11/15", "4/15")
@@ -288,33 +347,69 @@ def test_cli_json(filled: PrivacyLedger, path: Path, capsys: pytest.CaptureFixtu
     assert pa["charges"][0]["config_hash"] == HASH
 
 
-def test_cli_default_location(filled: PrivacyLedger, path: Path, capsys: pytest.CaptureFixture[str],
-                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_env_location(filled: PrivacyLedger, ledger_location: str, capsys: pytest.CaptureFixture[str],
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CENSUSDP_LEDGER", ledger_location)
+    assert "run-a" in run_cli([], capsys)
+
+
+def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A user data directory under tmp_path (HOME and XDG_DATA_HOME), no $CENSUSDP_LEDGER; the default ledger."""
+    from pipeline.ledger_location import default_ledger_location
+
+    monkeypatch.delenv("CENSUSDP_LEDGER", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "home" / "data"))
+    default = Path(default_ledger_location())
+    assert default.is_relative_to(tmp_path), default  # never the real user's ledger
+    return default
+
+
+def test_cli_default_location(path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                              tmp_path: Path) -> None:
+    """SQLite only: the default ledger is a file in the user data directory, or $CENSUSDP_LEDGER."""
+    fill(PrivacyLedger(path))
     monkeypatch.setenv("CENSUSDP_LEDGER", str(path))
     assert "run-a" in run_cli([], capsys)
-    monkeypatch.delenv("CENSUSDP_LEDGER")
-    monkeypatch.chdir(path.parent)  # ./.censusdp-ledger.sqlite
+    default = private_home(tmp_path, monkeypatch)
+    default.parent.mkdir(parents=True)
+    fill(PrivacyLedger(default))
     assert "run-b" in run_cli(["--json"], capsys)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    ([], "no ledger given"),
+    ([], "no such file"),
     (["--ledger", "{missing}"], "no such file"),
-    (["--ledger", "{path}", "--dataset", "tx"], "unknown dataset 'tx'"),
-    (["--ledger", "{path}", "--delta", "2"], "--delta must be in"),
-    (["--ledger", "{path}", "--delta", "tiny"], "not a number"),
 ])
-def test_cli_errors(filled: PrivacyLedger, path: Path, argv: list[str], message: str,
-                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("CENSUSDP_LEDGER", raising=False)
+def test_cli_errors_no_ledger(argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
+                              tmp_path: Path) -> None:
+    """No default ledger yet, or a missing file (SQLite only: a URL cannot be checked without connecting)."""
+    default = private_home(tmp_path, monkeypatch)
     (tmp_path / "elsewhere").mkdir()
-    monkeypatch.chdir(tmp_path / "elsewhere")  # no ./.censusdp-ledger.sqlite here
-    argv = [a.format(path=path, missing=tmp_path / "none.sqlite") for a in argv]
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    argv = [a.format(missing=tmp_path / "none.sqlite") for a in argv]
     with pytest.raises(CensusDPError, match=message) as info:
         cmd_ledger(argparse.Namespace(ledger=None, dataset=None, delta=None, json=False)
                    if not argv else _namespace(argv))
     assert "\n" not in str(info.value)
-    assert not (tmp_path / "none.sqlite").exists()  # reading never creates a ledger
+    assert not (tmp_path / "none.sqlite").exists() and not default.exists()  # reading never creates a ledger
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--ledger", "{location}", "--dataset", "tx"], "unknown dataset 'tx'"),
+    (["--ledger", "{location}", "--delta", "2"], "--delta must be in"),
+    (["--ledger", "{location}", "--delta", "tiny"], "not a number"),
+])
+def test_cli_errors(filled: PrivacyLedger, ledger_location: str, argv: list[str], message: str,
+                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("CENSUSDP_LEDGER", raising=False)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    argv = [a.format(location=ledger_location) for a in argv]
+    with pytest.raises(CensusDPError, match=message) as info:
+        cmd_ledger(_namespace(argv))
+    assert "\n" not in str(info.value)
+    assert password(ledger_location) is None or password(ledger_location) not in str(info.value)
 
 
 def _namespace(argv: list[str]) -> argparse.Namespace:

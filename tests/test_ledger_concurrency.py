@@ -2,14 +2,15 @@
 
 Without it two releases started together could both see enough budget left and together spend more than the
 cap (zCDP composition, Thm 19.37(i), counts both).  Processes are started with the ``spawn`` context (fresh
-interpreters, no shared state), open the ledger themselves and are released together by a barrier.
+interpreters, no shared state), open the ledger themselves and are released together by a barrier.  Each test
+runs on both backends (``ledger_location``): a SQLite file (one write lock, ``BEGIN IMMEDIATE``) and a fresh
+database on a throw-away PostgreSQL server (row and advisory locks), each process with its own connections.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 from pipeline.errors import CensusDPError
@@ -19,14 +20,14 @@ HASH = config_hash(b"concurrency")
 TIMEOUT_S = 60
 
 
-def _worker(path: str, index: int, rounds: list[tuple[str, str, str, str]], barrier: Any, results: Any) -> None:
+def _worker(location: str, index: int, rounds: list[tuple[str, str, str, str]], barrier: Any, results: Any) -> None:
     """Open the ledger, register every dataset, then per round wait at the barrier and charge once.
 
     A round is (dataset, cap, rho, run id); an empty run id means one of this worker's own.
     """
     try:
         barrier.wait(TIMEOUT_S)  # open and create the tables all at once too
-        ledger = PrivacyLedger(path)
+        ledger = PrivacyLedger(location)
         for dataset, cap, _, _ in rounds:
             ledger.ensure_dataset(dataset, Fraction(cap))
     except Exception as error:  # noqa: BLE001 - reported to the parent, which fails the test
@@ -46,10 +47,10 @@ def _worker(path: str, index: int, rounds: list[tuple[str, str, str, str]], barr
         results.put((index, dataset, outcome))
 
 
-def _race(path: Path, processes: int, rounds: list[tuple[str, str, str, str]]) -> dict[str, list[str]]:
+def _race(location: str, processes: int, rounds: list[tuple[str, str, str, str]]) -> dict[str, list[str]]:
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(processes), ctx.Queue()
-    workers = [ctx.Process(target=_worker, args=(str(path), i, rounds, barrier, results)) for i in range(processes)]
+    workers = [ctx.Process(target=_worker, args=(location, i, rounds, barrier, results)) for i in range(processes)]
     for w in workers:
         w.start()
     try:
@@ -68,16 +69,16 @@ def _race(path: Path, processes: int, rounds: list[tuple[str, str, str, str]]) -
                 w.kill()
 
 
-def test_eight_processes_five_slots(tmp_path: Path) -> None:
-    """8 processes charge cap/5 at once, on a ledger file none of them has created yet: exactly 5 succeed.
+def test_eight_processes_five_slots(ledger_location: str) -> None:
+    """8 processes charge cap/5 at once, on a ledger (file or database) none of them has created yet: exactly 5
+    succeed.
 
     A last round has all 8 charge the same run id at once: one charge, 7 refusals, budget spent once.
     """
-    path = tmp_path / ".censusdp-ledger.sqlite"
     caps = {"pa": Fraction(1), "nj": Fraction(7, 3), "tx": Fraction(10**20 + 1, 10**19)}
     rounds = [(d, str(c), str(c / 5), "") for d, c in caps.items()] + [("ri", "1", "1/10", "one-run")]
-    outcomes = _race(path, 8, rounds)
-    ledger = PrivacyLedger(path)
+    outcomes = _race(ledger_location, 8, rounds)
+    ledger = PrivacyLedger(ledger_location)
     assert sorted(outcomes["ri"]) == ["charged"] + ["duplicate"] * 7, outcomes["ri"]
     assert ledger.spent("ri") == Fraction(1, 10)
     for dataset, cap in caps.items():
@@ -86,13 +87,12 @@ def test_eight_processes_five_slots(tmp_path: Path) -> None:
         assert len(ledger.charges(dataset)) == 5
 
 
-def test_two_processes_over_half(tmp_path: Path) -> None:
+def test_two_processes_over_half(ledger_location: str) -> None:
     """Two processes charge 0.6 * cap at the same moment, several times over: exactly one wins each time."""
-    path = tmp_path / ".censusdp-ledger.sqlite"
-    PrivacyLedger(path)  # an existing ledger this time
+    PrivacyLedger(ledger_location)  # an existing ledger this time
     rounds = [(f"d{i}", "3/4", str(Fraction(3, 4) * Fraction(3, 5)), "") for i in range(5)]
-    outcomes = _race(path, 2, rounds)
-    ledger = PrivacyLedger(path)
+    outcomes = _race(ledger_location, 2, rounds)
+    ledger = PrivacyLedger(ledger_location)
     for dataset, _, rho, _ in rounds:
         assert sorted(outcomes[dataset]) == ["charged", "refused"], outcomes[dataset]
         assert ledger.spent(dataset) == Fraction(rho)

@@ -151,7 +151,7 @@ def test_laplace_selected_for_one_level(tiny_release: Path, capsys: pytest.Captu
     manifest = json.loads((run_dir / "manifest.json").read_text())
     unit = next(a for a in manifest["allocation"] if a["level"] == "unit")
     assert unit["mechanism"] == "laplace"
-    epsilon = 1 / Fraction(unit["scale"])  # add-remove: L1 sensitivity 1
+    epsilon = 2 / Fraction(unit["scale"])  # replace-one: L1 sensitivity 2
     assert Fraction(unit["rho_exact"]) == epsilon**2 / 2 <= 1  # allocated 4 * 1/4; the scale rounds up
     assert Fraction(unit["rho_exact"]) > Fraction(999, 1000)
     total = sum(Fraction(a["rho_exact"]) for a in manifest["allocation"])

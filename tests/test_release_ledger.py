@@ -13,6 +13,7 @@ import pytest
 from pipeline import release as stages
 from pipeline.cli import main
 from pipeline.ledger import PrivacyLedger
+from pipeline.ledger_location import default_ledger_location
 from tests.conftest import TINY_TOML
 
 
@@ -23,7 +24,9 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def ledger_of(config: Path) -> PrivacyLedger:
-    return PrivacyLedger(config.parent / ".censusdp-ledger.sqlite")
+    """The installation's ledger (this test's user data directory): never a file beside the data."""
+    assert not (config.parent / ".censusdp-ledger.sqlite").exists()
+    return PrivacyLedger(default_ledger_location())
 
 
 def test_two_releases_then_a_refused_third_then_a_free_postprocess(tiny_release: Path,
@@ -50,8 +53,9 @@ def test_two_releases_then_a_refused_third_then_a_free_postprocess(tiny_release:
     assert ledger.spent("tiny") == 8
     statuses = [c.status for c in ledger.charges("tiny")]
     assert statuses == ["published", "published", "postprocess"]
-    code, out, _ = cli(capsys, "ledger", "--ledger", str(tiny_release.parent / ".censusdp-ledger.sqlite"), "--json")
+    code, out, _ = cli(capsys, "ledger", "--json")  # the installation's ledger, without --ledger
     assert code == 0 and "postprocess" in out
+    assert json.loads(out)["ledger"] == default_ledger_location()
 
 
 def test_postprocess_reproduces_the_tables_from_measurements_alone(tiny_release: Path,
@@ -104,12 +108,14 @@ def test_a_run_that_died_after_measuring_is_resumed_without_new_noise(
     assert json.loads((final / "manifest.json").read_text())["resumed"] is True
 
 
-def test_bad_input_charges_nothing(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_values_are_charged_and_named_by_category_only(tiny_release: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     path = tiny_release.parent / "microdata.parquet"
     pl.read_parquet(path).with_columns(pl.lit("purple").alias("COLOUR")).write_parquet(path)
     code, _, err = cli(capsys, "release", str(tiny_release), "--no-prefect")
-    assert code != 0 and "COLOUR" in err
-    assert ledger_of(tiny_release).charges() == []
+    assert code != 0 and "COLOUR" not in err and "purple" not in err and "domain problem" in err
+    assert [(c.status, c.reason) for c in ledger_of(tiny_release).charges()] == [("failed",
+                                                                                  "input-validation:domain")]
 
 
 def test_a_config_without_a_ledger_is_refused(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,92 @@
+"""Where the privacy ledger lives: one per installation, never beside the data it protects.
+
+A ledger next to the microdata gave every copy of the data a fresh lifetime budget (copy the file to another
+folder, release again).  The budget belongs to the data, so the ledger belongs to the installation:
+
+1. ``$CENSUSDP_LEDGER`` -- the installation's ledger, set by its administrator (a file or a ``postgresql://``
+   URL shared by every machine); when it is set, a configuration naming another ledger is refused;
+2. else ``[ledger] path`` in the configuration;
+3. else ``ledger.sqlite`` in the user data directory (platformdirs: ``$XDG_DATA_HOME/censusdp`` on Linux).
+
+The ledger also recognises the same data under another name (``pipeline.fingerprint``); this module only
+decides where to look.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from platformdirs import user_data_path
+
+LEDGER_ENV = "CENSUSDP_LEDGER"
+LEDGER_FILENAME = "ledger.sqlite"
+
+
+def is_postgres_url(location: object) -> bool:
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
+
+
+def default_ledger_location() -> str:
+    """``$CENSUSDP_LEDGER``, else the per-installation SQLite file in the user data directory."""
+    env = os.environ.get(LEDGER_ENV, "").strip()
+    if env:
+        return env if is_postgres_url(env) else str(Path(env).expanduser().resolve())
+    return str(user_data_path("censusdp", appauthor=False) / LEDGER_FILENAME)
+
+
+def prepare_location(location: str) -> None:
+    """Make the folder of a ledger file (the user data directory on first use), readable by its owner only."""
+    if not is_postgres_url(location):
+        Path(location).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+def resolve_ledger_location(configured: str | None) -> str:
+    """The ledger a release is charged to; ``configured`` is ``[ledger] path`` (absolute) or None.
+
+    Raises ``ValueError`` (naming no secret) when the configuration names a ledger other than
+    ``$CENSUSDP_LEDGER``: a configuration must not be able to move the budget away from the installation's ledger.
+    """
+    env = os.environ.get(LEDGER_ENV, "").strip()
+    if not configured:
+        return default_ledger_location()
+    if env and _same_place(env, configured):
+        return default_ledger_location()
+    if env:
+        raise ValueError(f"names another ledger than ${LEDGER_ENV}, the installation's ledger; remove ledger.path "
+                         "(a configuration cannot move the budget to a fresh ledger)")
+    return configured if is_postgres_url(configured) else str(Path(configured).expanduser().resolve())
+
+
+def _same_place(a: str, b: str) -> bool:
+    if is_postgres_url(a) or is_postgres_url(b):
+        return a == b
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def redact_url(url: str) -> str:
+    """``postgresql://user@host:port/db``: the password and query string (which may hold one) removed."""
+    if not is_postgres_url(url):
+        return url  # a file path holds no credential
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    user = f"{parts.username}@" if parts.username else ""
+    return f"{parts.scheme}://{user}{host}{port}{parts.path}"
+
+
+def public_config_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a configuration's TOML table fit to be written anywhere (manifest, measurements, Prefect):
+    a ``postgresql://`` ledger URL loses its password and query string.  Whoever finishes or post-processes a
+    run finds the ledger from their own configuration or environment, never from a file the run wrote."""
+    public = copy.deepcopy(raw)
+    ledger = public.get("ledger")
+    if isinstance(ledger, dict) and isinstance(ledger.get("path"), str):
+        ledger["path"] = redact_url(ledger["path"])
+    return public
