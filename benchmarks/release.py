@@ -9,6 +9,7 @@ driver's peak RSS and the detailed cells reconciled per second at each level.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import tempfile
 import time
@@ -30,6 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        os.environ["CENSUSDP_LEDGER"] = str(folder / "ledger.sqlite")  # never the installation's ledger
         started = time.perf_counter()
         micro, geo = write_synthetic(args.persons, args.seed, folder / "data")
         synth_s = time.perf_counter() - started
@@ -45,8 +47,9 @@ def main() -> None:
 
         run = stages.start_release(config, folder / "runs", system_random_source())
         runner = make_runner(args.runner)
-        timed("read + tree + histograms", stages.read_inputs, run)
-        timed("ledger charge", stages.charge, run)
+        timed("read files", stages.read_files, run)
+        timed("fingerprint + ledger charge", stages.charge, run)
+        timed("validate + tree", stages.validate_inputs, run)
         assert run.tree is not None
         nodes = {lv.name: run.tree.n_nodes(i) for i, lv in enumerate(config.levels)}
         for level, spec in enumerate(config.levels):

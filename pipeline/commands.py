@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from pipeline.config import FORMATS
 from pipeline.errors import CensusDPError
+from pipeline.ledger_location import LEDGER_ENV
 
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -61,13 +63,18 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    """The input files of a release or a check, overriding the configuration's."""
+    p.add_argument("--microdata", help="microdata file (overrides input.path)")
+    p.add_argument("--geography", help="geography file listing every lowest-level unit (overrides input.geography)")
+    p.add_argument("--format", dest="fmt", choices=list(FORMATS), help="microdata format")
+
+
 def add_release(sub: Sub) -> None:
     p = sub.add_parser("release", help="run a release: noisy measurements, reconciled tables, manifest")
     p.add_argument("config", help="release configuration (TOML)")
     p.add_argument("--out", help="directory that receives the run folder (default: the config's output.dir)")
-    p.add_argument("--microdata", help="microdata file (overrides input.path)")
-    p.add_argument("--geography", help="geography file listing every lowest-level unit (overrides input.geography)")
-    p.add_argument("--format", dest="fmt", choices=list(FORMATS), help="microdata format")
+    add_input_options(p)
     p.add_argument("--rho", help="total zCDP budget, e.g. 2.56 or 64/25 (overrides budget.rho)")
     p.add_argument("--runner", help='where reconciliation chunks run: "local", "dask-local:N" or "tcp://host:port"')
     p.add_argument("--no-prefect", action="store_true", help="run as plain function calls, without Prefect")
@@ -123,9 +130,7 @@ def add_check(sub: Sub) -> None:
     p = sub.add_parser("check", help="validate the input files against a configuration, naming file, column and "
                        "row of any problem (for the data curator only: no ledger, no noise)")
     p.add_argument("config", help="release configuration (TOML)")
-    p.add_argument("--microdata", help="microdata file (overrides input.path)")
-    p.add_argument("--geography", help="geography file (overrides input.geography)")
-    p.add_argument("--format", dest="fmt", choices=list(FORMATS), help="microdata format")
+    add_input_options(p)
     p.set_defaults(handler=cmd_check)
 
 
@@ -186,7 +191,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     micro, geo = write_synthetic(args.persons, 2020, data)
     config = out / "pl94.toml"
     text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
-    config.write_text(text.replace('geography = "geography.parquet"', f'geography = "{geo}"'))
+    text = text.replace('geography = "geography.parquet"', f'geography = "{geo}"')
+    if not os.environ.get(LEDGER_ENV):
+        # synthetic data, regenerated on every demo: its own throw-away ledger, so that re-running the demo is
+        # not refused by (and does not clutter) the installation's ledger, which is for real data
+        ledger = out / "demo-ledger.sqlite"
+        for leftover in (ledger, ledger.with_name(ledger.name + "-wal"), ledger.with_name(ledger.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+        text = re.sub(r"^(\[ledger\].*)$", lambda m: f'{m.group(1)}\npath = "{ledger}"', text, count=1,
+                      flags=re.MULTILINE)
+    config.write_text(text)
     started = time.monotonic()
     run_dir = run_release_command(str(config), str(out / "runs"), None, None, None, None, args.no_prefect, None)
     from pipeline.uncertainty import write_estimates

@@ -46,7 +46,8 @@ def test_prefect_sees_no_row_value_or_password(tmp_path: Path, postgres_url: str
     micro.write_parquet(tmp_path / "microdata.parquet")
     geo.write_parquet(tmp_path / "geography.parquet")
     config = tmp_path / "config.toml"
-    config.write_text(TINY_TOML.format(rho="4").replace('cap_rho = "1000"', f'cap_rho = "1000"\npath = "{postgres_url}"'))
+    ledger_table = f'cap_rho = "1000"\npath = "{postgres_url}"'
+    config.write_text(TINY_TOML.format(rho="4").replace('cap_rho = "1000"', ledger_table))
     home = tmp_path / "prefect-home"
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
            "PREFECT_API_URL": "", "PYTHONPATH": str(REPO)}

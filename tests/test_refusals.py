@@ -49,6 +49,11 @@ def release(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tu
     return code, capsys.readouterr().err
 
 
+def edit_microdata(config: Path, edit: Edit) -> None:
+    path = config.parent / "microdata.parquet"
+    edit(pl.read_parquet(path)).write_parquet(path)
+
+
 def ledger(installation_ledger: Path) -> PrivacyLedger:
     assert installation_ledger.exists(), "the release did not use the installation's ledger"
     return PrivacyLedger(installation_ledger)
@@ -58,8 +63,7 @@ def ledger(installation_ledger: Path) -> PrivacyLedger:
 def test_value_problems_are_found_after_the_charge(case: str, tiny_release: Path, installation_ledger: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     edit, category, _ = VALUE_CASES[case]
-    path = tiny_release.parent / "microdata.parquet"
-    edit(pl.read_parquet(path)).write_parquet(path)
+    edit_microdata(tiny_release, edit)
     code, err = release(tiny_release, capsys)
     errors = [line for line in err.splitlines() if "error" in line]
     assert code != 0 and len(errors) == 1, err
@@ -77,8 +81,7 @@ def test_value_problems_are_found_after_the_charge(case: str, tiny_release: Path
 def test_check_names_file_column_and_row(case: str, tiny_release: Path, installation_ledger: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     edit, _, where = VALUE_CASES[case]
-    path = tiny_release.parent / "microdata.parquet"
-    edit(pl.read_parquet(path)).write_parquet(path)
+    edit_microdata(tiny_release, edit)
     code = main(["check", str(tiny_release)])
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]

@@ -157,3 +157,14 @@ def test_laplace_selected_for_one_level(tiny_release: Path, capsys: pytest.Captu
     total = sum(Fraction(a["rho_exact"]) for a in manifest["allocation"])
     assert Fraction(manifest["privacy"]["rho_exact"]) == total <= 4
     check_consistency(run_dir, [(lv["name"], lv["width"]) for lv in manifest["levels"]], ["colour", "adult"])
+
+
+def test_demo_runs_twice_on_its_own_ledger(tmp_path: Path, installation_ledger: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's first command: synthetic data in a throw-away ledger, never the installation's."""
+    for _ in range(5):  # 5 x 2.56 would pass the preset's lifetime cap of 10.24 on one ledger
+        assert main(["-q", "demo", "--out", str(tmp_path / "demo"), "--persons", "2000", "--no-prefect"]) == 0
+    run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["ledger"]["location"] == str(tmp_path / "demo" / "demo-ledger.sqlite")
+    assert not installation_ledger.exists()
