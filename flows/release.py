@@ -15,19 +15,21 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from pipeline import release as stages
-from pipeline.errors import CensusDPError
+from pipeline.errors import CensusDPError, type_only_errors
 from pipeline.options import INSECURE_SEED_ENV, load_release_config, random_source
 from pipeline.runner import make_runner
+from postprocess import ReconciliationError
 
+PUBLIC = (ReconciliationError,)  # its messages carry sizes and statuses only, never a count
 TASK_OPTIONS = {"cache_policy": NO_CACHE, "persist_result": False, "log_prints": False, "retries": 0}
 
-start_task = task(stages.start_release, name="allocate-budget", **TASK_OPTIONS)
-read_task = task(stages.read_files, name="read-files", **TASK_OPTIONS)
-charge_task = task(stages.charge, name="charge-ledger", **TASK_OPTIONS)
-validate_task = task(stages.validate_inputs, name="validate-values", **TASK_OPTIONS)
-measure_task = task(stages.measure, name="measure", **TASK_OPTIONS)
-reconcile_task = task(stages.reconcile, name="reconcile", **TASK_OPTIONS)
-publish_task = task(stages.publish, name="publish", **TASK_OPTIONS)
+start_task = task(type_only_errors(stages.start_release, PUBLIC), name="allocate-budget", **TASK_OPTIONS)
+read_task = task(type_only_errors(stages.read_files, PUBLIC), name="read-files", **TASK_OPTIONS)
+charge_task = task(type_only_errors(stages.charge, PUBLIC), name="charge-ledger", **TASK_OPTIONS)
+validate_task = task(type_only_errors(stages.validate_inputs, PUBLIC), name="validate-values", **TASK_OPTIONS)
+measure_task = task(type_only_errors(stages.measure, PUBLIC), name="measure", **TASK_OPTIONS)
+reconcile_task = task(type_only_errors(stages.reconcile, PUBLIC), name="reconcile", **TASK_OPTIONS)
+publish_task = task(type_only_errors(stages.publish, PUBLIC), name="publish", **TASK_OPTIONS)
 
 
 @flow(name="censusdp-release", persist_result=False, log_prints=False, validate_parameters=True)

@@ -7,7 +7,13 @@ offending microdata value, because error text ends up in logs and in Prefect's d
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from enum import StrEnum
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class CensusDPError(Exception):
@@ -71,3 +77,32 @@ class InputRejectedError(CensusDPError):
             f"the input failed validation after the budget was charged ({category.value} problem); the charge "
             f"stands and nothing was published; a data curator can see where with: censusdp check {config_source}")
         self.category = category
+
+
+class InternalError(CensusDPError):
+    """An unexpected exception, reported by its type only: its text could quote a confidential value."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"internal error ({kind}); nothing was published")
+
+
+def type_only_errors(stage: Callable[P, R], public: tuple[type[BaseException], ...] = ()) -> Callable[P, R]:
+    """``stage`` with every unexpected exception replaced by an ``InternalError`` that names its type only.
+
+    For code whose error text is stored by others (Prefect keeps task and flow failure messages and logs their
+    tracebacks): ``CensusDPError`` and the ``public`` exception types carry public text by construction and
+    pass as they are; anything else (a numpy or polars error quoting a value) must not.
+    """
+
+    @functools.wraps(stage)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        kind = None
+        try:
+            return stage(*args, **kwargs)
+        except (CensusDPError, *public):
+            raise
+        except Exception as error:  # noqa: BLE001 - replaced, not swallowed
+            kind = type(error).__name__
+        raise InternalError(kind)  # outside the handler: the original is not chained to it
+
+    return guarded

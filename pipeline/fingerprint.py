@@ -1,21 +1,21 @@
 """Keyed fingerprints of a dataset's content, so that the ledger charges the same data to the same budget.
 
 The budget belongs to the people in the data, not to a file: a copy in another folder, under another name,
-converted from CSV to Parquet or MDF, or with its rows shuffled is the same dataset and must not start a fresh
-lifetime cap.  A release therefore computes, before its charge, HMAC-SHA256 digests (key: 32 random bytes kept
-in the ledger, ``PrivacyLedger.fingerprint_key``) of two canonical forms of its content:
+converted between CSV and Parquet, or with its rows shuffled is the same dataset and must not start a fresh
+lifetime cap.  A release therefore computes, before its charge, an HMAC-SHA256 digest (key: 32 random bytes
+kept in the ledger, ``PrivacyLedger.fingerprint_key``) of a canonical form of the microdata *file*:
 
-- ``records``: the sorted histogram of (lowest-level unit code, each attribute's value after the configured
-  mapping), i.e. the detailed histogram in the configuration's own terms;
-- ``units``: the sorted count of persons per lowest-level unit code, which does not depend on the attributes,
-  so the same people released under another schema (an attribute dropped, values regrouped) are recognised.
+- ``rows``: the sorted multiset of its rows, every column of a text, number or date type included (columns
+  in name order, each value as text).  It does not depend on the configuration at all, so no choice of
+  geocode columns, attributes, mappings or levels makes the same file look new; and matching it needs the
+  whole file's content, so a crafted file of one's own cannot test a guess about a few people;
+- ``lines`` (only for a CSV whose body does not parse): the sorted multiset of its raw lines.
 
-Both are built from the values as read, before any value-level validation, so computing them never fails on bad
-values (which would turn a refusal into a free query).  Without the key a digest reveals nothing about the
-content; with it, it can only confirm a guess of the *entire* dataset (or of every unit's count).
+Fingerprints are computed before any value is validated, so computing them never fails on bad values (which
+would turn a refusal into a free query).  Without the key a digest reveals nothing about the content.
 
-What it cannot catch: a subset or a sample of the data, a copy with records added, removed or edited (unless
-every unit's count is unchanged), a re-coding of the geography (other unit codes), or a ledger other than the
+What it cannot catch: a subset or a sample of the data, a copy with records added, removed or edited, with
+columns renamed, added or dropped, values re-coded (``01`` written as ``1``), or a ledger other than the
 installation's.  Those are the data curator's responsibility (SECURITY.md).
 """
 
@@ -27,7 +27,7 @@ from enum import StrEnum
 
 import polars as pl
 
-from pipeline.microdata import InputFiles, geocode_columns
+from pipeline.microdata import InputFiles
 
 _NULL = "\x00"  # stands for a missing value; cannot occur in CSV text read by this package
 _FIELD, _ROW = "\x1f", "\n"
@@ -35,37 +35,39 @@ _BATCH = 200_000
 
 
 class FingerprintKind(StrEnum):
-    RECORDS = "records"
-    UNITS = "units"
+    ROWS = "rows"
+    LINES = "lines"
 
 
 def data_fingerprints(files: InputFiles, key: bytes) -> dict[str, str]:
-    """The keyed fingerprints of ``files.microdata`` (kind -> hex digest), independent of path and row order."""
-    config, frame = files.config, files.microdata
-    attributes = sorted(config.schema.attributes, key=lambda a: a.name)
-    code = pl.concat_str([_text(c) for c in geocode_columns(config)]).alias("code")
-    keys = frame.select([code] + [_text(a.column, a.mapping).alias(f"a{j}") for j, a in enumerate(attributes)])
-    records = keys.group_by(keys.columns).len().sort(keys.columns)
-    fields = [pl.col("code")] + [pl.lit(f"{a.name}=") + pl.col(f"a{j}") for j, a in enumerate(attributes)]
-    record_lines = records.select(pl.concat_str([*fields, pl.col("len").cast(pl.Utf8)], separator=_FIELD)
-                                  ).to_series()
-    units = keys.group_by("code").len().sort("code")
-    unit_lines = units.select(pl.concat_str([pl.col("code"), pl.col("len").cast(pl.Utf8)], separator=_FIELD)
-                              ).to_series()
-    return {FingerprintKind.RECORDS.value: _digest(key, FingerprintKind.RECORDS, record_lines),
-            FingerprintKind.UNITS.value: _digest(key, FingerprintKind.UNITS, unit_lines)}
+    """The keyed fingerprints of the microdata file (kind -> hex digest), independent of path and row order."""
+    frame = files.microdata
+    if frame is None:  # a body that does not parse: its raw lines, in order-free form
+        path = files.config.input.path
+        assert path is not None
+        lines = sorted(path.read_bytes().splitlines()[1:])
+        mac = _mac(key, FingerprintKind.LINES)
+        for line in lines:
+            mac.update(line + _ROW.encode())
+        return {FingerprintKind.LINES.value: mac.hexdigest()}
+    # nested or binary columns have no text form: they are left out (a configuration never reads them)
+    names = sorted(c for c, t in frame.schema.items() if not (t.is_nested() or t in (pl.Binary, pl.Object)))
+    text = frame.select([pl.col(n).cast(pl.Utf8).fill_null(_NULL).alias(f"c{i}") for i, n in enumerate(names)])
+    rows = text.group_by(text.columns).len().sort(text.columns)
+    fields = [pl.lit(f"{n}=") + pl.col(f"c{i}") for i, n in enumerate(names)]
+    lines_text = rows.select(pl.concat_str([*fields, pl.col("len").cast(pl.Utf8)], separator=_FIELD)).to_series()
+    mac = _mac(key, FingerprintKind.ROWS)
+    for start in range(0, len(lines_text), _BATCH):
+        mac.update((_ROW.join(lines_text.slice(start, _BATCH).to_list()) + _ROW).encode())
+    return {FingerprintKind.ROWS.value: mac.hexdigest()}
 
 
-def _text(column: str, mapping: dict[str, str] | None = None) -> pl.Expr:
-    """A column as text, with the configured mapping applied (unmapped values kept as they are)."""
-    expr = pl.col(column).cast(pl.Utf8)
-    if mapping:
-        expr = expr.replace(mapping)
-    return expr.fill_null(_NULL)
+def _mac(key: bytes, kind: FingerprintKind) -> hmac.HMAC:
+    return hmac.new(key, f"censusdp-fingerprint-v1:{kind.value}{_ROW}".encode(), hashlib.sha256)
 
 
-def _digest(key: bytes, kind: FingerprintKind, lines: pl.Series) -> str:
-    mac = hmac.new(key, f"censusdp-fingerprint-v1:{kind.value}{_ROW}".encode(), hashlib.sha256)
-    for start in range(0, len(lines), _BATCH):
-        mac.update((_ROW.join(lines.slice(start, _BATCH).to_list()) + _ROW).encode())
-    return mac.hexdigest()
+def seeded_noise_secret(key: bytes, fingerprints: dict[str, str]) -> bytes:
+    """What a seeded (test) source is bound to (``RandomSource.bind``): the ledger's key and the data's
+    fingerprint, so the seed alone never reveals a release's noise."""
+    material = "".join(f"{k}={v};" for k, v in sorted(fingerprints.items()))
+    return hmac.new(key, f"censusdp-seeded-noise-v1:{material}".encode(), hashlib.sha256).digest()

@@ -143,6 +143,7 @@ class PrivacyLedger:
             if not isinstance(digest, str) or not _HEX.fullmatch(digest) or not _ID.fullmatch(kind):
                 raise CensusDPError("ledger: a fingerprint must be a kind and a lowercase hex digest")
         cap = _positive_cap(cap_rho)
+        refusal: BudgetExceededError | None = None
         try:
             with self._store.transaction() as sql:
                 if self._store.charge_lock:
@@ -158,14 +159,21 @@ class PrivacyLedger:
                 target = owners[0] if owners else dataset
                 entry = self._entry(target, run_id, rho, delta, config_hash, publishable)
                 if not owners:
+                    if not sql("SELECT 1 FROM censusdp_datasets WHERE id = ?", (dataset,)):
+                        _refuse_while_unbound(sql)
                     self._register(sql, dataset, cap)
                 for kind, digest in fingerprints.items():
                     sql("INSERT INTO censusdp_fingerprints (fingerprint, kind, dataset, first_run, created) "
                         "VALUES (?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO NOTHING",
                         (digest, kind, target, run_id, entry.time))
-                self._insert_charge(sql, entry)
+                try:
+                    self._insert_charge(sql, entry)
+                except BudgetExceededError as error:  # the fingerprints stay: the data is bound to its dataset
+                    refusal = error
         except self._store.integrity_errors:
             raise _duplicate(run_id) from None
+        if refusal is not None:
+            raise refusal
         return entry
 
     def fingerprint_key(self) -> bytes:
@@ -283,6 +291,19 @@ class PrivacyLedger:
 
 
 _REASON = re.compile(r"[a-z-]{1,40}(:[a-z-]{1,40})?")
+
+
+def _refuse_while_unbound(sql: SQL) -> None:
+    """New data may not open a new dataset while the ledger holds datasets charged before fingerprints
+    existed: any of them could be this very data under a new name."""
+    unbound = [d for (d,) in sql(
+        "SELECT id FROM censusdp_datasets d WHERE NOT EXISTS (SELECT 1 FROM censusdp_fingerprints f "
+        "WHERE f.dataset = d.id) AND EXISTS (SELECT 1 FROM censusdp_charges c WHERE c.dataset = d.id "
+        "AND c.rho <> '0/1') ORDER BY id")]
+    if unbound:
+        raise CensusDPError(f"ledger: datasets charged before this ledger kept fingerprints ({', '.join(unbound)}) "
+                            "must first be bound to their data: release each once under its own dataset id (a "
+                            "refused release binds it too); nothing was charged")
 
 
 def _positive_cap(cap_rho: Fraction | int | str) -> Fraction:

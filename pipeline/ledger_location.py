@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 from platformdirs import user_data_path
 
+from pipeline.errors import CensusDPError
+
 LEDGER_ENV = "CENSUSDP_LEDGER"
 LEDGER_FILENAME = "ledger.sqlite"
 
@@ -36,6 +38,21 @@ def default_ledger_location() -> str:
     if env:
         return env if is_postgres_url(env) else str(Path(env).expanduser().resolve())
     return str(user_data_path("censusdp", appauthor=False) / LEDGER_FILENAME)
+
+
+LEGACY_FILENAME = ".censusdp-ledger.sqlite"  # where censusdp 0.1 kept a ledger: beside the microdata
+
+
+def refuse_legacy_ledger(microdata: Path | None, location: str) -> None:
+    """A ledger of the earlier layout beside the data still holds that data's charges: a release must not
+    silently start afresh in the installation's ledger.  (Its existence is a fact about files, not data.)"""
+    if microdata is None:
+        return
+    legacy = Path(microdata).parent / LEGACY_FILENAME
+    if legacy.is_file() and not _same_place(str(legacy), location):
+        raise CensusDPError(f"{legacy}: a ledger of an earlier censusdp lies beside the microdata and its charges "
+                            f"still count; use it (set ${LEDGER_ENV} to it, or [ledger] path) or have an "
+                            "administrator merge it into the installation's ledger and remove it")
 
 
 def prepare_location(location: str) -> None:
@@ -71,8 +88,11 @@ def redact_url(url: str) -> str:
     """``postgresql://user@host:port/db``: the password and query string (which may hold one) removed."""
     if not is_postgres_url(url):
         return url  # a file path holds no credential
-    parts = urlsplit(url)
-    host = parts.hostname or ""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:  # e.g. a "[" in the password: say nothing rather than guess where the secret ends
+        return "postgresql://(redacted)"
     try:
         port = f":{parts.port}" if parts.port else ""
     except ValueError:

@@ -89,6 +89,8 @@ class SQLiteStore:
             raise CensusDPError(f"ledger {path}: not a file in an existing directory")
         if not path.exists():  # only its owner may read it: it holds the fingerprint key
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        elif path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
+            path.chmod(0o600)  # a ledger made by an earlier version, readable by others
         self._wal()
         with self.transaction() as sql:
             for ddl in _DDL + _SQLITE_GUARDS:

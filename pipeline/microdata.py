@@ -1,8 +1,10 @@
 """Reading and validating microdata and the geography list, in two steps that a release keeps apart.
 
-1. ``read_input_files`` (file level): each file exists, is readable Parquet/CSV, has the required columns with
-   usable types.  Its outcome depends on the files' structure and the configuration only, not on any person's
-   values, so a release may run it before the ledger charge and refuse without charging.
+1. ``read_input_files`` (file level): each file exists, its header (CSV) or schema (Parquet) is readable, and it
+   has the required columns with usable types.  Its outcome depends on the files' structure and the
+   configuration only, not on any person's values, so a release may run it before the ledger charge and refuse
+   without charging.  It also reads the body, but a body that does not parse (a stray quote, an unquoted comma
+   inside a value) depends on values: that failure is kept and reported by step 2, after the charge.
 2. ``validate_input`` (value level): no missing values, geocodes of the right width and form, values inside
    the configured domains, geography codes unique and of the right width, every person's unit listed.  Its
    outcome depends on confidential values, so a release runs it only after the charge (a failure there is a
@@ -28,7 +30,8 @@ MDF_GEO_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
 MDF_GROUP_COLUMN = "TABBLKGRPCE"
 MDF_WIDTHS = {"TABBLKST": 2, "TABBLKCOU": 3, "TABTRACTCE": 6, "TABBLKGRPCE": 1, "TABBLK": 4}
 GEOCODE = "__geocode"
-_TYPES = (pl.Utf8, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.Categorical)
+_TYPES = (pl.Null, pl.Utf8, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64,
+          pl.Categorical)
 
 
 @dataclass(frozen=True)
@@ -36,11 +39,13 @@ class InputFiles:
     """The input files read as they are (confidential), checked at file level only."""
 
     config: ReleaseConfig
-    microdata: pl.DataFrame
+    microdata: pl.DataFrame | None  # None if its body did not parse (``unreadable`` says why)
     geography: pl.DataFrame | None
+    unreadable: InputError | None = None  # a body that did not parse: reported after the charge
 
     def __repr__(self) -> str:  # never show records
-        return f"InputFiles(rows={self.microdata.height}, geography={self.geography is not None})"
+        rows = None if self.microdata is None else self.microdata.height
+        return f"InputFiles(rows={rows}, geography={self.geography is not None})"
 
 
 @dataclass(frozen=True)
@@ -55,20 +60,37 @@ class Microdata:
         return f"Microdata(path={self.path!r}, rows={len(self.cells)})"
 
 
-def read_frame(path: Path, fmt: str) -> pl.DataFrame:
-    """Read a file as it is; every format's failure becomes an InputError naming the file."""
+def _separator(path: Path, fmt: str) -> str:
+    first = path.open("r", errors="replace").readline()
+    return "|" if fmt == "mdf-pl94" and first.count("|") > first.count(",") else ","
+
+
+def _unreadable(path: Path, fmt: str, error: Exception) -> InputError:
+    kind = "Parquet" if fmt == "parquet" else "CSV"
+    return InputError(str(path), f"not a readable {kind} file ({type(error).__name__})", category=InputProblem.FILE)
+
+
+def read_header(path: Path, fmt: str) -> dict[str, pl.DataType]:
+    """The file's columns and types, from its Parquet schema or CSV header only (no value is read)."""
     if not path.exists():
         raise InputError(str(path), "no such file", category=InputProblem.FILE)
     try:
         if fmt == "parquet":
-            return pl.read_parquet(path)
-        first = path.open("r", errors="replace").readline()
-        separator = "|" if fmt == "mdf-pl94" and first.count("|") > first.count(",") else ","
-        return pl.read_csv(path, infer_schema=False, separator=separator)
+            return dict(pl.read_parquet_schema(path))
+        frame = pl.read_csv(path, infer_schema=False, separator=_separator(path, fmt), n_rows=0)
+        return dict(frame.schema)
     except (pl.exceptions.PolarsError, OSError, ValueError) as error:
-        kind = "Parquet" if fmt == "parquet" else "CSV"
-        raise InputError(str(path), f"not a readable {kind} file ({type(error).__name__})",
-                         category=InputProblem.FILE) from None
+        raise _unreadable(path, fmt, error) from None
+
+
+def read_body(path: Path, fmt: str) -> pl.DataFrame:
+    """The whole file as it is (a file whose header was read); a failure here depends on values."""
+    try:
+        if fmt == "parquet":
+            return pl.read_parquet(path)
+        return pl.read_csv(path, infer_schema=False, separator=_separator(path, fmt))
+    except (pl.exceptions.PolarsError, OSError, ValueError) as error:
+        raise _unreadable(path, fmt, error) from None
 
 
 def geocode_columns(config: ReleaseConfig) -> tuple[str, ...]:
@@ -79,27 +101,35 @@ def geocode_columns(config: ReleaseConfig) -> tuple[str, ...]:
 
 
 def read_input_files(config: ReleaseConfig) -> InputFiles:
-    """File-level checks of the microdata and the geography file (no value is looked at)."""
+    """File-level checks of the microdata and the geography file (no value decides their outcome)."""
     if config.input.path is None:
         raise InputError(config.source, "no microdata path: set input.path or pass --microdata",
                          category=InputProblem.FILE)
-    path = config.input.path
-    frame = read_frame(path, config.input.format)
-    for column in frame.columns:
+    path, fmt = config.input.path, config.input.format
+    header = read_header(path, fmt)
+    for column in header:
         if "_duplicated_" in column:
             raise InputError(str(path), "duplicate column name", column=column.split("_duplicated_")[0],
                              category=InputProblem.COLUMN)
     required = list(geocode_columns(config)) + [a.column for a in config.schema.attributes]
-    if config.input.format == "mdf-pl94":
+    if fmt == "mdf-pl94":
         required.append(MDF_GROUP_COLUMN)
     for name in dict.fromkeys(required):
-        _typed_column(frame, name, path)
-    geography = None
+        _check_type(header, name, path)
+    geography, geo_format = None, None
     if config.input.geography is not None:
         geo_path = config.input.geography
-        geography = read_frame(geo_path, "parquet" if geo_path.suffix.lower() in (".parquet", ".pq") else "csv")
-        _typed_column(geography, "geocode", geo_path)
-    return InputFiles(config=config, microdata=frame, geography=geography)
+        geo_format = "parquet" if geo_path.suffix.lower() in (".parquet", ".pq") else "csv"
+        _check_type(read_header(geo_path, geo_format), "geocode", geo_path)
+    # a body that does not parse is kept for after the charge: whether it parses depends on its values
+    microdata, unreadable = None, None
+    try:
+        microdata = read_body(path, fmt)
+        if config.input.geography is not None and geo_format is not None:
+            geography = read_body(config.input.geography, geo_format)
+    except InputError as error:
+        unreadable = error
+    return InputFiles(config=config, microdata=microdata, geography=geography, unreadable=unreadable)
 
 
 def validate_input(files: InputFiles) -> tuple[Microdata, np.ndarray]:
@@ -107,7 +137,10 @@ def validate_input(files: InputFiles) -> tuple[Microdata, np.ndarray]:
     file (or, without one, those of the microdata)."""
     config, path = files.config, files.config.input.path
     assert path is not None  # read_input_files refused a config without one
+    if files.unreadable is not None:
+        raise files.unreadable
     frame = files.microdata
+    assert frame is not None
     if frame.height == 0:
         raise InputError(str(path), "contains no person records", category=InputProblem.EMPTY)
     microdata = Microdata(path=str(path), codes=_geocodes(frame, config, path), cells=_cells(frame, config, path))
@@ -136,15 +169,20 @@ def read_microdata(config: ReleaseConfig) -> Microdata:
     return validate_input(read_input_files(config))[0]
 
 
-def _typed_column(frame: pl.DataFrame, name: str, path: Path) -> pl.Series:
-    """A required column, present and of a usable type (text or integers), as strings."""
-    if name not in frame.columns:
+def _check_type(schema: dict[str, pl.DataType], name: str, path: Path) -> None:
+    """A required column is present and of a usable type (text or integers; Null, the type of a column whose
+    values are all missing, is left for the value checks)."""
+    if name not in schema:
         raise InputError(str(path), "missing column", column=name, category=InputProblem.COLUMN)
-    series = frame.get_column(name)
-    if series.dtype not in _TYPES:
-        raise InputError(str(path), f"has type {series.dtype}, expected text or integers", column=name,
+    if schema[name] not in _TYPES:
+        raise InputError(str(path), f"has type {schema[name]}, expected text or integers", column=name,
                          category=InputProblem.COLUMN)
-    return series.cast(pl.Utf8)
+
+
+def _typed_column(frame: pl.DataFrame, name: str, path: Path) -> pl.Series:
+    """A required column (checked by ``_check_type``) as strings."""
+    _check_type(dict(frame.schema), name, path)
+    return frame.get_column(name).cast(pl.Utf8)
 
 
 def _column(frame: pl.DataFrame, name: str, path: Path) -> pl.Series:

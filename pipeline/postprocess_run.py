@@ -44,6 +44,9 @@ class RecordedSource:
     def uniform_below(self, bound: int, size: int) -> np.ndarray:
         raise AssertionError("post-processing must not draw noise")
 
+    def bind(self, secret: bytes) -> None:
+        raise AssertionError("post-processing is never charged")
+
 
 def _json(path: Path, what: str) -> dict[str, Any]:
     try:
@@ -113,7 +116,7 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
     source = RecordedSource(**manifest["random_source"])
     book = PrivacyLedger(config.ledger.location)
     charge = book.charge_of(manifest["run_id"])
-    if charge is not None and not charge.publishable:
+    if charge is None or not charge.publishable:
         source.publishable = False  # the ledger, not an editable manifest, says whether the noise was seeded
     run = stages.start_release(config, (out_root or run_dir.parent).resolve(), source)
     run.measurements_dir = run_dir / "measurements"

@@ -11,7 +11,9 @@ bits.  This module is the only place those bits come from, and it offers exactly
   uniform.
 - ``seeded_random_source(seed)`` (tests only, ``publishable = False``): the same construction keyed by
   SHA-256 of the decimal seed, so a failing statistical test reproduces exactly.  Its output is predictable
-  from the seed and must never protect real data; manifests print its name with "NOT PUBLISHABLE".
+  from the seed and must never protect real data; manifests print its name with "NOT PUBLISHABLE".  A release
+  ``bind``s it, before any draw, to a secret of the run (the ledger's key and the data's fingerprint), so that
+  the seed alone does not reveal the noise: the same seed on data of one's own gives other noise.
 
 ``numpy.random`` is never used for noise: its generators are not cryptographically secure.
 
@@ -23,6 +25,7 @@ its own.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 from typing import Protocol, runtime_checkable
 
@@ -49,14 +52,22 @@ class RandomSource(Protocol):
         """``size`` independent integers, exactly uniform on [0, bound), dtype int64; 1 <= bound <= 2^62."""
         ...
 
+    def bind(self, secret: bytes) -> None:
+        """Called once per release before any draw, with secret material of the run (keyed by the ledger's
+        key and the data's fingerprint).  A seeded source re-keys from its seed *and* ``secret``; the OS
+        source ignores it."""
+        ...
+
 
 class _AesCtrSource:
     """AES-256-CTR keystream served from a 1 MiB buffer; rekeys from ``os.urandom`` if ``rekey_from_os``."""
 
-    def __init__(self, key: bytes, name: str, publishable: bool, rekey_from_os: bool) -> None:
+    def __init__(self, key: bytes, name: str, publishable: bool, rekey_from_os: bool,
+                 seed: int | None = None) -> None:
         self.name = name
         self.publishable = publishable
         self._rekey_from_os = rekey_from_os
+        self._seed = seed
         self._zeros = bytes(_CHUNK_BYTES)
         self._scratch = bytearray(_CHUNK_BYTES + 15)  # update_into needs block_size - 1 spare bytes
         self._set_key(key)
@@ -68,6 +79,16 @@ class _AesCtrSource:
         self._pos = 0
         self._since_key = 0
         self._pid = os.getpid()
+
+    def bind(self, secret: bytes) -> None:
+        """A seeded stream becomes HMAC-SHA256(secret, seed)-keyed: still reproducible (same seed, same data,
+        same ledger), but no longer predictable from the seed alone.  Otherwise whoever chose the seed could
+        release data of their own with it, learn the noise, and subtract it from the real release."""
+        if self._seed is None:
+            return
+        self._set_key(hmac.new(secret, str(self._seed).encode("ascii"), hashlib.sha256).digest())
+        self.name = (f"seeded AES-256-CTR, seed={self._seed}, keyed by the ledger's secret and the data's "
+                     "fingerprint (TEST ONLY, not publishable)")
 
     def _refill(self) -> None:
         if self._rekey_from_os and (os.getpid() != self._pid or self._since_key >= _REKEY_BYTES):
@@ -153,4 +174,5 @@ def seeded_random_source(seed: int) -> RandomSource:
         name=f"seeded AES-256-CTR, seed={int(seed)} (TEST ONLY, not publishable)",
         publishable=False,
         rekey_from_os=False,
+        seed=int(seed),
     )

@@ -38,9 +38,9 @@ from pipeline.chunks import level_chunks
 from pipeline.config import ReleaseConfig
 from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from pipeline.evaluate_plots import budget_shares
-from pipeline.fingerprint import data_fingerprints
+from pipeline.fingerprint import data_fingerprints, seeded_noise_secret
 from pipeline.ledger import FailureReason, PrivacyLedger, config_hash
-from pipeline.ledger_location import prepare_location, public_config_raw
+from pipeline.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
 from pipeline.measure import level_invariants, measure_level
 from pipeline.measurements_io import LevelMeasurementWriter, write_invariants
 from pipeline.microdata import InputFiles, read_input_files, validated_rows
@@ -135,9 +135,12 @@ def charge(run: ReleaseRun) -> None:
     """
     assert run.input_files is not None, "read_files runs before charge"
     config = run.config
+    refuse_legacy_ledger(config.input.path, config.ledger.location)
     prepare_location(config.ledger.location)
     ledger = PrivacyLedger(config.ledger.location)
-    fingerprints = data_fingerprints(run.input_files, ledger.fingerprint_key())
+    key = ledger.fingerprint_key()
+    fingerprints = data_fingerprints(run.input_files, key)
+    run.rng.bind(seeded_noise_secret(key, fingerprints))  # a test seed alone must not predict the noise
     rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
     digest = config_hash(json.dumps(public_config_raw(config.raw), sort_keys=True, default=str).encode())
     entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,

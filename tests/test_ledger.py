@@ -416,3 +416,8 @@ def _namespace(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="censusdp")
     add_ledger(parser.add_subparsers(dest="command"))
     return parser.parse_args(["ledger", *argv])
+
+
+def test_redact_url_never_guesses_where_a_password_ends() -> None:
+    assert redact_url("postgresql://censusdp:Sec[ret@db.example/ledger") == "postgresql://(redacted)"
+    assert redact_url("/var/lib/censusdp/ledger.sqlite") == "/var/lib/censusdp/ledger.sqlite"

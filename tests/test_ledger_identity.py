@@ -107,24 +107,44 @@ def test_different_datasets_are_independent(tiny_release: Path, ledger_location:
     assert ledger.spent("tiny") == 8 and ledger.spent("tiny-2") == 8
 
 
-def test_mdf_and_parquet_of_the_same_persons_share_a_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                                             ) -> None:
+def test_mdf_and_parquet_of_the_same_file_share_a_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
     if not SHARED_DATA.exists():
         pytest.fail(f"the shared PPMF sample is missing: {SHARED_DATA}")
     text = "\n".join(line for line in preset_text("pl94").splitlines() if not line.startswith("geography = "))
     (tmp_path / "pl94.toml").write_text(text.replace('cap_rho = "10.24"', 'cap_rho = "4"'))
-    mdf = pl.read_csv(SHARED_DATA, infer_schema=False)
     parquet = tmp_path / "ppmf.parquet"
-    mdf.with_columns(pl.concat_str(["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]).alias("geocode")) \
-       .select(["geocode", "GQTYPE_PL", "VOTING_AGE", "CENHISP", "CENRACE"]).reverse().write_parquet(parquet)
+    pl.read_csv(SHARED_DATA, infer_schema=False).reverse().write_parquet(parquet)  # the MDF file as Parquet
+    as_parquet = text.replace('geocode_column = "geocode"',
+                              'geocode_columns = ["TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK"]')
+    (tmp_path / "parquet.toml").write_text(as_parquet.replace('cap_rho = "10.24"', 'cap_rho = "4"')
+                                           .replace('dataset = "pl94-state"', 'dataset = "perry-parquet"'))
     first = release(capsys, tmp_path / "pl94.toml", "--microdata", str(SHARED_DATA), "--format", "mdf-pl94",
                     "--rho", "2")
     assert first[0] == 0, first[2]
-    code, _, err = release(capsys, tmp_path / "pl94.toml", "--microdata", str(parquet), "--rho", "3")
-    assert code != 0 and "exceeds the remaining budget" in err  # 2 + 3 > 4: the Parquet copy is the same data
+    code, _, err = release(capsys, tmp_path / "parquet.toml", "--microdata", str(parquet), "--rho", "3")
+    assert code != 0 and "dataset 'pl94-state'" in err and "exceeds the remaining budget" in err  # 2 + 3 > 4
 
 
-def test_fingerprints_ignore_order_and_format_and_see_content(tiny_release: Path) -> None:
+def test_another_view_of_the_same_file_is_the_same_dataset(tiny_release: Path, installation_ledger: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The configuration cannot make the same file look new: other geocode columns, another level, another
+    dataset id and cap (the attack of the hostile review)."""
+    tiny_release.write_text(CAPPED)
+    assert release(capsys, tiny_release)[0] == 0
+    evasive = CAPPED.replace('dataset = "tiny"', 'dataset = "tiny-fresh"').replace('cap_rho = "10"',
+                                                                                  'cap_rho = "1000000"')
+    evasive = evasive.replace('format = "parquet"', 'format = "parquet"\ngeocode_columns = ["geocode", "ADULT"]')
+    evasive = evasive.replace('geography = "geography.parquet"\n', "")  # units from the (5-character) codes
+    tiny_release.write_text(evasive.replace("width = 4", "width = 5"))
+    code, _, err = release(capsys, tiny_release)
+    assert code == 0, err
+    code, _, err = release(capsys, tiny_release)
+    assert code != 0 and "dataset 'tiny'" in err and "exceeds the remaining budget" in err
+    assert set(PrivacyLedger(installation_ledger).datasets()) == {"tiny"}
+
+
+def test_fingerprints_ignore_order_format_and_configuration_and_see_content(tiny_release: Path) -> None:
     config = load_config(tiny_release)
     key, other_key = bytes(range(32)), bytes(range(1, 33))
     original = data_fingerprints(read_input_files(config), key)
@@ -134,15 +154,48 @@ def test_fingerprints_ignore_order_and_format_and_see_content(tiny_release: Path
     converted = load_config(tiny_release, {"input.path": str(csv), "input.format": "csv"})
     assert data_fingerprints(read_input_files(converted), key) == original
     assert data_fingerprints(read_input_files(config), other_key) != original  # keyed
+    other_view = load_config(tiny_release, {"input.geocode_columns": ["geocode", "ADULT"], "levels": [
+        {"name": "root", "width": 0}, {"name": "region", "width": 1}, {"name": "district", "width": 2},
+        {"name": "unit", "width": 5}]})
+    assert data_fingerprints(read_input_files(other_view), key) == original  # the configuration plays no part
     edited = tiny_release.parent / "edited.parquet"
     frame = pl.read_parquet(tiny_release.parent / "microdata.parquet")
     colours = frame["COLOUR"].to_list()
     colours[7] = "g" if colours[7] != "g" else "r"
     frame.with_columns(pl.Series("COLOUR", colours)).write_parquet(edited)
     changed = data_fingerprints(read_input_files(load_config(tiny_release, {"input.path": str(edited)})), key)
-    assert changed["records"] != original["records"]
-    assert changed["units"] == original["units"]  # the same people in the same units: still recognised
+    assert changed != original
     assert all(len(d) == 64 and set(d) <= set("0123456789abcdef") for d in original.values())
+
+
+def unit_noise(run_dir: Path, micro: pl.DataFrame) -> np.ndarray:
+    """noisy - true of the unit level's detailed query, in (geoid, cell) order (colour major, adult minor)."""
+    colour = pl.col("COLOUR").replace_strict({"r": 0, "g": 1, "b": 2}, return_dtype=pl.Int64)
+    cells = micro.select(pl.col("geocode").alias("geoid"), (colour * 2 + pl.col("ADULT").cast(pl.Int64))
+                         .alias("cell")).group_by(["geoid", "cell"]).len()
+    noisy = pl.read_parquet(run_dir / "measurements" / "unit.parquet").filter(pl.col("query") == "detailed") \
+        .with_columns(pl.col("geoid").cast(pl.Utf8))
+    joined = noisy.join(cells.with_columns(pl.col("cell").cast(noisy.schema["cell"])), on=["geoid", "cell"],
+                        how="left").with_columns(pl.col("len").fill_null(0))
+    return joined.sort(["geoid", "cell"]).select(pl.col("noisy_value") - pl.col("len")).to_series().to_numpy()
+
+
+def test_a_test_seed_does_not_reveal_the_noise(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The attack of the hostile review: the same --insecure-seed on data of one's own gives the noise, to be
+    subtracted from the real release.  Bound to the ledger's key and the data's fingerprint, it does not."""
+    real = pl.read_parquet(tiny_release.parent / "microdata.parquet")
+    mine = tiny_microdata(seed=9)[0]
+    mine.write_parquet(tiny_release.parent / "mine.parquet")
+    first = release(capsys, tiny_release)
+    again = release(capsys, tiny_release)
+    tiny_release.write_text(TINY_TOML.format(rho="4").replace('dataset = "tiny"', 'dataset = "mine"'))
+    own = release(capsys, tiny_release, "--microdata", str(tiny_release.parent / "mine.parquet"))
+    assert first[0] == again[0] == own[0] == 0
+    real_noise, own_noise = unit_noise(Path(first[1]), real), unit_noise(Path(own[1]), mine)
+    assert np.array_equal(real_noise, unit_noise(Path(again[1]), real))  # still reproducible for tests
+    assert real_noise.size == 432 and np.var(real_noise) > 0.5
+    # unbound, the two would agree in all 432 cells; independent draws (sigma² = 1) agree in about 28%
+    assert np.mean(real_noise == own_noise) < 0.5
 
 
 def test_a_config_cannot_move_the_installations_ledger(tiny_release: Path, tmp_path: Path,
@@ -181,6 +234,9 @@ class WatchedSource:
         self._look()
         return self._inner.uniform_below(bound, size)
 
+    def bind(self, secret: bytes) -> None:
+        self._inner.bind(secret)
+
 
 def test_the_charge_is_committed_before_the_first_noise_draw(tiny_release: Path, ledger_location: str,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,3 +250,38 @@ def test_the_charge_is_committed_before_the_first_noise_draw(tiny_release: Path,
             assert sql("PRAGMA synchronous") == [(2,)]  # FULL
         with sqlite3.connect(ledger_location) as plain:
             assert plain.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_a_ledger_of_the_earlier_layout_beside_the_data_is_not_ignored(
+        tiny_release: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    legacy = tiny_release.parent / ".censusdp-ledger.sqlite"
+    old = PrivacyLedger(legacy)  # as censusdp 0.1 left it: a dataset charged to its cap, no fingerprints
+    legacy.chmod(0o644)
+    old.ensure_dataset("tiny", Fraction(8))
+    old.charge("tiny", "old-run-1", Fraction(8), 1e-10, "ab" * 32, True)
+    code, _, err = release(capsys, tiny_release)
+    assert code != 0 and ".censusdp-ledger.sqlite" in err and "CENSUSDP_LEDGER" in err
+    assert not installation_ledger.exists(), "a release started afresh beside an earlier ledger"
+    # pointed at it: the dataset is exhausted, and the same data under a new id cannot escape it
+    tiny_release.write_text(TINY_TOML.format(rho="4").replace('cap_rho = "1000"', f'cap_rho = "8"\npath = "{legacy}"'))
+    renamed = TINY_TOML.format(rho="4").replace('dataset = "tiny"', 'dataset = "tiny-v2"')
+    (tiny_release.parent / "renamed.toml").write_text(renamed.replace('cap_rho = "1000"', f'cap_rho = "1000"\n'
+                                                                                        f'path = "{legacy}"'))
+    code, _, err = release(capsys, tiny_release.parent / "renamed.toml")
+    assert code != 0 and "must first be bound" in err and "tiny" in err
+    code, _, err = release(capsys, tiny_release)  # refused by the cap, and binds the data to 'tiny'
+    assert code != 0 and "exceeds the remaining budget" in err
+    code, _, err = release(capsys, tiny_release.parent / "renamed.toml")
+    assert code != 0 and "dataset 'tiny'" in err and "exceeds the remaining budget" in err
+    assert set(PrivacyLedger(legacy).datasets()) == {"tiny"}
+    assert legacy.stat().st_mode & 0o077 == 0, "the old ledger (now holding the key) stays readable by others"
+
+
+def test_postprocess_without_the_runs_charge_is_not_publishable(tiny_release: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "release", str(tiny_release), "--no-prefect")  # the OS source: publishable
+    manifest = json.loads((Path(out) / "manifest.json").read_text())
+    assert code == 0 and manifest["random_source"]["publishable"] is True
+    code, again, _ = cli(capsys, "postprocess", out, "--ledger", str(tmp_path / "elsewhere.sqlite"))
+    assert code == 0
+    assert json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"] is False

@@ -136,3 +136,50 @@ def test_file_level_problems_are_refused_without_a_charge(case: str, tiny_releas
     code, err = release(tiny_release, capsys)
     assert code != 0 and "microdata.parquet" in err and "charged" not in err
     assert not installation_ledger.exists() or PrivacyLedger(installation_ledger).charges() == []
+
+
+def test_unexpected_errors_reach_prefect_by_type_only() -> None:
+    """Prefect stores task failure messages and logs tracebacks: every flow task reports foreign exceptions
+    by type only (their text could quote a value), with no chained original."""
+    from flows import release as flow_module
+    from pipeline.errors import CensusDPError, InternalError, type_only_errors
+
+    def leaky() -> None:
+        raise ValueError("found value 'purple' in row 1234")
+
+    with pytest.raises(InternalError) as caught:
+        type_only_errors(leaky)()
+    assert "ValueError" in str(caught.value) and "purple" not in str(caught.value)
+    assert caught.value.__context__ is None and caught.value.__cause__ is None
+
+    def public() -> None:
+        raise CensusDPError("a public message")
+
+    with pytest.raises(CensusDPError, match="a public message"):
+        type_only_errors(public)()
+    tasks = [getattr(flow_module, name) for name in dir(flow_module) if name.endswith("_task")]
+    assert len(tasks) == 7
+    assert all(getattr(t.fn, "__wrapped__", None) is not None for t in tasks), "a task reports raw exceptions"
+
+
+@pytest.mark.parametrize("body", ["1101,r,1\n1102,\"g,1\n", "1101,r,1\n1102,g\"x,1\n", "1101,Smith, John,1\n"])
+def test_a_csv_body_that_does_not_parse_is_a_charged_failure(body: str, tiny_release: Path, installation_ledger: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Whether a body parses depends on its values (a stray quote, a comma inside a value): after the charge."""
+    csv = tiny_release.parent / "micro.csv"
+    csv.write_text("geocode,COLOUR,ADULT\n" + body)
+    code, err = release(tiny_release, capsys, "--microdata", str(csv), "--format", "csv")
+    assert code != 0 and "after the budget was charged" in err and "(file problem)" in err, err
+    (charge,) = ledger(installation_ledger).charges()
+    assert charge.status == "failed" and charge.reason == "input-validation:file"
+    assert main(["check", str(tiny_release), "--microdata", str(csv), "--format", "csv"]) != 0
+    assert "micro.csv" in capsys.readouterr().err
+
+
+def test_a_column_of_missing_values_is_a_value_problem(tiny_release: Path, installation_ledger: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    path = tiny_release.parent / "microdata.parquet"
+    pl.read_parquet(path).with_columns(pl.lit(None).alias("ADULT")).write_parquet(path)  # type Null
+    code, err = release(tiny_release, capsys)
+    assert code != 0 and "(missing-value problem)" in err
+    assert ledger(installation_ledger).charges()[0].reason == "input-validation:missing-value"
