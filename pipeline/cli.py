@@ -63,7 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("censusdp: interrupted; nothing was published", file=sys.stderr)
         return 130
-    except Exception as error:  # noqa: BLE001 - the last line of defence for a clear, data-free message
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as error:  # noqa: BLE001 - the last line of defence (a polars panic is a BaseException)
         if os.environ.get("CENSUSDP_DEBUG") == "1":
             traceback.print_exc()
         print(f"censusdp: internal error ({type(error).__name__}); nothing was published. "

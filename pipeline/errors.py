@@ -99,9 +99,9 @@ def type_only_errors(stage: Callable[P, R], public: tuple[type[BaseException], .
         kind = None
         try:
             return stage(*args, **kwargs)
-        except (CensusDPError, *public):
+        except (CensusDPError, KeyboardInterrupt, SystemExit, GeneratorExit, *public):
             raise
-        except Exception as error:  # noqa: BLE001 - replaced, not swallowed
+        except BaseException as error:  # noqa: BLE001 - replaced, not swallowed (a polars panic is a BaseException)
             kind = type(error).__name__
         raise InternalError(kind)  # outside the handler: the original is not chained to it
 

@@ -58,6 +58,7 @@ class Charge:
     status: str  # one of STATUSES
     publishable: bool
     reason: str | None = None  # a FailureReason category (and its detail category) for a failed run
+    measurements: str | None = None  # SHA-256 of the noisy measurements the run drew (once all were saved)
 
 
 class BudgetExceededError(CensusDPError):
@@ -137,13 +138,14 @@ class PrivacyLedger:
         dataset, whatever ``dataset`` the configuration names (the returned ``Charge.dataset`` says which;
         its cap applies); data whose fingerprints point at two datasets is refused.  Otherwise ``dataset`` is
         registered with ``cap_rho`` if new (an existing dataset keeps its cap; a different one is an error).
-        The fingerprints are then recorded for the charged dataset, and the charge is made as in ``charge``.
+        The fingerprints are then recorded for the charged dataset, and the charge is made as in ``charge``;
+        a refused charge records nothing.  While the ledger holds datasets charged before fingerprints existed
+        (``bind`` them first), data that matches nothing is refused: it could be one of them.
         """
         for kind, digest in fingerprints.items():
             if not isinstance(digest, str) or not _HEX.fullmatch(digest) or not _ID.fullmatch(kind):
                 raise CensusDPError("ledger: a fingerprint must be a kind and a lowercase hex digest")
         cap = _positive_cap(cap_rho)
-        refusal: BudgetExceededError | None = None
         try:
             with self._store.transaction() as sql:
                 if self._store.charge_lock:
@@ -159,22 +161,40 @@ class PrivacyLedger:
                 target = owners[0] if owners else dataset
                 entry = self._entry(target, run_id, rho, delta, config_hash, publishable)
                 if not owners:
-                    if not sql("SELECT 1 FROM censusdp_datasets WHERE id = ?", (dataset,)):
-                        _refuse_while_unbound(sql)
+                    _refuse_while_unbound(sql)
                     self._register(sql, dataset, cap)
                 for kind, digest in fingerprints.items():
                     sql("INSERT INTO censusdp_fingerprints (fingerprint, kind, dataset, first_run, created) "
                         "VALUES (?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO NOTHING",
                         (digest, kind, target, run_id, entry.time))
-                try:
-                    self._insert_charge(sql, entry)
-                except BudgetExceededError as error:  # the fingerprints stay: the data is bound to its dataset
-                    refusal = error
+                self._insert_charge(sql, entry)
         except self._store.integrity_errors:
             raise _duplicate(run_id) from None
-        if refusal is not None:
-            raise refusal
         return entry
+
+    def bind(self, dataset: str, fingerprints: Mapping[str, str]) -> None:
+        """Record that data with ``fingerprints`` is ``dataset`` (an existing one): the data curator's step for
+        datasets charged before fingerprints existed, or for another file form of the same data.  Refused if
+        a fingerprint already belongs to another dataset."""
+        _check_id(dataset, "dataset id")
+        with self._store.transaction() as sql:
+            if self._store.charge_lock:
+                sql(self._store.charge_lock)
+            self._cap(sql, dataset)
+            for kind, digest in fingerprints.items():
+                if not _HEX.fullmatch(digest) or not _ID.fullmatch(kind):
+                    raise CensusDPError("ledger: a fingerprint must be a kind and a lowercase hex digest")
+                owner = sql("SELECT dataset FROM censusdp_fingerprints WHERE fingerprint = ?", (digest,))
+                if owner and owner[0][0] != dataset:
+                    raise CensusDPError(f"ledger: this data is already dataset {owner[0][0]!r}; nothing was bound")
+                sql("INSERT INTO censusdp_fingerprints (fingerprint, kind, dataset, first_run, created) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO NOTHING",
+                    (digest, kind, dataset, "bind", _now()))
+
+    def unbound_datasets(self) -> list[str]:
+        """Datasets charged before this ledger kept fingerprints (they must be ``bind``-ed to their data)."""
+        with self._store.transaction(write=False) as sql:
+            return _unbound(sql)
 
     def fingerprint_key(self) -> bytes:
         """The ledger's secret key for content fingerprints (32 random bytes, made once, never changed)."""
@@ -208,15 +228,25 @@ class PrivacyLedger:
 
     def charges(self, dataset: str | None = None) -> list[Charge]:
         """Every charge (of ``dataset`` if given), oldest first."""
-        query = ("SELECT run_id, dataset, charged_at, rho, delta, epsilon, config_hash, status, publishable, reason "
-                 "FROM censusdp_charges")
+        query = ("SELECT run_id, dataset, charged_at, rho, delta, epsilon, config_hash, status, publishable, reason, "
+                 "measurements FROM censusdp_charges")
         params: tuple[str, ...] = ()
         if dataset is not None:
             query, params = query + " WHERE dataset = ?", (dataset,)
         with self._store.transaction(write=False) as sql:
             rows = sql(query + " ORDER BY seq", params)
-        return [Charge(r[0], r[1], r[2], Fraction(r[3]), float(r[4]), float(r[5]), r[6], r[7], bool(r[8]), r[9])
-                for r in rows]
+        return [Charge(r[0], r[1], r[2], Fraction(r[3]), float(r[4]), float(r[5]), r[6], r[7], bool(r[8]), r[9],
+                       r[10]) for r in rows]
+
+    def record_measurements(self, run_id: str, digest: str) -> None:
+        """Tie a charge to the measurements it drew (once): ``postprocess`` and ``--resume`` trust a run's
+        publishable flag only for measurements whose digest the ledger holds, not for an edited run id."""
+        _check_id(run_id, "run id")
+        if not _HEX.fullmatch(digest):
+            raise CensusDPError("ledger: a measurements digest must be a lowercase hex digest")
+        with self._store.transaction() as sql:
+            sql("UPDATE censusdp_charges SET measurements = ? WHERE run_id = ? AND measurements IS NULL",
+                (digest, run_id))
 
     def charge_of(self, run_id: str) -> Charge | None:
         """The charge of run ``run_id``, whichever dataset it went to."""
@@ -293,17 +323,24 @@ class PrivacyLedger:
 _REASON = re.compile(r"[a-z-]{1,40}(:[a-z-]{1,40})?")
 
 
-def _refuse_while_unbound(sql: SQL) -> None:
-    """New data may not open a new dataset while the ledger holds datasets charged before fingerprints
-    existed: any of them could be this very data under a new name."""
-    unbound = [d for (d,) in sql(
+CURRENT_KINDS = ("rows", "lines")  # pipeline.fingerprint.FingerprintKind: older kinds never match
+
+
+def _unbound(sql: SQL) -> list[str]:
+    return [d for (d,) in sql(
         "SELECT id FROM censusdp_datasets d WHERE NOT EXISTS (SELECT 1 FROM censusdp_fingerprints f "
-        "WHERE f.dataset = d.id) AND EXISTS (SELECT 1 FROM censusdp_charges c WHERE c.dataset = d.id "
-        "AND c.rho <> '0/1') ORDER BY id")]
+        f"WHERE f.dataset = d.id AND f.kind IN ({', '.join(repr(k) for k in CURRENT_KINDS)})) AND EXISTS "
+        "(SELECT 1 FROM censusdp_charges c WHERE c.dataset = d.id AND c.rho <> '0/1') ORDER BY id")]
+
+
+def _refuse_while_unbound(sql: SQL) -> None:
+    """Data that matches no fingerprint may not be charged while the ledger holds datasets charged before
+    fingerprints existed: any of them could be this very data under another name or id."""
+    unbound = _unbound(sql)
     if unbound:
         raise CensusDPError(f"ledger: datasets charged before this ledger kept fingerprints ({', '.join(unbound)}) "
-                            "must first be bound to their data: release each once under its own dataset id (a "
-                            "refused release binds it too); nothing was charged")
+                            "must first be bound to their data by a data curator (censusdp ledger bind DATASET "
+                            "CONFIG --microdata FILE); nothing was charged")
 
 
 def _positive_cap(cap_rho: Fraction | int | str) -> Fraction:

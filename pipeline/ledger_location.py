@@ -18,7 +18,6 @@ import copy
 import os
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from platformdirs import user_data_path
 
@@ -48,8 +47,9 @@ def refuse_legacy_ledger(microdata: Path | None, location: str) -> None:
     silently start afresh in the installation's ledger.  (Its existence is a fact about files, not data.)"""
     if microdata is None:
         return
-    legacy = Path(microdata).parent / LEGACY_FILENAME
-    if legacy.is_file() and not _same_place(str(legacy), location):
+    folders = {Path(microdata).parent, Path(microdata).resolve().parent}  # where it is named, and where it is
+    legacy = next((f / LEGACY_FILENAME for f in sorted(folders) if (f / LEGACY_FILENAME).is_file()), None)
+    if legacy is not None and not _same_place(str(legacy), location):
         raise CensusDPError(f"{legacy}: a ledger of an earlier censusdp lies beside the microdata and its charges "
                             f"still count; use it (set ${LEDGER_ENV} to it, or [ledger] path) or have an "
                             "administrator merge it into the installation's ledger and remove it")
@@ -85,20 +85,28 @@ def _same_place(a: str, b: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """``postgresql://user@host:port/db``: the password and query string (which may hold one) removed."""
+    """``postgresql://user@host:port/db``: the password and query string (which may hold one) removed.
+
+    Parsed by hand, not by ``urlsplit``: a password may hold ``/``, ``?``, ``#`` or ``[`` unescaped (libpq
+    is lenient), and a parser that ends the user part early would show the rest of the password as a host.
+    Where the text is ambiguous (two ``@``, or ``?``/``#`` before the ``@``: is it the password's or the
+    query's?) nothing but the scheme is shown.  Only a plain user name before the ``:`` is kept.
+    """
     if not is_postgres_url(url):
         return url  # a file path holds no credential
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-    except ValueError:  # e.g. a "[" in the password: say nothing rather than guess where the secret ends
-        return "postgresql://(redacted)"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    user = f"{parts.username}@" if parts.username else ""
-    return f"{parts.scheme}://{user}{host}{port}{parts.path}"
+    scheme, rest = url.split("://", 1)
+    hidden = f"{scheme}://(redacted)"
+    user = ""
+    if rest.count("@") > 1:
+        return hidden
+    if "@" in rest:
+        info, rest = rest.split("@")
+        if set(info) & set("?#"):
+            return hidden
+        name = info.split(":", 1)[0]
+        user = f"{name}@" if name and not set(name) & set("/[]%") else ""
+    place = rest.split("?", 1)[0].split("#", 1)[0]
+    return f"{scheme}://{user}{place}"
 
 
 def public_config_raw(raw: dict[str, Any]) -> dict[str, Any]:

@@ -38,8 +38,10 @@ _DDL = (
     # the ledger's secrets (the fingerprint key): readable by whoever can read the ledger, nobody else
     "CREATE TABLE IF NOT EXISTS censusdp_keys (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
-# why a charged run failed: a category from pipeline.ledger.FailureReason, never a row number or a value
-_REASON_COLUMN = "ALTER TABLE censusdp_charges ADD COLUMN {if_not_exists}reason TEXT"
+# columns added after the first version: why a charged run failed (a category from
+# pipeline.ledger.FailureReason, never a row number or a value), and the digest of the measurements it drew
+_NEW_COLUMNS = ("reason", "measurements")
+_ADD_COLUMN = "ALTER TABLE censusdp_charges ADD COLUMN {if_not_exists}{name} TEXT"
 # SQLite only: charges are never deleted or altered (only their status), caps never changed.
 _SQLITE_GUARDS = (
     "CREATE TRIGGER IF NOT EXISTS censusdp_charges_keep BEFORE DELETE ON censusdp_charges "
@@ -95,8 +97,10 @@ class SQLiteStore:
         with self.transaction() as sql:
             for ddl in _DDL + _SQLITE_GUARDS:
                 sql(ddl.format(seq="INTEGER PRIMARY KEY AUTOINCREMENT"))
-            if "reason" not in {row[1] for row in sql("PRAGMA table_info(censusdp_charges)")}:
-                sql(_REASON_COLUMN.format(if_not_exists=""))  # a ledger written before reasons were recorded
+            present = {row[1] for row in sql("PRAGMA table_info(censusdp_charges)")}
+            for name in _NEW_COLUMNS:
+                if name not in present:  # a ledger written by an earlier version
+                    sql(_ADD_COLUMN.format(if_not_exists="", name=name))
 
     def _wal(self) -> None:
         """Switch the file to WAL (persistent); switching needs a moment alone, so retry while it is busy."""
@@ -173,7 +177,8 @@ class PostgresStore:
             sql("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_KEY,))  # concurrent CREATE IF NOT EXISTS can clash
             for ddl in _DDL:
                 sql(ddl.format(seq="BIGSERIAL PRIMARY KEY"))
-            sql(_REASON_COLUMN.format(if_not_exists="IF NOT EXISTS "))
+            for name in _NEW_COLUMNS:
+                sql(_ADD_COLUMN.format(if_not_exists="IF NOT EXISTS ", name=name))
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[SQL]:

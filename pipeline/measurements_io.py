@@ -18,6 +18,7 @@ Re-running post-processing from these files needs no microdata and spends no bud
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -140,3 +141,14 @@ def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> di
             out[level].append(QueryInvariant(name=query.name, matrix=schema.query_matrix(query),
                                              values=values.astype(np.int64)))
     return out
+
+
+def measurements_digest(directory: Path) -> str:
+    """SHA-256 of every Parquet file of a measurements folder (names and bytes, in name order)."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.parquet")):
+        digest.update(f"{path.name}\n{path.stat().st_size}\n".encode())
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

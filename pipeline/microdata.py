@@ -74,10 +74,13 @@ def read_header(path: Path, fmt: str) -> dict[str, pl.DataType]:
     """The file's columns and types, from its Parquet schema or CSV header only (no value is read)."""
     if not path.exists():
         raise InputError(str(path), "no such file", category=InputProblem.FILE)
+    if not path.resolve().is_file():  # a folder or a glob would read several files as one: other "data"
+        raise InputError(str(path), "not a file (a folder or a pattern is not accepted)", category=InputProblem.FILE)
     try:
-        if fmt == "parquet":
-            return dict(pl.read_parquet_schema(path))
-        frame = pl.read_csv(path, infer_schema=False, separator=_separator(path, fmt), n_rows=0)
+        with path.open("rb") as handle:  # a handle: no glob or folder expansion by the reader
+            if fmt == "parquet":
+                return dict(pl.read_parquet_schema(handle))
+            frame = pl.read_csv(handle, infer_schema=False, separator=_separator(path, fmt), n_rows=0)
         return dict(frame.schema)
     except (pl.exceptions.PolarsError, OSError, ValueError) as error:
         raise _unreadable(path, fmt, error) from None
@@ -86,9 +89,10 @@ def read_header(path: Path, fmt: str) -> dict[str, pl.DataType]:
 def read_body(path: Path, fmt: str) -> pl.DataFrame:
     """The whole file as it is (a file whose header was read); a failure here depends on values."""
     try:
-        if fmt == "parquet":
-            return pl.read_parquet(path)
-        return pl.read_csv(path, infer_schema=False, separator=_separator(path, fmt))
+        with path.open("rb") as handle:
+            if fmt == "parquet":
+                return pl.read_parquet(handle)
+            return pl.read_csv(handle, infer_schema=False, separator=_separator(path, fmt))
     except (pl.exceptions.PolarsError, OSError, ValueError) as error:
         raise _unreadable(path, fmt, error) from None
 

@@ -24,9 +24,9 @@ from pipeline.budget import allocate
 from pipeline.config import ReleaseConfig
 from pipeline.config_load import parse_recorded_config
 from pipeline.errors import CensusDPError
-from pipeline.ledger import PrivacyLedger, config_hash
+from pipeline.ledger import Charge, PrivacyLedger, config_hash
 from pipeline.ledger_location import LEDGER_ENV, is_postgres_url, public_config_raw
-from pipeline.measurements_io import read_invariants, read_lowest_geoids
+from pipeline.measurements_io import measurements_digest, read_invariants, read_lowest_geoids
 from pipeline.runner import make_runner
 
 
@@ -116,7 +116,7 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
     source = RecordedSource(**manifest["random_source"])
     book = PrivacyLedger(config.ledger.location)
     charge = book.charge_of(manifest["run_id"])
-    if charge is None or not charge.publishable:
+    if not _vouched(charge, run_dir / "measurements"):
         source.publishable = False  # the ledger, not an editable manifest, says whether the noise was seeded
     run = stages.start_release(config, (out_root or run_dir.parent).resolve(), source)
     run.measurements_dir = run_dir / "measurements"
@@ -125,6 +125,13 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
     dataset = charge.dataset if charge is not None else config.ledger.dataset
     _record_free_run(book, config, dataset, run.run_id, source.publishable)
     return _reconcile_and_publish(run, run.measurements_dir)
+
+
+def _vouched(charge: Charge | None, measurements: Path) -> bool:
+    """Publishable only if the ledger charged these very measurements (their digest) to a CSPRNG run: a run id
+    or a flag edited in a manifest vouches for nothing."""
+    return (charge is not None and charge.publishable and charge.measurements is not None
+            and charge.measurements == measurements_digest(measurements))
 
 
 def _record_free_run(ledger: PrivacyLedger, config: ReleaseConfig, dataset: str, run_id: str,
@@ -164,7 +171,7 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
     for leftover in ("tables", "microdata.parquet", "manifest.json", "report.md"):
         path = work_dir / leftover
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-    recorded = RecordedSource(marker["random_source"]["name"], charge.publishable)
+    recorded = RecordedSource(marker["random_source"]["name"], _vouched(charge, work_dir / "measurements"))
     run = stages.ReleaseRun(config=config, rng=recorded, run_id=run_id,
                             final_dir=out_root / run_id, work_dir=work_dir, allocations=allocate(config),
                             started_at=marker.get("started_at", ""))

@@ -42,7 +42,7 @@ from pipeline.fingerprint import data_fingerprints, seeded_noise_secret
 from pipeline.ledger import FailureReason, PrivacyLedger, config_hash
 from pipeline.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
 from pipeline.measure import level_invariants, measure_level
-from pipeline.measurements_io import LevelMeasurementWriter, write_invariants
+from pipeline.measurements_io import LevelMeasurementWriter, measurements_digest, write_invariants
 from pipeline.microdata import InputFiles, read_input_files, validated_rows
 from pipeline.random_source import RandomSource, system_random_source
 from pipeline.reconcile_chunk import ChunkTask, reconcile_chunk
@@ -140,9 +140,11 @@ def charge(run: ReleaseRun) -> None:
     ledger = PrivacyLedger(config.ledger.location)
     key = ledger.fingerprint_key()
     fingerprints = data_fingerprints(run.input_files, key)
-    run.rng.bind(seeded_noise_secret(key, fingerprints))  # a test seed alone must not predict the noise
     rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
     digest = config_hash(json.dumps(public_config_raw(config.raw), sort_keys=True, default=str).encode())
+    geography = config.input.geography
+    layout = f"{digest}:{config_hash(geography.read_bytes()) if geography else '-'}:{mf.code_version()}"
+    run.rng.bind(seeded_noise_secret(key, fingerprints, layout))  # a test seed alone must not predict the noise
     entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,
                                   config.budget.delta, digest, run.rng.publishable)
     run.ledger, run.dataset = ledger, entry.dataset
@@ -230,6 +232,8 @@ def measure(run: ReleaseRun, level: int) -> None:
         run.row_units = run.row_cells = None  # every level is measured: the microdata is no longer needed
         per_level = [(lv.name, tree.geoids[i], run.invariants[i]) for i, lv in enumerate(config.levels)]
         write_invariants(run.work_dir / "measurements", per_level)
+        if run.ledger is not None:  # the charge now names what it bought
+            run.ledger.record_measurements(run.run_id, measurements_digest(run.work_dir / "measurements"))
         # from here on the run can be finished with --resume without drawing noise again
         marker = {"run_id": run.run_id, "started_at": run.started_at, "config_source": config.source,
                   "config_raw": public_config_raw(config.raw), "rho_exact": str(composed_rho(run.allocations,

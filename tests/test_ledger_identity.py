@@ -262,26 +262,76 @@ def test_a_ledger_of_the_earlier_layout_beside_the_data_is_not_ignored(
     code, _, err = release(capsys, tiny_release)
     assert code != 0 and ".censusdp-ledger.sqlite" in err and "CENSUSDP_LEDGER" in err
     assert not installation_ledger.exists(), "a release started afresh beside an earlier ledger"
-    # pointed at it: the dataset is exhausted, and the same data under a new id cannot escape it
+    # pointed at it: nothing new may be charged until the curator binds 'tiny' to its data
     tiny_release.write_text(TINY_TOML.format(rho="4").replace('cap_rho = "1000"', f'cap_rho = "8"\npath = "{legacy}"'))
     renamed = TINY_TOML.format(rho="4").replace('dataset = "tiny"', 'dataset = "tiny-v2"')
     (tiny_release.parent / "renamed.toml").write_text(renamed.replace('cap_rho = "1000"', f'cap_rho = "1000"\n'
                                                                                         f'path = "{legacy}"'))
-    code, _, err = release(capsys, tiny_release.parent / "renamed.toml")
-    assert code != 0 and "must first be bound" in err and "tiny" in err
-    code, _, err = release(capsys, tiny_release)  # refused by the cap, and binds the data to 'tiny'
-    assert code != 0 and "exceeds the remaining budget" in err
+    for config in (tiny_release.parent / "renamed.toml", tiny_release):
+        code, _, err = release(capsys, config)
+        assert code != 0 and "must first be bound" in err and "tiny" in err
+    assert cli(capsys, "ledger", "--ledger", str(legacy), "bind", "tiny", str(tiny_release))[0] == 0
     code, _, err = release(capsys, tiny_release.parent / "renamed.toml")
     assert code != 0 and "dataset 'tiny'" in err and "exceeds the remaining budget" in err
-    assert set(PrivacyLedger(legacy).datasets()) == {"tiny"}
+    assert set(PrivacyLedger(legacy).datasets()) == {"tiny"} and PrivacyLedger(legacy).spent("tiny") == 8
     assert legacy.stat().st_mode & 0o077 == 0, "the old ledger (now holding the key) stays readable by others"
 
 
-def test_postprocess_without_the_runs_charge_is_not_publishable(tiny_release: Path, tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_folder_of_copies_is_not_new_data(tiny_release: Path, installation_ledger: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder (or a pattern) would read several files as one dataset: k copies, k times the counts."""
+    folder = tiny_release.parent / "copies"
+    folder.mkdir()
+    for name in ("a.parquet", "b.parquet"):
+        (folder / name).symlink_to(tiny_release.parent / "microdata.parquet")
+    tiny_release.write_text(TINY_TOML.format(rho="4").replace('dataset = "tiny"', 'dataset = "tiny-v2"'))
+    for target in (folder, folder / "*.parquet"):
+        code, _, err = release(capsys, tiny_release, "--microdata", str(target))
+        assert code != 0 and ("not a file" in err or "no such file" in err), err
+    assert not installation_ledger.exists() or PrivacyLedger(installation_ledger).charges() == []
+
+
+def test_the_same_seed_never_puts_the_same_noise_on_another_layout(
+        tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two seeded releases of one file whose layouts differ (here: the geography file) must not share noise,
+    or subtracting them would cancel it (the second hostile review)."""
+    real = pl.read_parquet(tiny_release.parent / "microdata.parquet")
+    first = release(capsys, tiny_release)
+    geo = pl.read_parquet(tiny_release.parent / "geography.parquet")
+    pl.concat([geo, pl.DataFrame({"geocode": ["2399"]})]).write_parquet(tiny_release.parent / "geo2.parquet")
+    second = release(capsys, tiny_release, "--geography", str(tiny_release.parent / "geo2.parquet"))
+    assert first[0] == second[0] == 0
+    a, b = unit_noise(Path(first[1]), real), unit_noise(Path(second[1]), real)
+    assert a.size == 432 and b.size == 438
+    assert np.mean(a == b[:432]) < 0.5  # the first 432 cells hold the same counts in both layouts
+
+
+def test_a_value_with_no_text_form_does_not_refuse_before_the_charge(
+        tiny_release: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tiny_release.parent / "microdata.parquet"
+    frame = pl.read_parquet(path)
+    days = [0] * frame.height
+    days[5] = 10**8  # a date polars cannot write as text
+    frame.with_columns(pl.Series("BIRTH", days, dtype=pl.Int32).cast(pl.Date)).write_parquet(path)
+    code, _, err = release(capsys, tiny_release)
+    assert code == 0, err
+    assert PrivacyLedger(installation_ledger).charges()[0].status == "published"
+
+
+def test_postprocess_is_publishable_only_for_the_measurements_the_ledger_charged(
+        tiny_release: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = cli(capsys, "release", str(tiny_release), "--no-prefect")  # the OS source: publishable
     manifest = json.loads((Path(out) / "manifest.json").read_text())
     assert code == 0 and manifest["random_source"]["publishable"] is True
+    code, again, _ = cli(capsys, "postprocess", out)
+    assert code == 0 and json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"]
     code, again, _ = cli(capsys, "postprocess", out, "--ledger", str(tmp_path / "elsewhere.sqlite"))
+    assert code == 0  # a ledger without the run's charge vouches for nothing
+    assert json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"] is False
+    code, seeded, _ = release(capsys, tiny_release)  # a seeded run, its manifest edited to claim the other's id
+    edited = json.loads((Path(seeded) / "manifest.json").read_text())
+    edited["run_id"], edited["random_source"]["publishable"] = manifest["run_id"], True
+    (Path(seeded) / "manifest.json").write_text(json.dumps(edited))
+    code, again, _ = cli(capsys, "postprocess", seeded)
     assert code == 0
     assert json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"] is False
