@@ -198,8 +198,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ledger = out / "demo-ledger.sqlite"
         for leftover in (ledger, ledger.with_name(ledger.name + "-wal"), ledger.with_name(ledger.name + "-shm")):
             leftover.unlink(missing_ok=True)
-        text = re.sub(r"^(\[ledger\].*)$", lambda m: f'{m.group(1)}\npath = "{ledger}"', text, count=1,
-                      flags=re.MULTILINE)
+        text = re.sub(r"^(\[ledger\].*)$", lambda m: f'{m.group(1)}\npath = "{ledger}"  # the demo\'s only: '
+                      "wiped by the next demo, never for real data", text, count=1, flags=re.MULTILINE)
+    # its own dataset, with room for any number of demos: synthetic data, never a real dataset's budget
+    text = text.replace('dataset = "pl94-state"', 'dataset = "censusdp-demo"').replace('cap_rho = "10.24"',
+                                                                                        'cap_rho = "1000000"')
     config.write_text(text)
     started = time.monotonic()
     run_dir = run_release_command(str(config), str(out / "runs"), None, None, None, None, args.no_prefect, None)
@@ -222,8 +225,8 @@ def add_postprocess(sub: Sub) -> None:
     p.add_argument("--out", help="directory that receives the new run folder (default: beside RUN_DIR)")
     p.add_argument("--solver", help='"auto" or a cvxpy solver name (e.g. CLARABEL, OSQP, SCS)')
     p.add_argument("--runner", help='"local", "dask-local:N" or "tcp://host:port"')
-    p.add_argument("--ledger", help="ledger file or postgresql:// URL to record the free run in (default: "
-                   "$CENSUSDP_LEDGER, else the ledger file the run was charged to)")
+    p.add_argument("--ledger", help="the ledger the run was charged to, a file or postgresql:// URL (default: "
+                   "$CENSUSDP_LEDGER, else the installation's ledger in the user data directory)")
     p.set_defaults(handler=cmd_postprocess)
 
 

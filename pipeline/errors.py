@@ -72,10 +72,10 @@ class InputRejectedError(CensusDPError):
     reaches Prefect's database and the logs of people who may start releases but not read the data.
     """
 
-    def __init__(self, category: InputProblem, config_source: str) -> None:
+    def __init__(self, category: InputProblem, check_command: str) -> None:
         super().__init__(
             f"the input failed validation after the budget was charged ({category.value} problem); the charge "
-            f"stands and nothing was published; a data curator can see where with: censusdp check {config_source}")
+            f"stands and nothing was published; a data curator can see where with: {check_command}")
         self.category = category
 
 

@@ -18,6 +18,7 @@ a local file system (not NFS); a ledger shared between machines belongs in Postg
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import secrets
 from collections.abc import Mapping
@@ -26,9 +27,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from pipeline.accounting import compose_zcdp, epsilon_cks20, rho_for_epsilon_delta
 from pipeline.errors import CensusDPError
+from pipeline.ledger_location import public_config_raw
 from pipeline.ledger_store import SQL, Store, open_store
 
 STATUSES = ("charged", "published", "failed", "postprocess")
@@ -78,6 +81,12 @@ class BudgetExceededError(CensusDPError):
 def config_hash(text: bytes) -> str:
     """The SHA-256 hex digest of a configuration file's bytes (what the ledger records, never the file)."""
     return hashlib.sha256(text).hexdigest()
+
+
+def config_digest(raw: dict[str, Any]) -> str:
+    """What a charge records of its configuration: the hash of the table as applied (overrides included), in
+    the form every run writes it (``public_config_raw``), so a run's recorded configuration can be checked."""
+    return config_hash(json.dumps(public_config_raw(raw), sort_keys=True, default=str).encode())
 
 
 def cap_from_epsilon_delta(epsilon: float, delta: float) -> Fraction:
@@ -173,14 +182,18 @@ class PrivacyLedger:
         return entry
 
     def bind(self, dataset: str, fingerprints: Mapping[str, str]) -> None:
-        """Record that data with ``fingerprints`` is ``dataset`` (an existing one): the data curator's step for
-        datasets charged before fingerprints existed, or for another file form of the same data.  Refused if
-        a fingerprint already belongs to another dataset."""
+        """Record that data with ``fingerprints`` is ``dataset``: the data curator's one-time step for a dataset
+        charged before fingerprints existed (``unbound_datasets``).  Refused for any other dataset, and if a
+        fingerprint already belongs to another dataset.  The ledger cannot check that the file is the one those
+        old charges measured: that is the curator's word, so ``bind`` is a curator's action (SECURITY.md)."""
         _check_id(dataset, "dataset id")
         with self._store.transaction() as sql:
             if self._store.charge_lock:
                 sql(self._store.charge_lock)
             self._cap(sql, dataset)
+            if dataset not in _unbound(sql):  # once only: a bound dataset's data is never re-pointed
+                raise CensusDPError(f"ledger: dataset {dataset!r} is not waiting to be bound (it already has its "
+                                    "data's fingerprint, or was never charged); nothing was bound")
             for kind, digest in fingerprints.items():
                 if not _HEX.fullmatch(digest) or not _ID.fullmatch(kind):
                     raise CensusDPError("ledger: a fingerprint must be a kind and a lowercase hex digest")

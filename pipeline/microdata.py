@@ -93,7 +93,9 @@ def read_body(path: Path, fmt: str) -> pl.DataFrame:
             if fmt == "parquet":
                 return pl.read_parquet(handle)
             return pl.read_csv(handle, infer_schema=False, separator=_separator(path, fmt))
-    except (pl.exceptions.PolarsError, OSError, ValueError) as error:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as error:  # noqa: BLE001 - a polars panic too: reported after the charge, by type
         raise _unreadable(path, fmt, error) from None
 
 

@@ -10,7 +10,6 @@ saved, under the run's own id and its one charge.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,8 @@ from pipeline.budget import allocate
 from pipeline.config import ReleaseConfig
 from pipeline.config_load import parse_recorded_config
 from pipeline.errors import CensusDPError
-from pipeline.ledger import Charge, PrivacyLedger, config_hash
-from pipeline.ledger_location import LEDGER_ENV, is_postgres_url, public_config_raw
+from pipeline.ledger import Charge, PrivacyLedger, config_digest
+from pipeline.ledger_location import default_ledger_location
 from pipeline.measurements_io import measurements_digest, read_invariants, read_lowest_geoids
 from pipeline.runner import make_runner
 
@@ -98,33 +97,40 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
                     runner: str | None = None, ledger: str | None = None) -> Path:
     """Re-run reconciliation and rounding on ``run_dir``'s measurements; returns the new run folder.
 
-    The ledger is ``ledger`` (``--ledger``), else ``$CENSUSDP_LEDGER``, else the file the run recorded (a file
-    path holds no credential); a run charged to PostgreSQL recorded its URL without a password, so it needs
-    ``--ledger`` or the environment.
+    The ledger is ``ledger`` (``--ledger``), else the installation's (``$CENSUSDP_LEDGER`` or the user data
+    directory): never one a run's files name.  If it holds the run's charge, the run's recorded configuration
+    must be the one charged (an edited manifest would state a false guarantee); without it the new run is
+    not publishable.
     """
     run_dir = run_dir.resolve()
     manifest = _json(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
     raw = manifest["config_raw"]
+    recorded_digest = config_digest(raw)
     for key, value in (("solver", solver), ("runner", runner)):
         if value is not None:
             raw.setdefault("postprocess", {})[key] = value
-    recorded = (manifest.get("ledger") or {}).get("location")
-    location = ledger or os.environ.get(LEDGER_ENV) or (recorded if recorded and not is_postgres_url(recorded)
-                                                         else None)
     config = parse_recorded_config(raw, str(run_dir / "manifest.json"),
-                                   base=Path(manifest["config"]["source"]).parent, ledger_location=location)
+                                   base=Path(manifest["config"]["source"]).parent,
+                                   ledger_location=ledger or default_ledger_location())
     source = RecordedSource(**manifest["random_source"])
     book = PrivacyLedger(config.ledger.location)
     charge = book.charge_of(manifest["run_id"])
+    _check_recorded(charge, recorded_digest, manifest["run_id"])
     if not _vouched(charge, run_dir / "measurements"):
         source.publishable = False  # the ledger, not an editable manifest, says whether the noise was seeded
     run = stages.start_release(config, (out_root or run_dir.parent).resolve(), source)
     run.measurements_dir = run_dir / "measurements"
     run.manifest_extra = {"postprocess_of": manifest["run_id"], "charged_rho": "0",
                           "note": "post-processing of the measurements named above: no noise drawn, no budget spent"}
-    dataset = charge.dataset if charge is not None else config.ledger.dataset
-    _record_free_run(book, config, dataset, run.run_id, source.publishable)
+    if charge is not None:  # without the run's charge there is nothing to record it against
+        _record_free_run(book, config, charge.dataset, run.run_id, source.publishable)
     return _reconcile_and_publish(run, run.measurements_dir)
+
+
+def _check_recorded(charge: Charge | None, recorded_digest: str, run_id: str) -> None:
+    if charge is not None and charge.config_hash != recorded_digest:
+        raise CensusDPError(f"run {run_id}: its recorded configuration is not the one the ledger charged (edited?); "
+                            "nothing was published")
 
 
 def _vouched(charge: Charge | None, measurements: Path) -> bool:
@@ -137,10 +143,7 @@ def _vouched(charge: Charge | None, measurements: Path) -> bool:
 def _record_free_run(ledger: PrivacyLedger, config: ReleaseConfig, dataset: str, run_id: str,
                      publishable: bool) -> None:
     """A zero-rho ledger entry with status 'postprocess', so the ledger shows every run on the dataset."""
-    if dataset not in ledger.datasets():
-        ledger.ensure_dataset(dataset, config.ledger.cap_rho)
-    digest = config_hash(json.dumps(public_config_raw(config.raw), sort_keys=True, default=str).encode())
-    ledger.charge(dataset, run_id, 0, config.budget.delta, digest, publishable)
+    ledger.charge(dataset, run_id, 0, config.budget.delta, config_digest(config.raw), publishable)
     ledger.set_status(run_id, "postprocess")
 
 
@@ -156,6 +159,7 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
     marker = _json(work_dir / "measurements" / stages.COMPLETE_MARKER,
                    f"cannot resume run {run_id}: its measurements were not all saved; start a new release")
     raw = marker["config_raw"]
+    recorded_digest = config_digest(raw)
     for key, value in (("solver", solver), ("runner", runner)):
         if value is not None:
             raw.setdefault("postprocess", {})[key] = value
@@ -165,6 +169,7 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
     charge = ledger.charge_of(run_id)
     if charge is None:
         raise CensusDPError(f"cannot resume run {run_id}: the ledger {ledger.location} has no charge for it")
+    _check_recorded(charge, recorded_digest, run_id)
     if str(charge.rho) != marker["rho_exact"]:
         raise CensusDPError(f"cannot resume run {run_id}: its measurements spent rho {marker['rho_exact']} but the "
                             f"ledger charged {charge.rho}")

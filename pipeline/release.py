@@ -39,7 +39,7 @@ from pipeline.config import ReleaseConfig
 from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from pipeline.evaluate_plots import budget_shares
 from pipeline.fingerprint import data_fingerprints, seeded_noise_secret
-from pipeline.ledger import FailureReason, PrivacyLedger, config_hash
+from pipeline.ledger import FailureReason, PrivacyLedger, config_digest, config_hash
 from pipeline.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
 from pipeline.measure import level_invariants, measure_level
 from pipeline.measurements_io import LevelMeasurementWriter, measurements_digest, write_invariants
@@ -141,7 +141,7 @@ def charge(run: ReleaseRun) -> None:
     key = ledger.fingerprint_key()
     fingerprints = data_fingerprints(run.input_files, key)
     rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
-    digest = config_hash(json.dumps(public_config_raw(config.raw), sort_keys=True, default=str).encode())
+    digest = config_digest(config.raw)
     geography = config.input.geography
     layout = f"{digest}:{config_hash(geography.read_bytes()) if geography else '-'}:{mf.code_version()}"
     run.rng.bind(seeded_noise_secret(key, fingerprints, layout))  # a test seed alone must not predict the noise
@@ -172,7 +172,9 @@ def validate_inputs(run: ReleaseRun) -> None:
     del files
     if problem is not None:  # raised here, outside the handler, so no trace of the detailed error travels on
         run.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
-        raise InputRejectedError(problem, config.source)
+        geography = f" --geography {config.input.geography}" if config.input.geography else ""
+        raise InputRejectedError(problem, f"censusdp check {config.source} --microdata {config.input.path} "
+                                          f"--format {config.input.format}{geography}")
     order = np.argsort(unit_index, kind="stable")
     run.row_units, run.row_cells = unit_index[order], cells[order]
     n_persons = len(order)
