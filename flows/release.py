@@ -7,7 +7,6 @@ never return data; results are not persisted and inputs are never hashed for cac
 from __future__ import annotations
 
 import base64
-import os
 from pathlib import Path
 
 from prefect import flow, task
@@ -16,7 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from pipeline import release as stages
 from pipeline.errors import CensusDPError, type_only_errors
-from pipeline.options import INSECURE_SEED_ENV, load_release_config, random_source
+from pipeline.options import insecure_seed_is_allowed, load_release_config, random_source
 from pipeline.runner import make_runner
 from postprocess import ReconciliationError
 
@@ -41,7 +40,7 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
     With a Dask runner, each reconcile task maps its chunks on a Dask client (workers import no Prefect, so
     no ephemeral server is started per worker; they receive file locations and public values only).
     """
-    if insecure_seed is not None and os.environ.get(INSECURE_SEED_ENV) != "1":
+    if insecure_seed is not None and not insecure_seed_is_allowed():
         # a deployment parameter alone must not switch off the CSPRNG: only the CLI's --insecure-seed flag
         raise CensusDPError("insecure_seed is for tests only: pass --insecure-seed on the censusdp command line")
     config = load_release_config(config_path, microdata, geography, fmt, rho, runner)

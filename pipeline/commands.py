@@ -90,9 +90,15 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
     if insecure_seed is not None:
         print("censusdp: WARNING: --insecure-seed: noise is reproducible; this run is NOT publishable",
               file=sys.stderr)
-        from pipeline.options import INSECURE_SEED_ENV
+        from pipeline.options import insecure_seed_allowed
 
-        os.environ[INSECURE_SEED_ENV] = "1"  # lets the flow accept the seed it is given by this process
+        with insecure_seed_allowed():  # lets the flow accept the seed it is given by this call only
+            return _run_release(config, out, microdata, geography, fmt, rho, no_prefect, insecure_seed, runner)
+    return _run_release(config, out, microdata, geography, fmt, rho, no_prefect, insecure_seed, runner)
+
+
+def _run_release(config: str, out: str | None, microdata: str | None, geography: str | None, fmt: str | None,
+                 rho: str | None, no_prefect: bool, insecure_seed: int | None, runner: str | None) -> Path:
     if no_prefect:
         from pipeline.options import load_release_config, random_source
         from pipeline.release import run_release

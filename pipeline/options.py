@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,26 @@ def load_release_config(config_path: str, microdata: str | None = None, geograph
     return load_config(config_path, release_overrides(microdata, geography, fmt, rho, runner))
 
 
-INSECURE_SEED_ENV = "CENSUSDP_ALLOW_INSECURE_SEED"  # set only by the CLI's --insecure-seed flag
+_insecure_seed_allowed = False  # True only inside the CLI's --insecure-seed call (``insecure_seed_allowed``)
+
+
+@contextmanager
+def insecure_seed_allowed() -> Iterator[None]:
+    """Within this block (the CLI's ``--insecure-seed`` call, nothing else) the flow accepts the seed it is given.
+
+    A process-wide flag rather than an environment variable: it dies with the call, is never inherited by
+    another process (a served deployment, a test run after this one) and is visible to Prefect's worker threads.
+    """
+    global _insecure_seed_allowed
+    previous, _insecure_seed_allowed = _insecure_seed_allowed, True
+    try:
+        yield
+    finally:
+        _insecure_seed_allowed = previous
+
+
+def insecure_seed_is_allowed() -> bool:
+    return _insecure_seed_allowed
 
 
 def random_source(insecure_seed: int | None) -> RandomSource:
