@@ -33,12 +33,13 @@ publish_task = task(type_only_errors(stages.publish, PUBLIC), name="publish", **
 
 @flow(name="censusdp-release", persist_result=False, log_prints=False, validate_parameters=True)
 def release_flow(config_path: str, out_dir: str | None = None, microdata: str | None = None,
-                 geography: str | None = None, fmt: str | None = None, rho: str | None = None,
+                 geography: str | None = None, fmt: str | None = None, rho: str | int | float | None = None,
                  runner: str | None = None, insecure_seed: int | None = None) -> str:
     """Release one dataset: returns the path of the published run directory.
 
     With a Dask runner, each reconcile task maps its chunks on a Dask client (workers import no Prefect, so
     no ephemeral server is started per worker; they receive file locations and public values only).
+    ``rho`` may be a number as `prefect deployment run ... -p rho=1.5` sends it (read as the decimal written).
     """
     if insecure_seed is not None and not insecure_seed_is_allowed():
         # a deployment parameter alone must not switch off the CSPRNG: only the CLI's --insecure-seed flag

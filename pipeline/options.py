@@ -13,7 +13,7 @@ from pipeline.random_source import RandomSource, seeded_random_source, system_ra
 
 
 def release_overrides(microdata: str | None = None, geography: str | None = None, fmt: str | None = None,
-                      rho: str | None = None, runner: str | None = None) -> dict[str, Any]:
+                      rho: str | int | float | None = None, runner: str | None = None) -> dict[str, Any]:
     """Dotted-key overrides; paths given on the command line are made absolute (relative to the cwd)."""
     overrides: dict[str, Any] = {}
     if microdata is not None:
@@ -31,7 +31,8 @@ def release_overrides(microdata: str | None = None, geography: str | None = None
 
 
 def load_release_config(config_path: str, microdata: str | None = None, geography: str | None = None,
-                        fmt: str | None = None, rho: str | None = None, runner: str | None = None) -> ReleaseConfig:
+                        fmt: str | None = None, rho: str | int | float | None = None,
+                        runner: str | None = None) -> ReleaseConfig:
     return load_config(config_path, release_overrides(microdata, geography, fmt, rho, runner))
 
 

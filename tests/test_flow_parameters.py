@@ -1,5 +1,5 @@
-"""The flow's insecure-seed guard (issue 10, item 2): a deployment parameter alone never switches off the CSPRNG,
-and the CLI's --insecure-seed changes nothing in the process's environment."""
+"""The flow's parameters: the insecure-seed guard (a deployment parameter alone never switches off the CSPRNG, and
+the CLI's --insecure-seed changes nothing in the process's environment) and rho as a deployment run sends it."""
 
 from __future__ import annotations
 
@@ -29,3 +29,15 @@ def test_the_cli_seed_leaves_no_trace_in_the_process(tiny_release: Path, capsys:
 
     with pytest.raises(CensusDPError, match="insecure_seed is for tests only"):  # still refused afterwards
         release_flow.fn(config_path=str(tiny_release), insecure_seed=3)
+
+
+def test_the_deployment_takes_rho_as_the_readme_writes_it(tiny_release: Path) -> None:
+    """`prefect deployment run censusdp-release/scheduled -p rho=1.5` sends a JSON number."""
+    from fractions import Fraction
+
+    from flows.release import release_flow
+    from pipeline.options import load_release_config
+
+    for given, exact in ((1.5, Fraction(3, 2)), (2, Fraction(2)), ("64/25", Fraction(64, 25)), (0.1, Fraction(1, 10))):
+        checked = release_flow.validate_parameters({"config_path": str(tiny_release), "rho": given})
+        assert load_release_config(str(tiny_release), rho=checked["rho"]).budget.rho == exact
