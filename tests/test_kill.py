@@ -59,12 +59,15 @@ def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> Non
     assert full.wait(timeout=300) == 0, full.stderr.read().decode()[-2000:]
     duration = time.monotonic() - started
     assert check_runs_folder(runs, levels) == 1
+    published = 1
     for i, fraction in enumerate([0.15, 0.3, 0.45, 0.6, 0.75, 0.9, 0.97]):
         process = release_process(config, 10 + i)
         time.sleep(duration * fraction)
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=60)
-        check_runs_folder(runs, levels)
+        count = check_runs_folder(runs, levels)
+        assert published <= count <= published + 1  # a kill publishes this run whole or not at all
+        published = count
     ledger = PrivacyLedger(default_ledger_location())  # the installation's, in this test's user data directory
     charges = ledger.charges()
     assert ledger.spent("pl94-state") == sum((c.rho for c in charges), Fraction(0))
@@ -74,3 +77,91 @@ def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> Non
     # the folder is renamed into place before the ledger says "published" (a kill in between leaves "charged")
     assert published <= visible <= {c.run_id for c in charges}
     assert all(c.status in ("charged", "published") for c in charges)
+
+
+DRIVER = '''
+import os, sys, time
+from pathlib import Path
+from pipeline import release as stages
+from pipeline.ledger import PrivacyLedger
+stage, marker = sys.argv[1], Path(sys.argv[2])
+
+def pause():  # tell the test where we are, then wait for its SIGKILL
+    marker.write_text(str(os.getpid()))
+    time.sleep(600)
+
+measure, reconcile, rename, set_status = stages.measure, stages.reconcile, Path.rename, PrivacyLedger.set_status
+
+def paused_measure(run, level):  # between two levels' draws
+    if level == 3 and stage == "measure":
+        pause()
+    measure(run, level)
+
+def paused_reconcile(run, level, runner=None):
+    if level == 0 and stage == "after-complete":  # every measurement saved, nothing reconciled
+        pause()
+    reconcile(run, level, runner)
+    if level == 2 and stage == "reconcile":  # half the levels reconciled
+        pause()
+
+def paused_rename(self, target):  # manifest and report written, the folder not yet renamed into place
+    if self.name.endswith(".partial"):
+        pause()
+    return rename(self, target)
+
+def paused_set_status(self, run_id, status, reason=None):  # published, the ledger not yet told
+    if status == "published":
+        pause()
+    set_status(self, run_id, status, reason)
+
+stages.measure, stages.reconcile = paused_measure, paused_reconcile
+Path.rename = paused_rename if stage == "publish" else rename
+PrivacyLedger.set_status = paused_set_status if stage == "after-rename" else set_status
+from pipeline.cli import main
+sys.exit(main(sys.argv[3:]))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["measure", "after-complete", "reconcile", "publish", "after-rename"])
+def test_sigkill_at_a_chosen_stage(stage: str, tmp_path: Path) -> None:
+    """The kill lands where the test chose (the run itself says so), and each outcome is the right one."""
+    micro, geo = write_synthetic(5_000, 4, tmp_path / "data")
+    from pipeline.commands import preset_text
+
+    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
+    config = tmp_path / "pl94.toml"
+    config.write_text(text.replace('geography = "geography.parquet"', f'geography = "{geo}"'))
+    (tmp_path / "driver.py").write_text(DRIVER)
+    marker = tmp_path / "paused-at"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, str(tmp_path / "driver.py"), stage, str(marker), "-q", "release",
+                                str(config), "--no-prefect"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while not marker.exists():
+        assert process.poll() is None, f"the run ended before reaching {stage}: {process.stderr.read()[-2000:]!r}"
+        assert time.monotonic() < deadline, f"the run never reached {stage}"
+        time.sleep(0.05)
+    assert int(marker.read_text()) == process.pid
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    runs, levels = tmp_path / "runs", ["us", "state", "county", "tract", "block_group", "block"]
+    (charge,) = PrivacyLedger(default_ledger_location()).charges()
+    assert charge.rho == Fraction(64, 25), "the charge is never refunded"
+    if stage == "after-rename":  # the run is out; only the ledger's status lags behind
+        assert check_runs_folder(runs, levels) == 1 and charge.status == "charged"
+        return
+    assert check_runs_folder(runs, levels) == 0 and charge.status == "charged"
+    (partial,) = runs.iterdir()
+    assert partial.name == f".{charge.run_id}.partial"
+    noisy = (partial / "measurements" / "block.parquet").read_bytes() if stage != "measure" else b""
+    resumed = subprocess.run([sys.executable, "-m", "pipeline.cli", "-q", "release", str(config), "--resume",
+                              charge.run_id], env=env, capture_output=True, text=True, timeout=300)
+    if stage == "measure":  # noise was drawn for some levels only: never finished, the charge stands
+        assert resumed.returncode != 0 and "were not all saved" in resumed.stderr
+        return
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert check_runs_folder(runs, levels) == 1
+    assert (runs / charge.run_id / "measurements" / "block.parquet").read_bytes() == noisy  # no new noise
+    (after,) = PrivacyLedger(default_ledger_location()).charges()
+    assert after.status == "published" and after.rho == charge.rho
