@@ -143,7 +143,11 @@ def charge(run: ReleaseRun) -> None:
     rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
     digest = config_digest(config.raw)
     geography = config.input.geography
-    layout = f"{digest}:{config_hash(geography.read_bytes()) if geography else '-'}:{mf.code_version()}"
+    placement = public_config_raw(config.raw)  # what decides where each draw lands: not the solver or the runner
+    for setting in ("solver", "runner"):
+        placement.get("postprocess", {}).pop(setting, None)
+    layout = (f"{config_hash(json.dumps(placement, sort_keys=True, default=str).encode())}:"
+              f"{config_hash(geography.read_bytes()) if geography else '-'}:{mf.code_version()}")
     run.rng.bind(seeded_noise_secret(key, fingerprints, layout))  # a test seed alone must not predict the noise
     entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,
                                   config.budget.delta, digest, run.rng.publishable)

@@ -1,0 +1,56 @@
+"""Dask gives the same tables as the local runner under the same seed (issue 10, item 3): `dask-local:2`, an
+existing cluster by its `tcp://` address, and Dask under the Prefect flow (the README's command); the workers
+never import Prefect."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.cli import main
+from tests.conftest import REPO
+
+SMALL_CHUNKS = '[output]\ndir = "runs"\n\n[postprocess]\nchunk_cells = 60'  # several chunks per level
+
+
+def tables(run_dir: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every published table, as sorted rows (comparable with ==)."""
+    return {p.stem: sorted(pl.read_parquet(p).with_columns(pl.col("geoid").cast(pl.Utf8)).rows())
+            for p in sorted((run_dir / "tables").glob("*.parquet"))}
+
+
+def released(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Path:
+    code = main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", "21", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return Path(out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_every_runner_publishes_the_same_tables(tiny_release: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from distributed import Client, LocalCluster
+
+    tiny_release.write_text(tiny_release.read_text().replace('[output]\ndir = "runs"', SMALL_CHUNKS))
+    local = tables(released(tiny_release, capsys))
+    assert len(local) == 4
+    assert tables(released(tiny_release, capsys, "--runner", "dask-local:2")) == local
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        run_dir = released(tiny_release, capsys, "--runner", cluster.scheduler_address)
+        assert cluster.scheduler_address.startswith("tcp://")
+        assert tables(run_dir) == local
+        imported = client.run(lambda: sorted(m for m in sys.modules if m.split(".")[0] == "prefect"))
+        assert len(imported) == 2 and all(not modules for modules in imported.values()), imported
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": "",
+           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PYTHONPATH": str(REPO)}
+    flow = subprocess.run([sys.executable, "-m", "pipeline.cli", "-q", "release", str(tiny_release),
+                           "--insecure-seed", "21", "--runner", "dask-local:2"], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert flow.returncode == 0, flow.stderr[-3000:]
+    assert tables(Path(flow.stdout.strip().splitlines()[-1])) == local
