@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -42,8 +43,12 @@ def leak_dataset(folder: Path) -> Path:
 def test_release_through_prefect_publishes_and_leaks_nothing(tmp_path: Path) -> None:
     config = leak_dataset(tmp_path)
     home = tmp_path / "prefect-home"
+    storage = tmp_path / "prefect-results"
+    # a hostile profile: result persistence and print capture switched on; nothing may be persisted anyway
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-           "PREFECT_API_URL": "", "PYTHONPATH": str(REPO)}
+           "PREFECT_API_URL": "", "PYTHONPATH": str(REPO), "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
+           "PREFECT_TASKS_DEFAULT_PERSIST_RESULT": "true", "PREFECT_LOCAL_STORAGE_PATH": str(storage),
+           "PREFECT_LOGGING_LOG_PRINTS": "true"}
     done = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", str(config), "--insecure-seed", "3"],
                           env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -51,7 +56,10 @@ def test_release_through_prefect_publishes_and_leaks_nothing(tmp_path: Path) -> 
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [lv["name"] for lv in manifest["levels"]] == ["root", "region", "district", "unit"]
     assert home.exists() and any(home.rglob("*.db")), "Prefect did not use the embedded SQLite store"
-    markers = [MARKER.encode(), str(MARKER_COUNT).encode(), MARKER_COUNT.to_bytes(8, "little", signed=True)]
+    assert not storage.exists() or not any(storage.rglob("*")), "Prefect persisted results"
+    markers = [MARKER.encode(), str(MARKER_COUNT).encode(), MARKER_COUNT.to_bytes(8, "little", signed=True),
+               MARKER_COUNT.to_bytes(4, "little", signed=True), np.float64(MARKER_COUNT).tobytes(),
+               MARKER_COUNT.to_bytes(8, "big", signed=True)]
     for text in (done.stdout, done.stderr):
         assert MARKER not in text and str(MARKER_COUNT) not in text
     scanned = 0
@@ -62,6 +70,12 @@ def test_release_through_prefect_publishes_and_leaks_nothing(tmp_path: Path) -> 
             for marker in markers:
                 assert marker not in data, f"marker {marker!r} found in {path}"
     assert scanned > 10
+    for path in run_dir.rglob("*.parquet"):  # compressed pages hide bytes: look at the decoded values too
+        for column in pl.read_parquet(path).iter_columns():
+            if column.dtype == pl.Utf8 or column.dtype == pl.Categorical:
+                assert not column.cast(pl.Utf8).str.contains(MARKER).any(), f"marker text in {path}"
+            elif column.dtype.is_numeric():
+                assert not (column == MARKER_COUNT).any(), f"the marked true count in {path}:{column.name}"
     # the marked cell was measured and published with noise, so the test would see a leak of the true value
     unit = pl.read_parquet(run_dir / "measurements" / "unit.parquet")
     assert unit.filter((pl.col("geoid") == "2311") & (pl.col("query") == "detailed")).height == 6
