@@ -23,11 +23,7 @@ from pipeline import noise_table as nt
 from pipeline.noise import sample_discrete_laplace, sample_discrete_laplace_cks
 from pipeline.noise_cdf import CdfEnclosure, LaplaceCdf, laplace_difference_enclosure, laplace_g_bounds
 from pipeline.random_source import seeded_random_source
-
-try:
-    import test_noise as tn
-except ModuleNotFoundError:  # tests/ collected as a package
-    from tests import test_noise as tn
+from tests.helpers import noise_laws as tn
 
 N = tn.N
 ALPHA = tn.ALPHA

@@ -8,7 +8,6 @@ thresholds as tests/test_noise.py.  A table with one boundary moved by 1% of the
 
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 
 import mpmath as mp
@@ -19,11 +18,7 @@ from pipeline import noise_table as nt
 from pipeline.noise import TABLE_MAX_SIGMA2, sample_discrete_gaussian
 from pipeline.noise_cdf import CdfEnclosure, cdf_enclosure, exp_neg
 from pipeline.random_source import seeded_random_source
-
-try:
-    import test_noise as tn
-except ModuleNotFoundError:  # tests/ collected as a package
-    from tests import test_noise as tn
+from tests.helpers import noise_laws as tn
 
 N = tn.N
 ALPHA = tn.ALPHA
@@ -107,9 +102,7 @@ def test_locate_decides_only_when_certain() -> None:
 @pytest.mark.parametrize("sigma2", ["1/20", "1/2", "7/3", "500", "1000003/7", "1000000"])
 def test_default_table_bounds_and_size(sigma2: str) -> None:
     s2 = Fraction(sigma2)
-    start = time.perf_counter()
-    table = nt.build_table(s2)
-    assert time.perf_counter() - start < 5  # ~0.15 s for 10^6 on the development machine (loose: CI noise)
+    table = nt.build_table(s2)  # its speed is a benchmark's business (benchmarks/noise.py), not a unit test's
     k = table.kmax
     ks = list(range(-k - 1, k + 1))
     f = exact_cdf(s2, ks, dps=40)

@@ -183,3 +183,17 @@ def test_a_column_of_missing_values_is_a_value_problem(tiny_release: Path, insta
     code, err = release(tiny_release, capsys)
     assert code != 0 and "(missing-value problem)" in err
     assert ledger(installation_ledger).charges()[0].reason == "input-validation:missing-value"
+
+
+def test_the_cli_reports_unexpected_errors_by_type_only(tiny_release: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """SECURITY.md: an unexpected exception's text could quote a value; the CLI prints its type only."""
+    from pipeline import release as stages
+
+    def leaky(run: object, level: int) -> None:
+        raise ValueError("found value 'purple' for row 1234")
+
+    monkeypatch.setattr(stages, "measure", leaky)
+    code, err = release(tiny_release, capsys)
+    assert code == 3 and "internal error (ValueError)" in err
+    assert "purple" not in err and "1234" not in err and "Traceback" not in err
