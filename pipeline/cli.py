@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pipeline import commands
     from pipeline.evaluate import add_evaluate
     from pipeline.ledger_command import add_ledger
-    from pipeline.uncertainty import add_uncertainty
+    from pipeline.uncertainty_command import add_uncertainty
 
     parser = argparse.ArgumentParser(prog="censusdp", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")

@@ -11,7 +11,8 @@ The estimates are the generalised least squares fit of all the run's noisy measu
 unbiased, not rounded, possibly negative, consistent across levels; the standard errors are exact, from the
 public σ² of every query (Thm 19.37(iii)), and the 95% intervals are estimate ± 1.96·std_error.  Inputs are the
 measurements, the invariants and the configuration — never microdata — so this is post-processing and spends
-no budget (Thm 19.25).  The parametric bootstrap of the integer tables is ``pipeline.uncertainty_bootstrap``.
+no budget (Thm 19.25).  The parametric bootstrap of the integer tables is ``pipeline.uncertainty_bootstrap``;
+the command ``censusdp uncertainty`` is ``pipeline.uncertainty_command``.
 """
 
 from __future__ import annotations
@@ -216,32 +217,3 @@ def write_estimates(run_dir: Path) -> list[Path]:
         pq.write_table(pa.concat_tables(parts), path, compression="zstd")
         written.append(path)
     return written
-
-
-def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None) -> dict[str, Any]:
-    """Parametric bootstrap of the published integer tables (see ``pipeline.uncertainty_bootstrap``)."""
-    from pipeline.uncertainty_bootstrap import bootstrap_intervals as run_bootstrap
-
-    return run_bootstrap(run_dir, replicates, seed)
-
-
-def add_uncertainty(sub: Any) -> None:
-    """Register ``censusdp uncertainty RUN_DIR [--bootstrap R] [--seed S]`` (public outputs only; no budget)."""
-    p = sub.add_parser("uncertainty", help="GLS estimates with standard errors (estimates/) and, optionally, a "
-                       "parametric bootstrap of the tables (bootstrap/), from a run's public outputs")
-    p.add_argument("run_dir", help="a published run folder")
-    p.add_argument("--bootstrap", type=int, metavar="R", help="also run R bootstrap replicates (R reconciliations)")
-    p.add_argument("--seed", type=int, help="seed of the bootstrap noise (default: the OS source)")
-    p.set_defaults(handler=cmd_uncertainty)
-
-
-def cmd_uncertainty(args: Any) -> int:
-    """Handler: write the estimates (and bootstrap), print the paths."""
-    for path in write_estimates(Path(args.run_dir)):
-        print(path)
-    if args.bootstrap:
-        if args.bootstrap < 2:
-            raise CensusDPError("--bootstrap needs at least 2 replicates")
-        for path in bootstrap_intervals(Path(args.run_dir), args.bootstrap, args.seed)["paths"]:
-            print(path)
-    return 0

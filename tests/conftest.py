@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-pytest_plugins = ["tests.helpers.postgres"]  # a throw-away PostgreSQL server for the ledger tests
+pytest_plugins = ["tests.helpers.postgres", "tests.helpers.ledgers"]  # a throw-away PostgreSQL server; ledgers
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data" / "ppmf_pl94_perry_al.csv"

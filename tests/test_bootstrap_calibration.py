@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
-from pipeline.uncertainty import bootstrap_intervals
+from pipeline.uncertainty_bootstrap import bootstrap_intervals
 from tests.conftest import tiny_microdata
 
 RELEASES, REPLICATES = 40, 120

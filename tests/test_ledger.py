@@ -7,13 +7,10 @@ of SQLite-only details (its guard triggers, a corrupt file, the default file) us
 
 from __future__ import annotations
 
-import argparse
-import json
 import sqlite3
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -22,52 +19,12 @@ from pipeline.accounting import epsilon_cks20
 from pipeline.errors import CensusDPError
 from pipeline.ledger import (
     BudgetExceededError,
-    Charge,
     PrivacyLedger,
     cap_from_epsilon_delta,
     config_hash,
 )
-from pipeline.ledger_command import add_ledger, cmd_ledger
 from pipeline.ledger_store import redact_url
-
-HASH = config_hash(b'[budget]\nrho = "1/2"\n')
-DELTA = 1e-10
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    """A SQLite ledger file, for the SQLite-only tests."""
-    return tmp_path / ".censusdp-ledger.sqlite"
-
-
-@pytest.fixture
-def ledger(ledger_location: str) -> PrivacyLedger:
-    """A new ledger on each backend: a SQLite file, then a fresh PostgreSQL database."""
-    return PrivacyLedger(ledger_location)
-
-
-def charge(ledger: PrivacyLedger, run_id: str, rho: Fraction, dataset: str = "pa", publishable: bool = True) -> Charge:
-    return ledger.charge(dataset, run_id, rho, DELTA, HASH, publishable)
-
-
-def is_postgres_url(location: str | Path) -> bool:
-    return str(location).startswith("postgresql://")
-
-
-def raw_rows(location: str | Path, query: str) -> list[tuple[Any, ...]]:
-    """Rows exactly as stored, read past the ledger API: sqlite3 for a file, psycopg for a URL."""
-    if is_postgres_url(location):
-        import psycopg
-
-        with psycopg.connect(str(location)) as conn:
-            return conn.execute(query).fetchall()
-    with sqlite3.connect(location) as conn:
-        return conn.execute(query).fetchall()
-
-
-def password(location: str | Path) -> str | None:
-    """The password in a PostgreSQL URL (the test server's URLs always carry one), else None."""
-    return urlsplit(location).password if is_postgres_url(location) else None
+from tests.helpers.ledgers import DELTA, HASH, charge, is_postgres_url, password, raw_rows
 
 
 def test_cap_is_enforced_exactly(ledger: PrivacyLedger) -> None:
@@ -284,138 +241,6 @@ def test_postgres_unreachable_database(postgres_url: str) -> None:
     with pytest.raises(CensusDPError, match="cannot connect") as info:
         PrivacyLedger(missing)
     assert parts.password and parts.password not in str(info.value) and "\n" not in str(info.value)
-
-
-# --- censusdp ledger ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def filled(ledger: PrivacyLedger) -> PrivacyLedger:
-    return fill(ledger)
-
-
-def fill(ledger: PrivacyLedger) -> PrivacyLedger:
-    ledger.ensure_dataset("pa-2020", Fraction(1))
-    ledger.charge("pa-2020", "run-a", Fraction(2, 5), DELTA, HASH, True)
-    ledger.set_status("run-a", "failed")
-    ledger.charge("pa-2020", "run-b", Fraction(1, 3), DELTA, HASH, False)
-    ledger.set_status("run-b", "published")
-    with pytest.raises(BudgetExceededError):
-        ledger.charge("pa-2020", "run-c", Fraction(2, 5), DELTA, HASH, True)
-    ledger.ensure_dataset("nj-2020", Fraction(1, 2))
-    return ledger
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    parser = argparse.ArgumentParser(prog="censusdp")
-    add_ledger(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["ledger", *argv])
-    assert args.handler is cmd_ledger and args.handler(args) == 0
-    return capsys.readouterr().out
-
-
-def test_cli_text(filled: PrivacyLedger, ledger_location: str, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_cli(["--ledger", ledger_location], capsys)
-    assert filled.location in out and "run-c" not in out
-    assert password(ledger_location) is None or password(ledger_location) not in out
-    lines = out.splitlines()
-    row = next(line for line in lines if line.strip().startswith("run-a"))
-    assert row.split()[-4:] == ["1e-10", HASH[:12], "failed", "yes"]
-    assert next(line for line in lines if line.strip().startswith("run-b")).split()[-2:] == ["published", "no"]
-    pa = lines[lines.index("dataset pa-2020  (epsilon at delta 1e-10)"):]
-    spent = next(line for line in pa if line.strip().startswith("spent"))
-    assert "0.733333 (11/15)" in spent
-    eps_spent = float(spent.split()[-1])
-    assert epsilon_cks20(Fraction(11, 15), DELTA) <= eps_spent < epsilon_cks20(Fraction(11, 15), DELTA) + 1e-4
-    assert eps_spent < epsilon_cks20(Fraction(2, 5), DELTA) + epsilon_cks20(Fraction(1, 3), DELTA)  # not summed
-    assert "dataset nj-2020" in out and "(no charges)" in out
-
-
-def test_cli_json(filled: PrivacyLedger, ledger_location: str, capsys: pytest.CaptureFixture[str]) -> None:
-    out = run_cli(["--ledger", ledger_location, "--dataset", "pa-2020", "--json", "--delta", "1e-6"], capsys)
-    report = json.loads(out)
-    assert report["ledger"] == filled.location
-    assert password(ledger_location) is None or password(ledger_location) not in out
-    [pa] = report["datasets"]
-    assert pa["dataset"] == "pa-2020" and pa["delta"] == 1e-6
-    assert (pa["cap"]["rho"], pa["spent"]["rho"], pa["remaining"]["rho"]) == ("1/1", "11/15", "4/15")
-    assert pa["spent"]["epsilon"] == epsilon_cks20(Fraction(11, 15), 1e-6)  # zCDP composition, then conversion
-    assert pa["remaining"]["epsilon"] == epsilon_cks20(Fraction(4, 15), 1e-6)
-    assert [(c["run_id"], c["rho"], c["status"], c["publishable"]) for c in pa["charges"]] == [
-        ("run-a", "2/5", "failed", True), ("run-b", "1/3", "published", False)]
-    assert pa["charges"][0]["epsilon"] == epsilon_cks20(Fraction(2, 5), 1e-6)
-    assert pa["charges"][0]["config_hash"] == HASH
-
-
-def test_cli_env_location(filled: PrivacyLedger, ledger_location: str, capsys: pytest.CaptureFixture[str],
-                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CENSUSDP_LEDGER", ledger_location)
-    assert "run-a" in run_cli([], capsys)
-
-
-def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A user data directory under tmp_path (HOME and XDG_DATA_HOME), no $CENSUSDP_LEDGER; the default ledger."""
-    from pipeline.ledger_location import default_ledger_location
-
-    monkeypatch.delenv("CENSUSDP_LEDGER", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "home" / "data"))
-    default = Path(default_ledger_location())
-    assert default.is_relative_to(tmp_path), default  # never the real user's ledger
-    return default
-
-
-def test_cli_default_location(path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-                              tmp_path: Path) -> None:
-    """SQLite only: the default ledger is a file in the user data directory, or $CENSUSDP_LEDGER."""
-    fill(PrivacyLedger(path))
-    monkeypatch.setenv("CENSUSDP_LEDGER", str(path))
-    assert "run-a" in run_cli([], capsys)
-    default = private_home(tmp_path, monkeypatch)
-    default.parent.mkdir(parents=True)
-    fill(PrivacyLedger(default))
-    assert "run-b" in run_cli(["--json"], capsys)
-
-
-@pytest.mark.parametrize(("argv", "message"), [
-    ([], "no such file"),
-    (["--ledger", "{missing}"], "no such file"),
-])
-def test_cli_errors_no_ledger(argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
-                              tmp_path: Path) -> None:
-    """No default ledger yet, or a missing file (SQLite only: a URL cannot be checked without connecting)."""
-    default = private_home(tmp_path, monkeypatch)
-    (tmp_path / "elsewhere").mkdir()
-    monkeypatch.chdir(tmp_path / "elsewhere")
-    argv = [a.format(missing=tmp_path / "none.sqlite") for a in argv]
-    with pytest.raises(CensusDPError, match=message) as info:
-        cmd_ledger(argparse.Namespace(ledger=None, dataset=None, delta=None, json=False)
-                   if not argv else _namespace(argv))
-    assert "\n" not in str(info.value)
-    assert not (tmp_path / "none.sqlite").exists() and not default.exists()  # reading never creates a ledger
-
-
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--ledger", "{location}", "--dataset", "tx"], "unknown dataset 'tx'"),
-    (["--ledger", "{location}", "--delta", "2"], "--delta must be in"),
-    (["--ledger", "{location}", "--delta", "tiny"], "not a number"),
-])
-def test_cli_errors(filled: PrivacyLedger, ledger_location: str, argv: list[str], message: str,
-                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("CENSUSDP_LEDGER", raising=False)
-    (tmp_path / "elsewhere").mkdir()
-    monkeypatch.chdir(tmp_path / "elsewhere")
-    argv = [a.format(location=ledger_location) for a in argv]
-    with pytest.raises(CensusDPError, match=message) as info:
-        cmd_ledger(_namespace(argv))
-    assert "\n" not in str(info.value)
-    assert password(ledger_location) is None or password(ledger_location) not in str(info.value)
-
-
-def _namespace(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="censusdp")
-    add_ledger(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["ledger", *argv])
 
 
 @pytest.mark.parametrize("password", ["Sec[ret", "s3cr/et", "p?w#d", "a@b:c", "pw%40x"])

@@ -13,7 +13,6 @@ import polars as pl
 import pytest
 
 from pipeline import release as stages
-from pipeline.cli import main
 from pipeline.commands import preset_text
 from pipeline.config_load import load_config
 from pipeline.fingerprint import data_fingerprints
@@ -21,18 +20,9 @@ from pipeline.ledger import PrivacyLedger
 from pipeline.microdata import read_input_files
 from pipeline.random_source import seeded_random_source
 from tests.conftest import SHARED_DATA, TINY_TOML, tiny_microdata
+from tests.helpers.releases import cli, release
 
 CAPPED = TINY_TOML.format(rho="4").replace('cap_rho = "1000"', 'cap_rho = "10"')
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["-q", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out.strip(), captured.err
-
-
-def release(capsys: pytest.CaptureFixture[str], config: Path, *extra: str) -> tuple[int, str, str]:
-    return cli(capsys, "release", str(config), "--no-prefect", "--insecure-seed", "5", *extra)
 
 
 def copies_of_the_same_data(folder: Path) -> list[tuple[str, ...]]:
@@ -168,36 +158,6 @@ def test_fingerprints_ignore_order_format_and_configuration_and_see_content(tiny
     assert all(len(d) == 64 and set(d) <= set("0123456789abcdef") for d in original.values())
 
 
-def unit_noise(run_dir: Path, micro: pl.DataFrame) -> np.ndarray:
-    """noisy - true of the unit level's detailed query, in (geoid, cell) order (colour major, adult minor)."""
-    colour = pl.col("COLOUR").replace_strict({"r": 0, "g": 1, "b": 2}, return_dtype=pl.Int64)
-    cells = micro.select(pl.col("geocode").alias("geoid"), (colour * 2 + pl.col("ADULT").cast(pl.Int64))
-                         .alias("cell")).group_by(["geoid", "cell"]).len()
-    noisy = pl.read_parquet(run_dir / "measurements" / "unit.parquet").filter(pl.col("query") == "detailed") \
-        .with_columns(pl.col("geoid").cast(pl.Utf8))
-    joined = noisy.join(cells.with_columns(pl.col("cell").cast(noisy.schema["cell"])), on=["geoid", "cell"],
-                        how="left").with_columns(pl.col("len").fill_null(0))
-    return joined.sort(["geoid", "cell"]).select(pl.col("noisy_value") - pl.col("len")).to_series().to_numpy()
-
-
-def test_a_test_seed_does_not_reveal_the_noise(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The attack of the hostile review: the same --insecure-seed on data of one's own gives the noise, to be
-    subtracted from the real release.  Bound to the ledger's key and the data's fingerprint, it does not."""
-    real = pl.read_parquet(tiny_release.parent / "microdata.parquet")
-    mine = tiny_microdata(seed=9)[0]
-    mine.write_parquet(tiny_release.parent / "mine.parquet")
-    first = release(capsys, tiny_release)
-    again = release(capsys, tiny_release)
-    tiny_release.write_text(TINY_TOML.format(rho="4").replace('dataset = "tiny"', 'dataset = "mine"'))
-    own = release(capsys, tiny_release, "--microdata", str(tiny_release.parent / "mine.parquet"))
-    assert first[0] == again[0] == own[0] == 0
-    real_noise, own_noise = unit_noise(Path(first[1]), real), unit_noise(Path(own[1]), mine)
-    assert np.array_equal(real_noise, unit_noise(Path(again[1]), real))  # still reproducible for tests
-    assert real_noise.size == 432 and np.var(real_noise) > 0.5
-    # unbound, the two would agree in all 432 cells; independent draws (sigma² = 1) agree in about 28%
-    assert np.mean(real_noise == own_noise) < 0.5
-
-
 def test_a_config_cannot_move_the_installations_ledger(tiny_release: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
@@ -252,31 +212,6 @@ def test_the_charge_is_committed_before_the_first_noise_draw(tiny_release: Path,
             assert plain.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
-def test_a_ledger_of_the_earlier_layout_beside_the_data_is_not_ignored(
-        tiny_release: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    legacy = tiny_release.parent / ".censusdp-ledger.sqlite"
-    old = PrivacyLedger(legacy)  # as censusdp 0.1 left it: a dataset charged to its cap, no fingerprints
-    legacy.chmod(0o644)
-    old.ensure_dataset("tiny", Fraction(8))
-    old.charge("tiny", "old-run-1", Fraction(8), 1e-10, "ab" * 32, True)
-    code, _, err = release(capsys, tiny_release)
-    assert code != 0 and ".censusdp-ledger.sqlite" in err and "CENSUSDP_LEDGER" in err
-    assert not installation_ledger.exists(), "a release started afresh beside an earlier ledger"
-    # pointed at it: nothing new may be charged until the curator binds 'tiny' to its data
-    tiny_release.write_text(TINY_TOML.format(rho="4").replace('cap_rho = "1000"', f'cap_rho = "8"\npath = "{legacy}"'))
-    renamed = TINY_TOML.format(rho="4").replace('dataset = "tiny"', 'dataset = "tiny-v2"')
-    (tiny_release.parent / "renamed.toml").write_text(renamed.replace('cap_rho = "1000"', f'cap_rho = "1000"\n'
-                                                                                        f'path = "{legacy}"'))
-    for config in (tiny_release.parent / "renamed.toml", tiny_release):
-        code, _, err = release(capsys, config)
-        assert code != 0 and "must first be bound" in err and "tiny" in err
-    assert cli(capsys, "ledger", "--ledger", str(legacy), "bind", "tiny", str(tiny_release))[0] == 0
-    code, _, err = release(capsys, tiny_release.parent / "renamed.toml")
-    assert code != 0 and "dataset 'tiny'" in err and "exceeds the remaining budget" in err
-    assert set(PrivacyLedger(legacy).datasets()) == {"tiny"} and PrivacyLedger(legacy).spent("tiny") == 8
-    assert legacy.stat().st_mode & 0o077 == 0, "the old ledger (now holding the key) stays readable by others"
-
-
 def test_a_folder_of_copies_is_not_new_data(tiny_release: Path, installation_ledger: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """A folder (or a pattern) would read several files as one dataset: k copies, k times the counts."""
@@ -291,21 +226,6 @@ def test_a_folder_of_copies_is_not_new_data(tiny_release: Path, installation_led
     assert not installation_ledger.exists() or PrivacyLedger(installation_ledger).charges() == []
 
 
-def test_the_same_seed_never_puts_the_same_noise_on_another_layout(
-        tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Two seeded releases of one file whose layouts differ (here: the geography file) must not share noise,
-    or subtracting them would cancel it (the second hostile review)."""
-    real = pl.read_parquet(tiny_release.parent / "microdata.parquet")
-    first = release(capsys, tiny_release)
-    geo = pl.read_parquet(tiny_release.parent / "geography.parquet")
-    pl.concat([geo, pl.DataFrame({"geocode": ["2399"]})]).write_parquet(tiny_release.parent / "geo2.parquet")
-    second = release(capsys, tiny_release, "--geography", str(tiny_release.parent / "geo2.parquet"))
-    assert first[0] == second[0] == 0
-    a, b = unit_noise(Path(first[1]), real), unit_noise(Path(second[1]), real)
-    assert a.size == 432 and b.size == 438
-    assert np.mean(a == b[:432]) < 0.5  # the first 432 cells hold the same counts in both layouts
-
-
 def test_a_value_with_no_text_form_does_not_refuse_before_the_charge(
         tiny_release: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tiny_release.parent / "microdata.parquet"
@@ -316,93 +236,3 @@ def test_a_value_with_no_text_form_does_not_refuse_before_the_charge(
     code, _, err = release(capsys, tiny_release)
     assert code == 0, err
     assert PrivacyLedger(installation_ledger).charges()[0].status == "published"
-
-
-def test_postprocess_is_publishable_only_for_the_measurements_the_ledger_charged(
-        tiny_release: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = cli(capsys, "release", str(tiny_release), "--no-prefect")  # the OS source: publishable
-    manifest = json.loads((Path(out) / "manifest.json").read_text())
-    assert code == 0 and manifest["random_source"]["publishable"] is True
-    code, again, _ = cli(capsys, "postprocess", out)
-    assert code == 0 and json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"]
-    code, again, _ = cli(capsys, "postprocess", out, "--ledger", str(tmp_path / "elsewhere.sqlite"))
-    assert code == 0  # a ledger without the run's charge vouches for nothing
-    assert json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"] is False
-    code, seeded, _ = release(capsys, tiny_release)  # a seeded run, its manifest edited to claim the other's id
-    edited = json.loads((Path(seeded) / "manifest.json").read_text())
-    edited["run_id"], edited["random_source"]["publishable"] = manifest["run_id"], True
-    (Path(seeded) / "manifest.json").write_text(json.dumps(edited))
-    code, again, _ = cli(capsys, "postprocess", seeded)
-    assert code == 0
-    assert json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"] is False
-
-
-def crash_after_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
-    def crash(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
-        raise RuntimeError("simulated crash")
-
-    monkeypatch.setattr(stages, "reconcile", crash)
-
-
-def test_resume_and_postprocess_refuse_a_recorded_configuration_the_ledger_did_not_charge(
-        tiny_release: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Edited recorded configurations would publish a false guarantee (the third review)."""
-    real = stages.reconcile
-    crash_after_measuring(monkeypatch)
-    assert release(capsys, tiny_release)[0] != 0
-    monkeypatch.setattr(stages, "reconcile", real)
-    partial = next((tiny_release.parent / "runs").iterdir())
-    marker_path = partial / "measurements" / "complete.json"
-    marker = json.loads(marker_path.read_text())
-    marker["config_raw"]["budget"]["neighbouring"] = "add-remove"
-    marker["config_raw"].pop("invariants")
-    marker_path.write_text(json.dumps(marker))
-    code, _, err = cli(capsys, "release", str(tiny_release), "--resume", partial.name[1:-len(".partial")])
-    assert code != 0 and "not the one the ledger charged" in err
-    code, out, _ = release(capsys, tiny_release)
-    manifest_path = Path(out) / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest["config_raw"]["budget"]["rho"] = "1/100"
-    manifest_path.write_text(json.dumps(manifest))
-    code, _, err = cli(capsys, "postprocess", out)
-    assert code != 0 and "not the one the ledger charged" in err
-
-
-def test_postprocess_never_takes_its_ledger_from_the_runs_files(
-        tiny_release: Path, tmp_path: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = release(capsys, tiny_release)
-    manifest_path = Path(out) / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest["ledger"]["location"] = str(tmp_path / "forged.sqlite")
-    manifest_path.write_text(json.dumps(manifest))
-    code, again, _ = cli(capsys, "postprocess", out)
-    assert code == 0 and not (tmp_path / "forged.sqlite").exists()
-    assert [c.status for c in PrivacyLedger(installation_ledger).charges()] == ["published", "postprocess"]
-
-
-def test_bind_is_once_and_only_for_datasets_from_before_fingerprints(
-        tiny_release: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert release(capsys, tiny_release)[0] == 0  # 'tiny' is bound by its release
-    code, _, err = cli(capsys, "ledger", "bind", "tiny", str(tiny_release))
-    assert code != 0 and "not waiting to be bound" in err
-    old = PrivacyLedger(installation_ledger)
-    old.ensure_dataset("legacy", Fraction(8))
-    old.charge("legacy", "old-run", Fraction(8), 1e-10, "cd" * 32, True)
-    junk = tiny_release.parent / "junk.parquet"
-    tiny_microdata(seed=4)[0].write_parquet(junk)
-    assert cli(capsys, "ledger", "bind", "legacy", str(tiny_release), "--microdata", str(junk))[0] == 0
-    code, _, err = cli(capsys, "ledger", "bind", "legacy", str(tiny_release))  # once only
-    assert code != 0 and "not waiting to be bound" in err
-
-
-def test_the_rejection_says_how_to_check_the_very_files_released(
-        tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    bad = tiny_release.parent / "bad.parquet"
-    frame = pl.read_parquet(tiny_release.parent / "microdata.parquet")
-    frame.with_columns(pl.lit("purple").alias("COLOUR")).write_parquet(bad)
-    code, _, err = release(capsys, tiny_release, "--microdata", str(bad))
-    assert code != 0
-    command = err.split("can see where with: ", 1)[1].strip().split()
-    assert command[:2] == ["censusdp", "check"]
-    code = main(command[1:])
-    assert code != 0 and "bad.parquet, column COLOUR, row 1" in capsys.readouterr().err

@@ -16,7 +16,9 @@ from pipeline.cli import main
 from pipeline.noise import sample_discrete_gaussian
 from pipeline.random_source import seeded_random_source
 from pipeline.synth import synthesize
-from pipeline.uncertainty import add_uncertainty, bootstrap_intervals, gls_estimates, load_run, write_estimates
+from pipeline.uncertainty import gls_estimates, load_run, write_estimates
+from pipeline.uncertainty_bootstrap import bootstrap_intervals
+from pipeline.uncertainty_command import add_uncertainty
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
 from postprocess.gls_algebra import marginal
 

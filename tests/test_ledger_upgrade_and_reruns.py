@@ -1,0 +1,132 @@
+"""Upgrading from ledgers of the earlier layout, and re-runs from saved measurements (postprocess, --resume):
+they find the ledger from the user's side and vouch only for what the ledger charged (issue 9)."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline import release as stages
+from pipeline.cli import main
+from pipeline.ledger import PrivacyLedger
+from tests.conftest import TINY_TOML, tiny_microdata
+from tests.helpers.releases import cli, release
+
+
+def test_a_ledger_of_the_earlier_layout_beside_the_data_is_not_ignored(
+        tiny_release: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    legacy = tiny_release.parent / ".censusdp-ledger.sqlite"
+    old = PrivacyLedger(legacy)  # as censusdp 0.1 left it: a dataset charged to its cap, no fingerprints
+    legacy.chmod(0o644)
+    old.ensure_dataset("tiny", Fraction(8))
+    old.charge("tiny", "old-run-1", Fraction(8), 1e-10, "ab" * 32, True)
+    code, _, err = release(capsys, tiny_release)
+    assert code != 0 and ".censusdp-ledger.sqlite" in err and "CENSUSDP_LEDGER" in err
+    assert not installation_ledger.exists(), "a release started afresh beside an earlier ledger"
+    # pointed at it: nothing new may be charged until the curator binds 'tiny' to its data
+    tiny_release.write_text(TINY_TOML.format(rho="4").replace('cap_rho = "1000"', f'cap_rho = "8"\npath = "{legacy}"'))
+    renamed = TINY_TOML.format(rho="4").replace('dataset = "tiny"', 'dataset = "tiny-v2"')
+    (tiny_release.parent / "renamed.toml").write_text(renamed.replace('cap_rho = "1000"', f'cap_rho = "1000"\n'
+                                                                                        f'path = "{legacy}"'))
+    for config in (tiny_release.parent / "renamed.toml", tiny_release):
+        code, _, err = release(capsys, config)
+        assert code != 0 and "must first be bound" in err and "tiny" in err
+    assert cli(capsys, "ledger", "--ledger", str(legacy), "bind", "tiny", str(tiny_release))[0] == 0
+    code, _, err = release(capsys, tiny_release.parent / "renamed.toml")
+    assert code != 0 and "dataset 'tiny'" in err and "exceeds the remaining budget" in err
+    assert set(PrivacyLedger(legacy).datasets()) == {"tiny"} and PrivacyLedger(legacy).spent("tiny") == 8
+    assert legacy.stat().st_mode & 0o077 == 0, "the old ledger (now holding the key) stays readable by others"
+
+
+def test_postprocess_is_publishable_only_for_the_measurements_the_ledger_charged(
+        tiny_release: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "release", str(tiny_release), "--no-prefect")  # the OS source: publishable
+    manifest = json.loads((Path(out) / "manifest.json").read_text())
+    assert code == 0 and manifest["random_source"]["publishable"] is True
+    code, again, _ = cli(capsys, "postprocess", out)
+    assert code == 0 and json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"]
+    code, again, _ = cli(capsys, "postprocess", out, "--ledger", str(tmp_path / "elsewhere.sqlite"))
+    assert code == 0  # a ledger without the run's charge vouches for nothing
+    assert json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"] is False
+    code, seeded, _ = release(capsys, tiny_release)  # a seeded run, its manifest edited to claim the other's id
+    edited = json.loads((Path(seeded) / "manifest.json").read_text())
+    edited["run_id"], edited["random_source"]["publishable"] = manifest["run_id"], True
+    (Path(seeded) / "manifest.json").write_text(json.dumps(edited))
+    code, again, _ = cli(capsys, "postprocess", seeded)
+    assert code == 0
+    assert json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"] is False
+
+
+def crash_after_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
+    def crash(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(stages, "reconcile", crash)
+
+
+def test_resume_and_postprocess_refuse_a_recorded_configuration_the_ledger_did_not_charge(
+        tiny_release: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Edited recorded configurations would publish a false guarantee (the third review)."""
+    real = stages.reconcile
+    crash_after_measuring(monkeypatch)
+    assert release(capsys, tiny_release)[0] != 0
+    monkeypatch.setattr(stages, "reconcile", real)
+    partial = next((tiny_release.parent / "runs").iterdir())
+    marker_path = partial / "measurements" / "complete.json"
+    marker = json.loads(marker_path.read_text())
+    marker["config_raw"]["budget"]["neighbouring"] = "add-remove"
+    marker["config_raw"].pop("invariants")
+    marker_path.write_text(json.dumps(marker))
+    code, _, err = cli(capsys, "release", str(tiny_release), "--resume", partial.name[1:-len(".partial")])
+    assert code != 0 and "not the one the ledger charged" in err
+    code, out, _ = release(capsys, tiny_release)
+    manifest_path = Path(out) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["config_raw"]["budget"]["rho"] = "1/100"
+    manifest_path.write_text(json.dumps(manifest))
+    code, _, err = cli(capsys, "postprocess", out)
+    assert code != 0 and "not the one the ledger charged" in err
+
+
+def test_postprocess_never_takes_its_ledger_from_the_runs_files(
+        tiny_release: Path, tmp_path: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = release(capsys, tiny_release)
+    manifest_path = Path(out) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["ledger"]["location"] = str(tmp_path / "forged.sqlite")
+    manifest_path.write_text(json.dumps(manifest))
+    code, again, _ = cli(capsys, "postprocess", out)
+    assert code == 0 and not (tmp_path / "forged.sqlite").exists()
+    assert [c.status for c in PrivacyLedger(installation_ledger).charges()] == ["published", "postprocess"]
+
+
+def test_bind_is_once_and_only_for_datasets_from_before_fingerprints(
+        tiny_release: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert release(capsys, tiny_release)[0] == 0  # 'tiny' is bound by its release
+    code, _, err = cli(capsys, "ledger", "bind", "tiny", str(tiny_release))
+    assert code != 0 and "not waiting to be bound" in err
+    old = PrivacyLedger(installation_ledger)
+    old.ensure_dataset("legacy", Fraction(8))
+    old.charge("legacy", "old-run", Fraction(8), 1e-10, "cd" * 32, True)
+    junk = tiny_release.parent / "junk.parquet"
+    tiny_microdata(seed=4)[0].write_parquet(junk)
+    assert cli(capsys, "ledger", "bind", "legacy", str(tiny_release), "--microdata", str(junk))[0] == 0
+    code, _, err = cli(capsys, "ledger", "bind", "legacy", str(tiny_release))  # once only
+    assert code != 0 and "not waiting to be bound" in err
+
+
+def test_the_rejection_says_how_to_check_the_very_files_released(
+        tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tiny_release.parent / "bad.parquet"
+    frame = pl.read_parquet(tiny_release.parent / "microdata.parquet")
+    frame.with_columns(pl.lit("purple").alias("COLOUR")).write_parquet(bad)
+    code, _, err = release(capsys, tiny_release, "--microdata", str(bad))
+    assert code != 0
+    command = err.split("can see where with: ", 1)[1].strip().split()
+    assert command[:2] == ["censusdp", "check"]
+    code = main(command[1:])
+    assert code != 0 and "bad.parquet, column COLOUR, row 1" in capsys.readouterr().err
