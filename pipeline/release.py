@@ -141,22 +141,26 @@ def charge(run: ReleaseRun) -> None:
     key = ledger.fingerprint_key()
     fingerprints = data_fingerprints(run.input_files, key)
     rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
-    digest = config_digest(config.raw)
-    geography = config.input.geography
-    placement = public_config_raw(config.raw)  # what decides where each draw lands: not the solver or the runner
-    for setting in ("solver", "runner"):
-        placement.get("postprocess", {}).pop(setting, None)
-    layout = (f"{config_hash(json.dumps(placement, sort_keys=True, default=str).encode())}:"
-              f"{config_hash(geography.read_bytes()) if geography else '-'}:{mf.code_version()}")
-    run.rng.bind(seeded_noise_secret(key, fingerprints, layout))  # a test seed alone must not predict the noise
+    run.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict the noise
     entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,
-                                  config.budget.delta, digest, run.rng.publishable)
+                                  config.budget.delta, config_digest(config.raw), run.rng.publishable)
     run.ledger, run.dataset = ledger, entry.dataset
     if entry.dataset != config.ledger.dataset:
         run.warnings.append(f"the data is dataset {entry.dataset!r} in the ledger (the configuration names "
                             f"{config.ledger.dataset!r}): charged to {entry.dataset!r}, under its lifetime cap")
         log.warning(run.warnings[-1])
     log.info("charged rho = %s to dataset %s (remaining %s)", rho, entry.dataset, ledger.remaining(entry.dataset))
+
+
+def _layout(config: ReleaseConfig) -> str:
+    """A digest of what decides which count each draw lands on: the configuration as applied (not its solver or
+    runner), the geography file and the code version (``pipeline.fingerprint.seeded_noise_secret``)."""
+    placement = public_config_raw(config.raw)
+    for setting in ("solver", "runner"):
+        placement.get("postprocess", {}).pop(setting, None)
+    geography = config.input.geography
+    return (f"{config_hash(json.dumps(placement, sort_keys=True, default=str).encode())}:"
+            f"{config_hash(geography.read_bytes()) if geography else '-'}:{mf.code_version()}")
 
 
 def validate_inputs(run: ReleaseRun) -> None:
