@@ -9,6 +9,7 @@ import re
 import shutil
 import sys
 import time
+from contextlib import nullcontext
 from importlib import resources
 from pathlib import Path
 
@@ -87,29 +88,23 @@ def add_release(sub: Sub) -> None:
 def run_release_command(config: str, out: str | None, microdata: str | None, geography: str | None,
                         fmt: str | None, rho: str | None, no_prefect: bool, insecure_seed: int | None,
                         runner: str | None = None) -> Path:
+    from pipeline.options import insecure_seed_allowed, load_release_config, random_source
+
     if insecure_seed is not None:
         print("censusdp: WARNING: --insecure-seed: noise is reproducible; this run is NOT publishable",
               file=sys.stderr)
-        from pipeline.options import insecure_seed_allowed
+    # the flow accepts a seed only from this call (never from a deployment parameter alone)
+    with insecure_seed_allowed() if insecure_seed is not None else nullcontext():
+        if no_prefect:
+            from pipeline.release import run_release
 
-        with insecure_seed_allowed():  # lets the flow accept the seed it is given by this call only
-            return _run_release(config, out, microdata, geography, fmt, rho, no_prefect, insecure_seed, runner)
-    return _run_release(config, out, microdata, geography, fmt, rho, no_prefect, insecure_seed, runner)
+            cfg = load_release_config(config, microdata, geography, fmt, rho, runner)
+            root = Path(out).resolve() if out else cfg.output.dir
+            return run_release(cfg, root, random_source(insecure_seed))
+        from flows.release import release_flow
 
-
-def _run_release(config: str, out: str | None, microdata: str | None, geography: str | None, fmt: str | None,
-                 rho: str | None, no_prefect: bool, insecure_seed: int | None, runner: str | None) -> Path:
-    if no_prefect:
-        from pipeline.options import load_release_config, random_source
-        from pipeline.release import run_release
-
-        cfg = load_release_config(config, microdata, geography, fmt, rho, runner)
-        root = Path(out).resolve() if out else cfg.output.dir
-        return run_release(cfg, root, random_source(insecure_seed))
-    from flows.release import release_flow
-
-    return Path(release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
-                             geography=geography, fmt=fmt, rho=rho, runner=runner, insecure_seed=insecure_seed))
+        return Path(release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
+                                 geography=geography, fmt=fmt, rho=rho, runner=runner, insecure_seed=insecure_seed))
 
 
 def cmd_release(args: argparse.Namespace) -> int:

@@ -151,14 +151,11 @@ class PrivacyLedger:
         a refused charge records nothing.  While the ledger holds datasets charged before fingerprints existed
         (``bind`` them first), data that matches nothing is refused: it could be one of them.
         """
-        for kind, digest in fingerprints.items():
-            if not isinstance(digest, str) or not _HEX.fullmatch(digest) or not _ID.fullmatch(kind):
-                raise CensusDPError("ledger: a fingerprint must be a kind and a lowercase hex digest")
+        _check_fingerprints(fingerprints)
         cap = _positive_cap(cap_rho)
         try:
             with self._store.transaction() as sql:
-                if self._store.charge_lock:
-                    sql(self._store.charge_lock)
+                self._lock_charges(sql)
                 found: set[str] = set()
                 for digest in fingerprints.values():
                     found.update(d for (d,) in sql("SELECT dataset FROM censusdp_fingerprints WHERE fingerprint = ?",
@@ -172,10 +169,7 @@ class PrivacyLedger:
                 if not owners:
                     _refuse_while_unbound(sql)
                     self._register(sql, dataset, cap)
-                for kind, digest in fingerprints.items():
-                    sql("INSERT INTO censusdp_fingerprints (fingerprint, kind, dataset, first_run, created) "
-                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO NOTHING",
-                        (digest, kind, target, run_id, entry.time))
+                _record_fingerprints(sql, fingerprints, target, run_id)
                 self._insert_charge(sql, entry)
         except self._store.integrity_errors:
             raise _duplicate(run_id) from None
@@ -187,22 +181,18 @@ class PrivacyLedger:
         fingerprint already belongs to another dataset.  The ledger cannot check that the file is the one those
         old charges measured: that is the curator's word, so ``bind`` is a curator's action (SECURITY.md)."""
         _check_id(dataset, "dataset id")
+        _check_fingerprints(fingerprints)
         with self._store.transaction() as sql:
-            if self._store.charge_lock:
-                sql(self._store.charge_lock)
+            self._lock_charges(sql)
             self._cap(sql, dataset)
             if dataset not in _unbound(sql):  # once only: a bound dataset's data is never re-pointed
                 raise CensusDPError(f"ledger: dataset {dataset!r} is not waiting to be bound (it already has its "
                                     "data's fingerprint, or was never charged); nothing was bound")
-            for kind, digest in fingerprints.items():
-                if not _HEX.fullmatch(digest) or not _ID.fullmatch(kind):
-                    raise CensusDPError("ledger: a fingerprint must be a kind and a lowercase hex digest")
+            for digest in fingerprints.values():
                 owner = sql("SELECT dataset FROM censusdp_fingerprints WHERE fingerprint = ?", (digest,))
                 if owner and owner[0][0] != dataset:
                     raise CensusDPError(f"ledger: this data is already dataset {owner[0][0]!r}; nothing was bound")
-                sql("INSERT INTO censusdp_fingerprints (fingerprint, kind, dataset, first_run, created) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO NOTHING",
-                    (digest, kind, dataset, "bind", _now()))
+            _record_fingerprints(sql, fingerprints, dataset, "bind")
 
     def unbound_datasets(self) -> list[str]:
         """Datasets charged before this ledger kept fingerprints (they must be ``bind``-ed to their data)."""
@@ -216,12 +206,6 @@ class PrivacyLedger:
                 (_FINGERPRINT_KEY, secrets.token_hex(32)))
             (value,), = sql("SELECT value FROM censusdp_keys WHERE name = ?", (_FINGERPRINT_KEY,))
         return bytes.fromhex(value)
-
-    def fingerprint_datasets(self) -> dict[str, int]:
-        """How many fingerprints each dataset has (for ``censusdp ledger``; the digests themselves stay inside)."""
-        with self._store.transaction(write=False) as sql:
-            rows = sql("SELECT dataset, COUNT(*) FROM censusdp_fingerprints GROUP BY dataset")
-        return {d: int(n) for d, n in rows}
 
     def set_status(self, run_id: str, status: str, reason: str | None = None) -> None:
         """Record what became of a charged run; the charge itself stays (budget is never refunded).
@@ -280,6 +264,12 @@ class PrivacyLedger:
             raise CensusDPError(f"ledger: publishable must be True or False, got {publishable!r}")
         return Charge(run_id, dataset, _now(), amount, float(delta), epsilon_cks20(amount, float(delta)),
                       config_hash, "charged", publishable)
+
+    def _lock_charges(self, sql: SQL) -> None:
+        """Serialise charges as a whole where the store needs it (PostgreSQL: a fingerprint is looked up before
+        the dataset row to lock is known; SQLite's BEGIN IMMEDIATE already holds the write lock)."""
+        if self._store.charge_lock:
+            sql(self._store.charge_lock)
 
     def _insert_charge(self, sql: SQL, entry: Charge) -> None:
         """Check the cap and insert, inside the caller's write transaction (the dataset row locked)."""
@@ -344,6 +334,19 @@ def _unbound(sql: SQL) -> list[str]:
         "SELECT id FROM censusdp_datasets d WHERE NOT EXISTS (SELECT 1 FROM censusdp_fingerprints f "
         f"WHERE f.dataset = d.id AND f.kind IN ({', '.join(repr(k) for k in CURRENT_KINDS)})) AND EXISTS "
         "(SELECT 1 FROM censusdp_charges c WHERE c.dataset = d.id AND c.rho <> '0/1') ORDER BY id")]
+
+
+def _check_fingerprints(fingerprints: Mapping[str, str]) -> None:
+    for kind, digest in fingerprints.items():
+        if not isinstance(digest, str) or not _HEX.fullmatch(digest) or not _ID.fullmatch(kind):
+            raise CensusDPError("ledger: a fingerprint must be a kind and a lowercase hex digest")
+
+
+def _record_fingerprints(sql: SQL, fingerprints: Mapping[str, str], dataset: str, first_run: str) -> None:
+    """Bind each fingerprint to ``dataset`` unless it is bound already (never re-pointed: see the triggers)."""
+    for kind, digest in fingerprints.items():
+        sql("INSERT INTO censusdp_fingerprints (fingerprint, kind, dataset, first_run, created) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO NOTHING", (digest, kind, dataset, first_run, _now()))
 
 
 def _refuse_while_unbound(sql: SQL) -> None:

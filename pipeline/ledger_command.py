@@ -36,8 +36,8 @@ def add_ledger(sub: Sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_ledger)
     actions = p.add_subparsers(dest="ledger_action", metavar="ACTION")
-    bind = actions.add_parser("bind", help="data curator: record that a microdata file is an existing dataset "
-                              "(a dataset charged before fingerprints existed, or another form of its file)")
+    bind = actions.add_parser("bind", help="data curator, once per dataset charged before fingerprints existed: "
+                              "record that a microdata file is that dataset's data")
     bind.add_argument("dataset", help="the dataset id in the ledger")
     bind.add_argument("config", help="a release configuration that reads the file (TOML)")
     bind.add_argument("--microdata", help="microdata file (overrides input.path)")

@@ -68,13 +68,11 @@ def resolve_ledger_location(configured: str | None) -> str:
     ``$CENSUSDP_LEDGER``: a configuration must not be able to move the budget away from the installation's ledger.
     """
     env = os.environ.get(LEDGER_ENV, "").strip()
-    if not configured:
-        return default_ledger_location()
-    if env and _same_place(env, configured):
-        return default_ledger_location()
-    if env:
+    if env and configured and not _same_place(env, configured):
         raise ValueError(f"names another ledger than ${LEDGER_ENV}, the installation's ledger; remove ledger.path "
                          "(a configuration cannot move the budget to a fresh ledger)")
+    if env or not configured:
+        return default_ledger_location()
     return configured if is_postgres_url(configured) else str(Path(configured).expanduser().resolve())
 
 

@@ -104,18 +104,10 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
     """
     run_dir = run_dir.resolve()
     manifest = _json(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
-    raw = manifest["config_raw"]
-    recorded_digest = config_digest(raw)
-    for key, value in (("solver", solver), ("runner", runner)):
-        if value is not None:
-            raw.setdefault("postprocess", {})[key] = value
-    config = parse_recorded_config(raw, str(run_dir / "manifest.json"),
-                                   base=Path(manifest["config"]["source"]).parent,
-                                   ledger_location=ledger or default_ledger_location())
+    config, book, charge = _recorded(manifest["config_raw"], manifest["run_id"], str(run_dir / "manifest.json"),
+                                     Path(manifest["config"]["source"]).parent, ledger or default_ledger_location(),
+                                     solver, runner)
     source = RecordedSource(**manifest["random_source"])
-    book = PrivacyLedger(config.ledger.location)
-    charge = book.charge_of(manifest["run_id"])
-    _check_recorded(charge, recorded_digest, manifest["run_id"])
     if not _vouched(charge, run_dir / "measurements"):
         source.publishable = False  # the ledger, not an editable manifest, says whether the noise was seeded
     run = stages.start_release(config, (out_root or run_dir.parent).resolve(), source)
@@ -127,10 +119,22 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
     return _reconcile_and_publish(run, run.measurements_dir)
 
 
-def _check_recorded(charge: Charge | None, recorded_digest: str, run_id: str) -> None:
+def _recorded(raw: dict[str, Any], run_id: str, source: str, base: Path, ledger_location: str,
+              solver: str | None, runner: str | None) -> tuple[ReleaseConfig, PrivacyLedger, Charge | None]:
+    """A run's recorded configuration (only the solver and runner may change), the user's ledger and the run's
+    charge there.  With a charge, the recorded configuration must be the one charged: an edited manifest or
+    ``complete.json`` would state a relation, budget or invariants that the measurements do not have."""
+    recorded_digest = config_digest(raw)
+    for key, value in (("solver", solver), ("runner", runner)):
+        if value is not None:
+            raw.setdefault("postprocess", {})[key] = value
+    config = parse_recorded_config(raw, source, base=base, ledger_location=ledger_location)
+    ledger = PrivacyLedger(config.ledger.location)
+    charge = ledger.charge_of(run_id)
     if charge is not None and charge.config_hash != recorded_digest:
         raise CensusDPError(f"run {run_id}: its recorded configuration is not the one the ledger charged (edited?); "
                             "nothing was published")
+    return config, ledger, charge
 
 
 def _vouched(charge: Charge | None, measurements: Path) -> bool:
@@ -158,18 +162,10 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
     work_dir = out_root / f".{run_id}.partial"
     marker = _json(work_dir / "measurements" / stages.COMPLETE_MARKER,
                    f"cannot resume run {run_id}: its measurements were not all saved; start a new release")
-    raw = marker["config_raw"]
-    recorded_digest = config_digest(raw)
-    for key, value in (("solver", solver), ("runner", runner)):
-        if value is not None:
-            raw.setdefault("postprocess", {})[key] = value
-    config = parse_recorded_config(raw, marker["config_source"], base=Path(marker["config_source"]).parent,
-                                   ledger_location=ledger_location)
-    ledger = PrivacyLedger(config.ledger.location)
-    charge = ledger.charge_of(run_id)
+    config, ledger, charge = _recorded(marker["config_raw"], run_id, marker["config_source"],
+                                       Path(marker["config_source"]).parent, ledger_location, solver, runner)
     if charge is None:
         raise CensusDPError(f"cannot resume run {run_id}: the ledger {ledger.location} has no charge for it")
-    _check_recorded(charge, recorded_digest, run_id)
     if str(charge.rho) != marker["rho_exact"]:
         raise CensusDPError(f"cannot resume run {run_id}: its measurements spent rho {marker['rho_exact']} but the "
                             f"ledger charged {charge.rho}")

@@ -22,10 +22,10 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.uncertainty_bootstrap import bootstrap_intervals
-from tests.conftest import tiny_microdata
+from tests.conftest import TINY_TOML, tiny_microdata
 
 RELEASES, REPLICATES = 40, 120
-TWO_LEVELS = """
+TWO_LEVELS = ("""
 [input]
 path = "microdata.parquet"
 geography = "geography.parquet"
@@ -53,23 +53,14 @@ width = 0
 name = "unit"
 width = 4
 
-[[attributes]]
-name = "colour"
-column = "COLOUR"
-values = ["red", "green", "blue"]
-mapping = { r = "red", g = "green", b = "blue" }
-
-[[attributes]]
-name = "adult"
-column = "ADULT"
-values = ["0", "1"]
-
-[strategy.root]
+"""  # the attributes of the tiny fixture, as tests/conftest.py declares them
+              + TINY_TOML[TINY_TOML.index("[[attributes]]"): TINY_TOML.index("[strategy.root]")].format()
+              + """[strategy.root]
 detailed = "1"
 
 [strategy.unit]
 detailed = "1"
-"""
+""")
 
 
 @pytest.mark.slow
