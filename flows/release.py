@@ -13,7 +13,9 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.settings import hardened_prefect
 from pipeline import release as stages
+from pipeline.config import ReleaseConfig
 from pipeline.errors import CensusDPError, type_only_errors
 from pipeline.options import insecure_seed_is_allowed, load_release_config, random_source
 from pipeline.runner import make_runner
@@ -44,7 +46,12 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
     if insecure_seed is not None and not insecure_seed_is_allowed():
         # a deployment parameter alone must not switch off the CSPRNG: only the CLI's --insecure-seed flag
         raise CensusDPError("insecure_seed is for tests only: pass --insecure-seed on the censusdp command line")
-    config = load_release_config(config_path, microdata, geography, fmt, rho, runner)
+    with hardened_prefect():  # again here: a deployment run may come from a worker that never entered them
+        return _release(load_release_config(config_path, microdata, geography, fmt, rho, runner), out_dir,
+                        insecure_seed)
+
+
+def _release(config: ReleaseConfig, out_dir: str | None, insecure_seed: int | None) -> str:
     out_root = Path(out_dir).resolve() if out_dir else config.output.dir
     run = start_task(config, out_root, random_source(insecure_seed))
     chunk_runner = None

@@ -40,4 +40,7 @@ def serve(config_path: str, cron: str, name: str = DEPLOYMENT_NAME, out_dir: str
     """Serve the deployment until interrupted (runs execute in this process)."""
     from prefect import serve as prefect_serve
 
-    prefect_serve(make_deployment(config_path, cron, name, out_dir))
+    from flows.settings import hardened_prefect
+
+    with hardened_prefect():
+        prefect_serve(make_deployment(config_path, cron, name, out_dir))

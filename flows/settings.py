@@ -1,32 +1,39 @@
-"""Apply the hardened Prefect settings (flows/prefect.toml) before Prefect is imported anywhere.
+"""The hardened Prefect settings (flows/prefect.toml), entered as a Prefect settings context.
 
-The privacy-relevant settings are forced, not defaulted: a user's profile cannot turn result persistence
-back on for censusdp flows.  Where Prefect runs (API URL, home folder) stays the user's choice; without an
-API URL Prefect uses its embedded local server on SQLite under PREFECT_HOME.
+The privacy-relevant settings are forced, not defaulted: a user's profile or environment cannot turn result
+persistence back on for censusdp flows.  They are applied with ``prefect.settings.temporary_settings`` around
+every flow call (CLI and ``serve``) and again inside the flow body, so a deployment run started by any worker
+gets them too; nothing is written to ``os.environ`` (importing ``flows`` changes nothing in the process).
+Where Prefect runs (API URL, home folder) stays the user's choice; without an API URL Prefect starts its
+embedded local server on SQLite under PREFECT_HOME, and that server inherits these settings.
 """
 
 from __future__ import annotations
 
-import os
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 SETTINGS_FILE = Path(__file__).with_name("prefect.toml")
+# not a privacy setting, so only a default: the embedded server can take longer than Prefect's 20 s to start
+# on a busy 2-core machine, and a batch job should wait rather than fail
+STARTUP_TIMEOUT_DEFAULT = {"server.ephemeral.startup_timeout_seconds": 120}
 
 
-def hardened_environment() -> dict[str, str]:
-    """The PREFECT_* variables that flows/prefect.toml stands for."""
+def hardened_settings() -> dict[str, Any]:
+    """Dotted Prefect setting names -> values, as flows/prefect.toml states them."""
     table = tomllib.loads(SETTINGS_FILE.read_text())
-    env = {}
-    for section, values in table.items():
-        for key, value in values.items():
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-            env[f"PREFECT_{section.upper()}_{key.upper()}"] = text
-    return env
+    return {f"{section}.{key}": value for section, values in table.items() for key, value in values.items()}
 
 
-def apply_hardened_settings() -> None:
-    os.environ.update(hardened_environment())
-    # not a privacy setting, so only a default: the embedded server can take longer than Prefect's 20 s to
-    # start on a busy 2-core machine, and a batch job should wait rather than fail
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+@contextmanager
+def hardened_prefect() -> Iterator[None]:
+    """Run the enclosed Prefect calls under the hardened settings (forced) and the startup default."""
+    from prefect.settings import get_current_settings, temporary_settings
+
+    defaults = {name: value for name, value in STARTUP_TIMEOUT_DEFAULT.items()
+                if not get_current_settings().server.ephemeral.model_fields_set & {"startup_timeout_seconds"}}
+    with temporary_settings(updates=hardened_settings(), set_defaults=defaults):
+        yield

@@ -102,9 +102,12 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
             root = Path(out).resolve() if out else cfg.output.dir
             return run_release(cfg, root, random_source(insecure_seed))
         from flows.release import release_flow
+        from flows.settings import hardened_prefect
 
-        return Path(release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
-                                 geography=geography, fmt=fmt, rho=rho, runner=runner, insecure_seed=insecure_seed))
+        with hardened_prefect():  # before the flow call: the embedded server starts with the hardened settings
+            return Path(release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
+                                     geography=geography, fmt=fmt, rho=rho, runner=runner,
+                                     insecure_seed=insecure_seed))
 
 
 def cmd_release(args: argparse.Namespace) -> int:

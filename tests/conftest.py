@@ -11,7 +11,18 @@ import pytest
 pytest_plugins = ["tests.helpers.postgres", "tests.helpers.ledgers"]  # a throw-away PostgreSQL server; ledgers
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data" / "ppmf_pl94_perry_al.csv"
+# the repository is cloned next to shared/; a copy inside it (mutmut's mutants/) finds it a level further up
+SHARED = next((p / "shared" for p in REPO.parents if (p / "shared" / "data").is_dir()), REPO.parent / "shared")
+SHARED_DATA = SHARED / "data" / "ppmf_pl94_perry_al.csv"
+
+
+def require_shared_data() -> Path:
+    """The real PPMF sample.  The repository is always cloned next to ``shared/`` (here and in CI), so a missing
+    sample is a broken checkout to report, not a reason to skip."""
+    assert SHARED_DATA.is_file(), (f"shared PPMF sample not found at {SHARED_DATA}: clone the repository next to "
+                                   "shared/ (its data/ folder holds ppmf_pl94_perry_al.csv)")
+    return SHARED_DATA
+
 
 TINY_TOML = """
 [input]

@@ -11,7 +11,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.ledger import PrivacyLedger
 from pipeline.ledger_location import default_ledger_location
-from tests.conftest import TINY_TOML, tiny_microdata
+from tests.conftest import TINY_TOML, require_shared_data, tiny_microdata
 
 MARKER_ROW = 1234  # the bad value is planted in this row (1-based data row)
 
@@ -159,11 +159,7 @@ def test_ragged_csv(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_mdf_block_group_that_does_not_match_the_block(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.conftest import SHARED_DATA
-
-    if not SHARED_DATA.exists():
-        pytest.skip("shared PPMF sample not present")
-    frame = pl.read_csv(SHARED_DATA, infer_schema=False)
+    frame = pl.read_csv(require_shared_data(), infer_schema=False)
     frame = frame.with_columns(pl.when(pl.int_range(pl.len()) == 99).then(pl.lit("9"))
                                .otherwise(pl.col("TABBLKGRPCE")).alias("TABBLKGRPCE"))
     frame.write_csv(tmp_path / "ppmf.csv")

@@ -39,6 +39,26 @@ def leak_dataset(folder: Path) -> Path:
     return folder / "config.toml"
 
 
+# `censusdp release` (the same main()) with the measure stage's helper wrapped: it notes the Prefect settings in
+# force while a task runs (public booleans only), so removing the hardening fails the test even though every
+# task also asks for no persistence itself
+SPY_DRIVER = """
+import json, sys
+import pipeline.release as stages
+from prefect.settings import get_current_settings
+from pipeline.cli import main
+original, seen = stages.measure_level, []
+def spy(*args, **kwargs):
+    s = get_current_settings()
+    seen.append([s.results.persist_by_default, s.tasks.default_persist_result, s.logging.log_prints])
+    return original(*args, **kwargs)
+stages.measure_level = spy
+code = main(sys.argv[2:])
+open(sys.argv[1], "w").write(json.dumps(seen))
+sys.exit(code)
+"""
+
+
 @pytest.mark.slow
 def test_release_through_prefect_publishes_and_leaks_nothing(tmp_path: Path) -> None:
     config = leak_dataset(tmp_path)
@@ -49,9 +69,12 @@ def test_release_through_prefect_publishes_and_leaks_nothing(tmp_path: Path) -> 
            "PREFECT_API_URL": "", "PYTHONPATH": str(REPO), "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
            "PREFECT_TASKS_DEFAULT_PERSIST_RESULT": "true", "PREFECT_LOCAL_STORAGE_PATH": str(storage),
            "PREFECT_LOGGING_LOG_PRINTS": "true"}
-    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", str(config), "--insecure-seed", "3"],
+    seen = tmp_path / "settings-seen.json"
+    done = subprocess.run([sys.executable, "-c", SPY_DRIVER, str(seen), "release", str(config), "--insecure-seed", "3"],
                           env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+    # inside every measure task the hardened settings held, whatever the profile said
+    assert json.loads(seen.read_text()) == [[False, False, False]] * 4
     run_dir = Path(done.stdout.strip().splitlines()[-1])
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert [lv["name"] for lv in manifest["levels"]] == ["root", "region", "district", "unit"]

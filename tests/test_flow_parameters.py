@@ -4,6 +4,8 @@ the CLI's --insecure-seed changes nothing in the process's environment) and rho 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.errors import CensusDPError
 from pipeline.options import insecure_seed_is_allowed
+from tests.conftest import REPO
 
 
 def test_the_flow_refuses_a_seed_it_was_not_given_by_the_cli(tiny_release: Path) -> None:
@@ -41,3 +44,26 @@ def test_the_deployment_takes_rho_as_the_readme_writes_it(tiny_release: Path) ->
     for given, exact in ((1.5, Fraction(3, 2)), (2, Fraction(2)), ("64/25", Fraction(64, 25)), (0.1, Fraction(1, 10))):
         checked = release_flow.validate_parameters({"config_path": str(tiny_release), "rho": given})
         assert load_release_config(str(tiny_release), rho=checked["rho"]).budget.rho == exact
+
+
+def test_importing_the_flows_changes_nothing_in_the_process() -> None:
+    """The hardened settings are a Prefect settings context entered around flow calls, not os.environ edits
+    (polars, imported first, sets its own allocator variable on import)."""
+    probe = ("import os, polars; before = dict(os.environ); import flows, flows.release, flows.serve, flows.settings; "
+             "assert dict(os.environ) == before, [k for k in before if os.environ.get(k) != before[k]]")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_hardened_settings_override_a_hostile_profile() -> None:
+    from prefect.settings import get_current_settings, temporary_settings
+
+    from flows.settings import hardened_prefect
+
+    hostile = {"results.persist_by_default": True, "tasks.default_persist_result": True, "logging.log_prints": True}
+    with temporary_settings(updates=hostile), hardened_prefect():
+        settings = get_current_settings()
+        assert not settings.results.persist_by_default and not settings.tasks.default_persist_result
+        assert not settings.logging.log_prints and not settings.server.analytics_enabled
+    with temporary_settings(updates=hostile):  # and only while entered
+        assert get_current_settings().results.persist_by_default

@@ -9,12 +9,14 @@ import pytest
 import scipy.sparse as sp
 
 import postprocess.least_squares as least_squares
+from pipeline.random_source import seeded_random_source
 from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
 from postprocess.fast_path import applies, largest_remainder, project
 from postprocess.layout import plan_batches, plan_blocks
 from postprocess.problem import validate
 from postprocess.reconcile import solve_batch
 from postprocess.rounding import _greedy, round_batch
+from postprocess.ties import TieSource
 
 
 class NumpySource:
@@ -175,8 +177,10 @@ def test_ties_with_invariants_are_broken_at_random():
 
 
 def test_the_run_random_source_fits_the_protocol():
-    random_source = pytest.importorskip("pipeline.random_source")
-    result = tie_level(rng=random_source.seeded_random_source(7))
+    source = seeded_random_source(7)
+    assert isinstance(source, TieSource)
+    result = tie_level(rng=source)
+    assert result.report["tie_break"] == "random"
     np.testing.assert_array_equal(result.counts.sum(axis=0), [1, 1, 1])
 
 

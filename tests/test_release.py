@@ -12,16 +12,11 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.config_load import load_config
-from tests.conftest import SHARED_DATA
+from tests.conftest import require_shared_data
+from tests.helpers.releases import release_dir
 
 OUTPUT = '[output]\ndir = "runs"'
-
-
-def release(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> Path:
-    code = main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", "11", *extra])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return Path(out.strip().splitlines()[-1])
+SEED = 11  # --insecure-seed of every release here
 
 
 def dense(table: pl.DataFrame, attributes: list[str]) -> dict[tuple[str, ...], int]:
@@ -43,7 +38,7 @@ def check_consistency(run_dir: Path, levels: list[tuple[str, int]], attributes: 
 
 def test_tiny_release_is_consistent_and_keeps_invariants(tiny_release: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    run_dir = release(tiny_release, capsys)
+    run_dir = release_dir(capsys, tiny_release, seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     levels = [(lv["name"], lv["width"]) for lv in manifest["levels"]]
     check_consistency(run_dir, levels, ["colour", "adult"])
@@ -70,7 +65,7 @@ def test_tiny_release_is_consistent_and_keeps_invariants(tiny_release: Path,
 
 
 def test_measurements_file_schema(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_dir = release(tiny_release, capsys)
+    run_dir = release_dir(capsys, tiny_release, seed=SEED)
     frame = pl.read_parquet(run_dir / "measurements" / "district.parquet")
     assert frame.columns == ["level", "geoid", "query", "cell", "noisy_value", "rho", "sigma2"]
     assert frame.schema["noisy_value"] == pl.Int64
@@ -81,8 +76,8 @@ def test_measurements_file_schema(tiny_release: Path, capsys: pytest.CaptureFixt
 
 def test_seeded_runs_reproduce_and_system_runs_differ(tiny_release: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    a = release(tiny_release, capsys, "--out", str(tiny_release.parent / "a"))
-    b = release(tiny_release, capsys, "--out", str(tiny_release.parent / "b"))
+    a = release_dir(capsys, tiny_release, "--out", str(tiny_release.parent / "a"), seed=SEED)
+    b = release_dir(capsys, tiny_release, "--out", str(tiny_release.parent / "b"), seed=SEED)
     read = lambda d: pl.read_parquet(d / "measurements" / "unit.parquet")["noisy_value"].to_numpy()  # noqa: E731
     assert np.array_equal(read(a), read(b))
     code = main(["-q", "release", str(tiny_release), "--no-prefect", "--out", str(tiny_release.parent / "c")])
@@ -94,13 +89,13 @@ def test_seeded_runs_reproduce_and_system_runs_differ(tiny_release: Path,
 @pytest.mark.slow
 def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    if not SHARED_DATA.exists():
-        pytest.skip("shared PPMF sample not present")
+    shared_data = require_shared_data()
     assert main(["init", "--out", str(tmp_path / "pl94.toml")]) == 0
     text = (tmp_path / "pl94.toml").read_text().replace('geography = "geography.parquet"', "")
     text = text.replace('# path = "..."', f'path = "{tmp_path / "ledger.sqlite"}"')  # not beside shared data
     (tmp_path / "pl94.toml").write_text(text)
-    run_dir = release(tmp_path / "pl94.toml", capsys, "--microdata", str(SHARED_DATA), "--format", "mdf-pl94")
+    run_dir = release_dir(capsys, tmp_path / "pl94.toml", "--microdata", str(shared_data), "--format", "mdf-pl94",
+                          seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     levels = [(lv["name"], lv["width"]) for lv in manifest["levels"]]
     assert [n for n, _ in levels] == ["us", "state", "county", "tract", "block_group", "block"]
@@ -118,7 +113,7 @@ def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path,
 def test_many_small_chunks_give_a_consistent_release(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = tiny_release.read_text().replace(OUTPUT, OUTPUT + "\n\n[postprocess]\nchunk_cells = 13")
     tiny_release.write_text(text)
-    run_dir = release(tiny_release, capsys)
+    run_dir = release_dir(capsys, tiny_release, seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     # a chunk never splits a parent's children: one chunk per district, the smallest possible
     assert manifest["reconciliation"]["unit"]["chunks"] == 6
@@ -131,10 +126,9 @@ def test_many_small_chunks_give_a_consistent_release(tiny_release: Path, capsys:
 @pytest.mark.slow
 def test_release_on_a_local_dask_cluster_of_two_workers(tiny_release: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("distributed")
     text = tiny_release.read_text().replace(OUTPUT, OUTPUT + "\n\n[postprocess]\nchunk_cells = 60")
     tiny_release.write_text(text)
-    run_dir = release(tiny_release, capsys, "--runner", "dask-local:2")
+    run_dir = release_dir(capsys, tiny_release, "--runner", "dask-local:2", seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["config"]["postprocess"]["runner"] == "dask-local:2"
     assert manifest["reconciliation"]["unit"]["chunks"] > 1
@@ -147,7 +141,7 @@ def test_laplace_selected_for_one_level(tiny_release: Path, capsys: pytest.Captu
     text = tiny_release.read_text().replace('[strategy.unit]\ndetailed = "1"', '[strategy.unit]\nmechanism = "laplace"'
                                             '\ndetailed = "1"')
     tiny_release.write_text(text)
-    run_dir = release(tiny_release, capsys)
+    run_dir = release_dir(capsys, tiny_release, seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     unit = next(a for a in manifest["allocation"] if a["level"] == "unit")
     assert unit["mechanism"] == "laplace"

@@ -10,17 +10,12 @@ import numpy as np
 import polars as pl
 import pytest
 
+from pipeline import reconcile_chunk
 from pipeline import release as stages
-from pipeline.cli import main
 from pipeline.ledger import PrivacyLedger
 from pipeline.ledger_location import default_ledger_location
 from tests.conftest import TINY_TOML
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["-q", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out.strip(), captured.err
+from tests.helpers.releases import cli
 
 
 def ledger_of(config: Path) -> PrivacyLedger:
@@ -58,23 +53,38 @@ def test_two_releases_then_a_refused_third_then_a_free_postprocess(tiny_release:
     assert json.loads(out)["ledger"] == default_ledger_location()
 
 
-def test_postprocess_reproduces_the_tables_from_measurements_alone(tiny_release: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = cli(capsys, "release", str(tiny_release), "--no-prefect", "--insecure-seed", "9")
-    run_dir = Path(out)
-    (tiny_release.parent / "microdata.parquet").unlink()  # post-processing must not need the microdata
-    code, again, _ = cli(capsys, "postprocess", str(run_dir), "--out", str(tiny_release.parent / "pp"))
+def test_postprocess_reproduces_the_tables_from_measurements_alone(
+        tiny_release: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Rounding ties are broken at random by design: each chunk's tie keys come from a stream seeded by the
+    # release's CSPRNG, or by the OS in a post-processing run, which may not draw from the run's source
+    # (pipeline.release.chunk_tasks).  So a plain re-run may differ wherever a tie is re-drawn, and below it
+    # (seen with this seed: at every level).  Two precise checks instead of a tolerance: with the tie keys
+    # pinned, the re-run is the release exactly (everything else is rebuilt from the measurements alone);
+    # with fresh keys, everything the invariants fix is unchanged.
+    def tables(run_dir: Path) -> dict[str, list[tuple[object, ...]]]:
+        return {level: pl.read_parquet(run_dir / "tables" / f"{level}.parquet").sort("geoid", "colour", "adult").rows()
+                for level in ("root", "region", "district", "unit")}
+
+    def node_totals(run_dir: Path, level: str) -> dict[str, int]:
+        table = pl.read_parquet(run_dir / "tables" / f"{level}.parquet")
+        return dict(table.group_by("geoid").agg(pl.col("count").sum()).rows())
+
+    real_stream = reconcile_chunk.seeded_random_source
+    with monkeypatch.context() as pinned:
+        pinned.setattr(reconcile_chunk, "seeded_random_source", lambda tie_seed: real_stream(0))
+        code, out, _ = cli(capsys, "release", str(tiny_release), "--no-prefect", "--insecure-seed", "9")
+        assert code == 0
+        run_dir = Path(out)
+        (tiny_release.parent / "microdata.parquet").unlink()  # post-processing must not need the microdata
+        code, again, _ = cli(capsys, "postprocess", str(run_dir), "--out", str(tiny_release.parent / "pp"))
+        assert code == 0
+    assert tables(Path(again)) == tables(run_dir)
+    code, fresh, _ = cli(capsys, "postprocess", str(run_dir), "--out", str(tiny_release.parent / "fresh"))
     assert code == 0
-    for level in ("root", "region", "district", "unit"):
-        first = pl.read_parquet(run_dir / "tables" / f"{level}.parquet")
-        second = pl.read_parquet(Path(again) / "tables" / f"{level}.parquet")
-        keys = ["geoid", "colour", "adult"]
-        both = first.join(second, on=keys, how="full", coalesce=True, suffix="_again").fill_null(0)
-        diff = (both["count"] - both["count_again"]).abs()
-        # the same measurements and solver: only randomly broken rounding ties (and what follows from them
-        # below) may differ, so the two tables are close but need not be equal
-        assert diff.sum() <= 0.05 * first["count"].sum(), level
-        assert first["count"].sum() == second["count"].sum()
+    for level in ("root", "region"):  # the total is an invariant at root and region
+        assert node_totals(Path(fresh), level) == node_totals(run_dir, level), level
+    for level in ("district", "unit"):  # below, only the sum over the level (the root's total) is fixed
+        assert sum(node_totals(Path(fresh), level).values()) == sum(node_totals(run_dir, level).values()), level
 
 
 def test_a_run_that_died_after_measuring_is_resumed_without_new_noise(

@@ -12,6 +12,7 @@ import pytest
 
 from geography.levels import Level
 from geography.tree import build_tree
+from pipeline import release as stages
 from pipeline.cli import main
 from pipeline.noise import sample_discrete_gaussian
 from pipeline.random_source import seeded_random_source
@@ -19,19 +20,14 @@ from pipeline.synth import synthesize
 from pipeline.uncertainty import gls_estimates, load_run, write_estimates
 from pipeline.uncertainty_bootstrap import bootstrap_intervals
 from pipeline.uncertainty_command import add_uncertainty
+from postprocess import QueryMeasurement
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
 from postprocess.gls_algebra import marginal
-
-
-def release(config: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    code = main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", "5"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return Path(out.strip().splitlines()[-1])
+from tests.helpers.releases import release_dir
 
 
 def test_write_estimates_of_a_run(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_dir = release(tiny_release, capsys)
+    run_dir = release_dir(capsys, tiny_release)
     paths = write_estimates(run_dir)
     assert {p.name for p in paths} == {f"{n}.parquet" for n in ("root", "region", "district", "unit")}
     root = pl.read_parquet(run_dir / "estimates" / "root.parquet")
@@ -55,27 +51,74 @@ def test_write_estimates_of_a_run(tiny_release: Path, capsys: pytest.CaptureFixt
 
 
 def test_bootstrap_of_a_run(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_dir = release(tiny_release, capsys)
+    run_dir = release_dir(capsys, tiny_release)
     summary = bootstrap_intervals(run_dir, replicates=3, seed=1)
     assert set(summary["levels"]) == {"root", "region", "district", "unit"}
-    assert summary["levels"]["root"]["sd_total"] == 0  # an invariant: every replicate keeps it
+    # the total is an invariant at root and region only: every replicate keeps it there, not below
+    assert summary["levels"]["root"]["sd_total"] == 0 and summary["levels"]["region"]["sd_total"] == 0
+    assert summary["levels"]["district"]["sd_total"] > 0 and summary["levels"]["unit"]["sd_total"] > 0
     unit = pl.read_parquet(run_dir / "bootstrap" / "unit.parquet")
-    assert (unit["ci_low"] <= unit["ci_high"]).all() and (unit["boot_sd"] >= 0).all()
-    table = pl.read_parquet(run_dir / "tables" / "unit.parquet")
-    assert unit["published"].sum() == table["count"].sum()
+    # fresh noise in every replicate: the unit level has no invariant, so most cells move between replicates
+    # (93% with these seeds; identical replicates would give 0)
+    assert (unit["boot_sd"] > 0).mean() > 0.8
+    # every published cell is reported, under its own geoid and attribute values, with its published count
+    keys = ["geoid", "colour", "adult"]
+    table = pl.read_parquet(run_dir / "tables" / "unit.parquet").select(*keys, published=pl.col("count"))
+    reported = (unit.filter(pl.col("published") > 0).with_columns(pl.col(keys).cast(pl.String))
+                .select(*keys, "published"))
+    assert reported.sort(keys).rows() == table.with_columns(pl.col(keys).cast(pl.String)).sort(keys).rows()
     with pytest.raises(ValueError):
         bootstrap_intervals(run_dir, replicates=1)
 
 
-def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_dir = release(tiny_release, capsys)
+def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GLS fit of a run folder read back (``load_run``) equals the GLS fit of the same release's noisy
+    measurements and invariants as the release held them in memory, before anything was written."""
+    drawn: dict[str, list[list[QueryMeasurement]]] = {}  # per level name: one list of measurements per chunk
+    held: list[stages.ReleaseRun] = []
+    real_measure, real_publish = stages.measure_level, stages.publish
+
+    def measure_level(schema, histograms, allocations, rng):  # the real one, keeping what it drew
+        out = real_measure(schema, histograms, allocations, rng)
+        drawn.setdefault(allocations[0].level, []).append(out)
+        return out
+
+    def publish(run: stages.ReleaseRun) -> Path:
+        held.append(run)
+        return real_publish(run)
+
+    monkeypatch.setattr(stages, "measure_level", measure_level)
+    monkeypatch.setattr(stages, "publish", publish)
+    run_dir = release_dir(capsys, tiny_release)
+    assert not (run_dir / "estimates").exists()  # nothing written until write_estimates is called
+    (memory,) = held
+    assert memory.tree is not None
+    schema = memory.config.schema
+    levels = []
+    for level, spec in enumerate(memory.config.levels):
+        chunks = drawn[spec.name]
+        queries = []
+        for q, allocation in enumerate(memory.level_allocations(level)):
+            query = schema.parse_query(allocation.query)
+            assert {chunk[q].name for chunk in chunks} == {query.name}
+            axes = tuple(schema.names.index(a) for a in query.attributes)
+            queries.append(GlsQuery(axes, float(allocation.sigma2), np.concatenate([c[q].noisy for c in chunks])))
+        invariants = [GlsInvariant(tuple(schema.names.index(a) for a in schema.parse_query(i.name).attributes),
+                                   i.values) for i in memory.invariants.get(level, [])]
+        levels.append(GlsLevel(memory.tree.parent[level], queries, invariants))
+    from_memory = solve_gls(levels, schema.shape)
+
     run = load_run(run_dir)
-    result = gls_estimates(run)
-    estimates = pl.read_parquet(run_dir / "estimates" / "unit.parquet") if (run_dir / "estimates").exists() else None
-    assert estimates is None  # nothing written until write_estimates is called
+    from_files = gls_estimates(run)
+    assert sum(len(i) for i in run.invariants.values()) == 2  # the total at root and region
     for level in range(run.tree.depth):
-        assert result.estimates[level].shape == (run.tree.n_nodes(level), 6)
-        np.testing.assert_allclose(result.estimates[level].sum(axis=1).sum(), result.estimates[0].sum(), rtol=1e-9)
+        assert from_files.estimates[level].shape == (run.tree.n_nodes(level), 6)
+        np.testing.assert_allclose(from_files.estimates[level], from_memory.estimates[level], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(from_files.query_variance(level), from_memory.query_variance(level),
+                                   rtol=1e-12, atol=0)
+        # consistent: every level adds up to the root
+        np.testing.assert_allclose(from_files.estimates[level].sum(), from_files.estimates[0].sum(), rtol=1e-9)
 
 
 # --- coverage on synthetic data: pl94 schema, six levels, a tiny strategy, repeated noisy measurements -------
@@ -144,7 +187,7 @@ def test_coverage_check_fails_for_a_wrong_variance(synthetic_truth) -> None:
 
 def test_estimates_of_a_postprocess_run_match(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A ``censusdp postprocess`` folder points at the original measurements: the same GLS estimates."""
-    run_dir = release(tiny_release, capsys)
+    run_dir = release_dir(capsys, tiny_release)
     assert main(["-q", "postprocess", str(run_dir)]) == 0
     again = Path(capsys.readouterr().out.strip().splitlines()[-1])
     first, second = gls_estimates(load_run(run_dir)), gls_estimates(load_run(again))
@@ -154,7 +197,7 @@ def test_estimates_of_a_postprocess_run_match(tiny_release: Path, capsys: pytest
 
 
 def test_uncertainty_command(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_dir = release(tiny_release, capsys)
+    run_dir = release_dir(capsys, tiny_release)
     parser = argparse.ArgumentParser()
     add_uncertainty(parser.add_subparsers())
     args = parser.parse_args(["uncertainty", str(run_dir), "--bootstrap", "2", "--seed", "4"])
