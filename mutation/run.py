@@ -1,0 +1,183 @@
+"""Run mutmut on the privacy modules: the whole set (the score in SCORE.md) or CI's bounded sample.
+
+    python mutation/run.py                 # a random sample of the mutants (--fraction, --size, --seed)
+    python mutation/run.py --fraction 1    # every mutant of [tool.mutmut] only_mutate (many hours on 2 cores)
+    python mutation/run.py --ci            # CI: the functions of privacy modules changed since the scored
+                                           # commit (or, when none changed, a few drawn at random), in a copy
+                                           # of the checkout with the test selection narrowed to their tests
+
+Both start one throw-away PostgreSQL server for the whole run ($CENSUSDP_TEST_POSTGRES_URL), so the forked
+test runs of each mutant do not each start their own.  In --ci mode a mutant that survives and is not listed in
+SURVIVORS.toml fails the job (exit 1); the sample is bounded by --max-functions and --budget-s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_FILE = REPO / "mutants" / "sample.txt"
+sys.path.insert(0, str(REPO))
+
+
+def mutated_modules(root: Path = REPO) -> list[str]:
+    return tomllib.loads((root / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+
+
+def functions_of(path: Path, lines: set[int] | None = None) -> list[str]:
+    """mutmut's glob for each top-level function and method it mutates in a module (those touching `lines`, if
+    given)."""
+    module = ".".join(path.with_suffix("").parts)
+    tree = ast.parse((REPO / path).read_text())
+    globs = []
+    for node in tree.body:
+        members = [(node, "")] if isinstance(node, ast.FunctionDef) else []
+        if isinstance(node, ast.ClassDef):
+            members = [(m, node.name) for m in node.body if isinstance(m, ast.FunctionDef)]
+        for function, owner in members:
+            if any(not (isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod"))
+                   for d in function.decorator_list):
+                continue  # mutmut leaves decorated functions alone
+            if lines is not None and not lines & set(range(function.lineno, (function.end_lineno or 0) + 1)):
+                continue
+            name = f"xǁ{owner}ǁ{function.name}" if owner else f"x_{function.name}"
+            globs.append(f"{module}.{name}__mutmut_*")
+    return globs
+
+
+def scored_commit() -> str | None:
+    score = REPO / "mutation" / "SCORE.md"
+    match = re.search(r"scored commit: ([0-9a-f]{40})", score.read_text()) if score.exists() else None
+    return match.group(1) if match else None
+
+
+def changed_lines(base: str, path: str) -> set[int]:
+    diff = subprocess.run(["git", "diff", "-U0", base, "HEAD", "--", path], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout
+    lines: set[int] = set()
+    for start, count in re.findall(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", diff, flags=re.M):
+        lines |= set(range(int(start), int(start) + int(count or 1)))
+    return lines
+
+
+def ci_sample(max_functions: int) -> tuple[list[str], bool]:
+    """Functions changed since the scored commit, True; when none, a draw seeded by the commit (varies per
+    commit), False."""
+    base = scored_commit()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    changed: list[str] = []
+    if base and subprocess.run(["git", "cat-file", "-e", base], cwd=REPO).returncode == 0:
+        for path in mutated_modules():
+            changed += functions_of(Path(path), changed_lines(base, path))
+    draw = random.Random(head or "no-git")
+    pool = changed or [g for path in mutated_modules() for g in functions_of(Path(path))]
+    print(f"mutation sample: {len(changed)} changed functions since {base or 'no scored commit'}; "
+          f"testing {min(max_functions, len(pool))} of {len(pool)}")
+    return sorted(draw.sample(pool, min(max_functions, len(pool)))), bool(changed)
+
+
+def own_tests(module: str, mapped: list[str]) -> list[str]:
+    """The module's own test files among those that run it (test_noise*.py for noise_cdf.py, ...): the releases
+    that also run it take minutes, CI's budget is a few; the full run keeps every test."""
+    prefix = "test_" + Path(module).stem.split("_")[0]
+    return [t for t in mapped if Path(t).stem.startswith(prefix)] or mapped
+
+
+def narrowed_copy(globs: list[str]) -> Path:
+    """The checkout copied with only the sampled modules mutated and only their tests selected."""
+    copy = Path(tempfile.mkdtemp(prefix="censusdp-mutation-")) / "repo"
+    tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout.split()
+    for name in tracked:
+        if (REPO / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, copy / name)
+    modules = sorted({g.split(".x")[0].replace(".", "/") + ".py" for g in globs})
+    tests_by_module = tomllib.loads((REPO / "mutation" / "tests_by_module.toml").read_text())
+    tests = sorted({t for m in modules for t in own_tests(m, tests_by_module.get(m, []))})
+    text = (copy / "pyproject.toml").read_text()
+    text = re.sub(r"only_mutate = \[[^\]]*\]", "only_mutate = " + repr(modules).replace("'", '"'), text)
+    text = re.sub(r"pytest_add_cli_args_test_selection = \[[^\]]*\]",
+                  "pytest_add_cli_args_test_selection = " + repr(tests).replace("'", '"'), text)
+    (copy / "pyproject.toml").write_text(text)
+    return copy
+
+
+def with_test_server(argvs: list[list[str]], cwd: Path, budget_s: float | None = None) -> None:
+    """Run the commands with one private PostgreSQL server shared by every forked test run."""
+    from tests.helpers.postgres import _PrivateServer
+
+    server = _PrivateServer()
+    env = dict(os.environ)
+    try:
+        env["CENSUSDP_TEST_POSTGRES_URL"] = server.start().admin
+        for argv in argvs:
+            try:
+                subprocess.run(argv, cwd=cwd, env=env, timeout=budget_s)
+            except subprocess.TimeoutExpired:
+                print(f"mutation: the {budget_s:.0f} s budget ran out; reporting the mutants checked so far")
+    finally:
+        server.stop()
+
+
+def stratified_sample(fraction: float, seed: int) -> list[str]:
+    """The same fraction of every module's mutants, drawn uniformly (at least one per module)."""
+    from mutation.report import mutmut_results
+
+    by_module: dict[str, list[str]] = {}
+    for mutant in mutmut_results():
+        by_module.setdefault(mutant.name.split(".x")[0], []).append(mutant.name)
+    draw = random.Random(seed)
+    return sorted(name for names in by_module.values()
+                  for name in draw.sample(sorted(names), max(1, round(fraction * len(names)))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ci", action="store_true", help="CI's bounded sample instead of every mutant")
+    parser.add_argument("--max-functions", type=int, default=4)
+    parser.add_argument("--budget-s", type=float, default=300.0, help="wall-clock limit of the --ci mutmut run")
+    parser.add_argument("--fraction", type=float, default=0.2, help="share of every module's mutants to run")
+    parser.add_argument("--size", type=int, default=250, help="then this many of those, drawn uniformly (0: all)")
+    parser.add_argument("--seed", type=int, default=20261201, help="seed of both draws")
+    args = parser.parse_args(argv)
+    os.chdir(REPO)  # mutmut reads [tool.mutmut] from the working directory
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the PostgreSQL server on the way out
+    mutmut = [str(Path(sys.executable).with_name("mutmut")), "run", "--max-children", str(os.cpu_count() or 2)]
+    report = [sys.executable, "mutation/report.py"]
+    if args.ci:
+        globs, changed = ci_sample(args.max_functions)
+        copy = narrowed_copy(globs)
+        (copy.parent / "shared").symlink_to(REPO.parent / "shared")  # the tests find ../shared next to the checkout
+        with_test_server([[*mutmut, *globs]], copy, args.budget_s)
+        code = subprocess.run([*report, "--sample", *globs], cwd=copy).returncode
+        # a change must not bring unlisted survivors; functions drawn at random only report (the whole run's
+        # survivors are tracked in SCORE.md and survivors/)
+        return code if changed else 0
+    if args.fraction >= 1:
+        with_test_server([mutmut], REPO)
+        return subprocess.run(report, cwd=REPO).returncode
+    # generate the mutants and collect stats (mutmut then stops: the name matches nothing), draw, run the draw
+    with_test_server([[*mutmut, "censusdp-generate-only"]], REPO)
+    names = stratified_sample(args.fraction, args.seed)
+    if args.size:
+        names = sorted(random.Random(args.seed).sample(names, min(args.size, len(names))))
+    SAMPLE_FILE.write_text(f"# fraction {args.fraction} (seed {args.seed}), then {len(names)} of those drawn uniformly "
+                           f"(seed {args.seed})\n" + "\n".join(names) + "\n")
+    with_test_server([[*mutmut, *names]], REPO)
+    return subprocess.run([*report, "--names-file", str(SAMPLE_FILE)], cwd=REPO).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
