@@ -38,7 +38,7 @@ PLANTED = (
                   "if insecure_seed is not None and not insecure_seed_is_allowed():", "if False:",
                   "tests/test_flow_parameters.py::test_the_flow_refuses_a_seed_it_was_not_given_by_the_cli"),
     PlantedMutant("the hardened Prefect settings emptied", "flows/settings.py",
-                  "return {f\"{section}.{key}\": value", "return {} or {f\"{section}.{key}\": value",
+                  "return {f\"{section}.{key}\": value", "return {} and {f\"{section}.{key}\": value",
                   "tests/test_flow.py::test_release_through_prefect_publishes_and_leaks_nothing"),
     PlantedMutant("unexpected errors reach Prefect with their text", "pipeline/errors.py",
                   "    @functools.wraps(stage)\n    def guarded",
