@@ -491,6 +491,7 @@ def test_difference_enclosure_is_certified(scale: str, width: int, prec: int) ->
     b = Fraction(scale)
     enc = nc.laplace_difference_enclosure((b, width), prec)
     assert enc.sigma2 == (b, width) and enc.prec == prec and enc.jmax == width - 1
+    assert len(enc.g_lo) == len(enc.g_hi) == width  # G(m), m = 1 .. W
     assert enc.g_lo[-1] == enc.g_hi[-1] == 0  # G(W) = 0: the whole support
     f = difference_cdf(b, width)
     for t, k in enumerate(range(-width, width)):

@@ -309,9 +309,28 @@ def test_default_rng_is_the_production_source(monkeypatch: pytest.MonkeyPatch, s
     seen: list[RandomSource] = []
     monkeypatch.setattr(noise.noise_table, "sample_table", lambda table, n, rng: seen.append(rng))
     monkeypatch.setattr(noise.noise_laplace_table, "sample_laplace_table", lambda b, n, rng: seen.append(rng))
+    seeded = seeded_random_source(1)
     sampler(2, 4)
-    sampler(2, 4, rng=seeded_random_source(1))
-    assert [r.publishable for r in seen] == [True, False]
+    sampler(2, 4, rng=seeded)
+    assert seen[0].publishable is True and seen[1] is seeded
+
+
+@pytest.mark.parametrize("sampler", [sample_discrete_gaussian_cks, sample_discrete_laplace_cks])
+def test_cks_samplers_use_the_given_rng_or_the_production_source(
+    monkeypatch: pytest.MonkeyPatch, sampler: Callable
+) -> None:
+    seen: list[RandomSource] = []
+
+    def attempts(t: int, s: int, n: int, rng: RandomSource) -> np.ndarray:
+        seen.append(rng)
+        return np.arange(n, dtype=np.int64)
+
+    monkeypatch.setattr(noise, "_laplace_attempts", attempts)
+    monkeypatch.setattr(noise, "_gaussian_accept", lambda y, p, q, t, rng: np.ones(y.size, dtype=bool))
+    seeded = seeded_random_source(1)
+    assert sampler(2, 4).tolist() == [0, 1, 2, 3]
+    assert sampler(2, 4, rng=seeded).tolist() == [0, 1, 2, 3]
+    assert seen[0].publishable is True and seen[-1] is seeded
 
 
 @pytest.mark.parametrize(
