@@ -268,7 +268,7 @@ def test_cdf_enclosure_rounds_outward_from_wide_exp_bounds(sigma2: str, monkeypa
         assert_encloses(enc.lo(k), f, enc.hi(k), prec, k)
 
 
-def test_cdf_enclosure_stays_in_range_from_uninformative_lower_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_enclosures_stay_in_range_from_uninformative_lower_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     """exp lower bounds of 0 (valid, useless): the upper bounds of G must still be capped at 2^prec."""
     real = nc.exp_neg
     monkeypatch.setattr(nc, "exp_neg", lambda num, den, w: (0, real(num, den, w)[1]))
@@ -276,6 +276,9 @@ def test_cdf_enclosure_stays_in_range_from_uninformative_lower_bounds(monkeypatc
         enc = nc.cdf_enclosure(Fraction(7, 3), prec)
         assert all(0 <= lo <= hi <= 1 << prec for lo, hi in zip(enc.g_lo, enc.g_hi, strict=True))
         assert enc.g_hi[0] == 1 << prec and enc.lo(0) == 0
+        diff = nc.laplace_difference_enclosure((Fraction(100), 5), prec)  # q ~ 0.99: S_hi(1) > Z_lo here
+        assert all(0 <= lo <= hi <= 1 << prec for lo, hi in zip(diff.g_lo, diff.g_hi, strict=True))
+        assert diff.g_hi[0] == 1 << prec and diff.lo(0) == 0
 
 
 # ---- CdfEnclosure: lo, hi, locate ----------------------------------------------------------------------
@@ -517,8 +520,9 @@ def test_difference_enclosure_rounds_outward_from_wide_exp_bounds(
 @pytest.mark.parametrize("prec", [16, 64])
 def test_enclosures_stay_certain_with_few_guard_bits(prec: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Certainty rests on outward rounding alone, not on the 64 guard bits (those keep bounds tight, and let the
-    Gaussian tail bound reach 2^-prec): with _GUARD = 2 a floor or ceiling taken on the wrong side, or a sum
-    started above zero, shows at the output precision, and every bound must still hold."""
+    Gaussian tail bound reach 2^-prec): with 2 guard bits (Gaussian) or none (Laplace, whose bounds need no tail
+    bound) a floor or ceiling taken on the wrong side, or a sum started above zero, shows at the output
+    precision, and every bound must still hold."""
     monkeypatch.setattr(nc, "_GUARD", 2)
     for sigma2 in ("1/2", "1", "7/3", "50"):
         s2 = Fraction(sigma2)
@@ -526,6 +530,7 @@ def test_enclosures_stay_certain_with_few_guard_bits(prec: int, monkeypatch: pyt
         ks = list(range(-enc.jmax - 1, enc.jmax + 1))
         for k, f in zip(ks, gaussian_cdf(s2, ks), strict=True):
             assert_encloses(enc.lo(k), f, enc.hi(k), prec, (sigma2, k))
+    monkeypatch.setattr(nc, "_GUARD", 0)
     for scale in ("1/2", "7/3", "40"):
         b = Fraction(scale)
         g_lo, g_hi = nc.laplace_g_bounds(b, prec, 60)
@@ -533,9 +538,10 @@ def test_enclosures_stay_certain_with_few_guard_bits(prec: int, monkeypatch: pyt
         for m in range(1, 61):
             assert_encloses(g_lo[m - 1], laplace_g(b, m), g_hi[m - 1], prec, (scale, m))
             assert_encloses(cdf.g(m)[0], laplace_g(b, m), cdf.g(m)[1], prec, (scale, m))
-    for scale, width in (("7/3", 4), ("40", 9)):
+    for scale, width in (("7/3", 4), ("40", 9), ("1/20", 9), ("100", 3)):
         b = Fraction(scale)
         enc = nc.laplace_difference_enclosure((b, width), prec)
         f = difference_cdf(b, width)
         for t, k in enumerate(range(-width, width)):
             assert_encloses(enc.lo(k), f[t], enc.hi(k), prec, (scale, k))
+        assert enc.g_lo[-1] == enc.g_hi[-1] == 0
