@@ -302,7 +302,8 @@ def test_delta_cks20_is_capped_at_one_and_zero_at_rho_zero() -> None:
     assert delta_cks20(0, 0) == 0.0 and delta_cks20(0, 5) == 0.0 and delta_cks20(Fraction(0), 0.5) == 0.0
 
 
-EPS_CASES = [(0.5, 1e-10), (Fraction(1, 3), 1e-6), (0.01, 1e-5), (5.0, 1e-12), (0.2, 0.3), (2, 0.5), (100.0, 1e-300)]
+EPS_CASES = [(1, 1e-6), (0.5, 1e-10), (Fraction(1, 3), 1e-6), (0.01, 1e-5), (5.0, 1e-12), (0.2, 0.3), (2, 0.5),
+             (100.0, 1e-300)]
 
 
 @pytest.mark.parametrize(("rho", "delta"), EPS_CASES)
