@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.accounting import epsilon_cks20
+from pipeline.accounting import epsilon_cks20, rho_for_epsilon_delta
 from pipeline.errors import CensusDPError
 from pipeline.ledger import (
     STATUSES,
@@ -26,6 +26,7 @@ from pipeline.ledger import (
     Charge,
     FailureReason,
     PrivacyLedger,
+    cap_from_epsilon_delta,
     config_digest,
     config_hash,
 )
@@ -410,3 +411,13 @@ def test_config_digest_is_canonical_and_keeps_no_password() -> None:
     assert digest == hashlib.sha256(json.dumps(public, sort_keys=True).encode()).hexdigest()
     assert config_digest(raw | {"budget": {"rho": Fraction(1, 3), "delta": "1e-10"}}) != digest
     assert raw["ledger"]["path"] == "postgresql://alice:s3cret@db/ledger"  # the caller's table is not changed
+
+
+def test_a_cap_from_epsilon_delta_is_the_accountings_exact_conversion() -> None:
+    for epsilon, delta in ((1.0, 1e-10), (2.5, 1e-6), (0.1, 0.5)):
+        cap = cap_from_epsilon_delta(epsilon, delta)
+        assert type(cap) is Fraction and cap == rho_for_epsilon_delta(epsilon, delta)
+        assert epsilon_cks20(cap, delta) <= epsilon
+    with pytest.raises(CensusDPError) as info:
+        cap_from_epsilon_delta(-1.0, 1e-9)
+    one_line_naming(info, "ledger: cannot build a rho cap: ")
