@@ -7,8 +7,10 @@ holds only for the exact law).  These tests pin that contract down at every leve
 - the primitives (ceiling division, exp series, enclosure product, exp(-x)) at small and large widths,
   including degenerate ones (0 bits, x = 0, x just above 0, x at the 0.7 w cut-off);
 - the Gaussian, Laplace and Laplace-difference enclosures at 0 .. 128 bits, including J (the cut) exactly;
-- outward rounding: fed deliberately *wide* (still valid) exp bounds, each enclosure must stay valid, so a
-  lower bound built from an upper one (or vice versa) is caught even though the guard bits hide it normally;
+- outward rounding: fed deliberately *wide* (still valid) exp bounds, or computed with the guard bits cut to
+  2 (or 0), each enclosure must stay valid, so a lower bound built from an upper one (or vice versa) is caught
+  even though the 64 guard bits hide it normally;
+- the inclusive cut rule for J, at a knife-edge sigma2 found by bisection;
 - ``locate`` against a brute-force reading of its docstring, from any starting hint.
 No statistics: every assertion is exact, so nothing here can fail by chance.
 """
@@ -326,7 +328,7 @@ def test_locate_at_every_boundary_matches_the_rule(sigma2: str, prec: int, bits:
 
 
 def test_locate_refuses_more_bits_than_the_precision() -> None:
-    assert HAND.locate(255, 8) == 4 - 1 or HAND.locate(255, 8) is None  # bits == prec is allowed
+    assert HAND.locate(250, 8) == 3 and HAND.locate(255, 8) is None  # bits == prec is allowed
     with pytest.raises(ValueError, match="bits"):
         HAND.locate(0, 9)
     with pytest.raises(ValueError, match="bits"):

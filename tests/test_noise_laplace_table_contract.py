@@ -158,7 +158,7 @@ def test_split_width_values() -> None:
 @pytest.mark.parametrize("widen", [0, 3, 2**62])
 def test_laplace_table_entries(scale: str, widen: int) -> None:
     b = Fraction(scale)
-    table = nl.build_laplace_table(b, widen=widen)
+    table = nl.build_laplace_table(b, widen=widen) if widen else nl.build_laplace_table(b)
     k = table.kmax
     assert k == nl._default_kmax(b) and (table.sigma2, table.law) == (b, "laplace")
     assert table.low.size == table.high_m1.size == 2 * k + 2
@@ -184,7 +184,7 @@ def test_laplace_table_with_given_length(scale: str, kmax: int) -> None:
 def test_difference_table_entries(scale: str, width: int, widen: int, fresh_caches: None) -> None:
     """The whole support |d| < W; F(W-1) = 1 exactly, whose L is capped at 2^64 - 1."""
     b = Fraction(scale)
-    table = nl.build_difference_table(b, width, widen=widen)
+    table = nl.build_difference_table(b, width, widen=widen) if widen else nl.build_difference_table(b, width)
     assert (table.sigma2, table.kmax, table.law) == ((b, width), width - 1, "laplace_difference")
     cdf = difference_cdf(b, width)
     for t, kk in enumerate(range(-width, width)):
@@ -230,6 +230,27 @@ def test_sample_split_is_w_a_plus_d_on_scripted_uniforms(fresh_caches: None) -> 
     d = [invert(fd, (ud[0] << 64) | extra[1], 128)] + [invert(fd, u, 64) for u in ud[1:]]
     assert x.tolist() == [w * ai + di for ai, di in zip(a, d, strict=True)]
     assert np.abs(x).max() > w
+
+
+def test_sample_split_fast_path_over_two_chunks(fresh_caches: None) -> None:
+    """Chunks whose U's all fall in pure cells take the fast path (W times A's guide value plus D's): a first
+    full chunk of those, then a second short one, both filled; every value checked by inversion in mpmath."""
+    b = Fraction(40)
+    w = nl.split_width(b)
+    a_table, d_table = nl.get_laplace_table(b / w), nl.get_difference_table(b, w)
+    ua, ud = pure_cell_us(a_table, [0, 3, 11, -2, -1]), pure_cell_us(d_table, [-1, 6, 1, -3])
+    n = nl._CHUNK + 2
+    script: list[int] = []
+    for start in (0, nl._CHUNK):
+        m = min(nl._CHUNK, n - start)
+        script += [ua[(start + i) % 5] for i in range(m)] + [ud[(start + i) % 4] for i in range(m)]
+    rng = ScriptedSource(script)
+    x = nl.sample_split(b, w, n, rng)
+    assert rng.requests == [2 * nl._CHUNK, 4]
+    fa, fd = laplace_cdf(b / w, range(-60, 61)), difference_cdf(b, w)
+    a, d = [invert(fa, u, 64) for u in ua], [invert(fd, u, 64) for u in ud]
+    assert min(d) < 0 < max(d) and min(a) < 0 < max(a)
+    assert x.tolist() == [w * a[i % 5] + d[i % 4] for i in range(n)]
 
 
 @pytest.mark.parametrize("bad", ["a", "d"])

@@ -12,6 +12,8 @@ checked here against that definition evaluated in mpmath, for U* fed digit by di
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterator
 from fractions import Fraction
 
@@ -60,16 +62,25 @@ def _mpq(x: Fraction) -> mp.mpf:
     return mp.mpf(x.numerator) / x.denominator
 
 
-def gaussian_cdf(sigma2: Fraction, ks: range) -> dict[int, mp.mpf]:
-    """F(k) of N_Z(0, sigma2) at DPS digits for k in ks."""
+@functools.cache
+def _gaussian_tails(sigma2: Fraction, cut: int) -> tuple[list[mp.mpf], mp.mpf]:
+    """(tail, Z) with tail[m] = sum_{j >= m} w_j, w_j = exp(-j^2 / (2 sigma2)), j <= cut."""
     with mp.workdps(DPS + 10):
         s2 = _mpq(sigma2)
-        cut = max(int(mp.ceil(mp.sqrt(2 * s2 * (DPS + 30) * mp.log(10)))), abs(ks.start), abs(ks.stop)) + 2
         w = [mp.exp(-mp.mpf(j * j) / (2 * s2)) for j in range(cut + 1)]
         tail = [mp.mpf(0)] * (cut + 2)
         for m in range(cut, -1, -1):
             tail[m] = tail[m + 1] + w[m]
-        z = 2 * tail[0] - w[0]
+        return tail, 2 * tail[0] - w[0]
+
+
+def gaussian_cdf(sigma2: Fraction, ks: range) -> dict[int, mp.mpf]:
+    """F(k) of N_Z(0, sigma2) at DPS digits for k in ks (terms below 1e-(DPS+30) of the total dropped)."""
+    with mp.workdps(DPS + 10):
+        s2 = _mpq(sigma2)
+        cut = max(int(mp.ceil(mp.sqrt(2 * s2 * (DPS + 30) * mp.log(10)))), abs(ks.start), abs(ks.stop)) + 2
+    tail, z = _gaussian_tails(sigma2, cut)
+    with mp.workdps(DPS + 10):
         return {k: tail[-k] / z if k < 0 else 1 - tail[k + 1] / z for k in ks}
 
 
@@ -105,9 +116,10 @@ def fresh_caches() -> Iterator[None]:
 
 def gaussian_kmax(sigma2: Fraction) -> int:
     """Least K >= 0 with G(K+1) 2^64 <= 1, from mpmath (asserting no knife edge)."""
-    cdf = gaussian_cdf(sigma2, range(-200, 1))
+    reach = int(4 * math.sqrt(float(sigma2) * 64)) + 5
+    cdf = gaussian_cdf(sigma2, range(-reach, 1))
     with mp.workdps(DPS):
-        for k in range(200):
+        for k in range(reach):
             g = cdf[-k - 1] * mp.mpf(2) ** 64
             assert abs(g - 1) > mp.mpf(10) ** -20
             if g <= 1:
@@ -127,7 +139,7 @@ def test_table_entries_are_floor_and_ceiling_of_the_cdf(sigma2: str, widen: int)
     """L = floor(F 2^64) - widen (>= 0), H = ceil(F 2^64) + widen (<= 2^64): the 128-bit enclosure decides
     the rounding of every entry here (no F 2^64 is within 2^-60 of an integer)."""
     s2 = Fraction(sigma2)
-    table = nt.build_table(s2, widen=widen)
+    table = nt.build_table(s2, widen=widen) if widen else nt.build_table(s2)
     k = table.kmax
     assert k == gaussian_kmax(s2)
     assert (table.sigma2, table.law, table.low.size, table.high_m1.size) == (s2, "gaussian", 2 * k + 2, 2 * k + 2)
@@ -154,6 +166,17 @@ def test_default_kmax_rule_is_inclusive() -> None:
         pytest.fail("no sigma2 with an upper bound of G(4) 2^128 equal to 2^64")
     assert cdf_enclosure(m, nt.TABLE_PREC).g_hi[k - 1] > target
     assert nt.build_table(m).kmax == k
+
+
+@pytest.mark.parametrize("sigma2", ["500", "5000"])
+def test_default_kmax_at_large_sigma2(sigma2: str) -> None:
+    """Where G(K) / G(K+1) < 2 (sigma2 above ~200) the rule's threshold 2^-64 (not 2^-63) decides K exactly."""
+    s2 = Fraction(sigma2)
+    table = nt.build_table(s2)
+    assert table.kmax == gaussian_kmax(s2)
+    with mp.workdps(DPS):
+        cdf = gaussian_cdf(s2, range(-table.kmax - 1, -table.kmax + 1))
+        assert cdf[-table.kmax - 1] * mp.mpf(2) ** 64 <= 1 < cdf[-table.kmax] * mp.mpf(2) ** 64 <= 2
 
 
 @pytest.mark.parametrize(("sigma2", "kmax"), [("7/3", 0), ("7/3", 3), ("1/2", 10**6)])
@@ -288,15 +311,13 @@ def boundary_us(table: nt.GaussianTable) -> list[int]:
     return sorted(us)
 
 
-def expected_by_inversion(us: list[int], refined: list[int], script: list[int], rounds_digits: list[list[int]],
+def expected_by_inversion(us: list[int], refined: list[int], first_digits: list[int],
                           cdf: dict[int, mp.mpf]) -> list[int]:
-    """X for each U, given which samples were refined: the r-th refined sample (in sample order) took digit r
-    of each round it was still undecided in.  Only one round is used here (asserted by the caller)."""
-    out = []
-    digit_of = dict(zip(refined, rounds_digits[0], strict=True)) if rounds_digits else {}
-    for i, u in enumerate(us):
-        out.append(invert(cdf, (u << 64) | digit_of[i], 128) if i in digit_of else invert(cdf, u, 64))
-    return out
+    """X for each U when the samples ``refined`` (in sample order) took one more digit each, in that order, and
+    no second round was needed (the callers assert that from the draws)."""
+    digit_of = dict(zip(refined, first_digits, strict=True))
+    return [invert(cdf, (u << 64) | digit_of[i], 128) if i in digit_of else invert(cdf, u, 64)
+            for i, u in enumerate(us)]
 
 
 def decided_at_64_bits(table: nt.GaussianTable, u: int) -> bool:
@@ -322,7 +343,7 @@ def test_sample_table_is_inversion_for_every_branch(sigma2: str, kmax: int | Non
     assert rng.requests == [len(us), len(refined)] and rng.left == 0
     cdf = gaussian_cdf(s2, range(-200, 201))
     assert x.dtype == np.int64
-    assert x.tolist() == expected_by_inversion(us, refined, us + extra, [extra], cdf)
+    assert x.tolist() == expected_by_inversion(us, refined, extra, cdf)
 
 
 @pytest.mark.parametrize("which", [0, 1, 2])
@@ -359,6 +380,21 @@ def test_sample_table_in_several_chunks_is_one_stream() -> None:
     assert nt.sample_table(table, 0, seeded_random_source(13)).size == 0
 
 
+def test_sample_table_chunk_without_impure_samples() -> None:
+    """A first chunk whose every U falls in a pure cell, then a second chunk: both are filled."""
+    table = nt.build_table(Fraction(7, 3))
+    pure = np.flatnonzero(table.guide != table.sentinel)
+    cells = [int(c) for c in pure if table.guide[c] != 0][:5]
+    us = [c << int(table.shift) for c in cells]
+    n = nt._CHUNK + 3
+    script = [us[i % len(us)] for i in range(n)]
+    rng = ScriptedSource(script)
+    x = nt.sample_table(table, n, rng)
+    assert rng.requests == [nt._CHUNK, 3]
+    expected = [int(table.guide[c]) for c in cells]
+    assert x.tolist() == [expected[i % len(us)] for i in range(n)] and 0 not in expected
+
+
 def test_resolve_impure_mixed_batch() -> None:
     """Branch 2 and branch 3 in one call, on a short table (kmax = 2 at 7/3: both tails reach refinement)."""
     s2 = Fraction(7, 3)
@@ -370,9 +406,9 @@ def test_resolve_impure_mixed_batch() -> None:
     extra = digits(14, len(refined))
     rng = ScriptedSource(extra)
     x = nt.resolve_impure(table, np.array(us, dtype=np.uint64), rng)
-    assert rng.requests == [len(refined)]
+    assert rng.requests == [len(refined)] and x.dtype == np.int64
     cdf = gaussian_cdf(s2, range(-40, 41))
-    assert x.tolist() == expected_by_inversion(us, refined, extra, [extra], cdf)
+    assert x.tolist() == expected_by_inversion(us, refined, extra, cdf)
 
 
 # ---- refinement -----------------------------------------------------------------------------------------
@@ -398,13 +434,13 @@ def test_refine_over_three_rounds(law: str, fresh_caches: None) -> None:
     assert e128.locate(v3 >> 64, 128) is None
     r = digits(15, 12)
     us = [v2 >> 64, 5 << 60, v3 >> 128, (1 << 63) + 12345]
-    script = [v2 & MASK, r[0], (v3 >> 64) & MASK, r[1],  # round 1: all four undecided (U in an enclosure)
-              r[2], v3 & MASK,  # round 2: the first and third
-              r[3]]  # round 3: the third
+    script = [v2 & MASK, r[0], (v3 >> 64) & MASK, r[1],  # round 1: one digit for each of the four samples
+              r[2], v3 & MASK,  # round 2: the first and third, still undecided at 128 bits
+              r[3]]  # round 3: the third, still undecided at 192 bits
     rounds = [[0, 1, 2, 3], [0, 2], [2]]  # samples undecided in each round (the 2nd and 4th finish in round 1)
     rng = ScriptedSource(script)
     x = nt._refine(param, np.array(us, dtype=np.uint64), rng, law)
-    assert rng.requests == [len(rd) for rd in rounds] and rng.left == 0
+    assert rng.requests == [len(rd) for rd in rounds] and rng.left == 0 and x.dtype == np.int64
     expected = [invert(cdf, (v2 << 64) | r[2], 192), invert(cdf, (5 << 124) | r[0], 128),
                 invert(cdf, (v3 << 64) | r[3], 256), invert(cdf, (((1 << 63) + 12345) << 64) | r[1], 128)]
     assert x.tolist() == expected
