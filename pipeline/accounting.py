@@ -42,7 +42,10 @@ def _real(
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a number, got {value!r}")
     if isinstance(value, (str, Fraction)):
-        value = parse_rational(value)
+        try:
+            value = parse_rational(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
     elif isinstance(value, numbers.Integral):
         value = int(value)
     elif isinstance(value, numbers.Real):
@@ -95,10 +98,12 @@ def delta_cks20(rho: Number, epsilon: float) -> float:
             return 0.0
 
         def slope(a: mp.mpf) -> mp.mpf:
-            return (2 * a - 1) * r - e + mp.log(1 - 1 / a)
+            return (2 * a - 1) * r - e + mp.log1p(-1 / a)
 
         a = _bisect(slope, mp.mpf(1), _bracket_above(slope, mp.mpf(2)))
-        delta = mp.exp((a - 1) * (a * r - e)) / (a - 1) * (1 - 1 / a) ** a
+        # In logs, with log1p: for tiny rho the order alpha exceeds 10^50, where 1 - 1/alpha rounds to 1 at
+        # 50 digits and (1 - 1/alpha)^alpha would come out as 1 instead of 1/e -- a delta below the bound.
+        delta = mp.exp((a - 1) * (a * r - e) - mp.log(a - 1) + a * mp.log1p(-1 / a))
         return min(1.0, _up(delta))
 
 
@@ -120,7 +125,7 @@ def epsilon_cks20(rho: Number, delta: float) -> float:
             mp.mpf(1),
             _bracket_above(lambda a: r * (a - 1) ** 2 - (lg - mp.log(a)), mp.mpf(2)),
         )
-        eps = a * r + (lg + (a - 1) * mp.log(1 - 1 / a) - mp.log(a)) / (a - 1)
+        eps = a * r + (lg + (a - 1) * mp.log1p(-1 / a) - mp.log(a)) / (a - 1)
         return max(0.0, _up(eps, slack=1e-15))
 
 
@@ -151,12 +156,11 @@ def rho_for_epsilon_delta(epsilon: float, delta: float) -> Fraction:
         def excess(u: mp.mpf) -> mp.mpf:
             a = 1 + mp.exp(u)
             rr = (lg - mp.log(a)) / (a - 1) ** 2
-            return e - (a * rr + (lg + (a - 1) * mp.log(1 - 1 / a) - mp.log(a)) / (a - 1))
+            return e - (a * rr + (lg + (a - 1) * mp.log1p(-1 / a) - mp.log(a)) / (a - 1))
 
         a = 1 + mp.exp(_bisect(excess, mp.mpf(-100), mp.log(mp.exp(lg) - 1)))
-        best = (e - ((lg - mp.log(a)) / (a - 1) + mp.log(1 - 1 / a))) / a
-        man, exp = best.man_exp
-        exact = Fraction(int(man)) * Fraction(2) ** int(exp)
+        best = (e - ((lg - mp.log(a)) / (a - 1) + mp.log1p(-1 / a))) / a
+        exact = Fraction(*best.as_integer_ratio())  # signed: man_exp would drop the sign
     if exact <= 0:
         raise ValueError(f"epsilon = {epsilon} is too small to express a positive rho")
     # The top 1e-12 is left as margin: epsilon values are rounded-up floats, so the exact inverse of

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import mpmath as mp
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -160,3 +161,59 @@ def test_validation_errors_name_the_argument(call, name: str) -> None:
 def test_compose_refuses_floats() -> None:
     with pytest.raises(TypeError):
         compose_zcdp([0.5])
+
+
+def reference_delta(rho: Fraction | float, epsilon: float) -> mp.mpf:
+    """CKS20 Corollary 13's delta at 300 digits, written from the formula (no log1p): at that precision
+    1 - 1/alpha is exact enough for every order alpha below 10^250, which covers rho down to 10^-400."""
+    with mp.workdps(300):
+        r = mp.mpf(rho.numerator) / rho.denominator if isinstance(rho, Fraction) else mp.mpf(rho)
+        e = mp.mpf(epsilon)
+        lo, hi = mp.mpf(1), mp.mpf(2)
+        while (2 * hi - 1) * r - e + mp.log(1 - 1 / hi) < 0:
+            hi *= 2
+        for _ in range(2000):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if (2 * mid - 1) * r - e + mp.log(1 - 1 / mid) < 0 else (lo, mid)
+        return mp.exp((hi - 1) * (hi * r - e)) / (hi - 1) * (1 - 1 / hi) ** hi
+
+
+TINY_RHOS = [Fraction(1, 10**400), 1e-300, 1e-150, 3.0018652698241398e-102, 1e-60, 1e-20, 1e-8, 0.3, 40.0]
+
+
+@pytest.mark.parametrize("rho", TINY_RHOS)
+@pytest.mark.parametrize("c", [0.0, 0.5, 3.0, 8.0])
+def test_delta_is_never_below_the_bound_at_any_rho(rho: Fraction | float, c: float) -> None:
+    """At epsilon = c sqrt(rho) (delta ~ sqrt(rho) there, a normal float for every rho listed) the reported delta
+    is the 300-digit bound rounded up by at most 1e-12.  1 - 1/alpha evaluated at 50 digits rounds to 1 for
+    rho below ~1e-90, which once reported deltas ~20% too small (1.239e-51 for 1.486e-51 at rho = 3e-102,
+    epsilon = 1e-60)."""
+    epsilon = c * math.sqrt(float(rho))
+    ref = reference_delta(rho, epsilon)
+    assert mp.mpf(10) ** -300 < ref < 1
+    got = delta_cks20(rho, epsilon)
+    assert ref <= got <= ref * (1 + mp.mpf(10) ** -12)
+
+
+@pytest.mark.parametrize("rho", TINY_RHOS)
+@pytest.mark.parametrize("delta", [1e-5, 1e-12])
+def test_epsilon_holds_at_any_rho(rho: Fraction | float, delta: float) -> None:
+    """The 300-digit delta at the reported epsilon is <= delta, and 1e-9 less epsilon would exceed it
+    (unless epsilon is 0, reachable when delta is above the bound at epsilon = 0)."""
+    eps = epsilon_cks20(rho, delta)
+    assert reference_delta(rho, eps) <= delta
+    if eps > 0:
+        assert reference_delta(rho, eps * (1 - 1e-9)) > delta
+    else:
+        assert reference_delta(rho, 0.0) <= delta
+
+
+@pytest.mark.parametrize("epsilon", [1e-300, 1e-30, 1e-3, 2.0])
+def test_rho_for_a_target_holds_against_the_reference(epsilon: float) -> None:
+    rho = rho_for_epsilon_delta(epsilon, 1e-10)
+    assert rho > 0 and reference_delta(rho, epsilon) <= 1e-10
+
+
+def test_unparseable_budget_names_the_argument() -> None:
+    with pytest.raises(ValueError, match="rho must be a number"):
+        epsilon_cks20("one half", 1e-6)
