@@ -138,6 +138,20 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
+def by_module(mutants: list[Mutant]) -> str:
+    """One line per module: what the sample drew from it and what became of those mutants."""
+    modules: dict[str, list[Mutant]] = {}
+    for mutant in mutants:
+        modules.setdefault(mutant.name.split(".x")[0], []).append(mutant)
+    lines = [f"{'module':<34}{'drawn':>6}{'killed':>8}{'timeout':>8}{'equivalent':>11}{'other':>6}"]
+    for module, members in sorted(modules.items()):
+        part = build_report(members, whole_run=False)
+        killed, timeout = part.counts["killed"], part.counts["timeout"]
+        other = len(members) - killed - timeout - part.equivalent
+        lines.append(f"{module:<34}{len(members):>6}{killed:>8}{timeout:>8}{part.equivalent:>11}{other:>6}")
+    return "\n".join(lines)
+
+
 def wilson_interval(report: Report, z: float = 1.96) -> tuple[float, float]:
     """95% interval of the whole population's score from the sample's (Wilson score interval)."""
     n = sum(report.counts[s] for s in report.counts if s != "not checked") - report.equivalent
@@ -192,15 +206,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--todo", action="store_true", help="print TOML stubs for the unlisted survivors only")
     args = parser.parse_args(argv)
     drawn = read_sample(args.names_file) if args.names_file else None
-    report = build_report(mutmut_results(args.sample or drawn), whole_run=not (args.sample or drawn))
+    mutants = mutmut_results(args.sample or drawn)
+    report = build_report(mutants, whole_run=not (args.sample or drawn))
     if args.todo:
         print(todo_entries(report))
         return 0
     text = render(report)
     if drawn:
         low, high = wilson_interval(report)
-        text += (f"\nscored on a stratified random sample ({args.names_file.read_text().splitlines()[0][2:]}) of "
-                 f"{len(drawn)} mutants; 95% Wilson interval of the score: [{low:.1%}, {high:.1%}]")
+        header = [line[2:] for line in args.names_file.read_text().splitlines() if line.startswith("# ")]
+        text += (f"\nscored on a stratified random sample ({header[0]}) of {len(drawn)} mutants; 95% Wilson "
+                 f"interval of the score: [{low:.1%}, {high:.1%}]" + "".join(f"\n{h}" for h in header[1:]))
+        text += "\n\n" + by_module(mutants)
     print(text)
     if args.write:
         SCORE_FILE.write_text(score_page(text))

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -175,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         names = sorted(random.Random(args.seed).sample(names, min(args.size, len(names))))
     SAMPLE_FILE.write_text(f"# fraction {args.fraction} (seed {args.seed}), then {len(names)} of those drawn uniformly "
                            f"(seed {args.seed})\n" + "\n".join(names) + "\n")
+    started = time.monotonic()
     with_test_server([[*mutmut, *names]], REPO)
+    with SAMPLE_FILE.open("a") as sample:
+        sample.write(f"# wall time of the sample's mutmut run: {time.monotonic() - started:.0f} s "
+                     f"({os.cpu_count()} cores)\n")
     return subprocess.run([*report, "--names-file", str(SAMPLE_FILE)], cwd=REPO).returncode
 
 
