@@ -2,7 +2,7 @@
 
     python benchmarks/reconcile.py [--persons 100000] [--seed 1] [--workers 1,2] [--max-cvxpy-cells 2000000]
 
-Synthesises a state (``pipeline.synth``), builds block / block group / tract histograms over the PL94 cells
+Synthesises a state (``pipeline.synth.population``), builds block / block group / tract histograms over the PL94 cells
 (hhgq 8 x votingage 2 x hispanic 2 x cenrace 63 = 2016), measures them with exact discrete Gaussian noise
 (seeded test source: a benchmark, not a release) and reconciles every level against the true level above:
 
@@ -33,10 +33,10 @@ import scipy.sparse as sp
 
 from geography.presets import US_CENSUS_LEVELS
 from geography.tree import build_tree
-from pipeline.histograms import all_level_histograms, lowest_histograms
-from pipeline.noise import sample_discrete_gaussian
-from pipeline.random_source import seeded_random_source
-from pipeline.synth import synthesize
+from pipeline.dp.noise import sample_discrete_gaussian
+from pipeline.dp.random_source import seeded_random_source
+from pipeline.io.histograms import all_level_histograms, lowest_histograms
+from pipeline.synth.population import synthesize
 from postprocess import QueryMeasurement, reconcile_level
 
 SHAPE = (8, 2, 2, 63)  # hhgq, votingage, hispanic, cenrace

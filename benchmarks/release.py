@@ -15,12 +15,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline import release as stages
-from pipeline.commands import preset_text
-from pipeline.config_load import load_config
-from pipeline.random_source import system_random_source
-from pipeline.runner import make_runner
-from pipeline.synth import write_synthetic
+from pipeline.cli.commands import preset_text
+from pipeline.config.load import load_config
+from pipeline.dp.random_source import system_random_source
+from pipeline.release import stages
+from pipeline.release.runner import make_runner
+from pipeline.synth.population import write_synthetic
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""The release as a Prefect flow: the same stages as ``pipeline.release.run_release``, one task per stage and level.
+"""The release as a Prefect flow: the same stages as ``pipeline.release.stages.run_release``, one task per
+stage and level.
 
 Parameters are paths and budgets only.  Tasks share one in-memory ``ReleaseRun`` (whose repr is public) and
 never return data; results are not persisted and inputs are never hashed for caching (NO_CACHE).
@@ -14,11 +15,12 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.settings import hardened_prefect
-from pipeline import release as stages
-from pipeline.config import ReleaseConfig
+from pipeline.config.model import ReleaseConfig
+from pipeline.config.options import insecure_seed_is_allowed, load_release_config, random_source
 from pipeline.errors import CensusDPError, type_only_errors
-from pipeline.options import insecure_seed_is_allowed, load_release_config, random_source
-from pipeline.runner import make_runner
+from pipeline.release import stages
+from pipeline.release.runner import make_runner
+from pipeline.uncertainty.gls import write_estimates
 from postprocess import ReconciliationError
 
 PUBLIC = (ReconciliationError,)  # its messages carry sizes and statuses only, never a count
@@ -53,7 +55,7 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
 
 def _release(config: ReleaseConfig, out_dir: str | None, insecure_seed: int | None) -> str:
     out_root = Path(out_dir).resolve() if out_dir else config.output.dir
-    run = start_task(config, out_root, random_source(insecure_seed))
+    run = start_task(config, out_root, random_source(insecure_seed), write_estimates=write_estimates)
     chunk_runner = None
     try:
         chunk_runner = make_runner(config.runner)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.config_load import load_config
+from pipeline.config.load import load_config
 from pipeline.errors import CensusDPError
 
 DEPLOYMENT_NAME = "scheduled"

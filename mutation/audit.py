@@ -27,11 +27,12 @@ class PlantedMutant:
 
 
 PLANTED = (
-    PlantedMutant("a quarter of the noise variance where a release draws its measurements", "pipeline/measure.py",
+    PlantedMutant("a quarter of the noise variance where a release draws its measurements",
+                  "pipeline/release/measure.py",
                   "sample_discrete_gaussian(allocation.sigma2, answers.size",
                   "sample_discrete_gaussian(allocation.sigma2 / 4, answers.size",
                   "tests/test_calibration.py"),
-    PlantedMutant("the parametric bootstrap without noise", "pipeline/uncertainty_bootstrap.py",
+    PlantedMutant("the parametric bootstrap without noise", "pipeline/uncertainty/bootstrap.py",
                   "noisy=answers + noise.reshape(answers.shape)", "noisy=answers + 0 * noise.reshape(answers.shape)",
                   "tests/test_bootstrap_calibration.py"),
     PlantedMutant("the flow's insecure-seed guard removed", "flows/release.py",

@@ -35,7 +35,7 @@ KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 
 @dataclass(frozen=True)
 class Mutant:
-    name: str  # mutmut's, e.g. pipeline.accounting.x_compose_zcdp__mutmut_3
+    name: str  # mutmut's, e.g. pipeline.dp.accounting.x_compose_zcdp__mutmut_3
     status: str
 
     @property

@@ -63,9 +63,18 @@ def scored_commit() -> str | None:
     return match.group(1) if match else None
 
 
+def renamed_from(base: str) -> dict[str, str]:
+    """New path -> path at ``base`` for the files git sees as moved since then (a move alone changes no line)."""
+    out = subprocess.run(["git", "diff", "-M", "--name-status", base, "HEAD"], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    return {parts[2]: parts[1] for parts in (line.split("\t") for line in out.splitlines())
+            if parts[0].startswith("R") and len(parts) == 3}
+
+
 def changed_lines(base: str, path: str) -> set[int]:
-    diff = subprocess.run(["git", "diff", "-U0", base, "HEAD", "--", path], cwd=REPO, capture_output=True,
-                          text=True, check=True).stdout
+    old = renamed_from(base).get(path, path)
+    diff = subprocess.run(["git", "diff", "-U0", "-M", base, "HEAD", "--", old, path], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout
     lines: set[int] = set()
     for start, count in re.findall(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", diff, flags=re.M):
         lines |= set(range(int(start), int(start) + int(count or 1)))
@@ -89,10 +98,14 @@ def ci_sample(max_functions: int) -> tuple[list[str], bool]:
 
 
 def own_tests(module: str, mapped: list[str]) -> list[str]:
-    """The module's own test files among those that run it (test_noise*.py for noise_cdf.py, ...): the releases
-    that also run it take minutes, CI's budget is a few; the full run keeps every test."""
-    prefix = "test_" + Path(module).stem.split("_")[0]
-    return [t for t in mapped if Path(t).stem.startswith(prefix)] or mapped
+    """The module's own test files among those that run it: in the test folder mirroring its package, those named
+    after it (tests/dp/test_cdf*.py for pipeline/dp/cdf.py), else the whole folder (tests/budget/ledger/ for
+    pipeline/budget/ledger/charges.py).  The releases that also run it take minutes, CI's budget is a few; the
+    full run keeps every test."""
+    path = Path(module)
+    folder = Path("tests", *path.parent.parts[1:])
+    mirrored = [t for t in mapped if Path(t).parent == folder]
+    return [t for t in mirrored if Path(t).stem.startswith(f"test_{path.stem}")] or mirrored or mapped
 
 
 def narrowed_copy(globs: list[str]) -> Path:

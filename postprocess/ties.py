@@ -23,7 +23,7 @@ _KEY_BITS = 31  # random key bits below the quantised fraction (32 + 31 < 64)
 
 @runtime_checkable
 class TieSource(Protocol):
-    """The part of ``pipeline.random_source.RandomSource`` the rounding uses."""
+    """The part of ``pipeline.dp.random_source.RandomSource`` the rounding uses."""
 
     def uniform_uint64(self, size: int) -> np.ndarray:
         """``size`` independent integers, uniform on [0, 2^64), dtype uint64."""

@@ -2,7 +2,7 @@
 
 This is a line-by-line transcription of Canonne, Kamath & Steinke (2020), Algorithms 1-3, using
 ``fractions.Fraction`` and a seeded ``random.Random``.  It is deliberately naive: no numpy, no batching, no
-int64 tricks, so that a two-sample test against ``pipeline.noise`` checks the vectorised implementation
+int64 tricks, so that a two-sample test against ``pipeline.dp.noise`` checks the vectorised implementation
 against an independent one.  ``random.Random`` is not a CSPRNG; that is fine here and nowhere else.
 """
 

@@ -1,4 +1,4 @@
-"""Tests of pipeline.accounting: published values, the seed chapter's worked examples, conservative
+"""Tests of pipeline.dp.accounting: published values, the seed chapter's worked examples, conservative
 rounding, and monotonicity (hypothesis)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from pipeline.accounting import (
+from pipeline.dp.accounting import (
     advanced_composition,
     advanced_composition_epsilon0,
     basic_composition,

@@ -1,4 +1,4 @@
-"""Contract tests of pipeline.accounting, written against independent computations.
+"""Contract tests of pipeline.dp.accounting, written against independent computations.
 
 Every float the module reports is "rounded up": the smallest float >= x * (1 + slack + 1e-40), x the exact bound
 (module docstring, ``_up``).  The references below compute x with mpmath at 80 digits (or exactly with
@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import accounting
-from pipeline.accounting import (
+from pipeline.dp import accounting
+from pipeline.dp.accounting import (
     _real,
     _simplest_between,
     _up,

@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
-from pipeline.uncertainty_bootstrap import bootstrap_intervals
+from pipeline.uncertainty.bootstrap import bootstrap_intervals
 from tests.conftest import TINY_TOML, tiny_microdata
 
 RELEASES, REPLICATES = 40, 120

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import pipeline.uncertainty_bootstrap as ub
-from pipeline import noise
-from pipeline.config_load import load_config
-from pipeline.options import random_source
-from pipeline.random_source import seeded_random_source
-from pipeline.release import run_release
-from pipeline.uncertainty import load_run
+import pipeline.uncertainty.bootstrap as ub
+from pipeline.config.load import load_config
+from pipeline.config.options import random_source
+from pipeline.dp import noise
+from pipeline.dp.random_source import seeded_random_source
+from pipeline.release.stages import run_release
+from pipeline.uncertainty.gls import load_run
 from tests.conftest import TINY_TOML, tiny_microdata
 
 UNIT = '[strategy.unit]\ndetailed = "1"'

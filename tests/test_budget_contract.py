@@ -1,4 +1,4 @@
-"""Contract tests of pipeline.budget: the exact split of rho over levels x queries and its recomposition.
+"""Contract tests of pipeline.budget.allocation: the exact split of rho over levels x queries and its recomposition.
 
 Accounting (seed chapter §19.4-19.5): a query at a level costs its rho once (the level's nodes are disjoint,
 Prop 19.30 for zCDP); queries and levels compose by adding rho (Thm 19.37(i)).  A Gaussian query gets
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from geography.levels import Level
-from pipeline.budget import (
+from pipeline.budget.allocation import (
     QueryAllocation,
     allocate,
     composed_rho,
@@ -27,8 +27,8 @@ from pipeline.budget import (
     level_rho,
     query_allocation,
 )
-from pipeline.config import BudgetConfig, ReleaseConfig, StrategyQuery
-from pipeline.schema import Query
+from pipeline.config.model import BudgetConfig, ReleaseConfig, StrategyQuery
+from pipeline.config.schema import Query
 
 GRID = 10**6  # the Laplace scale is a multiple of 1e-6
 

@@ -10,16 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.budget_optimize import (
-    add_optimize_arguments,
-    cmd_budget_optimize,
-    optimal_shares,
-    optimize_budget,
-    round_shares,
-)
-from pipeline.budget_optimize_toml import dump_toml
-from pipeline.commands import preset_text
-from pipeline.config_load import load_config
+from pipeline.budget.optimize import optimal_shares, optimize_budget, round_shares
+from pipeline.cli.commands import add_optimize_arguments, cmd_budget_optimize, preset_text
+from pipeline.config.load import load_config
+from pipeline.config.toml_writer import dump_toml
 from pipeline.errors import CensusDPError
 
 

@@ -24,10 +24,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline import release as stages
-from pipeline.config_load import load_config
-from pipeline.histograms import all_level_histograms, lowest_histograms
-from pipeline.random_source import seeded_random_source
+from pipeline.config.load import load_config
+from pipeline.dp.random_source import seeded_random_source
+from pipeline.io.histograms import all_level_histograms, lowest_histograms
+from pipeline.release import stages
 from tests.conftest import TINY_TOML, tiny_microdata
 
 REPS = {"gaussian": 400, "laplace": 1000}  # the Laplace's heavier tails need more draws for the same power

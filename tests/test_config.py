@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.budget import allocate
-from pipeline.commands import preset_text
-from pipeline.config_load import load_config
+from pipeline.budget.allocation import allocate
+from pipeline.cli.commands import preset_text
+from pipeline.config.load import load_config
 from pipeline.errors import ConfigError
 from tests.conftest import TINY_TOML
 
@@ -67,7 +67,7 @@ def test_presets_use_replace_one() -> None:
 def test_epsilon_target_is_solved_for_rho(tmp_path: Path) -> None:
     text = TINY_TOML.format(rho="4").replace('rho = "4"', 'epsilon = "2"')
     config = load_config(write(tmp_path, text))
-    from pipeline.accounting import epsilon_cks20
+    from pipeline.dp.accounting import epsilon_cks20
 
     assert config.budget.rho > 0 and epsilon_cks20(config.budget.rho, 1e-10) <= 2
 

@@ -10,9 +10,10 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.cli.evaluate import add_evaluate
 from pipeline.errors import CensusDPError
-from pipeline.evaluate import add_evaluate, evaluate
-from pipeline.evaluate_metrics import LABEL, entropy_bits, query_metrics, size_bin, total_variation
+from pipeline.evaluate.compare import evaluate
+from pipeline.evaluate.metrics import LABEL, entropy_bits, query_metrics, size_bin, total_variation
 from tests.helpers.releases import release_dir
 
 

@@ -44,7 +44,7 @@ def leak_dataset(folder: Path) -> Path:
 # task also asks for no persistence itself
 SPY_DRIVER = """
 import json, sys
-import pipeline.release as stages
+import pipeline.release.stages as stages
 from prefect.settings import get_current_settings
 from pipeline.cli import main
 original, seen = stages.measure_level, []

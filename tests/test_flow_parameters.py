@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main
+from pipeline.config.options import insecure_seed_is_allowed
 from pipeline.errors import CensusDPError
-from pipeline.options import insecure_seed_is_allowed
 from tests.conftest import REPO
 
 
@@ -39,7 +39,7 @@ def test_the_deployment_takes_rho_as_the_readme_writes_it(tiny_release: Path) ->
     from fractions import Fraction
 
     from flows.release import release_flow
-    from pipeline.options import load_release_config
+    from pipeline.config.options import load_release_config
 
     for given, exact in ((1.5, Fraction(3, 2)), (2, Fraction(2)), ("64/25", Fraction(64, 25)), (0.1, Fraction(1, 10))):
         checked = release_flow.validate_parameters({"config_path": str(tiny_release), "rho": given})

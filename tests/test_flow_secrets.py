@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import polars as pl
 import pytest
 
-from pipeline.ledger import PrivacyLedger
+from pipeline.budget.ledger.charges import PrivacyLedger
 from tests.conftest import REPO, TINY_TOML, tiny_microdata
 
 BAD_ROW, BAD_VALUE = 1234, "purplezqx"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.ledger import PrivacyLedger
-from pipeline.ledger_location import default_ledger_location
-from pipeline.synth import write_synthetic
+from pipeline.budget.ledger.charges import PrivacyLedger
+from pipeline.config.ledger_location import default_ledger_location
+from pipeline.synth.population import write_synthetic
 from tests.conftest import REPO
 
 
@@ -45,7 +45,7 @@ def check_runs_folder(runs: Path, levels: list[str]) -> int:
 @pytest.mark.slow
 def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> None:
     micro, geo = write_synthetic(20_000, 4, tmp_path / "data")
-    from pipeline.commands import preset_text
+    from pipeline.cli.commands import preset_text
 
     text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
     text = text.replace('geography = "geography.parquet"', f'geography = "{geo}"').replace(
@@ -82,8 +82,8 @@ def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> Non
 DRIVER = '''
 import os, sys, time
 from pathlib import Path
-from pipeline import release as stages
-from pipeline.ledger import PrivacyLedger
+from pipeline.release import stages
+from pipeline.budget.ledger.charges import PrivacyLedger
 stage, marker = sys.argv[1], Path(sys.argv[2])
 
 def pause():  # tell the test where we are, then wait for its SIGKILL
@@ -127,7 +127,7 @@ sys.exit(main(sys.argv[3:]))
 def test_sigkill_at_a_chosen_stage(stage: str, tmp_path: Path) -> None:
     """The kill lands where the test chose (the run itself says so), and each outcome is the right one."""
     micro, geo = write_synthetic(5_000, 4, tmp_path / "data")
-    from pipeline.commands import preset_text
+    from pipeline.cli.commands import preset_text
 
     text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
     config = tmp_path / "pl94.toml"

@@ -15,15 +15,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pipeline.accounting import epsilon_cks20
-from pipeline.errors import CensusDPError
-from pipeline.ledger import (
+from pipeline.budget.ledger.charges import (
     BudgetExceededError,
     PrivacyLedger,
-    cap_from_epsilon_delta,
     config_hash,
 )
-from pipeline.ledger_store import redact_url
+from pipeline.config.ledger_location import redact_url
+from pipeline.dp.accounting import cap_from_epsilon_delta, epsilon_cks20
+from pipeline.errors import CensusDPError
 from tests.helpers.ledgers import DELTA, HASH, charge, is_postgres_url, password, raw_rows
 
 

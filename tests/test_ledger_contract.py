@@ -1,5 +1,5 @@
-"""The privacy ledger's contract (``pipeline.ledger``), on both backends: what a charge records, what is refused
-and how the refusal is worded, and how content fingerprints bind a budget to its data.
+"""The privacy ledger's contract (``pipeline.budget.ledger.charges``), on both backends: what a charge records,
+what is refused and how the refusal is worded, and how content fingerprints bind a budget to its data.
 
 zCDP budgets add over every release on the same data (Thm 19.37(i)); a re-run is a further query (§19.7 pitfall),
 so every charge is kept as an exact ``Fraction`` whatever its status, and the data's fingerprints, not the name a
@@ -18,18 +18,17 @@ from typing import Any
 
 import pytest
 
-from pipeline.accounting import epsilon_cks20, rho_for_epsilon_delta
-from pipeline.errors import CensusDPError
-from pipeline.ledger import (
+from pipeline.budget.ledger.charges import (
     STATUSES,
     BudgetExceededError,
     Charge,
     FailureReason,
     PrivacyLedger,
-    cap_from_epsilon_delta,
     config_digest,
     config_hash,
 )
+from pipeline.dp.accounting import cap_from_epsilon_delta, epsilon_cks20, rho_for_epsilon_delta
+from pipeline.errors import CensusDPError
 from tests.helpers.ledgers import DELTA, HASH, charge, raw_rows
 
 A, B, C = "a1" * 32, "b2" * 32, "c3" * 32  # fingerprints (keyed digests) of three pieces of data

@@ -12,13 +12,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline import release as stages
-from pipeline.commands import preset_text
-from pipeline.config_load import load_config
-from pipeline.fingerprint import data_fingerprints
-from pipeline.ledger import PrivacyLedger
-from pipeline.microdata import read_input_files
-from pipeline.random_source import seeded_random_source
+from pipeline.budget.ledger.charges import PrivacyLedger
+from pipeline.cli.commands import preset_text
+from pipeline.config.load import load_config
+from pipeline.dp.random_source import seeded_random_source
+from pipeline.io.fingerprint import data_fingerprints
+from pipeline.io.microdata import read_input_files
+from pipeline.release import stages
 from tests.conftest import SHARED_DATA, TINY_TOML, tiny_microdata
 from tests.helpers.releases import cli, release
 

@@ -1,4 +1,4 @@
-"""The ledger's storage backends (``pipeline.ledger_store``): file permissions, WAL, locking and upgrades.
+"""The ledger's storage backends (``pipeline.budget.ledger.store``): file permissions, WAL, locking and upgrades.
 
 The ledger file holds the fingerprint key, so only its owner may read it; its charges must be ordered, durable and
 serialised (a charge's cap check and insert are one atomic step, Thm 19.37(i) counts every charge), while reads are
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from pipeline.budget.ledger.charges import PrivacyLedger
+from pipeline.budget.ledger.store import _DDL, SQLiteStore, open_store
+from pipeline.config.ledger_location import redact_url
 from pipeline.errors import CensusDPError
-from pipeline.ledger import PrivacyLedger
-from pipeline.ledger_location import redact_url
-from pipeline.ledger_store import _DDL, SQLiteStore, open_store
 from tests.helpers.ledgers import HASH, charge, is_postgres_url, password, raw_rows
 
 

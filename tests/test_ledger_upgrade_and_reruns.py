@@ -10,9 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline import release as stages
+from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.cli import main
-from pipeline.ledger import PrivacyLedger
+from pipeline.release import stages
 from tests.conftest import TINY_TOML, tiny_microdata
 from tests.helpers.releases import cli, release
 

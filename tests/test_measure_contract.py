@@ -1,4 +1,4 @@
-"""Drawing the noisy measurements (``pipeline.measure``), checked against an independent computation.
+"""Drawing the noisy measurements (``pipeline.release.measure``), checked against an independent computation.
 
 For each allocation, every cell of every node's marginal gets one independent draw from the allocated
 mechanism: exact discrete Gaussian N_Z(0, sigma2) (rho-zCDP by CKS20 Thm 4 with Thm 19.37(iii)) or exact
@@ -14,11 +14,11 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.budget import QueryAllocation
-from pipeline.measure import level_invariants, measure_level
-from pipeline.noise import sample_discrete_gaussian, sample_discrete_laplace
-from pipeline.random_source import seeded_random_source
-from pipeline.schema import Attribute, Schema
+from pipeline.budget.allocation import QueryAllocation
+from pipeline.config.schema import Attribute, Schema
+from pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
+from pipeline.dp.random_source import seeded_random_source
+from pipeline.release.measure import level_invariants, measure_level
 
 SCHEMA = Schema((Attribute("colour", "C", ("red", "green", "blue")), Attribute("adult", "A", ("0", "1"))))
 # 3 nodes x 6 detailed cells (colour slowest), distinct counts so that every marginal is distinguishable

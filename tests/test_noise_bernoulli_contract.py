@@ -1,4 +1,4 @@
-"""Contract tests of pipeline.noise_bernoulli, the exact Bernoulli(exp(-gamma)) primitives of CKS20 Algorithm 1.
+"""Contract tests of pipeline.dp.bernoulli, the exact Bernoulli(exp(-gamma)) primitives of CKS20 Algorithm 1.
 
 Laws: each primitive is run on a seeded source over a few hundred thousand elements per parameter and every
 observed frequency must lie within Z standard errors of the exact probability (exp(-gamma), computed in float:
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline import noise_bernoulli as nb
-from pipeline.random_source import seeded_random_source
+from pipeline.dp import bernoulli as nb
+from pipeline.dp.random_source import seeded_random_source
 
 Z = 6.5
 

@@ -1,4 +1,4 @@
-"""Contract tests of the certified CDF arithmetic (pipeline.noise_cdf), exact and deterministic.
+"""Contract tests of the certified CDF arithmetic (pipeline.dp.cdf), exact and deterministic.
 
 Everything the exact samplers decide rests on integer enclosures lo <= F(k) 2^prec <= hi being *certain*
 (CKS20's discrete Gaussian, whose privacy map is the discrete analogue of Thm 19.37(iii) of the seed chapter,
@@ -25,9 +25,9 @@ from fractions import Fraction
 import mpmath as mp
 import pytest
 
-from pipeline import noise_cdf as nc
-from pipeline.noise_cdf import CdfEnclosure, LaplaceCdf
-from pipeline.random_source import seeded_random_source
+from pipeline.dp import cdf as nc
+from pipeline.dp.cdf import CdfEnclosure, LaplaceCdf
+from pipeline.dp.random_source import seeded_random_source
 
 DPS = 110  # mpmath digits: 365 bits, far beyond the 128 + 64 bits any bound here carries
 

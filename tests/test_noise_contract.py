@@ -1,4 +1,4 @@
-"""Contract tests of pipeline.noise that are exact rather than statistical.
+"""Contract tests of pipeline.dp.noise that are exact rather than statistical.
 
 - Privacy maps (rho = Delta2^2 / (2 sigma2), Thm 19.37(iii) / CKS20 Thm 4; epsilon = Delta1 / scale, Thm 19.14)
   on exact rationals, their defaults and boundaries, and validation errors that name the parameter in full.
@@ -23,9 +23,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline import noise
-from pipeline import noise_bernoulli as nb
-from pipeline.noise import (
+from pipeline.dp import bernoulli as nb
+from pipeline.dp import noise
+from pipeline.dp.noise import (
     LAPLACE_TABLE_MAX_SCALE,
     MAX_LAPLACE_SCALE,
     MAX_SIGMA2,
@@ -40,7 +40,7 @@ from pipeline.noise import (
     sample_discrete_laplace,
     sample_discrete_laplace_cks,
 )
-from pipeline.random_source import RandomSource, seeded_random_source
+from pipeline.dp.random_source import RandomSource, seeded_random_source
 
 # ---- privacy maps ------------------------------------------------------------------------------------------
 

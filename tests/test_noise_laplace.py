@@ -1,4 +1,4 @@
-"""Tests of the table sampler for the discrete Laplace (pipeline.noise_laplace_table) and its certified CDFs.
+"""Tests of the table sampler for the discrete Laplace (pipeline.dp.laplace_table) and its certified CDFs.
 
 Goodness of fit of both paths at scales 1/20 .. 10^4 is in tests/test_noise.py.  Here: the certified bounds
 against mpmath at 100 digits; ``LaplaceCdf.locate`` deciding only when certain, from any starting hint; the
@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline import noise
-from pipeline import noise_laplace_table as nl
-from pipeline import noise_table as nt
-from pipeline.noise import sample_discrete_laplace, sample_discrete_laplace_cks
-from pipeline.noise_cdf import CdfEnclosure, LaplaceCdf, laplace_difference_enclosure, laplace_g_bounds
-from pipeline.random_source import seeded_random_source
+from pipeline.dp import gaussian_table as nt
+from pipeline.dp import laplace_table as nl
+from pipeline.dp import noise
+from pipeline.dp.cdf import CdfEnclosure, LaplaceCdf, laplace_difference_enclosure, laplace_g_bounds
+from pipeline.dp.noise import sample_discrete_laplace, sample_discrete_laplace_cks
+from pipeline.dp.random_source import seeded_random_source
 from tests.helpers import noise_laws as tn
 
 N = tn.N

@@ -1,4 +1,4 @@
-"""Contract tests of the discrete Laplace table sampler (pipeline.noise_laplace_table): exact, no statistics.
+"""Contract tests of the discrete Laplace table sampler (pipeline.dp.laplace_table): exact, no statistics.
 
 The discrete Laplace with scale b is epsilon = Delta1 / b pure DP only if its law is exact, so each table entry
 is checked against mpmath (L = floor(F 2^64), H = ceil(F 2^64)), the table lengths and the split width against
@@ -16,9 +16,9 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from pipeline import noise_laplace_table as nl
-from pipeline import noise_table as nt
-from pipeline.random_source import seeded_random_source
+from pipeline.dp import gaussian_table as nt
+from pipeline.dp import laplace_table as nl
+from pipeline.dp.random_source import seeded_random_source
 
 DPS = 110
 MASK = (1 << 64) - 1

@@ -1,4 +1,4 @@
-"""Tests of the table sampler (pipeline.noise_table) and its certified CDF (pipeline.noise_cdf).
+"""Tests of the table sampler (pipeline.dp.gaussian_table) and its certified CDF (pipeline.dp.cdf).
 
 The enclosures are checked against mpmath at 100 digits; the guide table against the direct decision rule;
 and every rare branch (undecided U, several refinement rounds, both tails beyond the table) is forced to run
@@ -14,10 +14,10 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from pipeline import noise_table as nt
-from pipeline.noise import TABLE_MAX_SIGMA2, sample_discrete_gaussian
-from pipeline.noise_cdf import CdfEnclosure, cdf_enclosure, exp_neg
-from pipeline.random_source import seeded_random_source
+from pipeline.dp import gaussian_table as nt
+from pipeline.dp.cdf import CdfEnclosure, cdf_enclosure, exp_neg
+from pipeline.dp.noise import TABLE_MAX_SIGMA2, sample_discrete_gaussian
+from pipeline.dp.random_source import seeded_random_source
 from tests.helpers import noise_laws as tn
 
 N = tn.N

@@ -1,4 +1,4 @@
-"""Contract tests of the table sampler (pipeline.noise_table): exact, deterministic, no statistics.
+"""Contract tests of the table sampler (pipeline.dp.gaussian_table): exact, deterministic, no statistics.
 
 The sampler returns X = min{k : U* < F(k)} for one uniform U* whose 64-bit head U comes first and whose
 further 64-bit digits come only when needed (module docstring; CKS20's discrete Gaussian, privacy by the
@@ -21,9 +21,9 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from pipeline import noise_table as nt
-from pipeline.noise_cdf import CdfEnclosure, LaplaceCdf, cdf_enclosure
-from pipeline.random_source import seeded_random_source
+from pipeline.dp import gaussian_table as nt
+from pipeline.dp.cdf import CdfEnclosure, LaplaceCdf, cdf_enclosure
+from pipeline.dp.random_source import seeded_random_source
 
 DPS = 110
 MASK = (1 << 64) - 1

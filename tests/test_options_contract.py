@@ -1,4 +1,4 @@
-"""Command-line options as config overrides, and the random source they select (``pipeline.options``).
+"""Command-line options as config overrides, and the random source they select (``pipeline.config.options``).
 
 The overrides are a contract between the CLI, the flows and ``load_config``: every dotted key must be exactly the
 configuration key it replaces (a misspelt key would be refused as unknown, or worse silently ignored), paths given
@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.options import (
+from pipeline.config.options import (
     insecure_seed_allowed,
     insecure_seed_is_allowed,
     load_release_config,
     random_source,
     release_overrides,
 )
-from pipeline.random_source import seeded_random_source
+from pipeline.dp.random_source import seeded_random_source
 from tests.conftest import TINY_TOML
 
 

@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 import postprocess.least_squares as least_squares
-from pipeline.random_source import seeded_random_source
+from pipeline.dp.random_source import seeded_random_source
 from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
 from postprocess.fast_path import applies, largest_remainder, project
 from postprocess.layout import plan_batches, plan_blocks

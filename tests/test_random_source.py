@@ -1,4 +1,4 @@
-"""Tests of pipeline.random_source: exact uniformity, determinism of the test source, freshness of the
+"""Tests of pipeline.dp.random_source: exact uniformity, determinism of the test source, freshness of the
 production source, and the flags the manifest relies on."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from scipy import stats
 
-from pipeline import random_source
-from pipeline.random_source import RandomSource, seeded_random_source, system_random_source
+from pipeline.dp import random_source
+from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
 
 try:
     import cks_reference

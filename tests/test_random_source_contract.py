@@ -1,4 +1,4 @@
-"""Contract tests of pipeline.random_source: every output is checked against an independent model of the
+"""Contract tests of pipeline.dp.random_source: every output is checked against an independent model of the
 documented construction, so they are exact (no statistics).
 
 - The keystream is AES-256-CTR with a zero counter, keyed by SHA-256(str(seed)) for a seeded source, by
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from pipeline import random_source
-from pipeline.random_source import MAX_BOUND, seeded_random_source, system_random_source
+from pipeline.dp import random_source
+from pipeline.dp.random_source import MAX_BOUND, seeded_random_source, system_random_source
 
 CHUNK_WORDS = random_source._CHUNK_BYTES // 8
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.cli import main
-from pipeline.ledger import PrivacyLedger
 from tests.conftest import TINY_TOML
 
 MARKER_ROW = 1234
@@ -188,8 +188,7 @@ def test_a_column_of_missing_values_is_a_value_problem(tiny_release: Path, insta
 def test_the_cli_reports_unexpected_errors_by_type_only(tiny_release: Path, monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """SECURITY.md: an unexpected exception's text could quote a value; the CLI prints its type only."""
-    from pipeline import release as stages
-
+    from pipeline.release import stages
     def leaky(run: object, level: int) -> None:
         raise ValueError("found value 'purple' for row 1234")
 

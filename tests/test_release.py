@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
-from pipeline.config_load import load_config
+from pipeline.config.load import load_config
 from tests.conftest import require_shared_data
 from tests.helpers.releases import release_dir
 

@@ -10,10 +10,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline import reconcile_chunk
-from pipeline import release as stages
-from pipeline.ledger import PrivacyLedger
-from pipeline.ledger_location import default_ledger_location
+from pipeline.budget.ledger.charges import PrivacyLedger
+from pipeline.config.ledger_location import default_ledger_location
+from pipeline.release import reconcile_chunk, stages
 from tests.conftest import TINY_TOML
 from tests.helpers.releases import cli
 
@@ -57,7 +56,7 @@ def test_postprocess_reproduces_the_tables_from_measurements_alone(
         tiny_release: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # Rounding ties are broken at random by design: each chunk's tie keys come from a stream seeded by the
     # release's CSPRNG, or by the OS in a post-processing run, which may not draw from the run's source
-    # (pipeline.release.chunk_tasks).  So a plain re-run may differ wherever a tie is re-drawn, and below it
+    # (pipeline.release.stages.chunk_tasks).  So a plain re-run may differ wherever a tie is re-drawn, and below it
     # (seen with this seed: at every level).  Two precise checks instead of a tolerance: with the tie keys
     # pinned, the re-run is the release exactly (everything else is rebuilt from the measurements alone);
     # with fresh keys, everything the invariants fix is unchanged.

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.ledger import PrivacyLedger
-from pipeline.ledger_location import default_ledger_location
+from pipeline.budget.ledger.charges import PrivacyLedger
+from pipeline.config.ledger_location import default_ledger_location
 from tests.conftest import REPO, TINY_TOML
 
 DEPLOYMENT = "censusdp-release/scheduled"

@@ -1,4 +1,4 @@
-"""Tests for the synthetic census generator (pipeline.synth)."""
+"""Tests for the synthetic census generator (pipeline.synth.population)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.synth import (
+from pipeline.synth.geo import sample_ragged
+from pipeline.synth.people import COMBINATIONS, NH_MULTI_PROPENSITY, NH_SINGLE, race_profile
+from pipeline.synth.population import (
     CENRACE_VALUES,
     MICRODATA_COLUMNS,
     synthesize,
     write_synthetic,
 )
-from pipeline.synth_geo import sample_ragged
-from pipeline.synth_people import COMBINATIONS, NH_MULTI_PROPENSITY, NH_SINGLE, race_profile
 
 REALISM_PERSONS = 200_000
 

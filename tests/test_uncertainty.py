@@ -12,14 +12,14 @@ import pytest
 
 from geography.levels import Level
 from geography.tree import build_tree
-from pipeline import release as stages
 from pipeline.cli import main
-from pipeline.noise import sample_discrete_gaussian
-from pipeline.random_source import seeded_random_source
-from pipeline.synth import synthesize
-from pipeline.uncertainty import gls_estimates, load_run, write_estimates
-from pipeline.uncertainty_bootstrap import bootstrap_intervals
-from pipeline.uncertainty_command import add_uncertainty
+from pipeline.cli.uncertainty import add_uncertainty
+from pipeline.dp.noise import sample_discrete_gaussian
+from pipeline.dp.random_source import seeded_random_source
+from pipeline.release import stages
+from pipeline.synth.population import synthesize
+from pipeline.uncertainty.bootstrap import bootstrap_intervals
+from pipeline.uncertainty.gls import gls_estimates, load_run, write_estimates
 from postprocess import QueryMeasurement
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
 from postprocess.gls_algebra import marginal

@@ -1,0 +1,101 @@
+"""``censusdp budget``: a configuration's allocation, or rho <-> (epsilon, delta) conversions. Touches no data."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from typing import Any
+
+from pipeline.budget.compare import comparison_rows
+from pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
+from pipeline.errors import CensusDPError
+
+DEFAULT_DELTA = "1e-10"
+
+
+def _positive_fraction(text: str, name: str) -> Fraction:
+    try:
+        value = Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        raise CensusDPError(f"--{name}: expected a number such as 0.5 or 1/2, got {text!r}") from None
+    if value <= 0:
+        raise CensusDPError(f"--{name}: must be > 0, got {text}")
+    return value
+
+
+def _delta(text: str) -> float:
+    try:
+        delta = float(text)
+    except ValueError:
+        raise CensusDPError(f"--delta: expected a number, got {text!r}") from None
+    if not 0 < delta < 1:
+        raise CensusDPError(f"--delta: must be strictly between 0 and 1, got {text}")
+    return delta
+
+
+def conversion(rho: Fraction, delta: float) -> dict[str, Any]:
+    return {"rho": float(rho), "rho_exact": str(rho), "delta": delta,
+            "epsilon_cks20": epsilon_cks20(rho, delta), "epsilon_bun_steinke": epsilon_bun_steinke(rho, delta)}
+
+
+def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
+    from pipeline.budget.allocation import allocate
+    from pipeline.config.load import load_config
+
+    config = load_config(path)
+    delta = _delta(delta_text) if delta_text else config.budget.delta
+    allocations = allocate(config)
+    return {
+        **conversion(config.budget.rho, delta),
+        "neighbouring": config.budget.neighbouring,
+        "allocation": [{"level": a.level, "query": a.query, "rho": float(a.rho), "rho_exact": str(a.rho),
+                        "sigma2": float(a.sigma2), "sigma2_exact": str(a.sigma2),
+                        "expected_abs_error": a.expected_abs_error} for a in allocations],
+        "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
+                       for i in config.invariants],
+        "comparison": comparison_rows(allocations, delta),
+    }
+
+
+def render_text(report: dict[str, Any]) -> str:
+    lines = [f"rho = {report['rho_exact']} ({report['rho']:.6g}) zCDP, delta = {report['delta']:g}",
+             f"epsilon_cks20 = {report['epsilon_cks20']:.6f}",
+             f"epsilon_bun_steinke = {report['epsilon_bun_steinke']:.6f}"]
+    if "allocation" in report:
+        lines += ["", f"neighbouring relation: {report['neighbouring']}", "",
+                  f"{'level':<14}{'query':<34}{'rho':>12}{'sigma2':>14}{'E|error|':>11}"]
+        for a in report["allocation"]:
+            lines.append(f"{a['level']:<14}{a['query']:<34}{a['rho']:>12.5g}{a['sigma2']:>14.5g}"
+                         f"{a['expected_abs_error']:>11.3g}")
+        for inv in report["invariants"]:
+            lines.append(f"invariant (NOT protected): {inv['query']} at {', '.join(inv['levels'])}")
+        lines += ["", "The same noise under the seed chapter's other accounting tools:", "",
+                  f"{'method':<44}{'theorem':<28}{'epsilon':>12}{'delta':>11}"]
+        for row in report["comparison"]:
+            lines.append(f"{row['method']:<44}{row['theorem']:<28}{row['epsilon']:>12.4f}{row['delta']:>11.2g}")
+    return "\n".join(lines)
+
+
+def budget_command(config: str | None, rho: str | None, epsilon: str | None, delta: str | None,
+                   as_json: bool) -> str:
+    if config is not None:
+        if rho or epsilon:
+            raise CensusDPError("budget: give a CONFIG or --rho/--epsilon, not both")
+        report = config_budget(config, delta)
+    elif rho is not None and epsilon is not None:
+        raise CensusDPError("budget: give --rho or --epsilon, not both")
+    elif rho is not None:
+        report = conversion(_positive_fraction(rho, "rho"), _delta(delta or DEFAULT_DELTA))
+    elif epsilon is not None:
+        eps = float(_positive_fraction(epsilon, "epsilon"))
+        d = _delta(delta or DEFAULT_DELTA)
+        best = rho_for_epsilon_delta(eps, d)
+        report = {"epsilon": eps, "delta": d, **conversion(best, d)}
+    else:
+        raise CensusDPError("budget: give a CONFIG, or --rho R --delta D, or --epsilon E --delta D")
+    if as_json:
+        return json.dumps(report, indent=2)
+    text = render_text(report)
+    if epsilon is not None and config is None:
+        text = f"largest rho for epsilon = {report['epsilon']:g} at delta = {report['delta']:g}:\n" + text
+    return text

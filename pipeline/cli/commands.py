@@ -1,0 +1,284 @@
+"""The subcommands of ``censusdp``: argument definitions and handlers (plain calls into the pipeline)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from contextlib import nullcontext
+from importlib import resources
+from pathlib import Path
+
+from pipeline.config.ledger_location import LEDGER_ENV
+from pipeline.config.model import FORMATS
+from pipeline.errors import CensusDPError
+
+Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def preset_text(name: str) -> str:
+    try:
+        return resources.files("pipeline.config").joinpath("presets", f"{name}.toml").read_text()
+    except FileNotFoundError:
+        raise CensusDPError(f"unknown preset {name!r} (available: pl94)") from None
+
+
+def add_init(sub: Sub) -> None:
+    p = sub.add_parser("init", help="write an editable release configuration from a preset")
+    p.add_argument("--preset", default="pl94", help="preset name (default: pl94)")
+    p.add_argument("--out", default="censusdp.toml", help="file to write (default: censusdp.toml)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(handler=cmd_init)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise CensusDPError(f"{out}: exists; use --force to overwrite")
+    out.write_text(preset_text(args.preset))
+    print(out)
+    return 0
+
+
+def add_synth(sub: Sub) -> None:
+    p = sub.add_parser("synth", help="write a synthetic state: microdata.parquet and geography.parquet")
+    p.add_argument("--persons", type=int, required=True, help="number of persons (1,000 to 10,000,000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic population (default 0)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(handler=cmd_synth)
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from pipeline.synth.population import write_synthetic
+
+    try:
+        micro, geo = write_synthetic(args.persons, args.seed, Path(args.out))
+    except ValueError as error:
+        raise CensusDPError(str(error)) from None
+    print(micro)
+    print(geo)
+    return 0
+
+
+def add_input_options(p: argparse.ArgumentParser) -> None:
+    """The input files of a release or a check, overriding the configuration's."""
+    p.add_argument("--microdata", help="microdata file (overrides input.path)")
+    p.add_argument("--geography", help="geography file listing every lowest-level unit (overrides input.geography)")
+    p.add_argument("--format", dest="fmt", choices=list(FORMATS), help="microdata format")
+
+
+def add_release(sub: Sub) -> None:
+    p = sub.add_parser("release", help="run a release: noisy measurements, reconciled tables, manifest")
+    p.add_argument("config", help="release configuration (TOML)")
+    p.add_argument("--out", help="directory that receives the run folder (default: the config's output.dir)")
+    add_input_options(p)
+    p.add_argument("--rho", help="total zCDP budget, e.g. 2.56 or 64/25 (overrides budget.rho)")
+    p.add_argument("--runner", help='where reconciliation chunks run: "local", "dask-local:N" or "tcp://host:port"')
+    p.add_argument("--no-prefect", action="store_true", help="run as plain function calls, without Prefect")
+    p.add_argument("--insecure-seed", type=int, help="TESTS ONLY: seeded noise; the run is marked not publishable")
+    p.add_argument("--resume", metavar="RUN_ID", help="finish a run that died after its measurements were saved "
+                   "(no new charge, no new noise)")
+    p.set_defaults(handler=cmd_release)
+
+
+def run_release_command(config: str, out: str | None, microdata: str | None, geography: str | None,
+                        fmt: str | None, rho: str | None, no_prefect: bool, insecure_seed: int | None,
+                        runner: str | None = None) -> Path:
+    from pipeline.config.options import insecure_seed_allowed, load_release_config, random_source
+
+    if insecure_seed is not None:
+        print("censusdp: WARNING: --insecure-seed: noise is reproducible; this run is NOT publishable",
+              file=sys.stderr)
+    # the flow accepts a seed only from this call (never from a deployment parameter alone)
+    with insecure_seed_allowed() if insecure_seed is not None else nullcontext():
+        if no_prefect:
+            from pipeline.release.stages import run_release
+            from pipeline.uncertainty.gls import write_estimates
+
+            cfg = load_release_config(config, microdata, geography, fmt, rho, runner)
+            root = Path(out).resolve() if out else cfg.output.dir
+            return run_release(cfg, root, random_source(insecure_seed), write_estimates=write_estimates)
+        from flows.release import release_flow
+        from flows.settings import hardened_prefect
+
+        with hardened_prefect():  # before the flow call: the embedded server starts with the hardened settings
+            return Path(release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
+                                     geography=geography, fmt=fmt, rho=rho, runner=runner,
+                                     insecure_seed=insecure_seed))
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    if args.resume:
+        from pipeline.config.load import load_config
+        from pipeline.release.finish import resume_release
+        from pipeline.uncertainty.gls import write_estimates
+
+        if args.rho or args.microdata or args.geography or args.fmt or args.insecure_seed is not None:
+            raise CensusDPError("--resume finishes a run with the configuration its measurements were drawn with: "
+                                "only --out and --runner may be given")
+        own = load_config(args.config)  # the user's own configuration says where the ledger is
+        root = Path(args.out).resolve() if args.out else own.output.dir
+        print(resume_release(root, args.resume, own.ledger.location, runner=args.runner,
+                             write_estimates=write_estimates))
+        return 0
+    run_dir = run_release_command(args.config, args.out, args.microdata, args.geography, args.fmt, args.rho,
+                                  args.no_prefect, args.insecure_seed, args.runner)
+    print(run_dir)
+    print(f"censusdp: release finished in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return 0
+
+
+def add_check(sub: Sub) -> None:
+    p = sub.add_parser("check", help="validate the input files against a configuration, naming file, column and "
+                       "row of any problem (for the data curator only: no ledger, no noise)")
+    p.add_argument("config", help="release configuration (TOML)")
+    add_input_options(p)
+    p.set_defaults(handler=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Every check a release makes, before and after its charge, with precise errors.  Its output names rows of
+    the confidential data: only someone allowed to read the microdata may run it; deployments never expose it."""
+    from pipeline.config.options import load_release_config
+    from pipeline.io.microdata import read_input_files, validated_rows
+
+    config = load_release_config(args.config, args.microdata, args.geography, args.fmt)
+    tree, unit_index, _ = validated_rows(read_input_files(config))
+    levels = ", ".join(f"{lv.name} {tree.n_nodes(i):,}" for i, lv in enumerate(config.levels))
+    print(f"censusdp check: {config.input.path}: valid ({len(unit_index):,} person records; units: {levels})")
+    return 0
+
+
+def add_budget(sub: Sub) -> None:
+    p = sub.add_parser("budget", help="show a configuration's budget, or convert between rho and (epsilon, delta)")
+    p.add_argument("config", nargs="?", help="release configuration (TOML); touches no data; or 'optimize' "
+                   "followed by a CONFIG to optimise the shares for --weights")
+    p.add_argument("target", nargs="?", help=argparse.SUPPRESS)
+    p.add_argument("--rho", help="zCDP rho to convert to (epsilon, delta)")
+    p.add_argument("--epsilon", help="target epsilon: print the largest rho that meets it at --delta")
+    p.add_argument("--delta", help="delta (default: the config's, else 1e-10)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    add_optimize_arguments(p)
+    p.set_defaults(handler=cmd_budget)
+
+
+def cmd_budget(args: argparse.Namespace) -> int:
+    if args.config == "optimize":
+
+        return cmd_budget_optimize(args, args.target)
+    from pipeline.budget.report import budget_command
+
+    print(budget_command(args.config, args.rho, args.epsilon, args.delta, args.json))
+    return 0
+
+
+def add_demo(sub: Sub) -> None:
+    p = sub.add_parser("demo", help="synthesise a small state and release it with the pl94 preset through Prefect")
+    p.add_argument("--out", default="censusdp-demo", help="demo directory (default: ./censusdp-demo)")
+    p.add_argument("--persons", type=int, default=20000, help="synthetic persons (default 20,000)")
+    p.add_argument("--no-prefect", action="store_true", help="run without Prefect")
+    p.set_defaults(handler=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipeline.synth.population import write_synthetic
+
+    out = Path(args.out).resolve()
+    data = out / "data"
+    if data.exists():
+        shutil.rmtree(data)
+    micro, geo = write_synthetic(args.persons, 2020, data)
+    config = out / "pl94.toml"
+    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
+    text = text.replace('geography = "geography.parquet"', f'geography = "{geo}"')
+    if not os.environ.get(LEDGER_ENV):
+        # synthetic data, regenerated on every demo: its own throw-away ledger, so that re-running the demo is
+        # not refused by (and does not clutter) the installation's ledger, which is for real data
+        ledger = out / "demo-ledger.sqlite"
+        for leftover in (ledger, ledger.with_name(ledger.name + "-wal"), ledger.with_name(ledger.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+        text = re.sub(r"^(\[ledger\].*)$", lambda m: f'{m.group(1)}\npath = "{ledger}"  # the demo\'s only: '
+                      "wiped by the next demo, never for real data", text, count=1, flags=re.MULTILINE)
+    # its own dataset, with room for any number of demos: synthetic data, never a real dataset's budget
+    text = text.replace('dataset = "pl94-state"', 'dataset = "censusdp-demo"').replace('cap_rho = "10.24"',
+                                                                                        'cap_rho = "1000000"')
+    config.write_text(text)
+    started = time.monotonic()
+    run_dir = run_release_command(str(config), str(out / "runs"), None, None, None, None, args.no_prefect, None)
+    from pipeline.uncertainty.gls import write_estimates
+
+    write_estimates(run_dir)  # error bars for every published count: post-processing of public values
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    privacy = manifest["privacy"]
+    print(f"censusdp demo: {args.persons:,} synthetic persons released in {time.monotonic() - started:.1f} s: "
+          f"rho = {privacy['rho_exact']}, epsilon = {privacy['epsilon']:.3f} at delta = {privacy['delta']:g}",
+          file=sys.stderr)
+    print(run_dir)
+    return 0
+
+
+def add_postprocess(sub: Sub) -> None:
+    p = sub.add_parser("postprocess", help="re-run reconciliation and rounding from a run's saved measurements "
+                       "(no microdata, no budget)")
+    p.add_argument("run_dir", help="a published run folder")
+    p.add_argument("--out", help="directory that receives the new run folder (default: beside RUN_DIR)")
+    p.add_argument("--solver", help='"auto" or a cvxpy solver name (e.g. CLARABEL, OSQP, SCS)')
+    p.add_argument("--runner", help='"local", "dask-local:N" or "tcp://host:port"')
+    p.add_argument("--ledger", help="the ledger the run was charged to, a file or postgresql:// URL (default: "
+                   "$CENSUSDP_LEDGER, else the installation's ledger in the user data directory)")
+    p.set_defaults(handler=cmd_postprocess)
+
+
+def cmd_postprocess(args: argparse.Namespace) -> int:
+    from pipeline.release.finish import postprocess_run
+    from pipeline.uncertainty.gls import write_estimates
+
+    out = Path(args.out).resolve() if args.out else None
+    print(postprocess_run(Path(args.run_dir), out, args.solver, args.runner, args.ledger,
+                          write_estimates=write_estimates))
+    return 0
+
+
+def add_serve(sub: Sub) -> None:
+    p = sub.add_parser("serve", help="serve the release flow as a Prefect deployment on a cron schedule")
+    p.add_argument("config", help="release configuration (TOML)")
+    p.add_argument("--cron", required=True, help='cron schedule, e.g. "0 2 * * *"')
+    p.add_argument("--name", default="scheduled", help="deployment name (default: scheduled)")
+    p.add_argument("--out", help="directory that receives the run folders (default: the config's output.dir)")
+    p.set_defaults(handler=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from flows.serve import serve
+
+    serve(args.config, args.cron, args.name, args.out)
+    return 0
+
+
+def add_optimize_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``censusdp budget optimize`` (added to the ``budget`` parser)."""
+    parser.add_argument("--weights", help='budget optimize: "LEVEL:QUERY=W,..." (* for any) or a TOML file')
+    parser.add_argument("--write", metavar="FILE", help="budget optimize: write the optimised configuration here")
+
+
+def cmd_budget_optimize(args: argparse.Namespace, config_path: str | None) -> int:
+    """Handler: print the optimised shares and the weighted expected variance before and after."""
+    from pipeline.budget.optimize import optimize_budget
+
+    if not config_path or not args.weights:
+        raise CensusDPError("usage: censusdp budget optimize CONFIG --weights SPEC [--write FILE]")
+    result = optimize_budget(config_path, args.weights, args.write)
+    print("level shares: " + ", ".join(f"{k}={v}" for k, v in result["level_shares"].items()))
+    for key, share in result["query_shares"].items():
+        print(f"  {key} = {share}  (weight {result['weights'][key]:g})")
+    print(f"weighted expected variance Σ w·σ²: before {result['before']:.6g}, after {result['after']:.6g} "
+          f"(bound without floors or rounding {result['optimum']:.6g})")
+    if result["path"]:
+        print(result["path"])
+    return 0

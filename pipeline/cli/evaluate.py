@@ -1,0 +1,40 @@
+"""``censusdp evaluate``: NOT PRIVATE, a release compared with the true microdata it was made from."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import CensusDPError
+from pipeline.evaluate.compare import evaluate, write_evaluation
+from pipeline.evaluate.metrics import LABEL
+from pipeline.uncertainty.gls import load_run
+
+
+def add_evaluate(sub: Any) -> None:
+    """Register ``censusdp evaluate`` on the CLI's subparsers."""
+    p = sub.add_parser("evaluate", help="NOT PRIVATE: compare a release with its true (synthetic/test) microdata")
+    p.add_argument("--truth", required=True, help="the true microdata the release was made from (synthetic or test)")
+    p.add_argument("--release", required=True, help="a published run folder")
+    p.add_argument("--out", help="output folder (default: ./evaluation-<run id>; never inside the run folder)")
+    p.add_argument("--format", dest="fmt", choices=["parquet", "csv", "mdf-pl94"], help="format of --truth")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bottom-up baseline's noise (default 0)")
+    p.add_argument("--diversity", help="attributes whose entropy bins areas (default: hispanic,cenrace)")
+    p.set_defaults(handler=cmd_evaluate)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Handler of ``censusdp evaluate``: prints the paths written."""
+    run_dir = Path(args.release).resolve()
+    run = load_run(run_dir).manifest
+    out = Path(args.out) if args.out else Path.cwd() / f"evaluation-{run['run_id']}"
+    if out.resolve().is_relative_to(run_dir):
+        raise CensusDPError(f"{out}: evaluation outputs are not private; write them outside the run folder")
+    diversity = tuple(a.strip() for a in args.diversity.split(",")) if args.diversity else None
+    metrics = evaluate(Path(args.truth), run_dir, seed=args.seed, fmt=args.fmt, diversity=diversity)
+    for path in write_evaluation(metrics, run, out):
+        print(path)
+    print(f"censusdp: {LABEL}", file=sys.stderr)
+    return 0

@@ -1,0 +1,77 @@
+"""The ``censusdp`` command.  Errors are one line on stderr and a non-zero exit, never a traceback.
+
+Unexpected exceptions are reported by type only (their text could carry data values); set
+CENSUSDP_DEBUG=1 to see the traceback on a machine where that is safe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+
+from pipeline.errors import CensusDPError
+from postprocess import ReconciliationError
+
+EXIT_USAGE, EXIT_ERROR, EXIT_INTERNAL = 2, 1, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pipeline.cli import commands
+    from pipeline.cli.evaluate import add_evaluate
+    from pipeline.cli.ledger import add_ledger
+    from pipeline.cli.uncertainty import add_uncertainty
+
+    parser = argparse.ArgumentParser(prog="censusdp", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_init(sub)
+    commands.add_synth(sub)
+    commands.add_check(sub)
+    commands.add_release(sub)
+    commands.add_budget(sub)
+    commands.add_demo(sub)
+    commands.add_postprocess(sub)
+    commands.add_serve(sub)
+    add_ledger(sub)
+    add_evaluate(sub)
+    add_uncertainty(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logger = logging.getLogger("censusdp")  # ours only: other libraries' loggers keep their own settings
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("censusdp: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(logging.WARNING if args.quiet else logging.INFO)
+    try:
+        return int(args.handler(args) or 0)
+    except CensusDPError as error:
+        print(f"censusdp: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except ReconciliationError as error:  # its messages carry sizes and statuses only, never data values
+        print(f"censusdp: error: reconciliation failed, nothing was published: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("censusdp: interrupted; nothing was published", file=sys.stderr)
+        return 130
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as error:  # noqa: BLE001 - the last line of defence (a polars panic is a BaseException)
+        if os.environ.get("CENSUSDP_DEBUG") == "1":
+            traceback.print_exc()
+        print(f"censusdp: internal error ({type(error).__name__}); nothing was published. "
+              "Set CENSUSDP_DEBUG=1 for a traceback.", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Where the privacy ledger lives: one per installation, never beside the data it protects.
+
+A ledger next to the microdata gave every copy of the data a fresh lifetime budget (copy the file to another
+folder, release again).  The budget belongs to the data, so the ledger belongs to the installation:
+
+1. ``$CENSUSDP_LEDGER`` -- the installation's ledger, set by its administrator (a file or a ``postgresql://``
+   URL shared by every machine); when it is set, a configuration naming another ledger is refused;
+2. else ``[ledger] path`` in the configuration;
+3. else ``ledger.sqlite`` in the user data directory (platformdirs: ``$XDG_DATA_HOME/censusdp`` on Linux).
+
+The ledger also recognises the same data under another name (``pipeline.io.fingerprint``); this module only
+decides where to look.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+from platformdirs import user_data_path
+
+from pipeline.errors import CensusDPError
+
+LEDGER_ENV = "CENSUSDP_LEDGER"
+LEDGER_FILENAME = "ledger.sqlite"
+
+
+def is_postgres_url(location: object) -> bool:
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
+
+
+def default_ledger_location() -> str:
+    """``$CENSUSDP_LEDGER``, else the per-installation SQLite file in the user data directory."""
+    env = os.environ.get(LEDGER_ENV, "").strip()
+    if env:
+        return env if is_postgres_url(env) else str(Path(env).expanduser().resolve())
+    return str(user_data_path("censusdp", appauthor=False) / LEDGER_FILENAME)
+
+
+LEGACY_FILENAME = ".censusdp-ledger.sqlite"  # where censusdp 0.1 kept a ledger: beside the microdata
+
+
+def refuse_legacy_ledger(microdata: Path | None, location: str) -> None:
+    """A ledger of the earlier layout beside the data still holds that data's charges: a release must not
+    silently start afresh in the installation's ledger.  (Its existence is a fact about files, not data.)"""
+    if microdata is None:
+        return
+    folders = {Path(microdata).parent, Path(microdata).resolve().parent}  # where it is named, and where it is
+    legacy = next((f / LEGACY_FILENAME for f in sorted(folders) if (f / LEGACY_FILENAME).is_file()), None)
+    if legacy is not None and not _same_place(str(legacy), location):
+        raise CensusDPError(f"{legacy}: a ledger of an earlier censusdp lies beside the microdata and its charges "
+                            f"still count; use it (set ${LEDGER_ENV} to it, or [ledger] path) or have an "
+                            "administrator merge it into the installation's ledger and remove it")
+
+
+def prepare_location(location: str) -> None:
+    """Make the folder of a ledger file (the user data directory on first use), readable by its owner only."""
+    if not is_postgres_url(location):
+        Path(location).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+def resolve_ledger_location(configured: str | None) -> str:
+    """The ledger a release is charged to; ``configured`` is ``[ledger] path`` (absolute) or None.
+
+    Raises ``ValueError`` (naming no secret) when the configuration names a ledger other than
+    ``$CENSUSDP_LEDGER``: a configuration must not be able to move the budget away from the installation's ledger.
+    """
+    env = os.environ.get(LEDGER_ENV, "").strip()
+    if env and configured and not _same_place(env, configured):
+        raise ValueError(f"names another ledger than ${LEDGER_ENV}, the installation's ledger; remove ledger.path "
+                         "(a configuration cannot move the budget to a fresh ledger)")
+    if env or not configured:
+        return default_ledger_location()
+    return configured if is_postgres_url(configured) else str(Path(configured).expanduser().resolve())
+
+
+def _same_place(a: str, b: str) -> bool:
+    if is_postgres_url(a) or is_postgres_url(b):
+        return a == b
+    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def redact_url(url: str) -> str:
+    """``postgresql://user@host:port/db``: the password and query string (which may hold one) removed.
+
+    Parsed by hand, not by ``urlsplit``: a password may hold ``/``, ``?``, ``#`` or ``[`` unescaped (libpq
+    is lenient), and a parser that ends the user part early would show the rest of the password as a host.
+    Where the text is ambiguous (two ``@``, or ``?``/``#`` before the ``@``: is it the password's or the
+    query's?) nothing but the scheme is shown.  Only a plain user name before the ``:`` is kept.
+    """
+    if not is_postgres_url(url):
+        return url  # a file path holds no credential
+    scheme, rest = url.split("://", 1)
+    hidden = f"{scheme}://(redacted)"
+    user = ""
+    if rest.count("@") > 1:
+        return hidden
+    if "@" in rest:
+        info, rest = rest.split("@")
+        if set(info) & set("?#"):
+            return hidden
+        name = info.split(":", 1)[0]
+        user = f"{name}@" if name and not set(name) & set("/[]%") else ""
+    place = rest.split("?", 1)[0].split("#", 1)[0]
+    return f"{scheme}://{user}{place}"
+
+
+def public_config_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a configuration's TOML table fit to be written anywhere (manifest, measurements, Prefect):
+    a ``postgresql://`` ledger URL loses its password and query string.  Whoever finishes or post-processes a
+    run finds the ledger from their own configuration or environment, never from a file the run wrote."""
+    public = copy.deepcopy(raw)
+    ledger = public.get("ledger")
+    if isinstance(ledger, dict) and isinstance(ledger.get("path"), str):
+        ledger["path"] = redact_url(ledger["path"])
+    return public

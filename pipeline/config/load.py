@@ -1,0 +1,392 @@
+"""Reading a release configuration key by key (the data classes live in ``pipeline.config.model``)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import tomllib
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from geography.levels import Level
+from pipeline.config.ledger_location import is_postgres_url, resolve_ledger_location
+from pipeline.config.model import (
+    FORMATS,
+    MECHANISMS,
+    NEIGHBOURING,
+    BudgetConfig,
+    InputConfig,
+    Invariant,
+    LedgerConfig,
+    OutputConfig,
+    ReleaseConfig,
+    StrategyQuery,
+    check_nothing_else,
+    check_runner,
+    levels_and_schema_ok,
+    parse_fraction,
+    require,
+)
+from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
+from pipeline.errors import ConfigError
+
+TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "strategy", "invariants",
+            "structural_zeros", "ledger"}
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ReleaseConfig:
+    """Read and validate a release configuration; ``overrides`` replace (or, with None, remove) dotted keys."""
+    path = Path(path)
+    source = str(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (FileNotFoundError, IsADirectoryError):
+        raise ConfigError(source, "(file)", "no such configuration file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(source, "(syntax)", str(error)) from None
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    return parse_config(raw, source, base=path.resolve().parent)
+
+
+def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
+    check_nothing_else(raw, TOP_KEYS, source, "")
+    levels = _levels(raw, source)
+    schema = _schema(raw, source)
+    budget = _budget(raw, source, levels)
+    strategy = _strategy(raw, source, levels, schema)
+    invariants = _invariants(raw, source, levels, schema)
+    zeros = _structural_zeros(raw, source, schema)
+    postprocess = raw.get("postprocess", {})
+    check_nothing_else(postprocess, {"solver", "runner", "chunk_cells"}, source, "postprocess.")
+    solver = postprocess.get("solver", "auto")
+    if not isinstance(solver, str):
+        raise ConfigError(source, "postprocess.solver", "expected a string")
+    if solver != "fast":  # checked now, before any budget is charged, not after the noise is drawn
+        from postprocess.least_squares import resolve_solvers
+
+        try:
+            resolve_solvers(solver)
+        except ValueError as error:
+            raise ConfigError(source, "postprocess.solver", f"{error} (use auto, cvxpy, fast or installed cvxpy "
+                              "solver names)") from None
+    try:
+        runner = check_runner(str(postprocess.get("runner", "local")))
+    except ValueError as error:
+        raise ConfigError(source, "postprocess.runner", str(error)) from None
+    chunk_cells = postprocess.get("chunk_cells", 4_000_000)
+    if not isinstance(chunk_cells, int) or isinstance(chunk_cells, bool) or chunk_cells < 1:
+        raise ConfigError(source, "postprocess.chunk_cells", "expected a positive integer")
+    _check_relation(budget, invariants, source)
+    input_config = _input(raw, source, base)
+    ledger = _ledger(raw, source, base, budget.delta)
+    return ReleaseConfig(
+        source=source, input=input_config, ledger=ledger, output=_output(raw, source, base), levels=levels,
+        schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
+        solver=solver, runner=runner, chunk_cells=chunk_cells, raw=raw,
+    )
+
+
+def parse_recorded_config(raw: dict[str, Any], source: str, base: Path, ledger_location: str | None = None
+                          ) -> ReleaseConfig:
+    """A configuration as a run recorded it (manifest.json, measurements/complete.json).
+
+    The recorded ``ledger.path`` is not used: a run's files never hold a credential (it was redacted when
+    written) and must not choose a ledger.  The ledger is ``ledger_location`` (from the user's own option or
+    configuration), else the installation's (``$CENSUSDP_LEDGER`` or the user data directory).
+    """
+    raw = copy.deepcopy(raw)
+    if isinstance(raw.get("ledger"), dict):
+        raw["ledger"].pop("path", None)
+    config = parse_config(raw, source, base)
+    if ledger_location is not None:
+        config = dataclasses.replace(config, ledger=dataclasses.replace(config.ledger, location=ledger_location))
+    return config
+
+
+def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = raw
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is None:
+        node.pop(last, None)
+    else:
+        node[last] = value
+
+
+def _path(value: Any, base: Path, source: str, key: str) -> Path:
+    if not isinstance(value, str | Path) or not str(value):
+        raise ConfigError(source, key, "expected a file path")
+    path = Path(value)
+    return path if path.is_absolute() else base / path
+
+
+def _input(raw: dict[str, Any], source: str, base: Path) -> InputConfig:
+    table = require(raw, "input", dict, source, "")
+    check_nothing_else(table, {"path", "format", "geocode_column", "geocode_columns", "geography"}, source,
+                       "input.")
+    fmt = table.get("format", "parquet")
+    if fmt not in FORMATS:
+        raise ConfigError(source, "input.format", f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})")
+    columns = table.get("geocode_columns", [])
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        raise ConfigError(source, "input.geocode_columns", "expected a list of column names")
+    return InputConfig(
+        path=_path(table["path"], base, source, "input.path") if "path" in table else None,
+        format=fmt,
+        geocode_column=str(table.get("geocode_column", "geocode")),
+        geocode_columns=tuple(columns),
+        geography=_path(table["geography"], base, source, "input.geography") if "geography" in table else None,
+    )
+
+
+def _output(raw: dict[str, Any], source: str, base: Path) -> OutputConfig:
+    table = raw.get("output", {})
+    check_nothing_else(table, {"dir", "protected_microdata", "geocode_parts", "estimates"}, source, "output.")
+    parts = table.get("geocode_parts", [])
+    ok = isinstance(parts, list) and all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], int) and p[1] > 0
+        for p in parts)
+    if not ok:
+        raise ConfigError(source, "output.geocode_parts", "expected a list of [column, width] pairs")
+    flags = {}
+    for key in ("protected_microdata", "estimates"):
+        flags[key] = table.get(key, False)
+        if not isinstance(flags[key], bool):
+            raise ConfigError(source, f"output.{key}", "expected true or false")
+    return OutputConfig(dir=_path(table.get("dir", "runs"), base, source, "output.dir"),
+                        protected_microdata=flags["protected_microdata"], estimates=flags["estimates"],
+                        geocode_parts=tuple((str(c), int(w)) for c, w in parts))
+
+
+def _levels(raw: dict[str, Any], source: str) -> tuple[Level, ...]:
+    entries = require(raw, "levels", list, source, "")
+    levels = []
+    for i, entry in enumerate(entries):
+        prefix = f"levels[{i}]."
+        if not isinstance(entry, dict):
+            raise ConfigError(source, f"levels[{i}]", "expected a table with name and width")
+        check_nothing_else(entry, {"name", "width"}, source, prefix)
+        name = require(entry, "name", str, source, prefix)
+        width = require(entry, "width", int, source, prefix)
+        if width < 0:
+            raise ConfigError(source, f"{prefix}width", "must be >= 0")
+        levels.append(Level(name, width))
+    levels_t = tuple(levels)
+    levels_and_schema_ok(levels_t, source)
+    return levels_t
+
+
+def _schema(raw: dict[str, Any], source: str) -> Schema:
+    entries = require(raw, "attributes", list, source, "")
+    if not entries:
+        raise ConfigError(source, "attributes", "at least one attribute is required")
+    attributes = []
+    for i, entry in enumerate(entries):
+        prefix = f"attributes[{i}]."
+        if not isinstance(entry, dict):
+            raise ConfigError(source, f"attributes[{i}]", "expected a table")
+        check_nothing_else(entry, {"name", "column", "values", "mapping"}, source, prefix)
+        name = require(entry, "name", str, source, prefix)
+        if name in (TOTAL, DETAILED) or "*" in name or not name.strip():
+            raise ConfigError(source, f"{prefix}name", f"{name!r} is reserved or not a valid attribute name")
+        values = require(entry, "values", list, source, prefix)
+        labels = tuple(str(v) for v in values)
+        if not labels or len(set(labels)) != len(labels):
+            raise ConfigError(source, f"{prefix}values", "expected a non-empty list of distinct values")
+        mapping = entry.get("mapping", {})
+        if not isinstance(mapping, dict):
+            raise ConfigError(source, f"{prefix}mapping", "expected a table of source value = domain value")
+        for key, label in mapping.items():
+            if str(label) not in labels:
+                raise ConfigError(source, f"{prefix}mapping.{key}", f"maps to {label!r}, not a value of {name}")
+        attributes.append(Attribute(name=name, column=require(entry, "column", str, source, prefix),
+                                    values=labels, mapping={str(k): str(v) for k, v in mapping.items()}))
+    names = [a.name for a in attributes]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(source, "attributes", f"duplicate attribute name {name!r}")
+    return Schema(tuple(attributes))
+
+
+def _shares(table: Any, source: str, key: str, expected: list[str]) -> dict[str, Fraction]:
+    if not isinstance(table, dict):
+        raise ConfigError(source, key, "expected a table of name = share")
+    for name in expected:
+        if name not in table:
+            raise ConfigError(source, f"{key}.{name}", "missing share")
+    for name in table:
+        if name not in expected:
+            raise ConfigError(source, f"{key}.{name}", f"not one of: {', '.join(expected)}")
+    shares = {name: parse_fraction(table[name], source, f"{key}.{name}") for name in expected}
+    for name, share in shares.items():
+        if share <= 0:
+            raise ConfigError(source, f"{key}.{name}", "share must be > 0")
+    total = sum(shares.values(), Fraction(0))
+    if total != 1:
+        raise ConfigError(source, key, f"shares must sum to 1 exactly, they sum to {total}")
+    return shares
+
+
+def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> BudgetConfig:
+    table = require(raw, "budget", dict, source, "")
+    check_nothing_else(table, {"rho", "epsilon", "delta", "neighbouring", "level_shares"}, source, "budget.")
+    delta_text = str(table.get("delta", "1e-10"))
+    try:
+        delta = float(delta_text)
+    except ValueError:
+        raise ConfigError(source, "budget.delta", f"expected a number, got {delta_text!r}") from None
+    if not (0 < delta < 1) or not math.isfinite(delta):
+        raise ConfigError(source, "budget.delta", "must be strictly between 0 and 1")
+    neighbouring = table.get("neighbouring", "replace-one")
+    if neighbouring not in NEIGHBOURING:
+        raise ConfigError(source, "budget.neighbouring", f"one of: {', '.join(NEIGHBOURING)}")
+    target = None
+    if ("rho" in table) == ("epsilon" in table):
+        raise ConfigError(source, "budget.rho", "give exactly one of budget.rho or budget.epsilon (with delta)")
+    if "rho" in table:
+        rho = parse_fraction(table["rho"], source, "budget.rho")
+    else:
+        target = float(parse_fraction(table["epsilon"], source, "budget.epsilon"))
+        if target <= 0:
+            raise ConfigError(source, "budget.epsilon", "must be > 0")
+        from pipeline.dp.accounting import rho_for_epsilon_delta
+
+        rho = rho_for_epsilon_delta(target, delta)
+    if rho <= 0:
+        raise ConfigError(source, "budget.rho", "must be > 0")
+    shares = _shares(table.get("level_shares"), source, "budget.level_shares", [lv.name for lv in levels])
+    return BudgetConfig(rho=rho, delta=delta, delta_text=delta_text, neighbouring=neighbouring,
+                        level_shares=shares, target_epsilon=target)
+
+
+def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema
+              ) -> dict[str, tuple[StrategyQuery, ...]]:
+    table = require(raw, "strategy", dict, source, "")
+    names = [lv.name for lv in levels]
+    for name in table:
+        if name not in names:
+            raise ConfigError(source, f"strategy.{name}", f"not a level (levels: {', '.join(names)})")
+    strategy = {}
+    for name in names:
+        key = f"strategy.{name}"
+        entries = table.get(name)
+        entries = dict(entries) if isinstance(entries, dict) else None
+        if not entries:
+            raise ConfigError(source, key, "missing: every level needs its queries and their shares")
+        mechanisms = entries.pop("mechanism", "gaussian")
+        if mechanisms not in MECHANISMS:
+            raise ConfigError(source, f"{key}.mechanism", f"one of: {', '.join(MECHANISMS)}")
+        queries = []
+        for query_name in entries:
+            try:
+                query = schema.parse_query(query_name)
+            except ValueError as error:
+                raise ConfigError(source, f"{key}.{query_name!r}", str(error)) from None
+            queries.append(query)
+        shares = _shares(entries, source, key, list(entries))
+        if len({q.name for q in queries}) != len(queries):
+            raise ConfigError(source, key, "the same query is listed twice")
+        strategy[name] = tuple(StrategyQuery(q, shares[raw_name], mechanisms)
+                               for q, raw_name in zip(queries, entries, strict=True))
+    return strategy
+
+
+def _invariants(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema
+                ) -> tuple[Invariant, ...]:
+    entries = raw.get("invariants", [])
+    names = [lv.name for lv in levels]
+    out = []
+    for i, entry in enumerate(entries):
+        prefix = f"invariants[{i}]."
+        check_nothing_else(entry, {"query", "levels"}, source, prefix)
+        try:
+            query = schema.parse_query(require(entry, "query", str, source, prefix))
+        except ValueError as error:
+            raise ConfigError(source, f"{prefix}query", str(error)) from None
+        at = require(entry, "levels", list, source, prefix)
+        for name in at:
+            if name not in names:
+                raise ConfigError(source, f"{prefix}levels", f"{name!r} is not a level")
+        # an invariant below a level where the same query is free could be infeasible after rounding the
+        # parent, so invariants must hold at a contiguous run of levels from the root down
+        depth = max(names.index(n) for n in at) if at else -1
+        if sorted(names.index(n) for n in at) != list(range(depth + 1)):
+            raise ConfigError(source, f"{prefix}levels", "an invariant must hold at every level above it too "
+                              f"(expected {names[: depth + 1]})")
+        out.append(Invariant(query, tuple(at)))
+    return tuple(out)
+
+
+def _structural_zeros(raw: dict[str, Any], source: str, schema: Schema) -> tuple[dict[str, tuple[str, ...]], ...]:
+    entries = raw.get("structural_zeros", [])
+    out = []
+    for i, entry in enumerate(entries):
+        key = f"structural_zeros[{i}]"
+        if not isinstance(entry, dict) or not entry:
+            raise ConfigError(source, key, "expected a table of attribute = [values]")
+        cells = {}
+        for name, values in entry.items():
+            if name not in schema.names:
+                raise ConfigError(source, f"{key}.{name}", "unknown attribute")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(source, f"{key}.{name}", "expected a non-empty list of values")
+            for value in values:
+                if str(value) not in schema.attribute(name).values:
+                    raise ConfigError(source, f"{key}.{name}", f"{value!r} is not a value of {name}")
+            cells[name] = tuple(str(v) for v in values)
+        out.append(cells)
+    return tuple(out)
+
+
+def _check_relation(budget: BudgetConfig, invariants: tuple[Invariant, ...], source: str) -> None:
+    """Exact invariants and add-remove neighbours cannot both hold: refused, naming both keys.
+
+    With an exact count published, adding or removing a person is detected with certainty, so no add-remove
+    guarantee survives; only replace-one neighbours that keep the invariants stay protected (the Census's
+    choice), and for those a histogram's squared L2 sensitivity is 2, not the 1 that add-remove accounting uses.
+    """
+    if budget.neighbouring == "add-remove" and invariants:
+        first = invariants[0]
+        raise ConfigError(source, "budget.neighbouring", f"add-remove cannot hold with invariants[0] "
+                          f"({first.query.name} at {', '.join(first.levels)}) published exactly: an exact count "
+                          "reveals every addition or removal; use neighbouring = \"replace-one\" (as the Census did) "
+                          "or remove the [[invariants]]")
+
+
+def _ledger(raw: dict[str, Any], source: str, base: Path, delta: float) -> LedgerConfig:
+    """The [ledger] table: dataset id and lifetime cap (rho, or epsilon at the budget's delta), and where.
+
+    Where: ``$CENSUSDP_LEDGER`` (the installation's ledger, set by its administrator), else ``ledger.path``,
+    else one ledger per installation in the user data directory
+    (``pipeline.config.ledger_location.default_ledger_location``).
+    Never next to the data: copying the data elsewhere must not give it a fresh budget.  A configuration that
+    names a ledger other than ``$CENSUSDP_LEDGER`` is refused, so a configuration cannot move the budget.
+    """
+    table = raw.get("ledger")
+    if not isinstance(table, dict):
+        raise ConfigError(source, "ledger", "missing: every release is charged to a privacy ledger; add a [ledger] "
+                          "table with dataset = \"...\" and cap_rho = \"...\" (the dataset's lifetime budget)")
+    check_nothing_else(table, {"path", "dataset", "cap_rho", "cap_epsilon"}, source, "ledger.")
+    dataset = require(table, "dataset", str, source, "ledger.")
+    if ("cap_rho" in table) == ("cap_epsilon" in table):
+        raise ConfigError(source, "ledger.cap_rho", "give exactly one of ledger.cap_rho or ledger.cap_epsilon")
+    if "cap_rho" in table:
+        cap = parse_fraction(table["cap_rho"], source, "ledger.cap_rho")
+    else:
+        from pipeline.dp.accounting import cap_from_epsilon_delta
+
+        cap = cap_from_epsilon_delta(float(parse_fraction(table["cap_epsilon"], source, "ledger.cap_epsilon")), delta)
+    if cap <= 0:
+        raise ConfigError(source, "ledger.cap_rho", "the lifetime cap must be > 0")
+    configured = table.get("path")
+    if configured is not None and not is_postgres_url(configured):
+        configured = str(_path(configured, base, source, "ledger.path"))
+    try:
+        where = resolve_ledger_location(configured)
+    except ValueError as error:
+        raise ConfigError(source, "ledger.path", str(error)) from None
+    return LedgerConfig(location=where, dataset=dataset, cap_rho=cap)

@@ -1,0 +1,173 @@
+"""The release configuration: one TOML file, validated on load; every error names the key.
+
+Budgets are exact: rho and every share are ``fractions.Fraction`` parsed from strings such as "2.56" or
+"104/4099" (TOML floats are accepted and read as the decimal they were written as).  Levels, the strategy
+and the budget shares are keyed by level *name*, never by position, so adding a level is a config change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from geography.levels import Level, check_levels
+from pipeline.config.schema import Attribute, Query, Schema
+from pipeline.errors import ConfigError
+
+FORMATS = ("parquet", "csv", "mdf-pl94")
+NEIGHBOURING = ("add-remove", "replace-one")
+MECHANISMS = ("gaussian", "laplace")
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    path: Path | None
+    format: str
+    geocode_column: str = "geocode"
+    geocode_columns: tuple[str, ...] = ()
+    geography: Path | None = None
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    rho: Fraction
+    delta: float
+    delta_text: str
+    neighbouring: str
+    level_shares: dict[str, Fraction]
+    target_epsilon: float | None = None
+
+    @property
+    def sensitivity2_squared(self) -> int:
+        """Squared L2 sensitivity of one histogram query under the neighbouring relation (§19.1, Ex. 19.12).
+
+        add-remove: one person changes one cell by 1 -> Δ₂² = 1.  replace-one: one cell -1, another +1 ->
+        Δ₂² = 2 (used for every query, as the Census did, which is conservative for marginals).
+        """
+        return 1 if self.neighbouring == "add-remove" else 2
+
+    @property
+    def sensitivity1(self) -> int:
+        """L1 sensitivity of one histogram query: 1 under add-remove, 2 under replace-one (Ex. 19.12)."""
+        return 1 if self.neighbouring == "add-remove" else 2
+
+
+@dataclass(frozen=True)
+class StrategyQuery:
+    query: Query
+    share: Fraction
+    mechanism: str = "gaussian"
+
+
+@dataclass(frozen=True)
+class Invariant:
+    query: Query
+    levels: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    dir: Path
+    protected_microdata: bool = False
+    estimates: bool = False
+    geocode_parts: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class LedgerConfig:
+    """Where budget is charged: a dataset id with a lifetime cap, in a ledger file (or PostgreSQL URL)."""
+
+    location: str  # may hold a password (a postgresql:// URL): never written, logged or shown (see __repr__)
+    dataset: str
+    cap_rho: Fraction
+
+    def __repr__(self) -> str:
+        from pipeline.config.ledger_location import redact_url
+
+        return f"LedgerConfig(location={redact_url(self.location)!r}, dataset={self.dataset!r})"
+
+
+@dataclass(frozen=True)
+class ReleaseConfig:
+    source: str
+    input: InputConfig
+    ledger: LedgerConfig
+    output: OutputConfig
+    levels: tuple[Level, ...]
+    schema: Schema
+    budget: BudgetConfig
+    strategy: dict[str, tuple[StrategyQuery, ...]]
+    invariants: tuple[Invariant, ...] = ()
+    structural_zeros: tuple[dict[str, tuple[str, ...]], ...] = ()
+    solver: str = "auto"
+    runner: str = "local"
+    chunk_cells: int = 4_000_000
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as read: may hold a ledger password
+
+    def __repr__(self) -> str:  # the raw table and the ledger URL may hold secrets
+        return f"ReleaseConfig(source={self.source!r})"
+
+
+def parse_fraction(value: Any, source: str, key: str) -> Fraction:
+    """An exact rational from a string ("2.56", "104/4099"), an int, or a TOML float read as written."""
+    if isinstance(value, bool):
+        raise ConfigError(source, key, "expected a number, got a boolean")
+    try:
+        if isinstance(value, float):
+            return Fraction(repr(value))
+        if isinstance(value, int | str):
+            return Fraction(str(value).strip())
+    except (ValueError, ZeroDivisionError):
+        pass
+    raise ConfigError(source, key, f"expected an exact number such as \"2.56\" or \"104/4099\", got {value!r}")
+
+
+def check_nothing_else(table: dict[str, Any], allowed: set[str], source: str, prefix: str) -> None:
+    """Unknown keys are errors: a typo must not silently fall back to a default."""
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(source, f"{prefix}{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def require(table: dict[str, Any], key: str, kind: type | tuple[type, ...], source: str, prefix: str) -> Any:
+    if key not in table:
+        raise ConfigError(source, f"{prefix}{key}", "missing")
+    value = table[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ConfigError(source, f"{prefix}{key}", f"expected {_kind_name(kind)}, got {type(value).__name__}")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({str: "a string", int: "an integer", list: "a list", dict: "a table", bool: "true/false"}
+                       .get(k, k.__name__) for k in kinds)
+
+
+def levels_and_schema_ok(levels: tuple[Level, ...], source: str) -> None:
+    try:
+        check_levels(levels)
+    except ValueError as error:
+        raise ConfigError(source, "levels", str(error)) from None
+
+
+__all__ = [
+    "Attribute", "BudgetConfig", "InputConfig", "Invariant", "LedgerConfig", "OutputConfig", "ReleaseConfig",
+    "StrategyQuery", "parse_fraction",
+]
+
+
+RUNNER_HELP = 'one of "local", "dask-local:N" (N worker processes), or a Dask scheduler address "tcp://host:port"'
+
+
+def check_runner(spec: str) -> str:
+    """Validate a runner spec; raise ValueError naming the problem."""
+    if spec == "local" or spec.startswith("tcp://"):
+        return spec
+    if spec.startswith("dask-local:"):
+        workers = spec.split(":", 1)[1]
+        if workers.isdigit() and int(workers) >= 1:
+            return spec
+    raise ValueError(f"unknown runner {spec!r}: {RUNNER_HELP}")

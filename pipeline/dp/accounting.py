@@ -1,0 +1,323 @@
+"""Privacy accounting: composing budgets and converting zCDP to (epsilon, delta) for reports.
+
+The release is accounted in zCDP (Def 19.36): rho adds under adaptive composition (Thm 19.37(i)) and is
+the max over disjoint parts (the zCDP analogue of Prop 19.30: a person's record reaches one part only).
+Reported (epsilon, delta) come from the CKS20 conversion (Canonne, Kamath & Steinke 2020, Corollary 13),
+with the older Bun-Steinke bound alongside for comparison.  The pure-DP and Renyi tools of the seed
+chapter (Thm 19.26, 19.27, 19.31, 19.37) are here too, for budgeting and for checking worked examples.
+
+Exact ``Fraction`` budgets stay exact (rho sums, rho * k^2).  Conversions use floats, computed with mpmath
+at 50 digits and rounded in the safe direction: an epsilon or delta is never below the true bound (we
+round up, and any order alpha gives a valid bound, so an imperfect optimiser errs on the safe side too);
+a rho derived from a target is never above the largest admissible one (rounded down).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable
+from fractions import Fraction
+
+import mpmath as mp
+
+from pipeline.dp.noise import parse_rational
+from pipeline.errors import CensusDPError
+
+_DPS = 50
+_BISECTIONS = 220  # halves a bracket of width <= 2^64 to below 10^-45
+
+Number = Fraction | int | float
+
+
+def _real(
+    value: Number | str,
+    name: str,
+    *,
+    low: float = 0.0,
+    high: float = math.inf,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> mp.mpf:
+    """A finite number in [low, high] (ends optionally open) as an mpf; ValueError naming ``name``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if isinstance(value, (str, Fraction)):
+        try:
+            value = parse_rational(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
+    elif isinstance(value, numbers.Integral):
+        value = int(value)
+    elif isinstance(value, numbers.Real):
+        value = float(value)
+    if not isinstance(value, (int, float, Fraction)) or (
+        isinstance(value, float) and not math.isfinite(value)
+    ):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if value < low or (low_open and value == low) or value > high or (high_open and value == high):
+        lo, hi = "(" if low_open else "[", ")" if high_open else "]"
+        raise ValueError(f"{name} must be in {lo}{low}, {high}{hi}, got {value}")
+    if isinstance(value, Fraction):
+        return mp.mpf(value.numerator) / value.denominator
+    return mp.mpf(value)
+
+
+def _up(x: mp.mpf, slack: float = 0.0) -> float:
+    """The smallest float >= x * (1 + slack + 1e-40) (the 1e-40 covers mpmath's own rounding)."""
+    x = x + abs(x) * (mp.mpf(slack) + mp.mpf(10) ** -40)
+    f = float(x)
+    return math.nextafter(f, math.inf) if mp.mpf(f) < x else f
+
+
+def _bisect(f: Callable[[mp.mpf], mp.mpf], lo: mp.mpf, hi: mp.mpf) -> mp.mpf:
+    """Root of an increasing f with f(lo) < 0 <= f(hi)."""
+    for _ in range(_BISECTIONS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    return hi
+
+
+def _bracket_above(f: Callable[[mp.mpf], mp.mpf], start: mp.mpf) -> mp.mpf:
+    hi = start
+    while f(hi) < 0:
+        hi *= 2
+    return hi
+
+
+def delta_cks20(rho: Number, epsilon: float) -> float:
+    """delta such that rho-zCDP implies (epsilon, delta)-DP (CKS20 Corollary 13), rounded up.
+
+    delta = inf_{alpha > 1} exp((alpha-1)(alpha rho - epsilon)) / (alpha-1) * (1 - 1/alpha)^alpha.  The
+    log of the objective has derivative (2 alpha - 1) rho - epsilon + ln(1 - 1/alpha), increasing in alpha,
+    so the infimum is at its unique root, found by bisection.
+    """
+    with mp.workdps(_DPS):
+        r = _real(rho, "rho")
+        e = _real(epsilon, "epsilon")
+        if r == 0:
+            return 0.0
+
+        def slope(a: mp.mpf) -> mp.mpf:
+            return (2 * a - 1) * r - e + mp.log1p(-1 / a)
+
+        a = _bisect(slope, mp.mpf(1), _bracket_above(slope, mp.mpf(2)))
+        # In logs, with log1p: for tiny rho the order alpha exceeds 10^50, where 1 - 1/alpha rounds to 1 at
+        # 50 digits and (1 - 1/alpha)^alpha would come out as 1 instead of 1/e -- a delta below the bound.
+        delta = mp.exp((a - 1) * (a * r - e) - mp.log(a - 1) + a * mp.log1p(-1 / a))
+        return min(1.0, _up(delta))
+
+
+def epsilon_cks20(rho: Number, delta: float) -> float:
+    """epsilon such that rho-zCDP implies (epsilon, delta)-DP (CKS20 Corollary 13), rounded up.
+
+    Solving the Corollary for epsilon at a fixed order alpha gives
+    eps(alpha) = alpha rho + (ln(1/delta) + (alpha-1) ln(1 - 1/alpha) - ln alpha) / (alpha - 1), valid for
+    every alpha > 1; its minimiser solves rho (alpha-1)^2 = ln(1/delta) - ln alpha (bisection).  The
+    result carries a 1e-15 relative margin so that delta_cks20(rho, result) <= delta despite rounding.
+    """
+    with mp.workdps(_DPS):
+        r = _real(rho, "rho")
+        lg = mp.log(1 / _real(delta, "delta", low_open=True, high=1.0, high_open=True))
+        if r == 0:
+            return 0.0
+        a = _bisect(
+            lambda a: r * (a - 1) ** 2 - (lg - mp.log(a)),
+            mp.mpf(1),
+            _bracket_above(lambda a: r * (a - 1) ** 2 - (lg - mp.log(a)), mp.mpf(2)),
+        )
+        eps = a * r + (lg + (a - 1) * mp.log1p(-1 / a) - mp.log(a)) / (a - 1)
+        return max(0.0, _up(eps, slack=1e-15))
+
+
+def epsilon_bun_steinke(rho: Number, delta: float) -> float:
+    """rho + 2 sqrt(rho ln(1/delta)): Bun & Steinke 2016, Prop 1.3 (looser than CKS20), rounded up."""
+    with mp.workdps(_DPS):
+        r = _real(rho, "rho")
+        lg = mp.log(1 / _real(delta, "delta", low_open=True, high=1.0, high_open=True))
+        return _up(r + 2 * mp.sqrt(r * lg))
+
+
+def rho_for_epsilon_delta(epsilon: float, delta: float) -> Fraction:
+    """The largest rho (rounded down) whose CKS20 conversion gives at most ``epsilon`` at ``delta``.
+
+    At order alpha, rho-zCDP gives epsilon when rho = rho(alpha) = (epsilon - c(alpha)) / alpha with
+    c(alpha) = (ln(1/delta) - ln alpha)/(alpha-1) + ln(1 - 1/alpha); any alpha yields an admissible rho,
+    so the answer is the sup over alpha, located by bisection on the envelope condition.  It is rounded
+    down to the fraction with the smallest denominator within 1e-6 (relative) below -- a modest
+    denominator keeps sigma2 = Delta^2/(2 rho) cheap to sample exactly -- and checked against
+    ``epsilon_cks20``, which rounds up.
+    """
+    with mp.workdps(_DPS):
+        e = _real(epsilon, "epsilon", low_open=True)
+        lg = mp.log(1 / _real(delta, "delta", low_open=True, high=1.0, high_open=True))
+
+        # On alpha in (1, 1/delta) the optimal rho for order alpha is (lg - ln alpha)/(alpha-1)^2, decreasing
+        # in alpha, and the epsilon it yields decreases too; solve "yielded epsilon = e" in u = ln(alpha-1).
+        def excess(u: mp.mpf) -> mp.mpf:
+            a = 1 + mp.exp(u)
+            rr = (lg - mp.log(a)) / (a - 1) ** 2
+            return e - (a * rr + (lg + (a - 1) * mp.log1p(-1 / a) - mp.log(a)) / (a - 1))
+
+        a = 1 + mp.exp(_bisect(excess, mp.mpf(-100), mp.log(mp.exp(lg) - 1)))
+        best = (e - ((lg - mp.log(a)) / (a - 1) + mp.log1p(-1 / a))) / a
+        exact = Fraction(*best.as_integer_ratio())  # signed: man_exp would drop the sign
+    if exact <= 0:
+        raise ValueError(f"epsilon = {epsilon} is too small to express a positive rho")
+    # The top 1e-12 is left as margin: epsilon values are rounded-up floats, so the exact inverse of
+    # epsilon_cks20(r, delta) lies a few 1e-16 above r, and without the margin we could return more than r.
+    lo, hi = exact * (1 - Fraction(1, 10**6)), exact * (1 - Fraction(1, 10**12))
+    while True:
+        rho = _simplest_between(lo, hi)
+        if epsilon_cks20(rho, delta) <= epsilon:  # the definition, with the same rounding reports use
+            return rho
+        hi = rho * (1 - Fraction(1, 10**12))  # not reached in practice; keeps the contract unconditional
+        lo = min(lo, hi * (1 - Fraction(1, 10**6)))
+
+
+def cap_from_epsilon_delta(epsilon: float, delta: float) -> Fraction:
+    """The largest exact rho cap whose CKS20 conversion is at most (epsilon, delta) (``rho_for_epsilon_delta``)."""
+    try:
+        return rho_for_epsilon_delta(epsilon, delta)
+    except ValueError as error:
+        raise CensusDPError(f"ledger: cannot build a rho cap: {error}") from None
+
+
+def _simplest_between(lo: Fraction, hi: Fraction) -> Fraction:
+    """The fraction with the smallest denominator in [lo, hi], 0 < lo <= hi (continued fractions)."""
+    whole = math.floor(lo)
+    if whole == lo or whole + 1 <= hi:
+        return Fraction(whole if whole == lo else whole + 1)
+    return whole + 1 / _simplest_between(1 / (hi - whole), 1 / (lo - whole))
+
+
+def zcdp_from_pure_dp(epsilon: Number) -> Fraction | float:
+    """epsilon-DP implies epsilon^2/2-zCDP (Bun & Steinke 2016, Prop 1.4); exact for Fraction or int."""
+    if isinstance(epsilon, (Fraction, int, str)) and not isinstance(epsilon, bool):
+        e = parse_rational(epsilon)
+        if e < 0:
+            raise ValueError(f"epsilon must be >= 0, got {e}")
+        return e * e / 2
+    with mp.workdps(_DPS):
+        e = _real(epsilon, "epsilon")
+        return _up(e * e / 2)
+
+
+def compose_zcdp(rhos: Iterable[Fraction]) -> Fraction:
+    """Sequential (adaptive) composition: rho adds (Thm 19.37(i)).  Exact; floats refused."""
+    total = Fraction(0)
+    for i, rho in enumerate(rhos):
+        r = parse_rational(rho)
+        if r < 0:
+            raise ValueError(f"rhos[{i}] must be >= 0, got {r}")
+        total += r
+    return total
+
+
+def compose_parallel_zcdp(rhos: Iterable[Fraction]) -> Fraction:
+    """Mechanisms on disjoint parts (data-independent partition) cost the max rho (cf. Prop 19.30)."""
+    values = [parse_rational(r) for r in rhos]
+    for i, r in enumerate(values):
+        if r < 0:
+            raise ValueError(f"rhos[{i}] must be >= 0, got {r}")
+    return max(values, default=Fraction(0))
+
+
+def basic_composition(epsilons: Iterable[float], deltas: Iterable[float]) -> tuple[float, float]:
+    """(sum epsilon_j, sum delta_j) for adaptive composition (Thm 19.26), summed exactly, rounded up."""
+    eps, dels = list(epsilons), list(deltas)
+    if len(eps) != len(dels):
+        raise ValueError(f"epsilons and deltas must have the same length, got {len(eps)} and {len(dels)}")
+    with mp.workdps(_DPS):
+        e = mp.fsum(_real(x, f"epsilons[{i}]") for i, x in enumerate(eps))
+        d = mp.fsum(_real(x, f"deltas[{i}]", high=1.0) for i, x in enumerate(dels))
+        return _up(e), min(1.0, _up(d))
+
+
+def advanced_composition(epsilon0: float, delta: float, k: int, delta_prime: float) -> tuple[float, float]:
+    """k-fold adaptive composition of (epsilon0, delta)-DP (Thm 19.27), rounded up:
+    epsilon' = sqrt(2k ln(1/delta')) epsilon0 + k epsilon0 (e^epsilon0 - 1); delta_total = k delta + delta'.
+    """
+    _check_k(k)
+    with mp.workdps(_DPS):
+        e0 = _real(epsilon0, "epsilon0")
+        d = _real(delta, "delta", high=1.0)
+        dp = _real(delta_prime, "delta_prime", low_open=True, high=1.0, high_open=True)
+        eps = mp.sqrt(2 * k * mp.log(1 / dp)) * e0 + k * e0 * mp.expm1(e0)
+        return _up(eps), min(1.0, _up(k * d + dp))
+
+
+def advanced_composition_epsilon0(epsilon_total: float, k: int, delta_prime: float) -> float:
+    """The largest per-mechanism epsilon0 whose k-fold advanced composition (Thm 19.27) is <= epsilon_total
+    (rounded down; Example 19.29 gives ~0.0183 for epsilon 1, k = 100, delta' = 1e-6)."""
+    _check_k(k)
+    with mp.workdps(_DPS):
+        target = _real(epsilon_total, "epsilon_total", low_open=True)
+        lg = mp.log(1 / _real(delta_prime, "delta_prime", low_open=True, high=1.0, high_open=True))
+
+        def excess(x: mp.mpf) -> mp.mpf:
+            return mp.sqrt(2 * k * lg) * x + k * x * mp.expm1(x) - target
+
+        e0 = _bisect(excess, mp.mpf(0), _bracket_above(excess, target))
+        f = float(e0)
+        f = math.nextafter(f, 0.0) if mp.mpf(f) > e0 else f
+        while advanced_composition(f, 0.0, k, float(delta_prime))[0] > float(epsilon_total):
+            f = math.nextafter(f, 0.0)
+        return f
+
+
+def renyi_gaussian_epsilon(
+    k: int, sigma: float, delta: float, sensitivity2: float = 1.0
+) -> tuple[float, float]:
+    """(epsilon, alpha) for k Gaussian mechanisms via Renyi DP (Thm 19.37 (i)-(iii)), epsilon rounded up:
+    epsilon = min_alpha k alpha Delta^2/(2 sigma^2) + ln(1/delta)/(alpha - 1), attained at
+    alpha = 1 + sqrt(2 sigma^2 ln(1/delta) / (k Delta^2)); epsilon is evaluated at the returned alpha."""
+    _check_k(k)
+    with mp.workdps(_DPS):
+        s = _real(sigma, "sigma", low_open=True)
+        lg = mp.log(1 / _real(delta, "delta", low_open=True, high=1.0, high_open=True))
+        d = _real(sensitivity2, "sensitivity2")
+        if d == 0:
+            return 0.0, math.inf
+        per_alpha = k * d * d / (2 * s * s)
+        alpha = float(1 + mp.sqrt(lg / per_alpha))
+        a = mp.mpf(alpha)
+        return _up(per_alpha * a + lg / (a - 1)), alpha
+
+
+def group_privacy_epsilon(epsilon: Number, k: int) -> Number:
+    """epsilon-DP gives k epsilon-DP for groups of k records (Thm 19.31); exact for Fraction or int."""
+    _check_k(k)
+    if isinstance(epsilon, float):
+        with mp.workdps(_DPS):
+            return _up(_real(epsilon, "epsilon") * k)
+    e = parse_rational(epsilon)
+    if e < 0:
+        raise ValueError(f"epsilon must be >= 0, got {e}")
+    return e * k
+
+
+def group_privacy_epsilon_delta(epsilon: float, delta: float, k: int) -> tuple[float, float]:
+    """(epsilon, delta)-DP gives (k epsilon, k e^{(k-1) epsilon} delta) for groups of k (Thm 19.31)."""
+    _check_k(k)
+    with mp.workdps(_DPS):
+        e = _real(epsilon, "epsilon")
+        d = _real(delta, "delta", high=1.0)
+        return _up(k * e), min(1.0, _up(k * mp.exp((k - 1) * e) * d))
+
+
+def group_privacy_zcdp(rho: Number, k: int) -> Number:
+    """rho-zCDP gives k^2 rho-zCDP for groups of k records (Bun & Steinke 2016, Prop 1.9)."""
+    _check_k(k)
+    if isinstance(rho, float):
+        with mp.workdps(_DPS):
+            return _up(_real(rho, "rho") * k * k)
+    r = parse_rational(rho)
+    if r < 0:
+        raise ValueError(f"rho must be >= 0, got {r}")
+    return r * k * k
+
+
+def _check_k(k: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")

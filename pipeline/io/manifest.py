@@ -1,0 +1,177 @@
+"""manifest.json and report.md: what a release spent, how, and what it does not protect (public values only)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from datetime import UTC, datetime
+from fractions import Fraction
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pipeline.budget.allocation import QueryAllocation, level_rho
+from pipeline.config.model import ReleaseConfig
+from pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20
+from pipeline.dp.noise import laplace_epsilon
+from pipeline.exact import round_text
+
+COMPOSITION = ("zCDP: parallel across the nodes of a level (Prop. 19.30), sequential across queries and levels "
+               "(Thm 19.37(i)); epsilon from rho by CKS20 Corollary 13")
+
+
+def float_up(value: Fraction) -> float:
+    """The smallest float >= value: a reported budget is never below the exact one."""
+    result = float(value)
+    return math.nextafter(result, math.inf) if Fraction(result) < value else result
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def code_version() -> str:
+    try:
+        version = metadata.version("censusdp")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{version}+{commit}" if commit else version
+
+
+def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
+    """The configuration as it was applied (exact fractions as strings), for the manifest."""
+    budget = config.budget
+    return {
+        "source": config.source,
+        "input": {"path": str(config.input.path), "format": config.input.format,
+                  "geography": str(config.input.geography) if config.input.geography else None},
+        "levels": [{"name": lv.name, "width": lv.width} for lv in config.levels],
+        "attributes": [{"name": a.name, "column": a.column, "values": list(a.values), "mapping": a.mapping}
+                       for a in config.schema.attributes],
+        "budget": {"rho": str(budget.rho), "delta": budget.delta_text, "neighbouring": budget.neighbouring,
+                   "target_epsilon": budget.target_epsilon,
+                   "level_shares": {k: str(v) for k, v in budget.level_shares.items()}},
+        "strategy": {level: {e.query.name: str(e.share) for e in entries}
+                     for level, entries in config.strategy.items()},
+        "invariants": [{"query": i.query.name, "levels": list(i.levels)} for i in config.invariants],
+        "structural_zeros": [{k: list(v) for k, v in z.items()} for z in config.structural_zeros],
+        "postprocess": {"solver": config.solver, "runner": config.runner, "chunk_cells": config.chunk_cells},
+    }
+
+
+def guarantee(config: ReleaseConfig, rho: Fraction) -> str:
+    """One sentence: for which pairs of datasets the rho-zCDP bound holds.
+
+    An epsilon or rho means nothing without the neighbouring relation (Def 19.1; the seed's pitfall list), and
+    exact invariants shrink the protected set further: two datasets whose invariant values differ are told apart
+    with certainty, so the bound holds only among datasets that share those values.
+    """
+    if config.budget.neighbouring == "add-remove":
+        pairs = "datasets that differ by adding or removing one person's record (add-remove)"
+    else:
+        pairs = "datasets of the same size that differ in one person's record (replace-one)"
+    sentence = f"rho-zCDP (rho = {rho}) for every pair of {pairs}"
+    if config.invariants:
+        listed = "; ".join(f"{i.query.name} at {', '.join(i.levels)}" for i in config.invariants)
+        sentence += (f" and share the invariants' values ({listed}): the invariants are published exactly and "
+                     "are not protected")
+    return sentence
+
+
+def privacy_section(config: ReleaseConfig, rho: Fraction) -> dict[str, Any]:
+    """The guarantee of the release: relation, rho (exact and rounded up), epsilon at delta, and for whom."""
+    delta = config.budget.delta
+    return {
+        "unit": "person",
+        "neighbouring": config.budget.neighbouring,
+        "guarantee": guarantee(config, rho),
+        "sensitivity_l2_squared": config.budget.sensitivity2_squared,
+        "rho": float_up(rho),
+        "rho_exact": str(rho),
+        "delta": delta,
+        "epsilon": epsilon_cks20(rho, delta),
+        "epsilon_bun_steinke": epsilon_bun_steinke(rho, delta),
+        "composition": COMPOSITION,
+        "mechanism": "exact discrete Gaussian (Canonne, Kamath, Steinke 2020); exact discrete Laplace where the "
+                     "strategy says so (pure epsilon-DP, accounted as epsilon²/2-zCDP)",
+    }
+
+
+def allocation_section(allocations: tuple[QueryAllocation, ...], *, sensitivity1: int) -> list[dict[str, Any]]:
+    """Every query's budget and noise; a Laplace query's pure epsilon is Δ₁/scale (Thm 19.14 on Z), exactly.
+
+    ``sensitivity1`` is the L1 sensitivity under the release's relation (``config.budget.sensitivity1``: 2 under
+    replace-one), passed explicitly: 1/scale would understate a replace-one release's loss by half.
+    """
+    return [{"level": a.level, "query": a.query, "mechanism": a.mechanism, "rho": float_up(a.rho),
+             "rho_exact": str(a.rho), "sigma2": float(a.sigma2), "sigma2_exact": str(a.sigma2),
+             **({"scale": str(a.scale), "epsilon_pure": str(laplace_epsilon(a.scale, sensitivity1))}
+                if a.scale is not None else {}),
+             "expected_abs_error": a.expected_abs_error} for a in allocations]
+
+
+def not_protected(config: ReleaseConfig) -> list[str]:
+    notes = [f"invariant {i.query.name} at {', '.join(i.levels)}: published exactly" for i in config.invariants]
+    if config.input.geography is None:
+        notes.append("the set of geographic units was taken from the microdata (no geography file): which units "
+                     "are populated is NOT protected")
+    if config.structural_zeros:
+        notes.append("structural zeros are declared by definition and reveal nothing about the data")
+    return notes
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+
+
+def _up(value: Fraction | float, significant: int = 6) -> str:
+    return round_text(value, up=True, significant=significant, strip=True)
+
+
+def report_markdown(manifest: dict[str, Any], allocations: tuple[QueryAllocation, ...]) -> str:
+    """A human summary of the manifest (public values only).
+
+    Privacy-loss figures (rho, epsilon, shares, expected errors) are rounded up and sigma² down
+    (``pipeline.exact``): a rounded report never shows the release as more private than it is.
+    """
+    privacy = manifest["privacy"]
+    lines = [
+        f"# censusdp release {manifest['run_id']}",
+        "",
+        f"- Unit of privacy: {privacy['unit']}; neighbouring relation: {privacy['neighbouring']}",
+        f"- Guarantee: {privacy['guarantee']}",
+        f"- Total budget: rho = {privacy['rho_exact']} ({_up(Fraction(privacy['rho_exact']))}) zCDP",
+        f"- Implied (epsilon, delta): epsilon = {round_text(privacy['epsilon'], up=True, places=4)} at "
+        f"delta = {privacy['delta']:g} (CKS20); "
+        f"Bun–Steinke bound {round_text(privacy['epsilon_bun_steinke'], up=True, places=4)}",
+        f"- Random source: {manifest['random_source']['name']}"
+        + ("" if manifest["random_source"]["publishable"] else " — **NOT PUBLISHABLE**"),
+        f"- Code version: {manifest['code_version']}",
+        "",
+        "## Budget by level and query",
+        "",
+        "| level | query | rho | share of total | sigma² | expected abs. error per cell |",
+        "|---|---|---|---|---|---|",
+    ]
+    total = sum((a.rho for a in allocations), Fraction(0))
+    for a in allocations:
+        share = round_text(a.rho / total * 100, up=True, places=2)
+        lines.append(f"| {a.level} | {a.query} | {_up(a.rho)} | {share}% | "
+                     f"{round_text(a.sigma2, up=False, significant=6, strip=True)} | {_up(a.expected_abs_error, 3)} |")
+    lines += ["", "## Levels", "",
+              "| level | rho | nodes | solver problems | max constraint violation before rounding | seconds |",
+              "|---|---|---|---|---|---|"]
+    for level in manifest["levels"]:
+        diag = manifest.get("reconciliation", {}).get(level["name"], {})
+        violation = max(float(diag.get("max_sum_violation") or 0), float(diag.get("max_invariant_violation") or 0))
+        lines.append(f"| {level['name']} | {_up(level_rho(allocations, level['name']))} | "
+                     f"{level.get('nodes', '')} | {diag.get('problems', '')} | {violation:.2g} | "
+                     f"{float(diag.get('seconds_total') or 0):.2f} |")
+    lines += ["", "## Not protected", ""] + [f"- {n}" for n in manifest["not_protected"]] + [""]
+    return "\n".join(lines)

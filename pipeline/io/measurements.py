@@ -1,0 +1,154 @@
+"""The noisy measurements as a public, reloadable product (Parquet).
+
+``measurements/<level>.parquet`` (one file per level), long form, one row per node x query x cell:
+
+| column | type | meaning |
+|---|---|---|
+| level | string | level name |
+| geoid | string | the node's code prefix ("" for the root) |
+| query | string | query name, e.g. ``votingage * hispanic * cenrace`` |
+| cell | int32 | flattened index of the query's cell (C order over the query's attributes, in the order named) |
+| noisy_value | int64 | true answer + exact discrete Gaussian noise |
+| rho | float64 | zCDP budget of this query at this level (exact fraction in manifest.json) |
+| sigma2 | float64 | noise variance (exact fraction in manifest.json) |
+
+``measurements/invariants.parquet``: level, geoid, query, cell, value (exact, published, NOT protected).
+Re-running post-processing from these files needs no microdata and spends no budget (Thm 19.25).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from geography.tree import GeoTree
+from pipeline.config.model import ReleaseConfig
+from pipeline.io.manifest import float_up
+from postprocess import QueryInvariant, QueryMeasurement
+
+INVARIANTS_FILE = "invariants.parquet"
+
+
+def _rows(level: str, geoids: np.ndarray, query: str, values: np.ndarray) -> dict[str, pa.Array]:
+    n_nodes, q_cells = values.shape
+    node = np.repeat(np.arange(n_nodes, dtype=np.int32), q_cells)
+    return {
+        "level": pa.DictionaryArray.from_arrays(np.zeros(values.size, dtype=np.int32), pa.array([level])),
+        "geoid": pa.DictionaryArray.from_arrays(node, pa.array(geoids.tolist(), type=pa.string())),
+        "query": pa.DictionaryArray.from_arrays(np.zeros(values.size, dtype=np.int32), pa.array([query])),
+        "cell": pa.array(np.tile(np.arange(q_cells, dtype=np.int32), n_nodes)),
+    }
+
+
+class LevelMeasurementWriter:
+    """Appends one level's measurements chunk by chunk: one Parquet row group per (chunk, query).
+
+    Row group ``chunk_number * n_queries + query_number`` holds that query's values for the chunk's nodes,
+    so a chunk is read back without scanning the file (``read_chunk``).
+    """
+
+    def __init__(self, directory: Path, level: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"{level}.parquet"
+        self.level = level
+        self.row_groups = 0
+        self._writer: pq.ParquetWriter | None = None
+
+    def write_chunk(self, geoids: np.ndarray, measurements: Sequence[QueryMeasurement],
+                    rhos: Sequence[Fraction]) -> int:
+        """Write the chunk's queries; returns the index of its first row group."""
+        first = self.row_groups
+        for measurement, rho in zip(measurements, rhos, strict=True):
+            columns = _rows(self.level, geoids, measurement.name, measurement.noisy)
+            columns["noisy_value"] = pa.array(measurement.noisy.ravel().astype(np.int64))
+            columns["rho"] = pa.array(np.full(measurement.noisy.size, float_up(rho)))
+            columns["sigma2"] = pa.array(np.full(measurement.noisy.size, float(measurement.sigma2)))
+            table = pa.table(columns)
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self.path, table.schema)
+            self._writer.write_table(table, row_group_size=max(1, table.num_rows))
+            self.row_groups += 1
+        return first
+
+    def close(self) -> Path:
+        if self._writer is not None:
+            self._writer.close()
+        return self.path
+
+
+def read_chunk(path: Path, first_row_group: int, shapes: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+    """The noisy values of consecutive row groups, one (n_nodes, q_cells) int64 array per query."""
+    parquet = pq.ParquetFile(path)
+    out = []
+    for offset, shape in enumerate(shapes):
+        group = first_row_group + offset
+        if parquet.metadata.row_group(group).num_rows != shape[0] * shape[1]:
+            raise ValueError(f"{path}: row group {group} does not hold one query of one chunk")
+        values = parquet.read_row_group(group, columns=["noisy_value"]).column(0).to_numpy()
+        out.append(values.astype(np.int64).reshape(shape))
+    return out
+
+
+def write_invariants(directory: Path, per_level: Sequence[tuple[str, np.ndarray, Sequence[QueryInvariant]]]) -> Path:
+    """Write every level's invariant values into one file (they are few: e.g. totals of the nation and states)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tables = []
+    for level, geoids, invariants in per_level:
+        for invariant in invariants:
+            columns = _rows(level, geoids, invariant.name, invariant.values)
+            columns["value"] = pa.array(invariant.values.ravel().astype(np.int64))
+            tables.append(pa.table(columns))
+    schema = pa.schema([("level", pa.dictionary(pa.int32(), pa.string())),
+                        ("geoid", pa.dictionary(pa.int32(), pa.string())),
+                        ("query", pa.dictionary(pa.int32(), pa.string())),
+                        ("cell", pa.int32()), ("value", pa.int64())])
+    table = pa.concat_tables([t.cast(schema) for t in tables]) if tables else schema.empty_table()
+    path = directory / INVARIANTS_FILE
+    pq.write_table(table, path)
+    return path
+
+
+def read_lowest_geoids(path: Path, n_queries: int) -> np.ndarray:
+    """Every geoid of the lowest level's measurement file, from each chunk's first row group's dictionary
+    (each chunk lists its nodes there), so no row needs decoding."""
+    parquet = pq.ParquetFile(path)
+    codes = [parquet.read_row_group(i, columns=["geoid"]).column(0).combine_chunks().dictionary.to_numpy(
+        zero_copy_only=False) for i in range(0, parquet.metadata.num_row_groups, n_queries)]
+    return np.concatenate(codes).astype(np.str_) if codes else np.zeros(0, dtype=np.str_)
+
+
+def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> dict[int, list[QueryInvariant]]:
+    """Each level's invariant values (published exactly), one (n_nodes, q_cells) array per query, node order."""
+    schema = config.schema
+    table = pq.read_table(directory / INVARIANTS_FILE)
+    levels, queries = table.column("level").cast(pa.string()), table.column("query").cast(pa.string())
+    out: dict[int, list[QueryInvariant]] = {}
+    for level, spec in enumerate(config.levels):
+        out[level] = []
+        for invariant in config.invariants:
+            if spec.name not in invariant.levels:
+                continue
+            query = invariant.query
+            rows = table.filter(pc.and_(pc.equal(levels, spec.name), pc.equal(queries, query.name)))
+            values = rows.column("value").to_numpy().reshape(tree.n_nodes(level), schema.query_cells(query))
+            out[level].append(QueryInvariant(name=query.name, matrix=schema.query_matrix(query),
+                                             values=values.astype(np.int64)))
+    return out
+
+
+def measurements_digest(directory: Path) -> str:
+    """SHA-256 of every Parquet file of a measurements folder (names and bytes, in name order)."""
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.parquet")):
+        digest.update(f"{path.name}\n{path.stat().st_size}\n".encode())
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,52 @@
+"""The release's one figure, ``budget_shares.png``: public values from the manifest, drawn with matplotlib.
+
+matplotlib is imported when a figure is drawn, not when a release module is imported: the core release does
+not pay for it (or depend on it) until it publishes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def finish_figure(figure: Any, path: Path, label: str | None) -> Path:
+    """Title (an evaluation's NOT PRIVATE banner, if given), lay out, save at 110 dpi, close."""
+    if label:
+        figure.suptitle(label, color="darkred", fontsize=10, fontweight="bold")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    _pyplot().close(figure)
+    return path
+
+
+def budget_shares(run: dict[str, Any], path: Path, label: str | None = None) -> Path:
+    """The shares of rho by level and query, from the manifest (public values; no banner unless given)."""
+    allocation = run.get("allocation", [])
+    levels = [lv["name"] for lv in run["levels"]]
+    total = sum(a["rho"] for a in allocation) or 1.0
+    queries = list(dict.fromkeys(a["query"] for a in allocation))
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(11, 4.2))
+    bottom = np.zeros(len(levels))
+    colours = plt.get_cmap("tab20")
+    for k, query in enumerate(queries):
+        shares = np.array([sum(a["rho"] for a in allocation if a["level"] == lv and a["query"] == query) / total
+                           for lv in levels])
+        axis.bar(levels, shares, bottom=bottom, color=colours(k % 20), label=query)
+        bottom += shares
+    axis.set_ylabel("share of total rho")
+    axis.set_title("budget shares by level and query (public values from the manifest)")
+    axis.legend(fontsize=7, ncol=2)
+    return finish_figure(figure, path, label)

@@ -1,0 +1,184 @@
+"""Finishing from saved measurements: ``censusdp postprocess RUN_DIR`` and ``censusdp release --resume RUN_ID``.
+
+Both read the noisy measurements, the invariants and the configuration — never the microdata — and draw no
+noise: everything they compute is post-processing of published measurements (Thm 19.25), so they spend no
+budget.  ``postprocess`` writes a new run folder whose manifest points to the measurements it used (and
+records a zero-rho entry in the ledger); ``resume`` finishes a run that died after its measurements were
+saved, under the run's own id and its one charge.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from geography.tree import build_tree
+from pipeline.budget.allocation import allocate
+from pipeline.budget.ledger.charges import Charge, PrivacyLedger, config_digest
+from pipeline.config.ledger_location import default_ledger_location
+from pipeline.config.load import parse_recorded_config
+from pipeline.config.model import ReleaseConfig
+from pipeline.errors import CensusDPError
+from pipeline.io.measurements import measurements_digest, read_invariants, read_lowest_geoids
+from pipeline.release import stages
+from pipeline.release.runner import make_runner
+
+
+class RecordedSource:
+    """Stands in for the random source of a run whose noise was already drawn; refuses to draw more."""
+
+    can_draw = False
+
+    def __init__(self, name: str, publishable: bool) -> None:
+        self.name, self.publishable = name, publishable
+
+    def uniform_uint64(self, size: int) -> np.ndarray:
+        raise AssertionError("post-processing must not draw noise")
+
+    def uniform_below(self, bound: int, size: int) -> np.ndarray:
+        raise AssertionError("post-processing must not draw noise")
+
+    def bind(self, secret: bytes) -> None:
+        raise AssertionError("post-processing is never charged")
+
+
+def _json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise CensusDPError(f"{path}: {what}") from None
+
+
+def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
+    """Rebuild the tree, each level's chunks (one Parquet row group per chunk x query, in allocation order)
+    and the invariants from a measurements folder."""
+    schema, config = run.schema, run.config
+    allocations = allocate(config)
+    n_queries = sum(1 for a in allocations if a.level == config.levels[-1].name)
+    lowest = measurements / f"{config.levels[-1].name}.parquet"
+    run.tree = build_tree(config.levels, read_lowest_geoids(lowest, n_queries))
+    for level, spec in enumerate(config.levels):
+        queries = [a.query for a in allocations if a.level == spec.name]
+        meta = pq.ParquetFile(measurements / f"{spec.name}.parquet").metadata
+        first_cells = schema.query_cells(schema.parse_query(queries[0]))
+        plan, start = [], 0
+        for first in range(0, meta.num_row_groups, len(queries)):
+            stop = start + meta.row_group(first).num_rows // first_cells
+            plan.append((start, stop, first))
+            start = stop
+        if start != run.tree.n_nodes(level):
+            raise CensusDPError(f"{measurements / spec.name}.parquet: does not match the run's geography")
+        run.chunk_plan[level] = plan
+    run.invariants = read_invariants(measurements, config, run.tree)
+
+
+def _reconcile_and_publish(run: stages.ReleaseRun, measurements: Path) -> Path:
+    pool = None
+    try:
+        load_measured(run, measurements)
+        pool = make_runner(run.config.runner)
+        for level in range(len(run.config.levels)):
+            stages.reconcile(run, level, pool)
+        return stages.publish(run)
+    except BaseException:
+        stages.abandon(run)
+        raise
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | None = None,
+                    runner: str | None = None, ledger: str | None = None, *,
+                    write_estimates: stages.EstimatesWriter | None = None) -> Path:
+    """Re-run reconciliation and rounding on ``run_dir``'s measurements; returns the new run folder.
+
+    The ledger is ``ledger`` (``--ledger``), else the installation's (``$CENSUSDP_LEDGER`` or the user data
+    directory): never one a run's files name.  If it holds the run's charge, the run's recorded configuration
+    must be the one charged (an edited manifest would state a false guarantee); without it the new run is
+    not publishable.
+    """
+    run_dir = run_dir.resolve()
+    manifest = _json(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
+    config, book, charge = _recorded(manifest["config_raw"], manifest["run_id"], str(run_dir / "manifest.json"),
+                                     Path(manifest["config"]["source"]).parent, ledger or default_ledger_location(),
+                                     solver, runner)
+    source = RecordedSource(**manifest["random_source"])
+    if not _vouched(charge, run_dir / "measurements"):
+        source.publishable = False  # the ledger, not an editable manifest, says whether the noise was seeded
+    run = stages.start_release(config, (out_root or run_dir.parent).resolve(), source,
+                               write_estimates=write_estimates)
+    run.measurements_dir = run_dir / "measurements"
+    run.manifest_extra = {"postprocess_of": manifest["run_id"], "charged_rho": "0",
+                          "note": "post-processing of the measurements named above: no noise drawn, no budget spent"}
+    if charge is not None:  # without the run's charge there is nothing to record it against
+        _record_free_run(book, config, charge.dataset, run.run_id, source.publishable)
+    return _reconcile_and_publish(run, run.measurements_dir)
+
+
+def _recorded(raw: dict[str, Any], run_id: str, source: str, base: Path, ledger_location: str,
+              solver: str | None, runner: str | None) -> tuple[ReleaseConfig, PrivacyLedger, Charge | None]:
+    """A run's recorded configuration (only the solver and runner may change), the user's ledger and the run's
+    charge there.  With a charge, the recorded configuration must be the one charged: an edited manifest or
+    ``complete.json`` would state a relation, budget or invariants that the measurements do not have."""
+    recorded_digest = config_digest(raw)
+    for key, value in (("solver", solver), ("runner", runner)):
+        if value is not None:
+            raw.setdefault("postprocess", {})[key] = value
+    config = parse_recorded_config(raw, source, base=base, ledger_location=ledger_location)
+    ledger = PrivacyLedger(config.ledger.location)
+    charge = ledger.charge_of(run_id)
+    if charge is not None and charge.config_hash != recorded_digest:
+        raise CensusDPError(f"run {run_id}: its recorded configuration is not the one the ledger charged (edited?); "
+                            "nothing was published")
+    return config, ledger, charge
+
+
+def _vouched(charge: Charge | None, measurements: Path) -> bool:
+    """Publishable only if the ledger charged these very measurements (their digest) to a CSPRNG run: a run id
+    or a flag edited in a manifest vouches for nothing."""
+    return (charge is not None and charge.publishable and charge.measurements is not None
+            and charge.measurements == measurements_digest(measurements))
+
+
+def _record_free_run(ledger: PrivacyLedger, config: ReleaseConfig, dataset: str, run_id: str,
+                     publishable: bool) -> None:
+    """A zero-rho ledger entry with status 'postprocess', so the ledger shows every run on the dataset."""
+    ledger.charge(dataset, run_id, 0, config.budget.delta, config_digest(config.raw), publishable)
+    ledger.set_status(run_id, "postprocess")
+
+
+def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: str | None = None,
+                   runner: str | None = None, *, write_estimates: stages.EstimatesWriter | None = None) -> Path:
+    """Finish run ``run_id`` from its saved measurements, under its existing charge (no new charge).
+
+    The configuration is the one the measurements were drawn with (saved beside them); only the solver and
+    the runner may change.  The ledger is the one the user's own configuration resolves to (``ledger_location``),
+    never one the run's files name; its charge must match the rho those measurements spent.
+    """
+    work_dir = out_root / f".{run_id}.partial"
+    marker = _json(work_dir / "measurements" / stages.COMPLETE_MARKER,
+                   f"cannot resume run {run_id}: its measurements were not all saved; start a new release")
+    config, ledger, charge = _recorded(marker["config_raw"], run_id, marker["config_source"],
+                                       Path(marker["config_source"]).parent, ledger_location, solver, runner)
+    if charge is None:
+        raise CensusDPError(f"cannot resume run {run_id}: the ledger {ledger.location} has no charge for it")
+    stages.require_estimates_writer(config, write_estimates)
+    if str(charge.rho) != marker["rho_exact"]:
+        raise CensusDPError(f"cannot resume run {run_id}: its measurements spent rho {marker['rho_exact']} but the "
+                            f"ledger charged {charge.rho}")
+    for leftover in ("tables", "microdata.parquet", "manifest.json", "report.md"):
+        path = work_dir / leftover
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    recorded = RecordedSource(marker["random_source"]["name"], _vouched(charge, work_dir / "measurements"))
+    run = stages.ReleaseRun(config=config, rng=recorded, run_id=run_id,
+                            final_dir=out_root / run_id, work_dir=work_dir, allocations=allocate(config),
+                            started_at=marker.get("started_at", ""), write_estimates=write_estimates)
+    run.ledger, run.dataset = ledger, charge.dataset
+    run.manifest_extra = {"resumed": True}
+    return _reconcile_and_publish(run, work_dir / "measurements")

@@ -1,0 +1,63 @@
+"""One chunk of one level's reconciliation, as a self-contained task a Dask worker can run.
+
+A task carries public values only: where the chunk's noisy measurements are (path and row groups), the
+parent level's already-published counts for the chunk's parents, the chunk's invariant values (published
+exactly) and the schema.  The worker reads the measurements itself, so no large array passes through the
+driver, and nothing confidential leaves the driver: post-processing of DP outputs is free (Thm 19.25).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from pipeline.config.schema import Schema
+from pipeline.dp.random_source import seeded_random_source
+from pipeline.io.measurements import read_chunk
+from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    """Everything needed to reconcile nodes [start, stop) of one level."""
+
+    level: str
+    start: int
+    stop: int
+    measurements_path: str
+    first_row_group: int
+    queries: tuple[tuple[str, Fraction], ...]  # (query name, sigma²) in row-group order
+    schema: Schema
+    parent_counts: sp.csr_matrix | None  # rows: the chunk's parents, in order
+    parent_index: np.ndarray | None  # each node's row in parent_counts
+    invariants: tuple[tuple[str, np.ndarray], ...]  # (query name, values of the chunk's nodes)
+    structural_zeros: np.ndarray | None
+    solver: str
+    tie_seed: int  # rounding ties are broken at random from a stream keyed by this (drawn from the run's CSPRNG)
+
+    def __repr__(self) -> str:
+        return f"ChunkTask(level={self.level!r}, nodes={self.start}:{self.stop})"
+
+
+def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix, dict[str, Any]]:
+    """Read the chunk's measurements, reconcile them against the fixed parents, return sparse counts."""
+    schema = task.schema
+    n_nodes = task.stop - task.start
+    parsed = [schema.parse_query(name) for name, _ in task.queries]
+    shapes = [(n_nodes, schema.query_cells(q)) for q in parsed]
+    noisy = read_chunk(Path(task.measurements_path), task.first_row_group, shapes)
+    measurements = [QueryMeasurement(name=q.name, matrix=schema.query_matrix(q), noisy=values, sigma2=sigma2)
+                    for q, (_, sigma2), values in zip(parsed, task.queries, noisy, strict=True)]
+    invariants = [QueryInvariant(name=name, matrix=schema.query_matrix(schema.parse_query(name)), values=values)
+                  for name, values in task.invariants]
+    parent = task.parent_counts.toarray().astype(np.int64) if task.parent_counts is not None else None
+    result = reconcile_level(measurements, n_cells=schema.n_cells, parent_counts=parent,
+                             parent_index=task.parent_index, invariants=invariants,
+                             structural_zeros=task.structural_zeros, solver=task.solver,
+                             rng=seeded_random_source(task.tie_seed))
+    return sp.csr_matrix(result.counts), result.report

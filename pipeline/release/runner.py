@@ -1,0 +1,65 @@
+"""Where reconciliation chunks run: in this process, or on Dask (a local cluster or an existing scheduler).
+
+    runner = "local"              # in-process, one chunk after another
+    runner = "dask-local:N"       # a local Dask cluster of N worker processes, started for the run
+    runner = "tcp://host:8786"    # an existing Dask scheduler; workers must see the run's folder
+
+Chunks of one level are independent once the level above is fixed, so they are mapped in parallel; results
+come back in submission order, with a bounded number in flight so driver memory stays bounded.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from pipeline.config.model import check_runner
+
+
+class LocalRunner:
+    name = "local"
+
+    def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+        return (fn(task) for task in tasks)
+
+    def close(self) -> None:
+        pass
+
+
+class DaskRunner:
+    """Maps tasks on a Dask client; at most ``window`` tasks in flight, results in order."""
+
+    def __init__(self, spec: str, window: int = 64) -> None:
+        from distributed import Client, LocalCluster
+
+        self.name = spec
+        self.window = window
+        self._cluster = None
+        if spec.startswith("dask-local:"):
+            workers = int(spec.split(":", 1)[1])
+            # worker processes, one thread each: the solvers are single-threaded and hold the GIL in places
+            self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                         dashboard_address=None, silence_logs=40)
+            self.client = Client(self._cluster)
+        else:
+            self.client = Client(spec)
+
+    def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+        pending: deque[Any] = deque()
+        for task in tasks:
+            pending.append(self.client.submit(fn, task, pure=False))
+            if len(pending) >= self.window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+    def close(self) -> None:
+        self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def make_runner(spec: str) -> LocalRunner | DaskRunner:
+    check_runner(spec)
+    return LocalRunner() if spec == "local" else DaskRunner(spec)

@@ -1,0 +1,412 @@
+"""One release as plain function calls, stage by stage (the Prefect flow calls the same stages).
+
+    run = start_release(config, out_root, rng)   # budget allocated and checked, temp folder made
+    read_files(run)                              # file-level checks only: may refuse without a charge
+    charge(run)                                  # fingerprint the data, charge its dataset in the ledger
+    validate_inputs(run)                         # value checks (after the charge), tree, rows sorted by unit
+    for level: measure(run, level)               # noise drawn once per chunk of nodes, written at once
+    for level: reconcile(run, level)             # post-processing from measurements only (Thm 19.25)
+    publish(run)                                 # manifest, report; temp folder renamed into place
+
+Whether a release is charged never depends on a confidential value: everything before ``charge`` looks at the
+files' structure and the configuration only; every check of a value runs after it, and a failure there is a
+charged, failed run whose error names a category only (``InputRejectedError``; ``censusdp check`` shows where).
+
+Every level is processed in chunks of nodes aligned to parent boundaries (``pipeline.release.chunks``), so memory is
+bounded by the chunk size plus the sparse counts of the level above, and reconciliation chunks can run in
+parallel (``pipeline.release.runner``).  A failure anywhere removes the temporary folder: nothing is published.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from geography.tree import GeoTree
+from pipeline.budget.allocation import QueryAllocation, allocate, composed_rho
+from pipeline.budget.ledger.charges import FailureReason, PrivacyLedger, config_digest, config_hash
+from pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
+from pipeline.config.model import ReleaseConfig
+from pipeline.config.schema import Schema
+from pipeline.dp.random_source import RandomSource, system_random_source
+from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
+from pipeline.io import manifest as mf
+from pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
+from pipeline.io.measurements import LevelMeasurementWriter, measurements_digest, write_invariants
+from pipeline.io.microdata import InputFiles, read_input_files, validated_rows
+from pipeline.io.plots import budget_shares
+from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
+from pipeline.release.chunks import level_chunks
+from pipeline.release.measure import level_invariants, measure_level
+from pipeline.release.reconcile_chunk import ChunkTask, reconcile_chunk
+from pipeline.release.runner import make_runner
+from pipeline.release.support import merge_reports, structural_zero_mask
+from postprocess import QueryInvariant
+
+log = logging.getLogger("censusdp")
+COMPLETE_MARKER = "complete.json"
+SHARES_PLOT = "budget_shares.png"
+
+
+EstimatesWriter = Callable[[Path], object]
+
+
+def require_estimates_writer(config: ReleaseConfig, write_estimates: EstimatesWriter | None) -> None:
+    """``output.estimates`` needs a writer from the caller; refused before anything is read or charged."""
+    if config.output.estimates and write_estimates is None:
+        raise CensusDPError("output.estimates = true, but this caller passed no estimates writer "
+                            "(pipeline.uncertainty.gls.write_estimates)")
+
+
+@dataclass
+class ReleaseRun:
+    """State of one release in progress.  Holds confidential arrays; its repr shows public facts only."""
+
+    config: ReleaseConfig
+    rng: RandomSource
+    run_id: str
+    final_dir: Path
+    work_dir: Path
+    allocations: tuple[QueryAllocation, ...]
+    started_at: str
+    tree: GeoTree | None = None
+    input_files: InputFiles | None = None  # confidential: the files as read, until they are validated
+    row_units: np.ndarray | None = None  # confidential: each person's unit index, sorted
+    row_cells: np.ndarray | None = None  # confidential: each person's detailed cell, in the same order
+    chunk_plan: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (start, stop, row group)
+    invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)  # published exactly
+    counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
+    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+    ledger: PrivacyLedger | None = None  # set once the run's budget is charged
+    dataset: str | None = None  # the ledger dataset charged (the data's own, whatever the config names)
+    failure_reason: str | None = None  # the ledger's category for a failure (never a row or a value)
+    # GLS estimates of the run folder (uncertainty/, above this layer): injected by the caller when configured
+    write_estimates: EstimatesWriter | None = None
+
+    def __repr__(self) -> str:
+        return f"ReleaseRun(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"
+
+    @property
+    def schema(self) -> Schema:
+        return self.config.schema
+
+    def level_allocations(self, level: int) -> list[QueryAllocation]:
+        name = self.config.levels[level].name
+        return [a for a in self.allocations if a.level == name]
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def start_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id: str | None = None, *,
+                  write_estimates: EstimatesWriter | None = None) -> ReleaseRun:
+    """Allocate the budget (exactly, checked) and create the run's temporary folder."""
+    require_estimates_writer(config, write_estimates)
+    allocations = allocate(config)
+    run_id = run_id or new_run_id()
+    out_root.mkdir(parents=True, exist_ok=True)
+    final_dir = out_root / run_id
+    if final_dir.exists():
+        raise CensusDPError(f"{final_dir}: a run with this id already exists")
+    work_dir = out_root / f".{run_id}.partial"
+    work_dir.mkdir()
+    return ReleaseRun(config=config, rng=rng, run_id=run_id, final_dir=final_dir, work_dir=work_dir,
+                      allocations=allocations, started_at=mf.now(), write_estimates=write_estimates)
+
+
+def read_files(run: ReleaseRun) -> None:
+    """File-level checks (files exist and are readable, required columns present with usable types).
+
+    Their outcome depends on the files' structure and the configuration only, so a failure here refuses the
+    release without a charge.  No value is looked at.
+    """
+    run.input_files = read_input_files(run.config)
+
+
+def charge(run: ReleaseRun) -> None:
+    """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn.
+
+    The dataset is found by the data's keyed content fingerprints (``pipeline.io.fingerprint``): the same data
+    under another path, name, format or row order is charged to the dataset it was first charged to, whatever
+    ``ledger.dataset`` says.  Refused (BudgetExceededError, nothing drawn, nothing published) if it would pass
+    the dataset's lifetime cap.  Once charged it is never refunded, even if the run fails later: composition
+    (Thm 19.37(i)) counts every noisy measurement drawn, and noise may already have been drawn when a failure
+    happens.
+    """
+    assert run.input_files is not None, "read_files runs before charge"
+    config = run.config
+    refuse_legacy_ledger(config.input.path, config.ledger.location)
+    prepare_location(config.ledger.location)
+    ledger = PrivacyLedger(config.ledger.location)
+    key = ledger.fingerprint_key()
+    fingerprints = data_fingerprints(run.input_files, key)
+    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
+    run.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict the noise
+    entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,
+                                  config.budget.delta, config_digest(config.raw), run.rng.publishable)
+    run.ledger, run.dataset = ledger, entry.dataset
+    if entry.dataset != config.ledger.dataset:
+        run.warnings.append(f"the data is dataset {entry.dataset!r} in the ledger (the configuration names "
+                            f"{config.ledger.dataset!r}): charged to {entry.dataset!r}, under its lifetime cap")
+        log.warning(run.warnings[-1])
+    log.info("charged rho = %s to dataset %s (remaining %s)", rho, entry.dataset, ledger.remaining(entry.dataset))
+
+
+def _layout(config: ReleaseConfig) -> str:
+    """A digest of what decides which count each draw lands on: the configuration as applied (not its solver or
+    runner), the geography file and the code version (``pipeline.io.fingerprint.seeded_noise_secret``)."""
+    placement = public_config_raw(config.raw)
+    for setting in ("solver", "runner"):
+        placement.get("postprocess", {}).pop(setting, None)
+    geography = config.input.geography
+    return (f"{config_hash(json.dumps(placement, sort_keys=True, default=str).encode())}:"
+            f"{config_hash(geography.read_bytes()) if geography else '-'}:{mf.code_version()}")
+
+
+def validate_inputs(run: ReleaseRun) -> None:
+    """Value-level checks, after the charge; then build the tree and sort persons by unit.
+
+    A value-level failure is a charged failure (``InputRejectedError``): the message and the ledger record
+    its category only, so nobody who may start releases learns a row or a value, and a refusal is never free.
+    """
+    assert run.input_files is not None and run.ledger is not None, "validate_inputs runs after charge"
+    config, files = run.config, run.input_files
+    run.input_files = None
+    problem: InputProblem | None = None
+    try:
+        run.tree, unit_index, cells = validated_rows(files)
+    except InputError as error:
+        problem = error.category
+    del files
+    if problem is not None:  # raised here, outside the handler, so no trace of the detailed error travels on
+        run.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
+        geography = f" --geography {config.input.geography}" if config.input.geography else ""
+        raise InputRejectedError(problem, f"censusdp check {config.source} --microdata {config.input.path} "
+                                          f"--format {config.input.format}{geography}")
+    order = np.argsort(unit_index, kind="stable")
+    run.row_units, run.row_cells = unit_index[order], cells[order]
+    n_persons = len(order)
+    del cells, unit_index, order
+    # Def. 19.6 pitfall: delta must be much smaller than 1/n.  n is compared only when it is public (the root
+    # total is an invariant): otherwise the warning itself would disclose a bit about the data
+    root_total_public = any(i.query.attributes == () and config.levels[0].name in i.levels
+                            for i in config.invariants)
+    if not root_total_public:
+        run.warnings.append("delta was not checked against 1/n: the population size is not public (no total "
+                            "invariant at the root); make sure delta is much smaller than 1/n")
+    elif config.budget.delta >= 1 / n_persons:
+        run.warnings.append("delta is not much smaller than 1/n for this dataset: choose a smaller delta")
+        log.warning(run.warnings[-1])
+    sizes = ", ".join(f"{lv.name}={run.tree.n_nodes(i)}" for i, lv in enumerate(config.levels))
+    log.info("geography tree built: %s nodes", sizes)
+
+
+def chunk_histograms(run: ReleaseRun, ancestors: np.ndarray, unit_offsets: np.ndarray, start: int,
+                     stop: int) -> np.ndarray:
+    """Dense detailed histograms of nodes [start, stop) of a level (confidential); ``ancestors`` and
+    ``unit_offsets`` are the level's ``tree.ancestor_of_units`` and ``tree.unit_offsets``, computed once."""
+    assert run.row_units is not None and run.row_cells is not None
+    n_cells = run.schema.n_cells
+    first, last = np.searchsorted(run.row_units, [unit_offsets[start], unit_offsets[stop]])
+    nodes = ancestors[run.row_units[first:last]] - start
+    flat = np.bincount(nodes * n_cells + run.row_cells[first:last], minlength=(stop - start) * n_cells)
+    return flat.reshape(stop - start, n_cells)
+
+
+def measure(run: ReleaseRun, level: int) -> None:
+    """Draw the noisy measurements of one level, chunk by chunk, and write them (with its invariants)."""
+    assert run.tree is not None
+    config, tree = run.config, run.tree
+    name = config.levels[level].name
+    allocations = run.level_allocations(level)
+    rhos = [a.rho for a in allocations]
+    invariant_queries = [i.query.name for i in config.invariants if name in i.levels]
+    chunks = level_chunks(tree, level, run.schema.n_cells, config.chunk_cells)
+    log.info("level %s: drawing noise for %d queries on %d nodes (%d chunks)", name, len(allocations),
+             tree.n_nodes(level), len(chunks))
+    writer = LevelMeasurementWriter(run.work_dir / "measurements", name)
+    plan, invariant_parts = [], []
+    ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
+    for start, stop in chunks:
+        histograms = chunk_histograms(run, ancestors, unit_offsets, start, stop)
+        noisy = measure_level(run.schema, histograms, allocations, run.rng)
+        plan.append((start, stop, writer.write_chunk(tree.geoids[level][start:stop], noisy, rhos)))
+        invariant_parts.append(level_invariants(run.schema, histograms, invariant_queries))
+        del histograms, noisy
+    writer.close()
+    run.chunk_plan[level] = plan
+    run.invariants[level] = [
+        QueryInvariant(name=parts[0].name, matrix=parts[0].matrix, values=np.concatenate([p.values for p in parts]))
+        for parts in zip(*invariant_parts, strict=True)]
+    if level == tree.depth - 1:
+        run.row_units = run.row_cells = None  # every level is measured: the microdata is no longer needed
+        per_level = [(lv.name, tree.geoids[i], run.invariants[i]) for i, lv in enumerate(config.levels)]
+        write_invariants(run.work_dir / "measurements", per_level)
+        if run.ledger is not None:  # the charge now names what it bought
+            run.ledger.record_measurements(run.run_id, measurements_digest(run.work_dir / "measurements"))
+        # from here on the run can be finished with --resume without drawing noise again
+        marker = {"run_id": run.run_id, "started_at": run.started_at, "config_source": config.source,
+                  "config_raw": public_config_raw(config.raw), "rho_exact": str(composed_rho(run.allocations,
+                  config.budget.sensitivity2_squared, config.budget.sensitivity1)),
+                  "random_source": {"name": run.rng.name, "publishable": run.rng.publishable}}
+        (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
+
+
+def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
+    """The level's reconciliation tasks: public values and file locations only."""
+    assert run.tree is not None
+    config = run.config
+    name = config.levels[level].name
+    queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
+    path = str((run.measurements_dir or run.work_dir / "measurements") / f"{name}.parquet")
+    zeros = structural_zero_mask(config)
+    # ties in rounding are broken at random (post-processing, so any source is private enough); the keys come
+    # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
+    tie_source = run.rng if getattr(run.rng, "can_draw", True) else system_random_source()
+    tasks = []
+    for start, stop, first in run.chunk_plan[level]:
+        parent_counts = parent_index = None
+        if level > 0:
+            parents = run.tree.parent[level][start:stop]
+            parent_counts = run.counts[level - 1][int(parents[0]): int(parents[-1]) + 1]
+            parent_index = parents - parents[0]
+        invariants = tuple((i.name, i.values[start:stop]) for i in run.invariants.get(level, []))
+        tasks.append(ChunkTask(level=name, start=start, stop=stop, measurements_path=path, first_row_group=first,
+                               queries=queries, schema=run.schema, parent_counts=parent_counts,
+                               parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
+                               solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0])))
+    return tasks
+
+
+def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
+    """Reconcile one level against its (already fixed) parent level, round, and write its table."""
+    assert run.tree is not None
+    name = run.config.levels[level].name
+    tasks = chunk_tasks(run, level)
+    log.info("level %s: reconciling %d nodes in %d chunks", name, run.tree.n_nodes(level), len(tasks))
+    own_runner = runner is None
+    runner = make_runner("local") if own_runner else runner
+    writer = LevelTableWriter(run.work_dir / "tables", name, run.schema)
+    parts, reports = [], []
+    try:
+        for task, (counts, report) in zip(tasks, runner.map(reconcile_chunk, tasks), strict=True):
+            writer.write_chunk(run.tree.geoids[level][task.start: task.stop], counts)
+            parts.append(counts)
+            reports.append(report)
+    finally:
+        writer.close()
+        if own_runner:
+            runner.close()
+    run.counts[level] = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
+    run.diagnostics[name] = merge_reports(reports)
+
+
+def publish(run: ReleaseRun) -> Path:
+    """Write the protected microdata, manifest and report, then move the run into place atomically."""
+    assert run.tree is not None
+    config = run.config
+    lowest = run.tree.depth - 1
+    if config.output.protected_microdata:
+        writer = ProtectedMicrodataWriter(run.work_dir / "microdata.parquet", run.schema, config.output.geocode_parts)
+        for start, stop, _ in run.chunk_plan[lowest]:
+            writer.write_chunk(run.tree.geoids[lowest][start:stop], run.counts[lowest][start:stop])
+        writer.close()
+    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
+    manifest = {
+        "run_id": run.run_id,
+        "started_at": run.started_at,
+        "finished_at": mf.now(),
+        "code_version": mf.code_version(),
+        "config": mf.resolved_config(config),
+        "config_raw": public_config_raw(config.raw),
+        "levels": [{"name": lv.name, "width": lv.width, "nodes": run.tree.n_nodes(i)}
+                   for i, lv in enumerate(config.levels)],
+        "privacy": mf.privacy_section(config, rho),
+        "allocation": mf.allocation_section(run.allocations, sensitivity1=config.budget.sensitivity1),
+        "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
+                       for i in config.invariants],
+        "not_protected": mf.not_protected(config),
+        "random_source": {"name": run.rng.name, "publishable": run.rng.publishable},
+        "warnings": run.warnings,
+        "measurements": {lv.name: str(Path(run.measurements_dir) / f"{lv.name}.parquet") if run.measurements_dir
+                         else f"measurements/{lv.name}.parquet" for lv in config.levels},
+        "tables": {lv.name: f"tables/{lv.name}.parquet" for lv in config.levels},
+        "reconciliation": run.diagnostics,
+        "ledger": ledger_section(run),
+        **run.manifest_extra,
+    }
+    mf.write_manifest(run.work_dir / "manifest.json", manifest)
+    budget_shares(manifest, run.work_dir / SHARES_PLOT)
+    (run.work_dir / "report.md").write_text(mf.report_markdown(manifest, run.allocations)
+                                            + f"\n![budget shares by level and query]({SHARES_PLOT})\n")
+    if config.output.estimates and run.write_estimates is not None:  # required at start_release
+        run.write_estimates(run.work_dir)  # GLS estimates with standard errors: post-processing (Thm 19.25)
+    run.work_dir.rename(run.final_dir)
+    ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed
+    if ledger is not None:
+        try:
+            ledger.set_status(run.run_id, "published")
+        except Exception as error:  # noqa: BLE001 - the run is out; its charge stands either way
+            log.warning("published, but the ledger status could not be updated (%s)", type(error).__name__)
+    log.info("published %s", run.final_dir)
+    return run.final_dir
+
+
+def ledger_section(run: ReleaseRun) -> dict[str, Any] | None:
+    if run.ledger is None:
+        return None
+    dataset = run.dataset or run.config.ledger.dataset
+    return {"location": run.ledger.location, "dataset": dataset, "configured_dataset": run.config.ledger.dataset,
+            "cap_rho": str(run.ledger.datasets()[dataset]), "remaining_rho": str(run.ledger.remaining(dataset)),
+            "charged": True}
+
+
+def abandon(run: ReleaseRun) -> None:
+    """A failed run publishes nothing.  Its charge stays (never refunded) and is marked failed; if every
+    measurement was saved, the temporary folder is kept so ``release --resume RUN_ID`` can finish it without
+    drawing noise again; otherwise it is removed."""
+    if run.ledger is not None:
+        run.ledger.set_status(run.run_id, "failed", run.failure_reason or FailureReason.RUN_ERROR.value)
+    run.input_files = run.row_units = run.row_cells = None
+    if run.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
+        log.warning("run %s failed after its measurements were saved: finish it with --resume %s",
+                    run.run_id, run.run_id)
+        return
+    shutil.rmtree(run.work_dir, ignore_errors=True)
+
+
+def run_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id: str | None = None, *,
+                write_estimates: EstimatesWriter | None = None) -> Path:
+    """The whole release without Prefect; returns the published run directory."""
+    run = start_release(config, out_root, rng, run_id, write_estimates=write_estimates)
+    runner = None
+    try:
+        runner = make_runner(config.runner)
+        read_files(run)
+        charge(run)
+        validate_inputs(run)
+        for level in range(len(config.levels)):
+            measure(run, level)
+        for level in range(len(config.levels)):
+            reconcile(run, level, runner)
+        return publish(run)
+    except BaseException:
+        abandon(run)
+        raise
+    finally:
+        if runner is not None:
+            runner.close()

@@ -1,0 +1,50 @@
+"""Small helpers of the release: structural-zero masks and merging per-chunk reconciliation reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pipeline.config.model import ReleaseConfig
+
+
+def structural_zero_mask(config: ReleaseConfig) -> np.ndarray | None:
+    """Cells fixed at zero: those matching every attribute condition of any declared structural zero."""
+    if not config.structural_zeros:
+        return None
+    schema = config.schema
+    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
+    mask = np.zeros(schema.n_cells, dtype=bool)
+    for zero in config.structural_zeros:
+        hit = np.ones(schema.n_cells, dtype=bool)
+        for name, values in zero.items():
+            allowed = [schema.attribute(name).values.index(v) for v in values]
+            hit &= np.isin(multi[schema.names.index(name)], allowed)
+        mask |= hit
+    return mask
+
+
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One level's diagnostics from its chunks': counts and seconds add, violations take the max."""
+    merged: dict[str, Any] = {"chunks": len(reports)}
+    for report in reports:
+        for key, value in report.items():
+            if value is None:
+                merged.setdefault(key, value)
+            elif isinstance(value, bool | str):  # e.g. path, solvers: how many chunks had each value
+                counts = merged.setdefault(key, {})
+                counts[str(value)] = counts.get(str(value), 0) + 1
+            elif key.startswith(("max_", "min_")):
+                previous = merged.get(key)
+                pick = max if key.startswith("max_") else min
+                merged[key] = value if previous is None else pick(previous, value)
+            elif isinstance(value, int | float):
+                merged[key] = merged.get(key, 0) + value
+            elif isinstance(value, dict):
+                inner = merged.setdefault(key, {})
+                for k, v in value.items():
+                    inner[k] = inner.get(k, 0) + v if isinstance(v, int | float) else v
+            else:
+                merged.setdefault(key, value)
+    return merged

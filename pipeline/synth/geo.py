@@ -1,0 +1,161 @@
+"""Geography for the synthetic census generator: counties, tracts, block groups and blocks.
+
+Everything here is vectorised numpy: the only Python-level work is per call, never per person or per
+block. See :mod:`pipeline.synth.population` for the public API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.random import Generator  # synthetic data only: never privacy noise
+from numpy.typing import NDArray
+
+STATE_FIPS = 1
+"""State code of every synthetic block ("01")."""
+
+MEAN_TRACT_POP = 4000.0
+"""Target mean tract population (real tracts: about 1,200-8,000 people, optimum 4,000)."""
+
+PERSONS_PER_BLOCK = 35.0
+"""Household persons per tabulation block, counting empty blocks (about 28,000 blocks per million)."""
+
+BLOCK_GROUP_POP = 1500.0
+"""Target block-group population, used to choose 1-4 block groups per tract."""
+
+BLOCK_SIZE_SIGMA = 1.3
+"""Log-scale spread of inhabited block weights (lognormal: most blocks small, a few with hundreds)."""
+
+EMPTY_BETA = (2.0, 6.0)
+"""Beta parameters of each tract's probability that a block is uninhabited (mean 0.25)."""
+
+MAX_BLOCKS_PER_GROUP = 999
+"""Block codes are four digits and the first one is the block group, so at most 1,000 per group."""
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """All tabulation blocks, in geocode order, with the household population of each.
+
+    Attributes:
+        county: county FIPS code of each block (odd numbers 1, 3, 5, ...).
+        tract: six-digit tract code of each block, as an integer (e.g. 100 for "000100").
+        block: four-digit block code of each block; its first digit is the block group.
+        tract_index: index 0..n_tracts-1 of each block's tract (non-decreasing).
+        households: household (non-group-quarters) persons in each block.
+        n_tracts: number of tracts.
+    """
+
+    county: NDArray[np.int64]
+    tract: NDArray[np.int64]
+    block: NDArray[np.int64]
+    tract_index: NDArray[np.int64]
+    households: NDArray[np.int64]
+    n_tracts: int
+
+    @property
+    def n_blocks(self) -> int:
+        """Number of blocks, populated or not."""
+        return int(self.block.shape[0])
+
+    def geocode_numbers(self) -> NDArray[np.int64]:
+        """15-digit block GEOIDs as integers (state * 10**13 + county * 10**10 + tract * 10**4 + block)."""
+        return STATE_FIPS * 10**13 + self.county * 10**10 + self.tract * 10**4 + self.block
+
+
+def _rank_within(groups: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Position of each element inside its run of equal values in a sorted ``groups`` array."""
+    n = groups.shape[0]
+    starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    lengths = np.diff(np.r_[starts, n])
+    return np.arange(n) - np.repeat(starts, lengths)
+
+
+def sample_ragged(
+    rng: Generator,
+    weights: NDArray[np.float64],
+    starts: NDArray[np.int64],
+    rows: NDArray[np.int64],
+) -> NDArray[np.int64]:
+    """Draw one entry per sample from a ragged table of categorical distributions.
+
+    Args:
+        rng: random generator.
+        weights: non-negative weights of all rows laid end to end; every row needs a positive weight.
+        starts: index in ``weights`` where each row begins (strictly increasing, ``starts[0] == 0``).
+        rows: the row to draw from for each sample.
+
+    Returns:
+        For each sample, an index into ``weights`` inside its row, chosen with probability proportional
+        to the weight (entries with zero weight are never chosen).
+    """
+    m = weights.shape[0]
+    lengths = np.diff(np.r_[starts, m])
+    row_of = np.repeat(np.arange(starts.shape[0]), lengths)
+    ends = np.r_[starts[1:], m] - 1
+    cs = np.cumsum(weights)
+    before = np.r_[0.0, cs][starts]
+    total = cs[ends] - before
+    flat = (cs - before[row_of]) / total[row_of]  # in [0, 1] per row, exactly 1 at each row's end
+    flat += row_of
+    idx = np.searchsorted(flat, rows + rng.random(rows.shape[0]), side="right")
+    # Guard against row + u rounding up to row + 1: fall back to the row's last positive entry.
+    last_positive = np.maximum.reduceat(np.where(weights > 0, np.arange(m), -1), starts)
+    return np.minimum(idx, last_positive[rows])
+
+
+def build_blocks(rng: Generator, household_persons: int) -> Blocks:
+    """Lay out counties, tracts, block groups and blocks and place ``household_persons`` in them.
+
+    Tract populations vary lognormally around :data:`MEAN_TRACT_POP`; counties get a heavy-tailed
+    number of tracts; each tract has 1-4 block groups; each block group about
+    ``population / PERSONS_PER_BLOCK`` blocks, a tract-dependent share of which are uninhabited; the
+    others receive persons in proportion to lognormal weights (heavy-tailed block sizes).
+    """
+    n_tracts = max(1, round(household_persons / MEAN_TRACT_POP))
+    n_counties = min(n_tracts, max(1, round(2.0 * np.sqrt(n_tracts))))
+
+    # Tract populations (exact total), and tracts assigned to counties: one each, the rest heavy-tailed.
+    tract_w = np.clip(rng.lognormal(0.0, 0.35, n_tracts), 0.35, 1.9)
+    tract_pop = rng.multinomial(household_persons, tract_w / tract_w.sum()).astype(np.int64)
+    county_w = rng.pareto(1.1, n_counties) + 1.0
+    extra = rng.choice(n_counties, size=n_tracts - n_counties, p=county_w / county_w.sum())
+    tract_county = np.sort(np.r_[np.arange(n_counties), extra]).astype(np.int64)
+    tract_code = (_rank_within(tract_county) + 1) * 100
+    county_code = 2 * tract_county + 1
+
+    # Block groups: 1-4 per tract.
+    n_bg = np.clip(np.rint(tract_pop / BLOCK_GROUP_POP + rng.uniform(-0.5, 0.5, n_tracts)), 1, 4)
+    n_bg = n_bg.astype(np.int64)
+    bg_tract = np.repeat(np.arange(n_tracts), n_bg)
+    bg_number = _rank_within(bg_tract) + 1
+
+    # Blocks: Poisson count per block group, at least one, at most what four digits allow.
+    expected = tract_pop[bg_tract] / n_bg[bg_tract] / PERSONS_PER_BLOCK
+    n_blk = np.clip(rng.poisson(expected), 1, MAX_BLOCKS_PER_GROUP).astype(np.int64)
+    blk_bg = np.repeat(np.arange(bg_tract.shape[0]), n_blk)
+    blk_tract = bg_tract[blk_bg]
+    blk_code = bg_number[blk_bg] * 1000 + _rank_within(blk_bg)
+
+    # Block weights: a tract-dependent share uninhabited, the rest lognormal.
+    n_blocks = blk_code.shape[0]
+    p_empty = rng.beta(*EMPTY_BETA, n_tracts)
+    inhabited = rng.random(n_blocks) >= p_empty[blk_tract]
+    tract_start = np.flatnonzero(np.r_[True, blk_tract[1:] != blk_tract[:-1]])
+    inhabited[tract_start] = True  # every tract needs somewhere to put its people
+    weights = rng.lognormal(0.0, BLOCK_SIZE_SIGMA, n_blocks) * inhabited
+
+    person_tract = np.repeat(np.arange(n_tracts), tract_pop)
+    person_block = sample_ragged(rng, weights, tract_start, person_tract)
+    del person_tract
+    households = np.bincount(person_block, minlength=n_blocks).astype(np.int64)
+
+    return Blocks(
+        county=county_code[blk_tract],
+        tract=tract_code[blk_tract],
+        block=blk_code,
+        tract_index=blk_tract,
+        households=households,
+        n_tracts=n_tracts,
+    )

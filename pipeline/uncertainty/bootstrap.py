@@ -1,0 +1,113 @@
+"""Parametric bootstrap of a release's integer tables: how much would they move under fresh noise?
+
+The published table is taken as if it were the truth; R times, fresh noisy measurements of every level x query
+are drawn from it with the mechanism each query was measured with and its public parameters, as the manifest
+records them (exact discrete Gaussian of σ², or exact discrete Laplace of scale b, ``pipeline.dp.noise``) and the same
+post-processing is re-run top-down (``postprocess.reconcile_level``: non-negativity, consistency, the published
+invariants, structural zeros, integer rounding).  The spread of the R replicate tables around the published
+one is reported per cell.  Only public outputs are used (published tables, σ², invariants): no confidential
+data is read and no budget is spent (Thm 19.25).  What the interval means, and where it is biased, is in
+``docs/uncertainty.md``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
+from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
+from pipeline.release.support import structural_zero_mask
+from pipeline.uncertainty.gls import LoadedRun, load_run
+from postprocess import QueryMeasurement, reconcile_level
+
+BOOTSTRAP_DIR = "bootstrap"
+MAX_STORED = 50_000_000  # replicate values kept for percentiles; beyond that, intervals use the sd only
+
+
+def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource) -> list[np.ndarray]:
+    """One bootstrap replicate: fresh noisy measurements of ``truth`` (per level, dense), reconciled top-down."""
+    schema, config = run.config.schema, run.config
+    zeros = structural_zero_mask(config)
+    out: list[np.ndarray] = []
+    for level in range(run.tree.depth):
+        measurements = []
+        for q in run.level_noise(level):
+            answers = schema.marginal(q.query, truth[level])
+            if q.mechanism == "laplace":  # the release's own mechanism and public scale (manifest allocation)
+                noise = sample_discrete_laplace(q.scale, answers.size, rng=rng)
+            else:
+                noise = sample_discrete_gaussian(q.sigma2, answers.size, rng=rng)
+            measurements.append(QueryMeasurement(name=q.query.name, matrix=schema.query_matrix(q.query),
+                                                 noisy=answers + noise.reshape(answers.shape), sigma2=q.sigma2))
+        parent = out[level - 1] if level > 0 else None
+        result = reconcile_level(measurements, n_cells=schema.n_cells, parent_counts=parent,
+                                 parent_index=run.tree.parent[level] if level > 0 else None,
+                                 invariants=run.invariants.get(level, []), structural_zeros=zeros,
+                                 solver=config.solver)
+        out.append(result.counts)
+    return out
+
+
+def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None,
+                        write: bool = True) -> dict[str, Any]:
+    """Run ``replicates`` bootstrap replicates of the run in ``run_dir``; write ``bootstrap/<level>.parquet``.
+
+    Per level, rows for every cell that is non-zero in the published table or in some replicate: ``geoid``,
+    attribute columns, ``published``, ``boot_mean``, ``boot_sd``, ``boot_bias`` (mean - published), ``ci_low``
+    and ``ci_high`` (the 2.5% and 97.5% points of the replicates; published ± 1.96·sd when too many values to
+    keep).  ``seed`` makes the bootstrap noise reproducible (``seeded_random_source``); None uses the OS source.
+    Returns a summary: per level, the mean sd of the total and of a detailed cell, and the paths written.
+    """
+    if replicates < 2:
+        raise ValueError("replicates must be at least 2")
+    run = load_run(run_dir)
+    rng = seeded_random_source(seed) if seed is not None else system_random_source()
+    truth = [run.table(level) for level in range(run.tree.depth)]
+    sums = [np.zeros(t.shape) for t in truth]
+    squares = [np.zeros(t.shape) for t in truth]
+    totals: list[list[np.ndarray]] = [[] for _ in truth]
+    keep = sum(t.size for t in truth) * replicates <= MAX_STORED
+    stored: list[list[np.ndarray]] = [[] for _ in truth]
+    for _ in range(replicates):
+        for level, table in enumerate(replicate_tables(run, truth, rng)):
+            sums[level] += table
+            squares[level] += table.astype(float) ** 2
+            totals[level].append(table.sum(axis=1))
+            if keep:
+                stored[level].append(table.astype(np.int32))
+    summary: dict[str, Any] = {"replicates": replicates, "levels": {}, "paths": []}
+    for level, spec in enumerate(run.config.levels):
+        mean = sums[level] / replicates
+        sd = np.sqrt(np.maximum(squares[level] / replicates - mean**2, 0) * replicates / (replicates - 1))
+        if keep:
+            low, high = np.percentile(np.stack(stored[level]), [2.5, 97.5], axis=0)
+        else:
+            low, high = truth[level] - 1.96 * sd, truth[level] + 1.96 * sd
+        summary["levels"][spec.name] = {"sd_total": float(np.std(np.stack(totals[level]), axis=0, ddof=1).mean()),
+                                        "sd_cell": float(sd.mean())}
+        if write:
+            summary["paths"].append(str(_write(run, level, truth[level], mean, sd, low, high)))
+    return summary
+
+
+def _write(run: LoadedRun, level: int, published: np.ndarray, mean: np.ndarray, sd: np.ndarray,
+           low: np.ndarray, high: np.ndarray) -> Path:
+    schema = run.config.schema
+    node, cell = np.nonzero((published > 0) | (mean > 0))
+    multi = np.unravel_index(cell, schema.shape)
+    columns: dict[str, pa.Array] = {"geoid": pa.array(run.tree.geoids[level][node].tolist(), type=pa.string())}
+    for attribute, index in zip(schema.attributes, multi, strict=True):
+        columns[attribute.name] = pa.DictionaryArray.from_arrays(index.astype(np.int32), pa.array(attribute.values))
+    pick = {"published": published, "boot_mean": mean, "boot_sd": sd, "boot_bias": mean - published,
+            "ci_low": low, "ci_high": high}
+    columns.update({name: pa.array(values[node, cell]) for name, values in pick.items()})
+    out = run.run_dir / BOOTSTRAP_DIR
+    out.mkdir(exist_ok=True)
+    path = out / f"{run.config.levels[level].name}.parquet"
+    pq.write_table(pa.table(columns), path, compression="zstd")
+    return path
