@@ -24,7 +24,7 @@ from pipeline.dp.noise import (
     sample_discrete_laplace_cks,
 )
 from pipeline.dp.random_source import seeded_random_source
-from tests import cks_reference
+from tests.helpers import cks_reference
 
 N = int(os.environ.get("CENSUSDP_STAT_SAMPLES", "1000000"))
 # the production (table) samplers are fast enough to be fitted on 10^7 draws in every CI run

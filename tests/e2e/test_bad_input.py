@@ -52,7 +52,7 @@ CASES = {
 
 def run_cli(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
     """``censusdp check``: the data curator's precise one-line errors (a release names categories only after
-    its charge, tests/test_refusals.py); the release refuses the file-level cases alike, uncharged."""
+    its charge, tests/release/test_refusals.py); the release refuses the file-level cases alike, uncharged."""
     code = main(["-q", "check", str(config), *extra])
     return code, capsys.readouterr().err
 

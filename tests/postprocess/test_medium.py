@@ -1,6 +1,6 @@
 """A medium, PL94-shaped level: 50 children x 2016 cells, four queries (total, 8, 252 and 2016 cells).
 
-Run as a script for timings:  python tests/test_postprocess_medium.py
+Run as a script for timings:  python tests/postprocess/test_medium.py
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import math
 import random
 from fractions import Fraction
 
-# Statistical tests in tests/test_noise.py and tests/test_random_source.py share one family-wise error
+# Statistical tests in tests/dp/test_noise.py and tests/dp/test_random_source.py share one family-wise error
 # rate, split by Bonferroni over an upper bound on the number of p-values they compute, so
 # a correct sampler fails any of them with probability below 1e-3 per full run.
 FAMILY_ALPHA = 1e-3

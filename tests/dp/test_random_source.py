@@ -14,11 +14,7 @@ from scipy import stats
 
 from pipeline.dp import random_source
 from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
-
-try:
-    import cks_reference
-except ModuleNotFoundError:  # tests/ collected as a package
-    from tests import cks_reference
+from tests.helpers import cks_reference
 
 ALPHA = cks_reference.ALPHA
 

@@ -3,7 +3,7 @@
 The enclosures are checked against mpmath at 100 digits; the guide table against the direct decision rule;
 and every rare branch (undecided U, several refinement rounds, both tails beyond the table) is forced to run
 on a large share of samples by deliberately wide or short tables, with the same goodness-of-fit tests and
-thresholds as tests/test_noise.py.  A table with one boundary moved by 1% of the mass must fail them.
+thresholds as tests/dp/test_noise.py.  A table with one boundary moved by 1% of the mass must fail them.
 """
 
 from __future__ import annotations

@@ -173,14 +173,14 @@ def test_malformed_measurements():
 
 def test_postprocess_does_not_import_the_orchestrator_or_io():
     code = "import sys, postprocess; print(sorted({'prefect', 'polars', 'pyarrow'} & set(sys.modules)))"
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_postprocess_never_opens_files_or_draws_random_numbers():
     forbidden_calls = {"open", "read_parquet", "read_csv", "scan_parquet", "load", "loadtxt"}
-    package = Path(__file__).resolve().parents[1] / "postprocess"
+    package = Path(__file__).resolve().parents[2] / "postprocess"
     for path in package.glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):

@@ -6,9 +6,9 @@ are merged.  Every p-value is checked against ``cks_reference.ALPHA`` (family-wi
 the seeded source makes every failure reproducible.  The same tests must reject deliberately wrong
 samplers at the same sample size (``test_power_*``), so passing means something.  Every discrete Gaussian
 check runs on both exact paths: ``sample_discrete_gaussian`` (table inversion for sigma2 <= 10^6; its rare
-branches are forced in tests/test_noise_table.py) and ``sample_discrete_gaussian_cks`` (CKS20 rejection);
+branches are forced in tests/dp/test_gaussian_table.py) and ``sample_discrete_gaussian_cks`` (CKS20 rejection);
 likewise every discrete Laplace check runs on ``sample_discrete_laplace`` (table inversion; rare branches
-forced in tests/test_noise_laplace.py) and ``sample_discrete_laplace_cks`` (CKS20 Algorithm 2).
+forced in tests/dp/test_noise_laplace.py) and ``sample_discrete_laplace_cks`` (CKS20 Algorithm 2).
 Sample sizes: the goodness-of-fit tests of the production samplers use 10^7 draws per parameter in every
 run; the CKS reference paths and the other tests use CENSUSDP_STAT_SAMPLES (default 10^6; 10^7 for a
 thorough run).
@@ -141,7 +141,7 @@ REFERENCE_CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "param", "width"), REFERENCE_CASES)
 def test_homogeneous_with_pure_python_reference(kind: str, param: str, width: int) -> None:
-    """Chi-square homogeneity of the vectorised sampler and tests/cks_reference.py (bins fixed in advance
+    """Chi-square homogeneity of the vectorised sampler and tests/helpers/cks_reference.py (bins fixed in advance
     from the exact law so that each reference cell expects >= 5; wide bins at large sigma)."""
     n_ref = 30_000
     ref = reference_draws(kind.removesuffix("_cks"), param, n_ref, 7)
@@ -300,7 +300,7 @@ def test_shapes_dtypes_and_determinism() -> None:
 
 
 def test_no_numpy_random_in_library_noise_code() -> None:
-    paths = sorted((Path(__file__).resolve().parents[1] / "pipeline" / "dp").glob("*.py"))
+    paths = sorted((Path(__file__).resolve().parents[2] / "pipeline" / "dp").glob("*.py"))
     assert len(paths) >= 8  # samplers, tables, random source, accounting: the whole privacy layer
     for path in paths:
         used = r"(np|numpy)\.random\.\w+\(|^\s*(import|from)\s+(random|numpy\.random)\b"

@@ -1,6 +1,6 @@
 """Tests of the table sampler for the discrete Laplace (pipeline.dp.laplace_table) and its certified CDFs.
 
-Goodness of fit of both paths at scales 1/20 .. 10^4 is in tests/test_noise.py.  Here: the certified bounds
+Goodness of fit of both paths at scales 1/20 .. 10^4 is in tests/dp/test_noise.py.  Here: the certified bounds
 against mpmath at 100 digits; ``LaplaceCdf.locate`` deciding only when certain, from any starting hint; the
 guides against the decision rule; every rare branch (undecided U over several refinement rounds, samples
 beyond short tables, on the direct path and on both tables of the split path X = W A + D) forced on a large
