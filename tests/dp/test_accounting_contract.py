@@ -41,6 +41,7 @@ from pipeline.dp.accounting import (
     rho_for_epsilon_delta,
     zcdp_from_pure_dp,
 )
+from pipeline.errors import CensusDPError
 
 REF_DPS = 80
 MARGIN = Fraction(1, 10**40)  # the documented cover for mpmath's own rounding
@@ -611,3 +612,16 @@ def test_group_privacy_is_theorem_19_31_rounded_up() -> None:
             expected_delta = min(1.0, reported(k * mp.exp((k - 1) * e) * mpf_of(exact(delta))))
         assert group_privacy_epsilon_delta(epsilon, delta, k) == (reported(k * exact(epsilon)), expected_delta)
     assert group_privacy_epsilon_delta(1.0, 0.2, 3) == (reported(Fraction(3)), 1.0)  # 3 e^2 0.2 > 1: capped
+
+
+def test_a_ledger_cap_from_epsilon_delta_is_the_exact_conversion() -> None:
+    """``cap_from_epsilon_delta``: the ledger's cap for an (epsilon, delta) target is ``rho_for_epsilon_delta``
+    exactly (a Fraction), and an impossible target is one line naming the ledger, no traceback text."""
+    for epsilon, delta in ((1.0, 1e-10), (2.5, 1e-6), (0.1, 0.5), (2.0, 1e-9)):
+        cap = accounting.cap_from_epsilon_delta(epsilon, delta)
+        assert type(cap) is Fraction and cap == accounting.rho_for_epsilon_delta(epsilon, delta)
+        assert accounting.epsilon_cks20(cap, delta) <= epsilon
+    with pytest.raises(CensusDPError) as info:
+        accounting.cap_from_epsilon_delta(-1.0, 1e-9)
+    text = str(info.value)
+    assert "\n" not in text and text.startswith("ledger: cannot build a rho cap: ") and "epsilon" in text, text

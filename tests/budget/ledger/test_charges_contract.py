@@ -27,7 +27,7 @@ from pipeline.budget.ledger.charges import (
     config_digest,
     config_hash,
 )
-from pipeline.dp.accounting import cap_from_epsilon_delta, epsilon_cks20, rho_for_epsilon_delta
+from pipeline.dp.accounting import epsilon_cks20
 from pipeline.errors import CensusDPError
 from tests.helpers.ledgers import DELTA, HASH, charge, raw_rows
 
@@ -411,12 +411,3 @@ def test_config_digest_is_canonical_and_keeps_no_password() -> None:
     assert config_digest(raw | {"budget": {"rho": Fraction(1, 3), "delta": "1e-10"}}) != digest
     assert raw["ledger"]["path"] == "postgresql://alice:s3cret@db/ledger"  # the caller's table is not changed
 
-
-def test_a_cap_from_epsilon_delta_is_the_accountings_exact_conversion() -> None:
-    for epsilon, delta in ((1.0, 1e-10), (2.5, 1e-6), (0.1, 0.5)):
-        cap = cap_from_epsilon_delta(epsilon, delta)
-        assert type(cap) is Fraction and cap == rho_for_epsilon_delta(epsilon, delta)
-        assert epsilon_cks20(cap, delta) <= epsilon
-    with pytest.raises(CensusDPError) as info:
-        cap_from_epsilon_delta(-1.0, 1e-9)
-    one_line_naming(info, "ledger: cannot build a rho cap: ")

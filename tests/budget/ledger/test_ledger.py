@@ -175,13 +175,6 @@ def test_bad_caps(ledger: PrivacyLedger) -> None:
             ledger.ensure_dataset("pa", cap)
 
 
-def test_cap_from_epsilon_delta() -> None:
-    cap = cap_from_epsilon_delta(2.0, 1e-9)
-    assert isinstance(cap, Fraction) and cap > 0 and epsilon_cks20(cap, 1e-9) <= 2.0
-    with pytest.raises(CensusDPError):
-        cap_from_epsilon_delta(-1.0, 1e-9)
-
-
 def test_helpers(tmp_path: Path) -> None:
     assert config_hash(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     assert redact_url("postgresql://alice:s3cret@db.example:5433/ledger?password=x") == \
