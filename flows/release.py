@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
@@ -19,20 +20,24 @@ from pipeline.config.model import ReleaseConfig
 from pipeline.config.options import insecure_seed_is_allowed, load_release_config, random_source
 from pipeline.errors import CensusDPError, type_only_errors
 from pipeline.release import stages
-from pipeline.release.runner import make_runner
-from pipeline.uncertainty.gls import write_estimates
+from pipeline.uncertainty.gls import write_release_estimates
 from postprocess import ReconciliationError
 
 PUBLIC = (ReconciliationError,)  # its messages carry sizes and statuses only, never a count
 TASK_OPTIONS = {"cache_policy": NO_CACHE, "persist_result": False, "log_prints": False, "retries": 0}
 
 start_task = task(type_only_errors(stages.start_release, PUBLIC), name="allocate-budget", **TASK_OPTIONS)
-read_task = task(type_only_errors(stages.read_files, PUBLIC), name="read-files", **TASK_OPTIONS)
-charge_task = task(type_only_errors(stages.charge, PUBLIC), name="charge-ledger", **TASK_OPTIONS)
-validate_task = task(type_only_errors(stages.validate_inputs, PUBLIC), name="validate-values", **TASK_OPTIONS)
-measure_task = task(type_only_errors(stages.measure, PUBLIC), name="measure", **TASK_OPTIONS)
-reconcile_task = task(type_only_errors(stages.reconcile, PUBLIC), name="reconcile", **TASK_OPTIONS)
-publish_task = task(type_only_errors(stages.publish, PUBLIC), name="publish", **TASK_OPTIONS)
+STAGE_TASKS = {stage.name: task(type_only_errors(getattr(stages, stage.function), PUBLIC), name=stage.name,
+                                **TASK_OPTIONS) for stage in stages.STAGES}
+
+
+def call_as_task(stage: stages.Stage, function: Any, args: tuple[Any, ...]) -> Any:
+    """Run a stage as its Prefect task (a per-level one named after its level), in this process."""
+    stage_task = STAGE_TASKS[stage.name]
+    if stage.per_level:
+        run, level = args[0], args[1]
+        stage_task = stage_task.with_options(task_run_name=f"{stage.name}-{run.config.levels[level].name}")
+    return stage_task(*args)
 
 
 @flow(name="censusdp-release", persist_result=False, log_prints=False, validate_parameters=True)
@@ -55,27 +60,12 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
 
 def _release(config: ReleaseConfig, out_dir: str | None, insecure_seed: int | None) -> str:
     out_root = Path(out_dir).resolve() if out_dir else config.output.dir
-    run = start_task(config, out_root, random_source(insecure_seed), write_estimates=write_estimates)
-    chunk_runner = None
-    try:
-        chunk_runner = make_runner(config.runner)
-        read_task(run)
-        charge_task(run)
-        validate_task(run)
-        for level, spec in enumerate(config.levels):
-            measure_task.with_options(task_run_name=f"measure-{spec.name}")(run, level)
-        for level, spec in enumerate(config.levels):
-            reconcile_task.with_options(task_run_name=f"reconcile-{spec.name}")(run, level, chunk_runner)
-        final_dir = publish_task(run)
-    except BaseException:
-        stages.abandon(run)
-        raise
-    finally:
-        if chunk_runner is not None:
-            chunk_runner.close()
-    report = (final_dir / "report.md").read_text()
-    plot = base64.b64encode((final_dir / stages.SHARES_PLOT).read_bytes()).decode()
-    report = report.replace(f"({stages.SHARES_PLOT})", f"(data:image/png;base64,{plot})")
+    run = start_task(config, out_root, random_source(insecure_seed), write_estimates=write_release_estimates)
+    final_dir = stages.run_stages(run, call=call_as_task)
+    if run.published is None:  # publish sets it before returning
+        raise CensusDPError("internal error: the run was published without its report")
+    plot = base64.b64encode(run.published.shares_png).decode()
+    report = run.published.report_markdown.replace(f"({stages.SHARES_PLOT})", f"(data:image/png;base64,{plot})")
     create_markdown_artifact(key="censusdp-budget", markdown=report,
                              description="Budget, (epsilon, delta) and reconciliation summary (public values)")
     return str(final_dir)

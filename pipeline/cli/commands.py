@@ -97,11 +97,11 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
     with insecure_seed_allowed() if insecure_seed is not None else nullcontext():
         if no_prefect:
             from pipeline.release.stages import run_release
-            from pipeline.uncertainty.gls import write_estimates
+            from pipeline.uncertainty.gls import write_release_estimates
 
             cfg = load_release_config(config, microdata, geography, fmt, rho, runner)
             root = Path(out).resolve() if out else cfg.output.dir
-            return run_release(cfg, root, random_source(insecure_seed), write_estimates=write_estimates)
+            return run_release(cfg, root, random_source(insecure_seed), write_estimates=write_release_estimates)
         from flows.release import release_flow
         from flows.settings import hardened_prefect
 
@@ -116,7 +116,7 @@ def cmd_release(args: argparse.Namespace) -> int:
     if args.resume:
         from pipeline.config.load import load_config
         from pipeline.release.finish import resume_release
-        from pipeline.uncertainty.gls import write_estimates
+        from pipeline.uncertainty.gls import write_release_estimates
 
         if args.rho or args.microdata or args.geography or args.fmt or args.insecure_seed is not None:
             raise CensusDPError("--resume finishes a run with the configuration its measurements were drawn with: "
@@ -124,7 +124,7 @@ def cmd_release(args: argparse.Namespace) -> int:
         own = load_config(args.config)  # the user's own configuration says where the ledger is
         root = Path(args.out).resolve() if args.out else own.output.dir
         print(resume_release(root, args.resume, own.ledger.location, runner=args.runner,
-                             write_estimates=write_estimates))
+                             write_estimates=write_release_estimates))
         return 0
     run_dir = run_release_command(args.config, args.out, args.microdata, args.geography, args.fmt, args.rho,
                                   args.no_prefect, args.insecure_seed, args.runner)
@@ -237,11 +237,11 @@ def add_postprocess(sub: Sub) -> None:
 
 def cmd_postprocess(args: argparse.Namespace) -> int:
     from pipeline.release.finish import postprocess_run
-    from pipeline.uncertainty.gls import write_estimates
+    from pipeline.uncertainty.gls import write_release_estimates
 
     out = Path(args.out).resolve() if args.out else None
     print(postprocess_run(Path(args.run_dir), out, args.solver, args.runner, args.ledger,
-                          write_estimates=write_estimates))
+                          write_estimates=write_release_estimates))
     return 0
 
 

@@ -6,6 +6,7 @@ not pay for it (or depend on it) until it publishes.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +22,29 @@ def _pyplot() -> Any:
     return plt
 
 
-def finish_figure(figure: Any, path: Path, label: str | None) -> Path:
-    """Title (an evaluation's NOT PRIVATE banner, if given), lay out, save at 110 dpi, close."""
+def figure_png(figure: Any, label: str | None) -> bytes:
+    """Title (an evaluation's NOT PRIVATE banner, if given), lay out, render as PNG at 110 dpi, close."""
     if label:
         figure.suptitle(label, color="darkred", fontsize=10, fontweight="bold")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    png = io.BytesIO()
+    figure.savefig(png, dpi=110, format="png")
     _pyplot().close(figure)
+    return png.getvalue()
+
+
+def finish_figure(figure: Any, path: Path, label: str | None) -> Path:
+    path.write_bytes(figure_png(figure, label))
     return path
 
 
 def budget_shares(run: dict[str, Any], path: Path, label: str | None = None) -> Path:
+    """``budget_shares_png`` written to ``path``."""
+    path.write_bytes(budget_shares_png(run, label))
+    return path
+
+
+def budget_shares_png(run: dict[str, Any], label: str | None = None) -> bytes:
     """The shares of rho by level and query, from the manifest (public values; no banner unless given)."""
     allocation = run.get("allocation", [])
     levels = [lv["name"] for lv in run["levels"]]
@@ -49,4 +62,4 @@ def budget_shares(run: dict[str, Any], path: Path, label: str | None = None) -> 
     axis.set_ylabel("share of total rho")
     axis.set_title("budget shares by level and query (public values from the manifest)")
     axis.legend(fontsize=7, ncol=2)
-    return finish_figure(figure, path, label)
+    return figure_png(figure, label)

@@ -26,7 +26,6 @@ from pipeline.config.model import ReleaseConfig
 from pipeline.errors import CensusDPError
 from pipeline.io.measurements import measurements_digest, read_invariants, read_lowest_geoids
 from pipeline.release import stages
-from pipeline.release.runner import make_runner
 
 
 class RecordedSource:
@@ -78,19 +77,7 @@ def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
 
 
 def _reconcile_and_publish(run: stages.ReleaseRun, measurements: Path) -> Path:
-    pool = None
-    try:
-        load_measured(run, measurements)
-        pool = make_runner(run.config.runner)
-        for level in range(len(run.config.levels)):
-            stages.reconcile(run, level, pool)
-        return stages.publish(run)
-    except BaseException:
-        stages.abandon(run)
-        raise
-    finally:
-        if pool is not None:
-            pool.close()
+    return stages.run_stages(run, stages.FROM_MEASUREMENTS, prepare=lambda r: load_measured(r, measurements))
 
 
 def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | None = None,

@@ -44,7 +44,7 @@ from pipeline.io import manifest as mf
 from pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
 from pipeline.io.measurements import LevelMeasurementWriter, measurements_digest, write_invariants
 from pipeline.io.microdata import InputFiles, read_input_files, validated_rows
-from pipeline.io.plots import budget_shares
+from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
 from pipeline.release.chunks import level_chunks
 from pipeline.release.measure import level_invariants, measure_level
@@ -58,7 +58,17 @@ COMPLETE_MARKER = "complete.json"
 SHARES_PLOT = "budget_shares.png"
 
 
-EstimatesWriter = Callable[[Path], object]
+@dataclass(frozen=True)
+class Published:
+    """What publish wrote that a caller shows (the flow's artifact): kept in memory, not read back."""
+
+    final_dir: Path
+    report_markdown: str
+    shares_png: bytes
+
+
+# Writes GLS estimates (uncertainty/, a later layer) from the run as held in memory and its manifest.
+EstimatesWriter = Callable[["ReleaseRun", dict[str, Any]], object]
 
 
 def require_estimates_writer(config: ReleaseConfig, write_estimates: EstimatesWriter | None) -> None:
@@ -95,6 +105,7 @@ class ReleaseRun:
     failure_reason: str | None = None  # the ledger's category for a failure (never a row or a value)
     # GLS estimates of the run folder (uncertainty/, above this layer): injected by the caller when configured
     write_estimates: EstimatesWriter | None = None
+    published: Published | None = None  # set by publish
 
     def __repr__(self) -> str:
         return f"ReleaseRun(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"
@@ -350,12 +361,15 @@ def publish(run: ReleaseRun) -> Path:
         **run.manifest_extra,
     }
     mf.write_manifest(run.work_dir / "manifest.json", manifest)
-    budget_shares(manifest, run.work_dir / SHARES_PLOT)
-    (run.work_dir / "report.md").write_text(mf.report_markdown(manifest, run.allocations)
-                                            + f"\n![budget shares by level and query]({SHARES_PLOT})\n")
+    shares_png = budget_shares_png(manifest)
+    (run.work_dir / SHARES_PLOT).write_bytes(shares_png)
+    report = (mf.report_markdown(manifest, run.allocations)
+              + f"\n![budget shares by level and query]({SHARES_PLOT})\n")
+    (run.work_dir / "report.md").write_text(report)
     if config.output.estimates and run.write_estimates is not None:  # required at start_release
-        run.write_estimates(run.work_dir)  # GLS estimates with standard errors: post-processing (Thm 19.25)
+        run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
     run.work_dir.rename(run.final_dir)
+    run.published = Published(run.final_dir, report, shares_png)
     ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed
     if ledger is not None:
         try:
@@ -389,24 +403,63 @@ def abandon(run: ReleaseRun) -> None:
     shutil.rmtree(run.work_dir, ignore_errors=True)
 
 
-def run_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id: str | None = None, *,
-                write_estimates: EstimatesWriter | None = None) -> Path:
-    """The whole release without Prefect; returns the published run directory."""
-    run = start_release(config, out_root, rng, run_id, write_estimates=write_estimates)
+@dataclass(frozen=True)
+class Stage:
+    """One step of a release.  ``name`` is its task name in Prefect (per-level runs are ``name-LEVEL``);
+    ``function`` names the function of this module that does it, looked up when the stage runs."""
+
+    name: str
+    function: str
+    per_level: bool = False  # called once per level, top-down: function(run, level[, runner])
+    needs_runner: bool = False  # also given the chunk runner (local or Dask)
+
+
+# The one stage sequence: the plain run, the Prefect flow, post-processing re-runs and --resume iterate it.
+STAGES = (
+    Stage("read-files", "read_files"),
+    Stage("charge-ledger", "charge"),
+    Stage("validate-values", "validate_inputs"),
+    Stage("measure", "measure", per_level=True),
+    Stage("reconcile", "reconcile", per_level=True, needs_runner=True),
+    Stage("publish", "publish"),
+)
+FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in ("reconcile", "publish"))  # no data, no noise
+
+StageCall = Callable[[Stage, Callable[..., Any], tuple[Any, ...]], Any]
+
+
+def call_directly(stage: Stage, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    return function(*args)
+
+
+def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: StageCall = call_directly,
+               prepare: Callable[[ReleaseRun], None] | None = None) -> Path:
+    """Run ``stages`` in order on ``run`` (each call through ``call``: the flow makes it a Prefect task) and
+    return what the last one (publish) returns.  ``prepare`` runs first (a re-run loads its measurements).
+    Any failure abandons the run (nothing published; the charge stays); the chunk runner is always closed."""
     runner = None
+    result: Any = None
     try:
-        runner = make_runner(config.runner)
-        read_files(run)
-        charge(run)
-        validate_inputs(run)
-        for level in range(len(config.levels)):
-            measure(run, level)
-        for level in range(len(config.levels)):
-            reconcile(run, level, runner)
-        return publish(run)
+        if prepare is not None:
+            prepare(run)
+        runner = make_runner(run.config.runner)
+        for stage in stages:
+            function = globals()[stage.function]  # looked up now, so a replaced stage function is the one run
+            if not stage.per_level:
+                result = call(stage, function, (run,))
+                continue
+            for level in range(len(run.config.levels)):
+                result = call(stage, function, (run, level, runner) if stage.needs_runner else (run, level))
+        return result
     except BaseException:
         abandon(run)
         raise
     finally:
         if runner is not None:
             runner.close()
+
+
+def run_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id: str | None = None, *,
+                write_estimates: EstimatesWriter | None = None) -> Path:
+    """The whole release without Prefect; returns the published run directory."""
+    return run_stages(start_release(config, out_root, rng, run_id, write_estimates=write_estimates))

@@ -35,6 +35,7 @@ from pipeline.config.model import ReleaseConfig
 from pipeline.config.schema import DETAILED, TOTAL, Query
 from pipeline.errors import CensusDPError
 from pipeline.io.measurements import read_invariants, read_lowest_geoids
+from pipeline.release.stages import ReleaseRun
 from postprocess import QueryInvariant
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, interval, solve_gls
 
@@ -177,8 +178,24 @@ def _columns(estimate: np.ndarray, std_error: np.ndarray) -> dict[str, pa.Array]
 
 
 def write_estimates(run_dir: Path) -> list[Path]:
+    """The estimates of a published run folder, read back (``censusdp uncertainty``, the demo)."""
+    return write_loaded_estimates(load_run(run_dir))
+
+
+def write_release_estimates(run: ReleaseRun, manifest: dict[str, Any]) -> list[Path]:
+    """A release's own estimates (``output.estimates``), from the configuration, tree, invariants and allocation
+    it holds and the manifest it just wrote; ``publish`` calls this before the run is renamed into place.  Only
+    the noisy measurements are read from their files: a release streams them to disk level by level."""
+    if run.tree is None:
+        raise CensusDPError("internal error: estimates asked for before the run's geography was built")
+    measurements = Path(run.measurements_dir) if run.measurements_dir else run.work_dir / "measurements"
+    return write_loaded_estimates(LoadedRun(run_dir=run.work_dir, manifest=manifest, config=run.config,
+                                            tree=run.tree, invariants=run.invariants, allocations=run.allocations,
+                                            measurements_dir=measurements))
+
+
+def write_loaded_estimates(run: LoadedRun) -> list[Path]:
     """Write ``estimates/<level>.parquet`` and ``estimates/queries/<level>.parquet``; return the paths."""
-    run = load_run(run_dir)
     result = gls_estimates(run)
     schema = run.config.schema
     out_dir = run.run_dir / ESTIMATES_DIR

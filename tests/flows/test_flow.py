@@ -9,6 +9,7 @@ a little-endian int64, in Prefect's database, logs or storage, the run folder, s
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sqlite3
@@ -35,7 +36,8 @@ def leak_dataset(folder: Path) -> Path:
     geo.write_parquet(folder / "geography.parquet")
     text = TINY_TOML.format(rho="1/1000000")
     text = text[: text.index("[[invariants]]")] + text[text.index("[[structural_zeros]]"):]
-    (folder / "config.toml").write_text(text)
+    # GLS estimates too: the flow injects their writer into the release (the release cannot import them)
+    (folder / "config.toml").write_text(text.replace("[output]\n", "[output]\nestimates = true\n"))
     return folder / "config.toml"
 
 
@@ -111,3 +113,12 @@ def test_release_through_prefect_publishes_and_leaks_nothing(tmp_path: Path) -> 
     with sqlite3.connect(database) as connection:
         states = connection.execute("SELECT state_type, state_name FROM flow_run ORDER BY created").fetchall()
     assert [s[0] for s in states] == ["COMPLETED", "FAILED"]
+    # the flow's artifact is the published report with the published figure inlined (kept in memory, not read
+    # back), and the estimates were written inside the release
+    with sqlite3.connect(database) as connection:
+        (artifact,) = connection.execute("SELECT data FROM artifact WHERE key = 'censusdp-budget'").fetchall()
+    plot = base64.b64encode((run_dir / "budget_shares.png").read_bytes()).decode()
+    report = (run_dir / "report.md").read_text().replace("(budget_shares.png)", f"(data:image/png;base64,{plot})")
+    assert json.loads(artifact[0]) == report and plot in report
+    estimates = pl.read_parquet(run_dir / "estimates" / "unit.parquet")
+    assert estimates.height == 6 * manifest["levels"][-1]["nodes"] and estimates["std_error"].min() > 0

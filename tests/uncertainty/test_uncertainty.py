@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from fractions import Fraction
 from pathlib import Path
 
@@ -14,8 +15,10 @@ from geography.levels import Level
 from geography.tree import build_tree
 from pipeline.cli import main
 from pipeline.cli.uncertainty import add_uncertainty
+from pipeline.config.load import load_config
 from pipeline.dp.noise import sample_discrete_gaussian
 from pipeline.dp.random_source import seeded_random_source
+from pipeline.errors import CensusDPError
 from pipeline.release import stages
 from pipeline.synth.population import synthesize
 from pipeline.uncertainty.bootstrap import bootstrap_intervals
@@ -205,3 +208,27 @@ def test_uncertainty_command(tiny_release: Path, capsys: pytest.CaptureFixture[s
     printed = capsys.readouterr().out.splitlines()
     assert any(line.endswith("estimates/unit.parquet") for line in printed)
     assert any(line.endswith("bootstrap/unit.parquet") for line in printed)
+
+
+def test_a_release_writes_its_own_estimates(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``output.estimates = true``: the release writes, from what it holds in memory, exactly the estimates that
+    ``write_estimates`` computes from the published folder read back."""
+    config = tiny_release.with_name("estimates.toml")
+    config.write_text(tiny_release.read_text().replace("[output]\n", "[output]\nestimates = true\n"))
+    run_dir = release_dir(capsys, config)
+    written = {p.relative_to(run_dir): pl.read_parquet(p) for p in sorted((run_dir / "estimates").rglob("*.parquet"))}
+    assert len(written) == 8  # cells and queries at each of the 4 levels
+    shutil.rmtree(run_dir / "estimates")
+    write_estimates(run_dir)
+    for relative, frame in written.items():
+        assert frame.equals(pl.read_parquet(run_dir / relative)), relative
+
+
+def test_estimates_without_a_writer_are_refused_before_anything(tiny_release: Path, tmp_path: Path) -> None:
+    """A caller that asks for estimates without passing their writer is refused at start: no folder, no charge."""
+    config = tiny_release.with_name("estimates.toml")
+    config.write_text(tiny_release.read_text().replace("[output]\n", "[output]\nestimates = true\n"))
+    out = tmp_path / "out"
+    with pytest.raises(CensusDPError, match="no estimates writer"):
+        stages.start_release(load_config(config), out, seeded_random_source(1))
+    assert not out.exists() or not any(out.iterdir())
