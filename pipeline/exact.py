@@ -1,4 +1,9 @@
-"""Directed rounding for display: a privacy loss is never shown below its value, a noise level never above.
+"""Exact numbers shared by every layer: the defaults that must agree everywhere, and directed rounding for display.
+
+Defaults: ``DEFAULT_DELTA`` (the delta at which epsilon is reported when a configuration or command gives none)
+and ``DEFAULT_CHUNK_CELLS`` (cells per chunk of a level: ~32 MB of int64 per query array).
+
+Directed rounding for display: a privacy loss is never shown below its value, a noise level never above.
 
 Reports round numbers to a few digits, and rounding to nearest can understate a privacy loss (rho = 1/3 shown
 as 0.333333 is less than what was spent).  Every figure is therefore rounded in the direction that cannot make
@@ -13,6 +18,9 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from fractions import Fraction
+
+DEFAULT_DELTA = "1e-10"  # as written: reports echo it, and float(DEFAULT_DELTA) is the value used
+DEFAULT_CHUNK_CELLS = 4_000_000
 
 
 def round_text(value: Fraction | float | int, *, up: bool, places: int | None = None,

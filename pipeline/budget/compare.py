@@ -20,7 +20,13 @@ from fractions import Fraction
 from typing import Any
 
 from pipeline.budget.allocation import QueryAllocation
-from pipeline.dp.accounting import advanced_composition, basic_composition, epsilon_cks20, group_privacy_zcdp
+from pipeline.dp.accounting import (
+    advanced_composition,
+    basic_composition,
+    epsilon_bun_steinke,
+    epsilon_cks20,
+    group_privacy_zcdp,
+)
 
 
 def comparison_rows(allocations: tuple[QueryAllocation, ...], delta: float, household: int = 4) -> list[dict[str, Any]]:
@@ -37,7 +43,7 @@ def comparison_rows(allocations: tuple[QueryAllocation, ...], delta: float, hous
         {"method": "zCDP + CKS20 conversion (reported)", "theorem": "Thm 19.37, CKS20 Cor. 13",
          "epsilon": epsilon_cks20(rho, delta), "delta": delta},
         {"method": f"Renyi DP at best alpha = {alpha:.3g}", "theorem": "Thm 19.37(i)-(ii)",
-         "epsilon": float(rho) + 2 * math.sqrt(float(rho) * log_inv_delta), "delta": delta},
+         "epsilon": epsilon_bun_steinke(rho, delta), "delta": delta},
         {"method": f"basic composition of {k} releases", "theorem": "Thm 19.26",
          "epsilon": basic_eps, "delta": basic_delta},
         {"method": f"advanced composition of {k} releases", "theorem": "Thm 19.27",

@@ -9,8 +9,7 @@ from typing import Any
 from pipeline.budget.compare import comparison_rows
 from pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
 from pipeline.errors import CensusDPError
-
-DEFAULT_DELTA = "1e-10"
+from pipeline.exact import DEFAULT_DELTA
 
 
 def _positive_fraction(text: str, name: str) -> Fraction:

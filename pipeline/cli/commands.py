@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from pipeline.config.ledger_location import LEDGER_ENV
-from pipeline.config.model import FORMATS
+from pipeline.config.model import Format
 from pipeline.errors import CensusDPError
 
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -68,7 +68,7 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
     """The input files of a release or a check, overriding the configuration's."""
     p.add_argument("--microdata", help="microdata file (overrides input.path)")
     p.add_argument("--geography", help="geography file listing every lowest-level unit (overrides input.geography)")
-    p.add_argument("--format", dest="fmt", choices=list(FORMATS), help="microdata format")
+    p.add_argument("--format", dest="fmt", choices=list(Format), help="microdata format")
 
 
 def add_release(sub: Sub) -> None:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pipeline.config.model import Format
 from pipeline.errors import CensusDPError
 from pipeline.evaluate.compare import evaluate, write_evaluation
 from pipeline.evaluate.metrics import LABEL
@@ -19,7 +20,7 @@ def add_evaluate(sub: Any) -> None:
     p.add_argument("--truth", required=True, help="the true microdata the release was made from (synthetic or test)")
     p.add_argument("--release", required=True, help="a published run folder")
     p.add_argument("--out", help="output folder (default: ./evaluation-<run id>; never inside the run folder)")
-    p.add_argument("--format", dest="fmt", choices=["parquet", "csv", "mdf-pl94"], help="format of --truth")
+    p.add_argument("--format", dest="fmt", choices=list(Format), help="format of --truth")
     p.add_argument("--seed", type=int, default=0, help="seed of the bottom-up baseline's noise (default 0)")
     p.add_argument("--diversity", help="attributes whose entropy bins areas (default: hispanic,cenrace)")
     p.set_defaults(handler=cmd_evaluate)

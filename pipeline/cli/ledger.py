@@ -18,9 +18,7 @@ from pipeline.budget.ledger.charges import Charge, PrivacyLedger
 from pipeline.config.ledger_location import LEDGER_ENV, default_ledger_location, is_postgres_url
 from pipeline.dp.accounting import epsilon_cks20
 from pipeline.errors import CensusDPError
-from pipeline.exact import round_text
-
-DEFAULT_DELTA = 1e-10  # the default of `censusdp budget`, for a dataset with no charges yet
+from pipeline.exact import DEFAULT_DELTA, round_text
 
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -32,7 +30,7 @@ def add_ledger(sub: Sub) -> None:
                                     "installation's ledger in the user data directory, as a release uses)")
     p.add_argument("--dataset", help="only this dataset id")
     p.add_argument("--delta", help="delta for every epsilon shown (default: each charge's own delta, and per "
-                                   f"dataset the smallest delta charged, else {DEFAULT_DELTA:g})")
+                                   f"dataset the smallest delta charged, else {DEFAULT_DELTA})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_ledger)
     actions = p.add_subparsers(dest="ledger_action", metavar="ACTION")
@@ -87,7 +85,7 @@ def ledger_report(ledger: PrivacyLedger, dataset: str | None = None, delta: floa
     for name in [dataset] if dataset is not None else sorted(caps):
         charges = ledger.charges(name)
         spent = sum((c.rho for c in charges), Fraction(0))  # zCDP composition (Thm 19.37(i))
-        at = delta if delta is not None else min((c.delta for c in charges), default=DEFAULT_DELTA)
+        at = delta if delta is not None else min((c.delta for c in charges), default=float(DEFAULT_DELTA))
         out.append({
             "dataset": name,
             "delta": at,

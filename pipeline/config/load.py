@@ -13,13 +13,13 @@ from typing import Any
 from geography.levels import Level
 from pipeline.config.ledger_location import is_postgres_url, resolve_ledger_location
 from pipeline.config.model import (
-    FORMATS,
-    MECHANISMS,
-    NEIGHBOURING,
     BudgetConfig,
+    Format,
     InputConfig,
     Invariant,
     LedgerConfig,
+    Mechanism,
+    Neighbouring,
     OutputConfig,
     ReleaseConfig,
     StrategyQuery,
@@ -31,6 +31,7 @@ from pipeline.config.model import (
 )
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from pipeline.errors import ConfigError
+from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA
 
 TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "strategy", "invariants",
             "structural_zeros", "ledger"}
@@ -76,7 +77,7 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
         runner = check_runner(str(postprocess.get("runner", "local")))
     except ValueError as error:
         raise ConfigError(source, "postprocess.runner", str(error)) from None
-    chunk_cells = postprocess.get("chunk_cells", 4_000_000)
+    chunk_cells = postprocess.get("chunk_cells", DEFAULT_CHUNK_CELLS)
     if not isinstance(chunk_cells, int) or isinstance(chunk_cells, bool) or chunk_cells < 1:
         raise ConfigError(source, "postprocess.chunk_cells", "expected a positive integer")
     _check_relation(budget, invariants, source)
@@ -129,14 +130,14 @@ def _input(raw: dict[str, Any], source: str, base: Path) -> InputConfig:
     check_nothing_else(table, {"path", "format", "geocode_column", "geocode_columns", "geography"}, source,
                        "input.")
     fmt = table.get("format", "parquet")
-    if fmt not in FORMATS:
-        raise ConfigError(source, "input.format", f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})")
+    if fmt not in list(Format):
+        raise ConfigError(source, "input.format", f"unknown format {fmt!r} (one of: {', '.join(Format)})")
     columns = table.get("geocode_columns", [])
     if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
         raise ConfigError(source, "input.geocode_columns", "expected a list of column names")
     return InputConfig(
         path=_path(table["path"], base, source, "input.path") if "path" in table else None,
-        format=fmt,
+        format=Format(fmt),
         geocode_column=str(table.get("geocode_column", "geocode")),
         geocode_columns=tuple(columns),
         geography=_path(table["geography"], base, source, "input.geography") if "geography" in table else None,
@@ -234,7 +235,7 @@ def _shares(table: Any, source: str, key: str, expected: list[str]) -> dict[str,
 def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> BudgetConfig:
     table = require(raw, "budget", dict, source, "")
     check_nothing_else(table, {"rho", "epsilon", "delta", "neighbouring", "level_shares"}, source, "budget.")
-    delta_text = str(table.get("delta", "1e-10"))
+    delta_text = str(table.get("delta", DEFAULT_DELTA))
     try:
         delta = float(delta_text)
     except ValueError:
@@ -242,8 +243,8 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
     if not (0 < delta < 1) or not math.isfinite(delta):
         raise ConfigError(source, "budget.delta", "must be strictly between 0 and 1")
     neighbouring = table.get("neighbouring", "replace-one")
-    if neighbouring not in NEIGHBOURING:
-        raise ConfigError(source, "budget.neighbouring", f"one of: {', '.join(NEIGHBOURING)}")
+    if neighbouring not in list(Neighbouring):
+        raise ConfigError(source, "budget.neighbouring", f"one of: {', '.join(Neighbouring)}")
     target = None
     if ("rho" in table) == ("epsilon" in table):
         raise ConfigError(source, "budget.rho", "give exactly one of budget.rho or budget.epsilon (with delta)")
@@ -259,7 +260,7 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
     if rho <= 0:
         raise ConfigError(source, "budget.rho", "must be > 0")
     shares = _shares(table.get("level_shares"), source, "budget.level_shares", [lv.name for lv in levels])
-    return BudgetConfig(rho=rho, delta=delta, delta_text=delta_text, neighbouring=neighbouring,
+    return BudgetConfig(rho=rho, delta=delta, delta_text=delta_text, neighbouring=Neighbouring(neighbouring),
                         level_shares=shares, target_epsilon=target)
 
 
@@ -278,8 +279,8 @@ def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schem
         if not entries:
             raise ConfigError(source, key, "missing: every level needs its queries and their shares")
         mechanisms = entries.pop("mechanism", "gaussian")
-        if mechanisms not in MECHANISMS:
-            raise ConfigError(source, f"{key}.mechanism", f"one of: {', '.join(MECHANISMS)}")
+        if mechanisms not in list(Mechanism):
+            raise ConfigError(source, f"{key}.mechanism", f"one of: {', '.join(Mechanism)}")
         queries = []
         for query_name in entries:
             try:
@@ -290,7 +291,7 @@ def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schem
         shares = _shares(entries, source, key, list(entries))
         if len({q.name for q in queries}) != len(queries):
             raise ConfigError(source, key, "the same query is listed twice")
-        strategy[name] = tuple(StrategyQuery(q, shares[raw_name], mechanisms)
+        strategy[name] = tuple(StrategyQuery(q, shares[raw_name], Mechanism(mechanisms))
                                for q, raw_name in zip(queries, entries, strict=True))
     return strategy
 

@@ -8,6 +8,7 @@ and the budget shares are keyed by level *name*, never by position, so adding a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -15,19 +16,55 @@ from typing import Any
 from geography.levels import Level, check_levels
 from pipeline.config.schema import Attribute, Query, Schema
 from pipeline.errors import ConfigError
+from pipeline.exact import DEFAULT_CHUNK_CELLS
 
-FORMATS = ("parquet", "csv", "mdf-pl94")
-NEIGHBOURING = ("add-remove", "replace-one")
-MECHANISMS = ("gaussian", "laplace")
+
+class Format(StrEnum):
+    """Microdata file formats."""
+
+    PARQUET = "parquet"
+    CSV = "csv"
+    MDF_PL94 = "mdf-pl94"  # the Census Bureau's PPMF / MDF person file (P.L. 94-171 attributes)
+
+
+class Neighbouring(StrEnum):
+    """The neighbouring relation the guarantee is stated for (the unit of privacy: one person)."""
+
+    ADD_REMOVE = "add-remove"
+    REPLACE_ONE = "replace-one"
+
+    @property
+    def sensitivity2_squared(self) -> int:
+        """Squared L2 sensitivity of one histogram query (§19.1, Ex. 19.12).
+
+        add-remove: one person changes one cell by 1 -> Δ₂² = 1.  replace-one: one cell -1, another +1 ->
+        Δ₂² = 2 (used for every query, as the Census did, which is conservative for marginals).
+        """
+        return 1 if self is Neighbouring.ADD_REMOVE else 2
+
+    @property
+    def sensitivity1(self) -> int:
+        """L1 sensitivity of one histogram query: 1 under add-remove, 2 under replace-one (Ex. 19.12)."""
+        return 1 if self is Neighbouring.ADD_REMOVE else 2
+
+
+class Mechanism(StrEnum):
+    """The noise a query's measurements get."""
+
+    GAUSSIAN = "gaussian"  # exact discrete Gaussian: rho-zCDP
+    LAPLACE = "laplace"  # exact discrete Laplace: pure epsilon-DP, accounted as epsilon^2/2-zCDP
 
 
 @dataclass(frozen=True)
 class InputConfig:
     path: Path | None
-    format: str
+    format: Format
     geocode_column: str = "geocode"
     geocode_columns: tuple[str, ...] = ()
     geography: Path | None = None
+
+    def __post_init__(self) -> None:  # the word as written becomes the enum member (ValueError if unknown)
+        object.__setattr__(self, "format", Format(self.format))
 
 
 @dataclass(frozen=True)
@@ -35,30 +72,30 @@ class BudgetConfig:
     rho: Fraction
     delta: float
     delta_text: str
-    neighbouring: str
+    neighbouring: Neighbouring
     level_shares: dict[str, Fraction]
     target_epsilon: float | None = None
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "neighbouring", Neighbouring(self.neighbouring))
+
     @property
     def sensitivity2_squared(self) -> int:
-        """Squared L2 sensitivity of one histogram query under the neighbouring relation (§19.1, Ex. 19.12).
-
-        add-remove: one person changes one cell by 1 -> Δ₂² = 1.  replace-one: one cell -1, another +1 ->
-        Δ₂² = 2 (used for every query, as the Census did, which is conservative for marginals).
-        """
-        return 1 if self.neighbouring == "add-remove" else 2
+        return self.neighbouring.sensitivity2_squared
 
     @property
     def sensitivity1(self) -> int:
-        """L1 sensitivity of one histogram query: 1 under add-remove, 2 under replace-one (Ex. 19.12)."""
-        return 1 if self.neighbouring == "add-remove" else 2
+        return self.neighbouring.sensitivity1
 
 
 @dataclass(frozen=True)
 class StrategyQuery:
     query: Query
     share: Fraction
-    mechanism: str = "gaussian"
+    mechanism: Mechanism = Mechanism.GAUSSIAN
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mechanism", Mechanism(self.mechanism))
 
 
 @dataclass(frozen=True)
@@ -103,7 +140,7 @@ class ReleaseConfig:
     structural_zeros: tuple[dict[str, tuple[str, ...]], ...] = ()
     solver: str = "auto"
     runner: str = "local"
-    chunk_cells: int = 4_000_000
+    chunk_cells: int = DEFAULT_CHUNK_CELLS
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as read: may hold a ledger password
 
     def __repr__(self) -> str:  # the raw table and the ledger URL may hold secrets

@@ -43,6 +43,7 @@ class RandomSource(Protocol):
 
     name: str  # for the manifest, e.g. "AES-256-CTR keyed by os.urandom ..." or "seeded ... (TEST ONLY ...)"
     publishable: bool  # True only for the OS-CSPRNG-backed source
+    can_draw: bool  # False for a stand-in of a run whose noise was already drawn (post-processing re-runs)
 
     def uniform_uint64(self, size: int) -> np.ndarray:
         """``size`` independent integers, uniform on [0, 2^64), dtype uint64."""
@@ -61,6 +62,8 @@ class RandomSource(Protocol):
 
 class _AesCtrSource:
     """AES-256-CTR keystream served from a 1 MiB buffer; rekeys from ``os.urandom`` if ``rekey_from_os``."""
+
+    can_draw = True
 
     def __init__(self, key: bytes, name: str, publishable: bool, rekey_from_os: bool,
                  seed: int | None = None) -> None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from geography.tree import GeoTree
+from pipeline.exact import DEFAULT_CHUNK_CELLS
 
-DEFAULT_MAX_CELLS = 4_000_000  # ~32 MB of int64 per query array; a few such arrays per chunk in flight
 
-
-def level_chunks(tree: GeoTree, level: int, n_cells: int, max_cells: int = DEFAULT_MAX_CELLS) -> list[tuple[int, int]]:
+def level_chunks(tree: GeoTree, level: int, n_cells: int,
+                 max_cells: int = DEFAULT_CHUNK_CELLS) -> list[tuple[int, int]]:
     """Node ranges of about ``max_cells`` detailed cells each, aligned to parent boundaries.
 
     A single parent whose children alone exceed ``max_cells`` forms one chunk of its own (its problem is

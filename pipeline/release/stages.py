@@ -287,7 +287,7 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
     zeros = structural_zero_mask(config)
     # ties in rounding are broken at random (post-processing, so any source is private enough); the keys come
     # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
-    tie_source = run.rng if getattr(run.rng, "can_draw", True) else system_random_source()
+    tie_source = run.rng if run.rng.can_draw else system_random_source()
     tasks = []
     for start, stop, first in run.chunk_plan[level]:
         parent_counts = parent_index = None

@@ -177,6 +177,8 @@ def test_a_config_cannot_move_the_installations_ledger(tiny_release: Path, tmp_p
 class WatchedSource:
     """A seeded source that, at its first draw, records what a separate connection sees in the ledger."""
 
+    can_draw = True
+
     def __init__(self, location: str) -> None:
         self._inner = seeded_random_source(1)
         self.name, self.publishable = self._inner.name, self._inner.publishable
