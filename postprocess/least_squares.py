@@ -76,6 +76,20 @@ class Solution:
     seconds: float = 0.0
 
 
+SOLVER_PATHS = ("auto", "cvxpy", "fast", "first_order")  # besides these, cvxpy solver names (reconcile_level)
+
+
+def check_solver(solver: str) -> str:
+    """``solver`` as ``reconcile_level`` takes it: one of SOLVER_PATHS, or installed cvxpy solver names
+    (comma-separated, tried in order); ValueError naming what is wrong otherwise."""
+    if solver not in ("fast", "first_order"):
+        try:
+            resolve_solvers(solver)
+        except ValueError as error:
+            raise ValueError(f"{error} (use {', '.join(SOLVER_PATHS)} or installed cvxpy solver names)") from None
+    return solver
+
+
 def resolve_solvers(solver: str) -> tuple[str, ...]:
     """``"auto"``/``"cvxpy"``: the installed ones of AUTO_SOLVERS in order; else cvxpy names, comma-separated."""
     installed = set(cp.installed_solvers())

@@ -27,7 +27,7 @@ from postprocess.layout import (
     plan_blocks,
     restrict_rows,
 )
-from postprocess.least_squares import Equalities, Solution, Term, resolve_solvers, solve
+from postprocess.least_squares import Equalities, Solution, Term, check_solver, resolve_solvers, solve
 from postprocess.problem import (
     Inputs,
     LevelResult,
@@ -82,6 +82,7 @@ def reconcile_level(
         structural_zeros=structural_zeros,
     )
     rng = check_source(rng)
+    check_solver(solver)
     fast = solver == "fast" or (solver == "auto" and fast_path.applies(inputs))
     if solver == "fast" and not fast_path.applies(inputs):
         raise ValueError("solver='fast' needs detailed-only measurements (identity matrices) and no invariants")

@@ -28,6 +28,7 @@ from enum import StrEnum
 
 import polars as pl
 
+from pipeline.errors import CensusDPError
 from pipeline.io.microdata import InputFiles
 
 _NULL = "\x00"  # stands for a missing value; cannot occur in CSV text read by this package
@@ -52,7 +53,8 @@ def data_fingerprints(files: InputFiles, key: bytes) -> dict[str, str]:
             pass
     # a body that does not parse (or a value with no text form): its raw lines, in order-free form
     path = files.config.input.path
-    assert path is not None
+    if path is None:  # read_input_files refuses a configuration without one
+        raise CensusDPError("internal error: fingerprinting input files that were never read")
     mac = _mac(key, FingerprintKind.LINES)
     for line in sorted(path.read_bytes().splitlines()[1:]):
         mac.update(line + _ROW.encode())

@@ -24,7 +24,7 @@ import polars as pl
 
 from geography.tree import GeoTree, build_tree
 from pipeline.config.model import ReleaseConfig
-from pipeline.errors import InputError, InputProblem
+from pipeline.errors import CensusDPError, InputError, InputProblem
 
 MDF_GEO_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
 MDF_GROUP_COLUMN = "TABBLKGRPCE"
@@ -142,11 +142,11 @@ def validate_input(files: InputFiles) -> tuple[Microdata, np.ndarray]:
     """Value-level checks; returns the encoded microdata and the sorted lowest-level units of the geography
     file (or, without one, those of the microdata)."""
     config, path = files.config, files.config.input.path
-    assert path is not None  # read_input_files refused a config without one
     if files.unreadable is not None:
         raise files.unreadable
     frame = files.microdata
-    assert frame is not None
+    if path is None or frame is None:  # read_input_files refuses a configuration without a path
+        raise CensusDPError("internal error: validating input files that were never read")
     if frame.height == 0:
         raise InputError(str(path), "contains no person records", category=InputProblem.EMPTY)
     microdata = Microdata(path=str(path), codes=_geocodes(frame, config, path), cells=_cells(frame, config, path))

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -53,6 +53,7 @@ from pipeline.release.runner import make_runner
 from pipeline.release.support import merge_reports, structural_zero_mask
 from postprocess import QueryInvariant
 
+T = TypeVar("T")
 log = logging.getLogger("censusdp")
 COMPLETE_MARKER = "complete.json"
 SHARES_PLOT = "budget_shares.png"
@@ -119,6 +120,14 @@ class ReleaseRun:
         return [a for a in self.allocations if a.level == name]
 
 
+def _stage_output(value: T | None, what: str) -> T:
+    """What an earlier stage left on the run; a stage called out of order is refused with a public message
+    (not an ``assert``, which ``python -O`` removes)."""
+    if value is None:
+        raise CensusDPError(f"internal error: {what} is missing: the release's stages ran out of order")
+    return value
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
@@ -158,7 +167,7 @@ def charge(run: ReleaseRun) -> None:
     (Thm 19.37(i)) counts every noisy measurement drawn, and noise may already have been drawn when a failure
     happens.
     """
-    assert run.input_files is not None, "read_files runs before charge"
+    _stage_output(run.input_files, "the input files (read_files)")
     config = run.config
     refuse_legacy_ledger(config.input.path, config.ledger.location)
     prepare_location(config.ledger.location)
@@ -194,8 +203,8 @@ def validate_inputs(run: ReleaseRun) -> None:
     A value-level failure is a charged failure (``InputRejectedError``): the message and the ledger record
     its category only, so nobody who may start releases learns a row or a value, and a refusal is never free.
     """
-    assert run.input_files is not None and run.ledger is not None, "validate_inputs runs after charge"
-    config, files = run.config, run.input_files
+    _stage_output(run.ledger, "the ledger charge (charge)")
+    config, files = run.config, _stage_output(run.input_files, "the input files (read_files)")
     run.input_files = None
     problem: InputProblem | None = None
     try:
@@ -230,18 +239,19 @@ def chunk_histograms(run: ReleaseRun, ancestors: np.ndarray, unit_offsets: np.nd
                      stop: int) -> np.ndarray:
     """Dense detailed histograms of nodes [start, stop) of a level (confidential); ``ancestors`` and
     ``unit_offsets`` are the level's ``tree.ancestor_of_units`` and ``tree.unit_offsets``, computed once."""
-    assert run.row_units is not None and run.row_cells is not None
+    row_units = _stage_output(run.row_units, "the validated rows (validate_inputs)")
+    row_cells = _stage_output(run.row_cells, "the validated rows (validate_inputs)")
     n_cells = run.schema.n_cells
-    first, last = np.searchsorted(run.row_units, [unit_offsets[start], unit_offsets[stop]])
-    nodes = ancestors[run.row_units[first:last]] - start
-    flat = np.bincount(nodes * n_cells + run.row_cells[first:last], minlength=(stop - start) * n_cells)
+    first, last = np.searchsorted(row_units, [unit_offsets[start], unit_offsets[stop]])
+    nodes = ancestors[row_units[first:last]] - start
+    flat = np.bincount(nodes * n_cells + row_cells[first:last], minlength=(stop - start) * n_cells)
     return flat.reshape(stop - start, n_cells)
 
 
 def measure(run: ReleaseRun, level: int) -> None:
     """Draw the noisy measurements of one level, chunk by chunk, and write them (with its invariants)."""
-    assert run.tree is not None
-    config, tree = run.config, run.tree
+    tree = _stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    config = run.config
     name = config.levels[level].name
     allocations = run.level_allocations(level)
     rhos = [a.rho for a in allocations]
@@ -279,7 +289,7 @@ def measure(run: ReleaseRun, level: int) -> None:
 
 def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
     """The level's reconciliation tasks: public values and file locations only."""
-    assert run.tree is not None
+    tree = _stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
     name = config.levels[level].name
     queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
@@ -292,7 +302,7 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
     for start, stop, first in run.chunk_plan[level]:
         parent_counts = parent_index = None
         if level > 0:
-            parents = run.tree.parent[level][start:stop]
+            parents = tree.parent[level][start:stop]
             parent_counts = run.counts[level - 1][int(parents[0]): int(parents[-1]) + 1]
             parent_index = parents - parents[0]
         invariants = tuple((i.name, i.values[start:stop]) for i in run.invariants.get(level, []))
@@ -305,17 +315,17 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
 
 def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     """Reconcile one level against its (already fixed) parent level, round, and write its table."""
-    assert run.tree is not None
+    tree = _stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     name = run.config.levels[level].name
     tasks = chunk_tasks(run, level)
-    log.info("level %s: reconciling %d nodes in %d chunks", name, run.tree.n_nodes(level), len(tasks))
+    log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
     own_runner = runner is None
     runner = make_runner("local") if own_runner else runner
     writer = LevelTableWriter(run.work_dir / "tables", name, run.schema)
     parts, reports = [], []
     try:
         for task, (counts, report) in zip(tasks, runner.map(reconcile_chunk, tasks), strict=True):
-            writer.write_chunk(run.tree.geoids[level][task.start: task.stop], counts)
+            writer.write_chunk(tree.geoids[level][task.start: task.stop], counts)
             parts.append(counts)
             reports.append(report)
     finally:
@@ -328,13 +338,13 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
 
 def publish(run: ReleaseRun) -> Path:
     """Write the protected microdata, manifest and report, then move the run into place atomically."""
-    assert run.tree is not None
+    tree = _stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
-    lowest = run.tree.depth - 1
+    lowest = tree.depth - 1
     if config.output.protected_microdata:
         writer = ProtectedMicrodataWriter(run.work_dir / "microdata.parquet", run.schema, config.output.geocode_parts)
         for start, stop, _ in run.chunk_plan[lowest]:
-            writer.write_chunk(run.tree.geoids[lowest][start:stop], run.counts[lowest][start:stop])
+            writer.write_chunk(tree.geoids[lowest][start:stop], run.counts[lowest][start:stop])
         writer.close()
     rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
     manifest = {
@@ -344,7 +354,7 @@ def publish(run: ReleaseRun) -> Path:
         "code_version": mf.code_version(),
         "config": mf.resolved_config(config),
         "config_raw": public_config_raw(config.raw),
-        "levels": [{"name": lv.name, "width": lv.width, "nodes": run.tree.n_nodes(i)}
+        "levels": [{"name": lv.name, "width": lv.width, "nodes": tree.n_nodes(i)}
                    for i, lv in enumerate(config.levels)],
         "privacy": mf.privacy_section(config, rho),
         "allocation": mf.allocation_section(run.allocations, sensitivity1=config.budget.sensitivity1),

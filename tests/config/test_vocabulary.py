@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -23,8 +24,10 @@ from pipeline.cli.main import build_parser
 from pipeline.config.load import load_config
 from pipeline.config.model import Format, Mechanism, Neighbouring, ReleaseConfig
 from pipeline.dp.accounting import epsilon_bun_steinke
+from pipeline.errors import ConfigError
 from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA
 from pipeline.release.chunks import level_chunks
+from postprocess.least_squares import SOLVER_PATHS, check_solver
 
 
 def subcommand(name: str) -> argparse.ArgumentParser:
@@ -100,3 +103,40 @@ def test_the_renyi_row_is_the_accountants_bound_rounded_up(tiny_release: Path) -
         exact = mp.mpf(rho.numerator) / rho.denominator
         exact = exact + 2 * mp.sqrt(exact * mp.log(1 / mp.mpf(delta)))
         assert mp.mpf(row["epsilon"]) >= exact
+
+
+def with_solver(config: Path, solver: str, *, detailed_only: bool = False) -> Path:
+    text = config.read_text()
+    if detailed_only:  # every level measures the detailed query only, and no invariant
+        text = text[: text.index("[[invariants]]")] + text[text.index("[[structural_zeros]]"):]
+        head, _, rest = text.partition("[strategy.")
+        text = head + "".join(f'[strategy.{level}]\ndetailed = "1"\n\n'
+                              for level in ("root", "region", "district", "unit")) + "[[" + rest.split("[[", 1)[1]
+    config.write_text(text + f'\n[postprocess]\nsolver = "{solver}"\n')
+    return config
+
+
+@pytest.mark.parametrize(("solver", "problem"), [
+    ("first_order", "first_order needs a parent level"),
+    ("fast", "fast needs only the detailed query and no invariant at every level (root has others)"),
+    ("NO_SUCH_SOLVER", "solver(s) not installed: NO_SUCH_SOLVER (use auto, cvxpy, fast, first_order or installed"),
+])
+def test_a_solver_that_cannot_run_is_refused_by_the_configuration(tiny_release: Path, solver: str,
+                                                                  problem: str) -> None:
+    """Before any charge: the loader and ``reconcile_level`` share one vocabulary (``check_solver``), and a
+    forced path that would not apply at some level is refused now, not after the noise is drawn."""
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        load_config(with_solver(tiny_release, solver))
+
+
+@pytest.mark.parametrize("solver", ["auto", "cvxpy", "CLARABEL", "OSQP,SCS"])
+def test_the_solvers_reconcile_level_runs_are_accepted(tiny_release: Path, solver: str) -> None:
+    assert load_config(with_solver(tiny_release, solver)).solver == solver
+    assert check_solver(solver) == solver
+
+
+def test_fast_is_accepted_where_it_applies_everywhere(tiny_release: Path) -> None:
+    assert load_config(with_solver(tiny_release, "fast", detailed_only=True)).solver == "fast"
+    assert set(SOLVER_PATHS) == {"auto", "cvxpy", "fast", "first_order"}
+    with pytest.raises(ValueError, match="not installed"):
+        check_solver("NO_SUCH_SOLVER")

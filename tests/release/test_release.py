@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -162,3 +164,32 @@ def test_demo_runs_twice_on_its_own_ledger(tmp_path: Path, installation_ledger: 
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["ledger"]["location"] == str(tmp_path / "demo" / "demo-ledger.sqlite")
     assert not installation_ledger.exists()
+
+
+STAGE_ORDER_DRIVER = """
+import sys
+from pathlib import Path
+from pipeline.config.load import load_config
+from pipeline.dp.random_source import seeded_random_source
+from pipeline.errors import CensusDPError
+from pipeline.release import stages
+run = stages.start_release(load_config(Path(sys.argv[1])), Path(sys.argv[2]), seeded_random_source(1))
+for stage in (lambda: stages.measure(run, 0), lambda: stages.publish(run), lambda: stages.validate_inputs(run)):
+    try:
+        stage()
+    except CensusDPError as error:
+        print(error)
+"""
+
+
+@pytest.mark.parametrize("optimise", [[], ["-O"]])
+def test_stages_out_of_order_are_refused_even_under_python_O(tiny_release: Path, tmp_path: Path,
+                                                             optimise: list[str]) -> None:
+    """A stage whose input an earlier stage sets refuses with one public line, not an ``assert`` (which
+    ``python -O`` strips, leaving an AttributeError on None or worse)."""
+    done = subprocess.run([sys.executable, *optimise, "-c", STAGE_ORDER_DRIVER, str(tiny_release), str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 and all("ran out of order" in line for line in lines), lines
+    assert "geography" in lines[0] and "geography" in lines[1] and "ledger charge" in lines[2]
