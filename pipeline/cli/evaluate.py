@@ -11,7 +11,7 @@ from pipeline.config.model import Format
 from pipeline.errors import CensusDPError
 from pipeline.evaluate.compare import evaluate, write_evaluation
 from pipeline.evaluate.metrics import LABEL
-from pipeline.uncertainty.gls import load_run
+from pipeline.io.run_folder import load_run
 
 
 def add_evaluate(sub: Any) -> None:

@@ -47,8 +47,7 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
         raise ConfigError(source, "(file)", "no such configuration file") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(source, "(syntax)", str(error)) from None
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(raw, dotted, value)
+    apply_overrides(raw, overrides or {})
     return parse_config(raw, source, base=path.resolve().parent)
 
 
@@ -100,15 +99,18 @@ def parse_recorded_config(raw: dict[str, Any], source: str, base: Path, ledger_l
     return config
 
 
-def _set_dotted(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    node = raw
-    for part in parents:
-        node = node.setdefault(part, {})
-    if value is None:
-        node.pop(last, None)
-    else:
-        node[last] = value
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Set each dotted key (``"postprocess.solver"``) of the raw table in place; None removes the key.  The one
+    way a configuration is overridden: the CLI's options, a re-run's solver and runner, ``evaluate``'s."""
+    for dotted, value in overrides.items():
+        *parents, last = dotted.split(".")
+        node = raw
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
 
 
 def _path(value: Any, base: Path, source: str, key: str) -> Path:

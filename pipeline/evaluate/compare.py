@@ -32,7 +32,8 @@ from pipeline.errors import InputError
 from pipeline.evaluate.metrics import LABEL, diversity_bin, entropy_bits, query_metrics
 from pipeline.io.histograms import all_level_histograms, lowest_histograms
 from pipeline.io.microdata import read_microdata
-from pipeline.uncertainty.gls import LoadedRun, gls_estimates, load_run
+from pipeline.io.run_folder import LoadedRun, load_run
+from pipeline.uncertainty.gls import gls_estimates
 
 DIVERSITY_ATTRIBUTES = ("hispanic", "cenrace")
 METHODS = ("noisy", "reconciled", "gls", "bottom_up")

@@ -115,6 +115,18 @@ def write_invariants(directory: Path, per_level: Sequence[tuple[str, np.ndarray,
     return path
 
 
+def read_chunk_plan(path: Path, n_queries: int, first_cells: int) -> list[tuple[int, int, int]]:
+    """A level's chunks as its measurement file lays them out: (first node, stop node, first row group) per
+    chunk, from the row counts of each chunk's first query (``first_cells`` cells per node), no row decoded."""
+    meta = pq.ParquetFile(path).metadata
+    plan, start = [], 0
+    for first in range(0, meta.num_row_groups, n_queries):
+        stop = start + meta.row_group(first).num_rows // first_cells
+        plan.append((start, stop, first))
+        start = stop
+    return plan
+
+
 def read_lowest_geoids(path: Path, n_queries: int) -> np.ndarray:
     """Every geoid of the lowest level's measurement file, from each chunk's first row group's dictionary
     (each chunk lists its nodes there), so no row needs decoding."""

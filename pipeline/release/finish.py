@@ -9,22 +9,21 @@ saved, under the run's own id and its one charge.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from geography.tree import build_tree
 from pipeline.budget.allocation import allocate
 from pipeline.budget.ledger.charges import Charge, PrivacyLedger, config_digest
 from pipeline.config.ledger_location import default_ledger_location
-from pipeline.config.load import parse_recorded_config
+from pipeline.config.load import apply_overrides, parse_recorded_config
 from pipeline.config.model import ReleaseConfig
 from pipeline.errors import CensusDPError
-from pipeline.io.measurements import measurements_digest, read_invariants, read_lowest_geoids
+from pipeline.io.measurements import measurements_digest, read_chunk_plan, read_invariants, read_lowest_geoids
+from pipeline.io.run_folder import read_record
 from pipeline.release import stages
 
 
@@ -46,13 +45,6 @@ class RecordedSource:
         raise AssertionError("post-processing is never charged")
 
 
-def _json(path: Path, what: str) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise CensusDPError(f"{path}: {what}") from None
-
-
 def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
     """Rebuild the tree, each level's chunks (one Parquet row group per chunk x query, in allocation order)
     and the invariants from a measurements folder."""
@@ -63,15 +55,10 @@ def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
     run.tree = build_tree(config.levels, read_lowest_geoids(lowest, n_queries))
     for level, spec in enumerate(config.levels):
         queries = [a.query for a in allocations if a.level == spec.name]
-        meta = pq.ParquetFile(measurements / f"{spec.name}.parquet").metadata
-        first_cells = schema.query_cells(schema.parse_query(queries[0]))
-        plan, start = [], 0
-        for first in range(0, meta.num_row_groups, len(queries)):
-            stop = start + meta.row_group(first).num_rows // first_cells
-            plan.append((start, stop, first))
-            start = stop
-        if start != run.tree.n_nodes(level):
-            raise CensusDPError(f"{measurements / spec.name}.parquet: does not match the run's geography")
+        path = measurements / f"{spec.name}.parquet"
+        plan = read_chunk_plan(path, len(queries), schema.query_cells(schema.parse_query(queries[0])))
+        if not plan or plan[-1][1] != run.tree.n_nodes(level):
+            raise CensusDPError(f"{path}: does not match the run's geography")
         run.chunk_plan[level] = plan
     run.invariants = read_invariants(measurements, config, run.tree)
 
@@ -91,7 +78,7 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
     not publishable.
     """
     run_dir = run_dir.resolve()
-    manifest = _json(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
+    manifest = read_record(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
     config, book, charge = _recorded(manifest["config_raw"], manifest["run_id"], str(run_dir / "manifest.json"),
                                      Path(manifest["config"]["source"]).parent, ledger or default_ledger_location(),
                                      solver, runner)
@@ -114,9 +101,8 @@ def _recorded(raw: dict[str, Any], run_id: str, source: str, base: Path, ledger_
     charge there.  With a charge, the recorded configuration must be the one charged: an edited manifest or
     ``complete.json`` would state a relation, budget or invariants that the measurements do not have."""
     recorded_digest = config_digest(raw)
-    for key, value in (("solver", solver), ("runner", runner)):
-        if value is not None:
-            raw.setdefault("postprocess", {})[key] = value
+    apply_overrides(raw, {f"postprocess.{key}": value for key, value in (("solver", solver), ("runner", runner))
+                          if value is not None})  # None keeps the recorded value
     config = parse_recorded_config(raw, source, base=base, ledger_location=ledger_location)
     ledger = PrivacyLedger(config.ledger.location)
     charge = ledger.charge_of(run_id)
@@ -149,7 +135,7 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
     never one the run's files name; its charge must match the rho those measurements spent.
     """
     work_dir = out_root / f".{run_id}.partial"
-    marker = _json(work_dir / "measurements" / stages.COMPLETE_MARKER,
+    marker = read_record(work_dir / "measurements" / stages.COMPLETE_MARKER,
                    f"cannot resume run {run_id}: its measurements were not all saved; start a new release")
     config, ledger, charge = _recorded(marker["config_raw"], run_id, marker["config_source"],
                                        Path(marker["config_source"]).parent, ledger_location, solver, runner)

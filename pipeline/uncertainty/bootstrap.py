@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 
 from pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
 from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
+from pipeline.io.run_folder import LoadedRun, load_run
 from pipeline.release.support import structural_zero_mask
-from pipeline.uncertainty.gls import LoadedRun, load_run
 from postprocess import QueryMeasurement, reconcile_level
 
 BOOTSTRAP_DIR = "bootstrap"

@@ -17,136 +17,21 @@ the command ``censusdp uncertainty`` is ``pipeline.cli.uncertainty``.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from geography.tree import GeoTree, build_tree
-from pipeline.budget.allocation import QueryAllocation, allocate
-from pipeline.config.load import parse_recorded_config
-from pipeline.config.model import ReleaseConfig
 from pipeline.config.schema import DETAILED, TOTAL, Query
 from pipeline.errors import CensusDPError
-from pipeline.io.measurements import read_invariants, read_lowest_geoids
+from pipeline.io.run_folder import LoadedRun, load_run
 from pipeline.release.stages import ReleaseRun
-from postprocess import QueryInvariant
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, interval, solve_gls
 
 ESTIMATES_DIR = "estimates"
-
-
-@dataclass(frozen=True)
-class QueryNoise:
-    """How one query at one level was measured: the mechanism and its public noise parameters.
-
-    ``sigma2`` is the variance weight every query has (exact for the Gaussian); ``scale`` is the discrete
-    Laplace's scale b (P(x) ~ exp(-|x|/b)), None for the Gaussian.  Re-drawing noise (the bootstrap) must use
-    the mechanism that was used: a Gaussian of the same variance has other tails.
-    """
-
-    query: Query
-    sigma2: Fraction
-    mechanism: str = "gaussian"
-    scale: Fraction | None = None
-
-
-@dataclass
-class LoadedRun:
-    """A published run folder, read back: configuration, tree, invariants and where the measurements are."""
-
-    run_dir: Path
-    manifest: dict[str, Any]
-    config: ReleaseConfig
-    tree: GeoTree
-    invariants: dict[int, list[QueryInvariant]]
-    allocations: tuple[QueryAllocation, ...]
-    measurements_dir: Path
-
-    def level_queries(self, level: int) -> list[tuple[Query, Fraction]]:
-        name = self.config.levels[level].name
-        return [(self.config.schema.parse_query(a.query), a.sigma2) for a in self.allocations if a.level == name]
-
-    def level_noise(self, level: int) -> list[QueryNoise]:
-        """Every query of the level with its mechanism and scale, as the manifest's ``allocation`` records them.
-
-        The manifest says what the release drew; the allocation recomputed from the configuration fills in
-        only what an older manifest lacks (no ``mechanism``: Laplace if it gives a ``scale``, else the Gaussian).
-        """
-        name = self.config.levels[level].name
-        recorded = {(e["level"], e["query"]): e for e in self.manifest.get("allocation", [])}
-        out = []
-        for a in self.allocations:
-            if a.level != name:
-                continue
-            entry = recorded.get((a.level, a.query), {})
-            mechanism = entry.get("mechanism", ("laplace" if "scale" in entry else "gaussian") if entry
-                                  else a.mechanism)
-            sigma2 = Fraction(entry["sigma2_exact"]) if "sigma2_exact" in entry else a.sigma2
-            scale = None
-            if mechanism == "laplace":
-                if "scale" not in entry and a.scale is None:
-                    raise CensusDPError(f"{self.run_dir}: manifest gives no Laplace scale for {a.query} at {name}")
-                scale = Fraction(entry["scale"]) if "scale" in entry else a.scale
-            elif mechanism != "gaussian":
-                raise CensusDPError(f"{self.run_dir}: unknown mechanism {mechanism!r} for {a.query} at {name}")
-            out.append(QueryNoise(self.config.schema.parse_query(a.query), sigma2, mechanism, scale))
-        return out
-
-    def measurements(self, level: int) -> list[tuple[Query, Fraction, np.ndarray]]:
-        """Every query measured at the level: (query, σ², noisy answers (n_nodes, q_cells) int64)."""
-        name = self.config.levels[level].name
-        table = pq.read_table(self.measurements_dir / f"{name}.parquet", columns=["query", "noisy_value"])
-        names = table.column("query").cast(pa.string())
-        out = []
-        for query, sigma2 in self.level_queries(level):
-            values = table.filter(pc.equal(names, query.name)).column("noisy_value").to_numpy()
-            out.append((query, sigma2, values.astype(np.int64).reshape(self.tree.n_nodes(level), -1)))
-        return out
-
-    def table(self, level: int) -> np.ndarray:
-        """The published (reconciled, integer) table of a level as dense counts (n_nodes, n_cells)."""
-        schema = self.config.schema
-        name = self.config.levels[level].name
-        frame = pq.read_table(self.run_dir / "tables" / f"{name}.parquet")
-        node = np.searchsorted(self.tree.geoids[level], frame.column("geoid").to_numpy(zero_copy_only=False))
-        index = [np.searchsorted(np.asarray(a.values), frame.column(a.name).to_numpy(zero_copy_only=False))
-                 if list(a.values) == sorted(a.values) else
-                 np.array([a.values.index(v) for v in frame.column(a.name).to_pylist()], dtype=np.int64)
-                 for a in schema.attributes]
-        cells = np.ravel_multi_index(tuple(index), schema.shape) if index else np.zeros(len(node), dtype=np.int64)
-        dense = np.zeros((self.tree.n_nodes(level), schema.n_cells), dtype=np.int64)
-        np.add.at(dense, (node, cells), frame.column("count").to_numpy())
-        return dense
-
-
-def load_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> LoadedRun:
-    """Read a run folder's manifest, configuration, tree and invariants (no microdata is read)."""
-    run_dir = Path(run_dir).resolve()
-    try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        raw = manifest["config_raw"]
-    except (OSError, ValueError, KeyError):
-        raise CensusDPError(f"{run_dir}: not a censusdp run folder (no readable manifest.json)") from None
-    for dotted, value in (overrides or {}).items():
-        section, key = dotted.split(".", 1)
-        raw.setdefault(section, {})[key] = value
-    config = parse_recorded_config(raw, str(run_dir / "manifest.json"), base=Path(manifest["config"]["source"]).parent)
-    lowest = config.levels[-1].name
-    located = Path(manifest.get("measurements", {}).get(lowest, f"measurements/{lowest}.parquet"))
-    measurements_dir = (located if located.is_absolute() else run_dir / located).parent
-    allocations = allocate(config)
-    n_queries = sum(1 for a in allocations if a.level == lowest)
-    tree = build_tree(config.levels, read_lowest_geoids(measurements_dir / f"{lowest}.parquet", n_queries))
-    return LoadedRun(run_dir=run_dir, manifest=manifest, config=config, tree=tree,
-                     invariants=read_invariants(measurements_dir, config, tree), allocations=allocations,
-                     measurements_dir=measurements_dir)
 
 
 def axes_of(run: LoadedRun, query: Query) -> tuple[int, ...]:

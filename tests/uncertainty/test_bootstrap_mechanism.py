@@ -15,8 +15,8 @@ from pipeline.config.load import load_config
 from pipeline.config.options import random_source
 from pipeline.dp import noise
 from pipeline.dp.random_source import seeded_random_source
+from pipeline.io.run_folder import load_run
 from pipeline.release.stages import run_release
-from pipeline.uncertainty.gls import load_run
 from tests.conftest import TINY_TOML, tiny_microdata
 
 UNIT = '[strategy.unit]\ndetailed = "1"'

@@ -19,10 +19,11 @@ from pipeline.config.load import load_config
 from pipeline.dp.noise import sample_discrete_gaussian
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.errors import CensusDPError
+from pipeline.io.run_folder import load_run
 from pipeline.release import stages
 from pipeline.synth.population import synthesize
 from pipeline.uncertainty.bootstrap import bootstrap_intervals
-from pipeline.uncertainty.gls import gls_estimates, load_run, write_estimates
+from pipeline.uncertainty.gls import gls_estimates, write_estimates
 from postprocess import QueryMeasurement
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
 from postprocess.gls_algebra import marginal
