@@ -104,5 +104,10 @@ def composed_rho(allocations: tuple[QueryAllocation, ...], sensitivity2_squared:
     return total
 
 
+def allocations_of(allocations: tuple[QueryAllocation, ...], level: str) -> tuple[QueryAllocation, ...]:
+    """The queries of one level (named, never by position), in strategy order."""
+    return tuple(a for a in allocations if a.level == level)
+
+
 def level_rho(allocations: tuple[QueryAllocation, ...], level: str) -> Fraction:
-    return sum((a.rho for a in allocations if a.level == level), Fraction(0))
+    return sum((a.rho for a in allocations_of(allocations, level)), Fraction(0))

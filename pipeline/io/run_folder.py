@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from geography.tree import GeoTree, build_tree
-from pipeline.budget.allocation import QueryAllocation, allocate
+from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of
 from pipeline.config.load import apply_overrides, parse_recorded_config
 from pipeline.config.model import ReleaseConfig
 from pipeline.config.schema import Query
@@ -69,7 +69,7 @@ class LoadedRun:
 
     def level_queries(self, level: int) -> list[tuple[Query, Fraction]]:
         name = self.config.levels[level].name
-        return [(self.config.schema.parse_query(a.query), a.sigma2) for a in self.allocations if a.level == name]
+        return [(self.config.schema.parse_query(a.query), a.sigma2) for a in allocations_of(self.allocations, name)]
 
     def level_noise(self, level: int) -> list[QueryNoise]:
         """Every query of the level with its mechanism and scale, as the manifest's ``allocation`` records them.
@@ -80,9 +80,7 @@ class LoadedRun:
         name = self.config.levels[level].name
         recorded = {(e["level"], e["query"]): e for e in self.manifest.get("allocation", [])}
         out = []
-        for a in self.allocations:
-            if a.level != name:
-                continue
+        for a in allocations_of(self.allocations, name):
             entry = recorded.get((a.level, a.query), {})
             mechanism = entry.get("mechanism", ("laplace" if "scale" in entry else "gaussian") if entry
                                   else a.mechanism)
@@ -138,7 +136,7 @@ def load_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> LoadedRu
     located = Path(manifest.get("measurements", {}).get(lowest, f"measurements/{lowest}.parquet"))
     measurements_dir = (located if located.is_absolute() else run_dir / located).parent
     allocations = allocate(config)
-    n_queries = sum(1 for a in allocations if a.level == lowest)
+    n_queries = len(allocations_of(allocations, lowest))
     tree = build_tree(config.levels, read_lowest_geoids(measurements_dir / f"{lowest}.parquet", n_queries))
     return LoadedRun(run_dir=run_dir, manifest=manifest, config=config, tree=tree,
                      invariants=read_invariants(measurements_dir, config, tree), allocations=allocations,

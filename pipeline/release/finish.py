@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from geography.tree import build_tree
-from pipeline.budget.allocation import allocate
+from pipeline.budget.allocation import allocate, allocations_of
 from pipeline.budget.ledger.charges import Charge, PrivacyLedger, config_digest
 from pipeline.config.ledger_location import default_ledger_location
 from pipeline.config.load import apply_overrides, parse_recorded_config
@@ -50,11 +50,11 @@ def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
     and the invariants from a measurements folder."""
     schema, config = run.schema, run.config
     allocations = allocate(config)
-    n_queries = sum(1 for a in allocations if a.level == config.levels[-1].name)
+    n_queries = len(allocations_of(allocations, config.levels[-1].name))
     lowest = measurements / f"{config.levels[-1].name}.parquet"
     run.tree = build_tree(config.levels, read_lowest_geoids(lowest, n_queries))
     for level, spec in enumerate(config.levels):
-        queries = [a.query for a in allocations if a.level == spec.name]
+        queries = [a.query for a in allocations_of(allocations, spec.name)]
         path = measurements / f"{spec.name}.parquet"
         plan = read_chunk_plan(path, len(queries), schema.query_cells(schema.parse_query(queries[0])))
         if not plan or plan[-1][1] != run.tree.n_nodes(level):

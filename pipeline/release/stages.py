@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from geography.tree import GeoTree
-from pipeline.budget.allocation import QueryAllocation, allocate, composed_rho
+from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of, composed_rho
 from pipeline.budget.ledger.charges import FailureReason, PrivacyLedger, config_digest, config_hash
 from pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
 from pipeline.config.model import ReleaseConfig
@@ -117,7 +117,7 @@ class ReleaseRun:
 
     def level_allocations(self, level: int) -> list[QueryAllocation]:
         name = self.config.levels[level].name
-        return [a for a in self.allocations if a.level == name]
+        return list(allocations_of(self.allocations, name))
 
 
 def _stage_output(value: T | None, what: str) -> T:

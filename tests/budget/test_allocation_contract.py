@@ -21,6 +21,7 @@ from geography.levels import Level
 from pipeline.budget.allocation import (
     QueryAllocation,
     allocate,
+    allocations_of,
     composed_rho,
     laplace_scale_for,
     laplace_variance,
@@ -187,6 +188,16 @@ def test_level_rho_adds_the_queries_of_one_level_only() -> None:
                    QueryAllocation("a", "y", Fraction(1, 7), Fraction(1)))
     assert level_rho(allocations, "a") == Fraction(10, 21) and level_rho(allocations, "b") == Fraction(1, 5)
     assert level_rho((), "a") == 0
+
+
+def test_allocations_of_a_level_are_its_own_in_strategy_order() -> None:
+    """The one filter of allocations by level name (the release, the run loader and re-runs use it)."""
+    x, y, z = (QueryAllocation("a", "x", Fraction(1, 3), Fraction(1)),
+               QueryAllocation("b", "x", Fraction(1, 5), Fraction(1)),
+               QueryAllocation("a", "y", Fraction(1, 7), Fraction(1)))
+    assert allocations_of((x, y, z), "a") == (x, z) and allocations_of((x, y, z), "b") == (y,)
+    assert allocations_of((x, y, z), "c") == () and allocations_of((), "a") == ()
+    assert type(allocations_of((x, y, z), "a")) is tuple
 
 
 @pytest.mark.parametrize(
