@@ -30,6 +30,7 @@ from pipeline.config.model import (
     require,
 )
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
+from pipeline.config.solver import check_solver_setting
 from pipeline.errors import ConfigError
 from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA
 
@@ -64,7 +65,7 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     solver = postprocess.get("solver", "auto")
     if not isinstance(solver, str):
         raise ConfigError(source, "postprocess.solver", "expected a string")
-    _check_solver(solver, source, levels, strategy, invariants)
+    check_solver_setting(solver, source, levels, strategy, invariants)
     try:
         runner = check_runner(str(postprocess.get("runner", "local")))
     except ValueError as error:
@@ -118,27 +119,6 @@ def _path(value: Any, base: Path, source: str, key: str) -> Path:
         raise ConfigError(source, key, "expected a file path")
     path = Path(value)
     return path if path.is_absolute() else base / path
-
-
-def _check_solver(solver: str, source: str, levels: tuple[Level, ...], strategy: dict[str, tuple[StrategyQuery, ...]],
-                  invariants: tuple[Invariant, ...]) -> None:
-    """The solver is checked now, before any budget is charged, not when the first level is reconciled: a forced
-    path must apply at every level (``reconcile_level`` refuses it where it does not)."""
-    from postprocess.least_squares import check_solver
-
-    if solver == "first_order":
-        raise ConfigError(source, "postprocess.solver", "first_order needs a parent level and serves the batches "
-                          "below the root that \"auto\" gives it; use auto")
-    if solver == "fast":
-        for level in levels:
-            if any(q.query.name != DETAILED for q in strategy[level.name]) or any(
-                    level.name in i.levels for i in invariants):
-                raise ConfigError(source, "postprocess.solver", f"fast needs only the detailed query and no "
-                                  f"invariant at every level ({level.name} has others); use auto")
-    try:
-        check_solver(solver)
-    except ValueError as error:
-        raise ConfigError(source, "postprocess.solver", str(error)) from None
 
 
 def _input(raw: dict[str, Any], source: str, base: Path) -> InputConfig:

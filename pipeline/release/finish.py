@@ -48,8 +48,7 @@ class RecordedSource:
 def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
     """Rebuild the tree, each level's chunks (one Parquet row group per chunk x query, in allocation order)
     and the invariants from a measurements folder."""
-    schema, config = run.schema, run.config
-    allocations = allocate(config)
+    schema, config, allocations = run.schema, run.config, run.allocations
     n_queries = len(allocations_of(allocations, config.levels[-1].name))
     lowest = measurements / f"{config.levels[-1].name}.parquet"
     run.tree = build_tree(config.levels, read_lowest_geoids(lowest, n_queries))

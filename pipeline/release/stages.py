@@ -21,131 +21,46 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from geography.tree import GeoTree
-from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of, composed_rho
+from pipeline.budget.allocation import composed_rho
 from pipeline.budget.ledger.charges import FailureReason, PrivacyLedger, config_digest, config_hash
 from pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
 from pipeline.config.model import ReleaseConfig
-from pipeline.config.schema import Schema
 from pipeline.dp.random_source import RandomSource, system_random_source
-from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
+from pipeline.errors import InputError, InputProblem, InputRejectedError
 from pipeline.io import manifest as mf
 from pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
 from pipeline.io.measurements import LevelMeasurementWriter, measurements_digest, write_invariants
-from pipeline.io.microdata import InputFiles, read_input_files, validated_rows
+from pipeline.io.microdata import read_input_files, validated_rows
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
 from pipeline.release.chunks import level_chunks
 from pipeline.release.measure import level_invariants, measure_level
 from pipeline.release.reconcile_chunk import ChunkTask, reconcile_chunk
+from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
+    EstimatesWriter,
+    Published,
+    ReleaseRun,
+    new_run_id,
+    require_estimates_writer,
+    stage_output,
+    start_release,
+)
 from pipeline.release.runner import make_runner
 from pipeline.release.support import merge_reports, structural_zero_mask
 from postprocess import QueryInvariant
 
-T = TypeVar("T")
 log = logging.getLogger("censusdp")
 COMPLETE_MARKER = "complete.json"
 SHARES_PLOT = "budget_shares.png"
-
-
-@dataclass(frozen=True)
-class Published:
-    """What publish wrote that a caller shows (the flow's artifact): kept in memory, not read back."""
-
-    final_dir: Path
-    report_markdown: str
-    shares_png: bytes
-
-
-# Writes GLS estimates (uncertainty/, a later layer) from the run as held in memory and its manifest.
-EstimatesWriter = Callable[["ReleaseRun", dict[str, Any]], object]
-
-
-def require_estimates_writer(config: ReleaseConfig, write_estimates: EstimatesWriter | None) -> None:
-    """``output.estimates`` needs a writer from the caller; refused before anything is read or charged."""
-    if config.output.estimates and write_estimates is None:
-        raise CensusDPError("output.estimates = true, but this caller passed no estimates writer "
-                            "(pipeline.uncertainty.gls.write_estimates)")
-
-
-@dataclass
-class ReleaseRun:
-    """State of one release in progress.  Holds confidential arrays; its repr shows public facts only."""
-
-    config: ReleaseConfig
-    rng: RandomSource
-    run_id: str
-    final_dir: Path
-    work_dir: Path
-    allocations: tuple[QueryAllocation, ...]
-    started_at: str
-    tree: GeoTree | None = None
-    input_files: InputFiles | None = None  # confidential: the files as read, until they are validated
-    row_units: np.ndarray | None = None  # confidential: each person's unit index, sorted
-    row_cells: np.ndarray | None = None  # confidential: each person's detailed cell, in the same order
-    chunk_plan: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (start, stop, row group)
-    invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)  # published exactly
-    counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
-    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)
-    manifest_extra: dict[str, Any] = field(default_factory=dict)
-    ledger: PrivacyLedger | None = None  # set once the run's budget is charged
-    dataset: str | None = None  # the ledger dataset charged (the data's own, whatever the config names)
-    failure_reason: str | None = None  # the ledger's category for a failure (never a row or a value)
-    # GLS estimates of the run folder (uncertainty/, above this layer): injected by the caller when configured
-    write_estimates: EstimatesWriter | None = None
-    published: Published | None = None  # set by publish
-
-    def __repr__(self) -> str:
-        return f"ReleaseRun(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"
-
-    @property
-    def schema(self) -> Schema:
-        return self.config.schema
-
-    def level_allocations(self, level: int) -> list[QueryAllocation]:
-        name = self.config.levels[level].name
-        return list(allocations_of(self.allocations, name))
-
-
-def _stage_output(value: T | None, what: str) -> T:
-    """What an earlier stage left on the run; a stage called out of order is refused with a public message
-    (not an ``assert``, which ``python -O`` removes)."""
-    if value is None:
-        raise CensusDPError(f"internal error: {what} is missing: the release's stages ran out of order")
-    return value
-
-
-def new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
-
-
-def start_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id: str | None = None, *,
-                  write_estimates: EstimatesWriter | None = None) -> ReleaseRun:
-    """Allocate the budget (exactly, checked) and create the run's temporary folder."""
-    require_estimates_writer(config, write_estimates)
-    allocations = allocate(config)
-    run_id = run_id or new_run_id()
-    out_root.mkdir(parents=True, exist_ok=True)
-    final_dir = out_root / run_id
-    if final_dir.exists():
-        raise CensusDPError(f"{final_dir}: a run with this id already exists")
-    work_dir = out_root / f".{run_id}.partial"
-    work_dir.mkdir()
-    return ReleaseRun(config=config, rng=rng, run_id=run_id, final_dir=final_dir, work_dir=work_dir,
-                      allocations=allocations, started_at=mf.now(), write_estimates=write_estimates)
 
 
 def read_files(run: ReleaseRun) -> None:
@@ -167,7 +82,7 @@ def charge(run: ReleaseRun) -> None:
     (Thm 19.37(i)) counts every noisy measurement drawn, and noise may already have been drawn when a failure
     happens.
     """
-    _stage_output(run.input_files, "the input files (read_files)")
+    stage_output(run.input_files, "the input files (read_files)")
     config = run.config
     refuse_legacy_ledger(config.input.path, config.ledger.location)
     prepare_location(config.ledger.location)
@@ -203,8 +118,8 @@ def validate_inputs(run: ReleaseRun) -> None:
     A value-level failure is a charged failure (``InputRejectedError``): the message and the ledger record
     its category only, so nobody who may start releases learns a row or a value, and a refusal is never free.
     """
-    _stage_output(run.ledger, "the ledger charge (charge)")
-    config, files = run.config, _stage_output(run.input_files, "the input files (read_files)")
+    stage_output(run.ledger, "the ledger charge (charge)")
+    config, files = run.config, stage_output(run.input_files, "the input files (read_files)")
     run.input_files = None
     problem: InputProblem | None = None
     try:
@@ -239,8 +154,8 @@ def chunk_histograms(run: ReleaseRun, ancestors: np.ndarray, unit_offsets: np.nd
                      stop: int) -> np.ndarray:
     """Dense detailed histograms of nodes [start, stop) of a level (confidential); ``ancestors`` and
     ``unit_offsets`` are the level's ``tree.ancestor_of_units`` and ``tree.unit_offsets``, computed once."""
-    row_units = _stage_output(run.row_units, "the validated rows (validate_inputs)")
-    row_cells = _stage_output(run.row_cells, "the validated rows (validate_inputs)")
+    row_units = stage_output(run.row_units, "the validated rows (validate_inputs)")
+    row_cells = stage_output(run.row_cells, "the validated rows (validate_inputs)")
     n_cells = run.schema.n_cells
     first, last = np.searchsorted(row_units, [unit_offsets[start], unit_offsets[stop]])
     nodes = ancestors[row_units[first:last]] - start
@@ -250,7 +165,7 @@ def chunk_histograms(run: ReleaseRun, ancestors: np.ndarray, unit_offsets: np.nd
 
 def measure(run: ReleaseRun, level: int) -> None:
     """Draw the noisy measurements of one level, chunk by chunk, and write them (with its invariants)."""
-    tree = _stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
     name = config.levels[level].name
     allocations = run.level_allocations(level)
@@ -289,7 +204,7 @@ def measure(run: ReleaseRun, level: int) -> None:
 
 def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
     """The level's reconciliation tasks: public values and file locations only."""
-    tree = _stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
     name = config.levels[level].name
     queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
@@ -315,7 +230,7 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
 
 def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     """Reconcile one level against its (already fixed) parent level, round, and write its table."""
-    tree = _stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     name = run.config.levels[level].name
     tasks = chunk_tasks(run, level)
     log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
@@ -338,7 +253,7 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
 
 def publish(run: ReleaseRun) -> Path:
     """Write the protected microdata, manifest and report, then move the run into place atomically."""
-    tree = _stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
     lowest = tree.depth - 1
     if config.output.protected_microdata:

@@ -26,9 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.config.schema import DETAILED, TOTAL, Query
-from pipeline.errors import CensusDPError
 from pipeline.io.run_folder import LoadedRun, load_run
-from pipeline.release.stages import ReleaseRun
+from pipeline.release.run import ReleaseRun, stage_output
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, interval, solve_gls
 
 ESTIMATES_DIR = "estimates"
@@ -71,11 +70,10 @@ def write_release_estimates(run: ReleaseRun, manifest: dict[str, Any]) -> list[P
     """A release's own estimates (``output.estimates``), from the configuration, tree, invariants and allocation
     it holds and the manifest it just wrote; ``publish`` calls this before the run is renamed into place.  Only
     the noisy measurements are read from their files: a release streams them to disk level by level."""
-    if run.tree is None:
-        raise CensusDPError("internal error: estimates asked for before the run's geography was built")
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     measurements = Path(run.measurements_dir) if run.measurements_dir else run.work_dir / "measurements"
     return write_loaded_estimates(LoadedRun(run_dir=run.work_dir, manifest=manifest, config=run.config,
-                                            tree=run.tree, invariants=run.invariants, allocations=run.allocations,
+                                            tree=tree, invariants=run.invariants, allocations=run.allocations,
                                             measurements_dir=measurements))
 
 

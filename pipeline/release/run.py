@@ -1,0 +1,118 @@
+"""The state of one release and its start: ``ReleaseRun`` (what the stages pass forward in memory) and
+``start_release`` (the budget allocated exactly, the temporary folder made).  The stages are in
+``pipeline.release.stages``, which re-exports these names.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import scipy.sparse as sp
+
+from geography.tree import GeoTree
+from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of
+from pipeline.budget.ledger.charges import PrivacyLedger
+from pipeline.config.model import ReleaseConfig
+from pipeline.config.schema import Schema
+from pipeline.dp.random_source import RandomSource
+from pipeline.errors import CensusDPError
+from pipeline.io import manifest as mf
+from pipeline.io.microdata import InputFiles
+from postprocess import QueryInvariant
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Published:
+    """What publish wrote that a caller shows (the flow's artifact): kept in memory, not read back."""
+
+    final_dir: Path
+    report_markdown: str
+    shares_png: bytes
+
+
+# Writes GLS estimates (uncertainty/, a later layer) from the run as held in memory and its manifest.
+EstimatesWriter = Callable[["ReleaseRun", dict[str, Any]], object]
+
+
+def require_estimates_writer(config: ReleaseConfig, write_estimates: EstimatesWriter | None) -> None:
+    """``output.estimates`` needs a writer from the caller; refused before anything is read or charged."""
+    if config.output.estimates and write_estimates is None:
+        raise CensusDPError("output.estimates = true, but this caller passed no estimates writer "
+                            "(pipeline.uncertainty.gls.write_release_estimates)")
+
+
+@dataclass
+class ReleaseRun:
+    """State of one release in progress.  Holds confidential arrays; its repr shows public facts only."""
+
+    config: ReleaseConfig
+    rng: RandomSource
+    run_id: str
+    final_dir: Path
+    work_dir: Path
+    allocations: tuple[QueryAllocation, ...]
+    started_at: str
+    tree: GeoTree | None = None
+    input_files: InputFiles | None = None  # confidential: the files as read, until they are validated
+    row_units: np.ndarray | None = None  # confidential: each person's unit index, sorted
+    row_cells: np.ndarray | None = None  # confidential: each person's detailed cell, in the same order
+    chunk_plan: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (start, stop, row group)
+    invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)  # published exactly
+    counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
+    diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+    ledger: PrivacyLedger | None = None  # set once the run's budget is charged
+    dataset: str | None = None  # the ledger dataset charged (the data's own, whatever the config names)
+    failure_reason: str | None = None  # the ledger's category for a failure (never a row or a value)
+    # GLS estimates of the run folder (uncertainty/, above this layer): injected by the caller when configured
+    write_estimates: EstimatesWriter | None = None
+    published: Published | None = None  # set by publish
+
+    def __repr__(self) -> str:
+        return f"ReleaseRun(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"
+
+    @property
+    def schema(self) -> Schema:
+        return self.config.schema
+
+    def level_allocations(self, level: int) -> list[QueryAllocation]:
+        name = self.config.levels[level].name
+        return list(allocations_of(self.allocations, name))
+
+
+def stage_output(value: T | None, what: str) -> T:
+    """What an earlier stage left on the run; a stage called out of order is refused with a public message
+    (not an ``assert``, which ``python -O`` removes)."""
+    if value is None:
+        raise CensusDPError(f"internal error: {what} is missing: the release's stages ran out of order")
+    return value
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def start_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id: str | None = None, *,
+                  write_estimates: EstimatesWriter | None = None) -> ReleaseRun:
+    """Allocate the budget (exactly, checked) and create the run's temporary folder."""
+    require_estimates_writer(config, write_estimates)
+    allocations = allocate(config)
+    run_id = run_id or new_run_id()
+    out_root.mkdir(parents=True, exist_ok=True)
+    final_dir = out_root / run_id
+    if final_dir.exists():
+        raise CensusDPError(f"{final_dir}: a run with this id already exists")
+    work_dir = out_root / f".{run_id}.partial"
+    work_dir.mkdir()
+    return ReleaseRun(config=config, rng=rng, run_id=run_id, final_dir=final_dir, work_dir=work_dir,
+                      allocations=allocations, started_at=mf.now(), write_estimates=write_estimates)
