@@ -8,7 +8,7 @@
 
 Both start one throw-away PostgreSQL server for the whole run ($CENSUSDP_TEST_POSTGRES_URL), so the forked
 test runs of each mutant do not each start their own.  In --ci mode a mutant that survives and is not listed in
-SURVIVORS.toml fails the job (exit 1); the sample is bounded by --max-functions and --budget-s.
+mutation/survivors/*.toml fails the job (exit 1); the sample is bounded by --max-functions and --budget-s.
 """
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ def renamed_from(base: str) -> dict[str, str]:
             if parts[0].startswith("R") and len(parts) == 3}
 
 
-def changed_lines(base: str, path: str) -> set[int]:
-    old = renamed_from(base).get(path, path)
+def changed_lines(base: str, path: str, renamed: dict[str, str]) -> set[int]:
+    """Lines of ``path`` changed since ``base`` (``renamed``: ``renamed_from(base)``, read once per run)."""
+    old = renamed.get(path, path)
     diff = subprocess.run(["git", "diff", "-U0", "-M", base, "HEAD", "--", old, path], cwd=REPO,
                           capture_output=True, text=True, check=True).stdout
     lines: set[int] = set()
@@ -88,8 +89,9 @@ def ci_sample(max_functions: int) -> tuple[list[str], bool]:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     changed: list[str] = []
     if base and subprocess.run(["git", "cat-file", "-e", base], cwd=REPO).returncode == 0:
+        renamed = renamed_from(base)
         for path in mutated_modules():
-            changed += functions_of(Path(path), changed_lines(base, path))
+            changed += functions_of(Path(path), changed_lines(base, path, renamed))
     draw = random.Random(head or "no-git")
     pool = changed or [g for path in mutated_modules() for g in functions_of(Path(path))]
     print(f"mutation sample: {len(changed)} changed functions since {base or 'no scored commit'}; "
