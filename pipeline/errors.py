@@ -28,6 +28,17 @@ class ConfigError(CensusDPError):
         self.source, self.key, self.problem = source, key, problem
 
 
+class ExactNumberError(CensusDPError, ValueError):
+    """A value that must be an exact number (a budget, a noise scale, a delta) is not one; names the parameter.
+
+    Also a ``ValueError``: the privacy layer's argument checks raise ``ValueError`` and callers catch that.
+    """
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"{name}: {problem}")
+        self.name, self.problem = name, problem
+
+
 class InputProblem(StrEnum):
     """What kind of input problem an ``InputError`` is.  FILE and COLUMN depend on the files' structure only;
     the others on confidential values, so a release meets them only after its charge."""

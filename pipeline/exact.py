@@ -1,4 +1,11 @@
-"""Exact numbers shared by every layer: the defaults that must agree everywhere, and directed rounding for display.
+"""Exact numbers shared by every layer: the one parser of exact numbers and deltas, the defaults that must agree
+everywhere, and directed rounding for display.
+
+Parsing: ``parse_rational`` is the only place a budget, a share, a noise scale or a cap becomes a ``Fraction``
+(the configuration loader, the ledger, the privacy maps and samplers and the CLI all call it) and
+``parse_delta`` the only place a delta becomes a float; both raise ``ExactNumberError`` naming the parameter.
+Floats are refused by default (0.1 is not one tenth: a noise scale must be the number its privacy map was
+computed for); a TOML float is taken as written (``floats_as_written``: "0.1" in the file means one tenth).
 
 Defaults: ``DEFAULT_DELTA`` (the delta at which epsilon is reported when a configuration or command gives none)
 and ``DEFAULT_CHUNK_CELLS`` (cells per chunk of a level: ~32 MB of int64 per query array).
@@ -18,9 +25,49 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import ExactNumberError
 
 DEFAULT_DELTA = "1e-10"  # as written: reports echo it, and float(DEFAULT_DELTA) is the value used
 DEFAULT_CHUNK_CELLS = 4_000_000
+_EXAMPLE = "such as '0.5', '1/4' or '1e-3'"
+
+
+def parse_rational(value: Any, name: str, *, floats_as_written: bool = False) -> Fraction:
+    """``value`` as an exact ``Fraction``: a Fraction, an integer (numpy's too) or a decimal/fraction string.
+
+    A float is refused unless ``floats_as_written`` (a TOML float, read back through its shortest repr: the
+    number the user wrote); a bool, None or anything else is refused.  Sign is not checked here.
+    """
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return Fraction(int(value))
+    if isinstance(value, (float, np.floating)) and floats_as_written:
+        value = repr(float(value))
+    if isinstance(value, str):
+        try:
+            return Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            raise ExactNumberError(name, f"not an exact number {_EXAMPLE}: {value!r}") from None
+    raise ExactNumberError(name, f"must be exact (a Fraction, an integer or a string {_EXAMPLE}), "
+                                 f"got {type(value).__name__}")
+
+
+def parse_delta(value: Any, name: str) -> float:
+    """A delta: a number strictly between 0 and 1 (a string as written, a float or a Fraction), as a float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (str, float, int, Fraction, np.number)):
+        raise ExactNumberError(name, f"must be a number strictly between 0 and 1, got {type(value).__name__}")
+    try:
+        delta = float(value)  # float() strips surrounding whitespace itself
+    except (ValueError, OverflowError):
+        delta = math.nan
+    if not 0 < delta < 1:  # False for NaN too
+        raise ExactNumberError(name, f"must be a number strictly between 0 and 1, got {value!r}")
+    return delta
 
 
 def round_text(value: Fraction | float | int, *, up: bool, places: int | None = None,
@@ -38,14 +85,15 @@ def round_text(value: Fraction | float | int, *, up: bool, places: int | None = 
             raise ValueError("cannot round NaN in a safe direction")
         return "inf" if value > 0 else "-inf"
     exact = Fraction(value)
-    if significant is not None:
-        if significant < 1:
-            raise ValueError(f"significant must be >= 1, got {significant}")
-        places = significant - 1 - _exponent10(abs(exact)) if exact else significant - 1
-    assert places is not None
-    scaled = exact * Fraction(10) ** places
+    if significant is None:
+        shift = int(places)  # type: ignore[arg-type]  # given: exactly one of the two is None (checked above)
+    elif significant < 1:
+        raise ValueError(f"significant must be >= 1, got {significant}")
+    else:
+        shift = significant - 1 - _exponent10(abs(exact)) if exact else significant - 1
+    scaled = exact * Fraction(10) ** shift
     digits = math.ceil(scaled) if up else math.floor(scaled)
-    shown = Decimal(digits).scaleb(-places)
+    shown = Decimal(digits).scaleb(-shift)
     if strip:
         shown = shown.normalize()
     text = f"{shown:f}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 import cvxpy as cp
 import numpy as np
@@ -76,24 +77,30 @@ class Solution:
     seconds: float = 0.0
 
 
-SOLVER_PATHS = ("auto", "cvxpy", "fast", "first_order")  # besides these, cvxpy solver names (reconcile_level)
+class SolverPath(StrEnum):
+    """The paths ``reconcile_level`` can take (the ``postprocess.solver`` setting also takes cvxpy solver names)."""
+
+    AUTO = "auto"  # the fast closed forms where they apply, else first-order on large blocks, else cvxpy
+    CVXPY = "cvxpy"  # cvxpy with the installed solvers of AUTO_SOLVERS, in order
+    FAST = "fast"  # the exact closed forms of postprocess.fast_path (refused where they do not apply)
+    FIRST_ORDER = "first_order"  # postprocess.first_order on every batch, cvxpy where it does not converge
 
 
 def check_solver(solver: str) -> str:
-    """``solver`` as ``reconcile_level`` takes it: one of SOLVER_PATHS, or installed cvxpy solver names
+    """``solver`` as ``reconcile_level`` takes it: a ``SolverPath``, or installed cvxpy solver names
     (comma-separated, tried in order); ValueError naming what is wrong otherwise."""
-    if solver not in ("fast", "first_order"):
+    if solver not in (SolverPath.FAST, SolverPath.FIRST_ORDER):
         try:
             resolve_solvers(solver)
         except ValueError as error:
-            raise ValueError(f"{error} (use {', '.join(SOLVER_PATHS)} or installed cvxpy solver names)") from None
+            raise ValueError(f"{error} (use {', '.join(SolverPath)} or installed cvxpy solver names)") from None
     return solver
 
 
 def resolve_solvers(solver: str) -> tuple[str, ...]:
     """``"auto"``/``"cvxpy"``: the installed ones of AUTO_SOLVERS in order; else cvxpy names, comma-separated."""
     installed = set(cp.installed_solvers())
-    if solver in ("auto", "cvxpy"):
+    if solver in (SolverPath.AUTO, SolverPath.CVXPY):
         chain = tuple(name for name in AUTO_SOLVERS if name in installed)
     else:
         chain = tuple(name.strip().upper() for name in solver.split(",") if name.strip())

@@ -27,7 +27,7 @@ from postprocess.layout import (
     plan_blocks,
     restrict_rows,
 )
-from postprocess.least_squares import Equalities, Solution, Term, check_solver, resolve_solvers, solve
+from postprocess.least_squares import Equalities, Solution, SolverPath, Term, check_solver, resolve_solvers, solve
 from postprocess.problem import (
     Inputs,
     LevelResult,
@@ -48,7 +48,7 @@ def reconcile_level(
     parent_index: np.ndarray | None,
     invariants: Sequence[QueryInvariant] = (),
     structural_zeros: np.ndarray | None = None,
-    solver: str = "auto",
+    solver: str = SolverPath.AUTO,
     rng: TieSource | None = None,
 ) -> LevelResult:
     """Non-negative, consistent integer table (n_nodes, n_cells) of one level, with a public report.
@@ -83,14 +83,14 @@ def reconcile_level(
     )
     rng = check_source(rng)
     check_solver(solver)
-    fast = solver == "fast" or (solver == "auto" and fast_path.applies(inputs))
-    if solver == "fast" and not fast_path.applies(inputs):
+    fast = solver == SolverPath.FAST or (solver == SolverPath.AUTO and fast_path.applies(inputs))
+    if solver == SolverPath.FAST and not fast_path.applies(inputs):
         raise ValueError("solver='fast' needs detailed-only measurements (identity matrices) and no invariants")
-    first = solver == "first_order" or (solver == "auto" and not fast and first_order.applies(inputs))
-    always = solver == "first_order"  # "auto": only on batches of large blocks (first_order.worthwhile)
-    if solver == "first_order" and not first_order.applies(inputs):
+    first = solver == SolverPath.FIRST_ORDER or (solver == SolverPath.AUTO and not fast and first_order.applies(inputs))
+    always = solver == SolverPath.FIRST_ORDER  # auto: only on batches of large blocks (first_order.worthwhile)
+    if solver == SolverPath.FIRST_ORDER and not first_order.applies(inputs):
         raise ValueError("solver='first_order' needs a parent, a detailed measurement and no invariants")
-    solvers = () if fast else resolve_solvers("auto" if first else solver)
+    solvers = () if fast else resolve_solvers(SolverPath.AUTO if first else solver)
     check_inputs(inputs)
     blocks = plan_blocks(inputs)
     counts = np.zeros((inputs.n_nodes, inputs.n_cells), dtype=np.int64)
@@ -101,7 +101,7 @@ def reconcile_level(
         "blocks": int(blocks.n_free.size),
         "blocks_only_child": int(np.count_nonzero(np.diff(blocks.start) == 1)) if blocks.parent is not None else 0,
         "blocks_empty": int(np.count_nonzero(blocks.n_free == 0)),
-        "path": "fast" if fast else "first_order" if first else "cvxpy",
+        "path": SolverPath.FAST if fast else SolverPath.FIRST_ORDER if first else SolverPath.CVXPY,
         "tie_break": "random" if rng is not None else "index",
     }
     if fast:
@@ -161,9 +161,10 @@ def _reconcile_general(
     return {
         "problems": len(batches),
         "variables": variables,
-        "solvers": (["first_order"] if first else []) + list(solvers),
+        "solvers": ([SolverPath.FIRST_ORDER.value] if first else []) + list(solvers),
         # "first_order" when it was tried on some batch (solver_status says on which), else cvxpy alone ran
-        "path": "first_order" if any(key.startswith("first_order:") for key in statuses) else "cvxpy",
+        "path": (SolverPath.FIRST_ORDER if any(key.startswith(f"{SolverPath.FIRST_ORDER}:") for key in statuses)
+                 else SolverPath.CVXPY),
         "solver_status": dict(sorted(statuses.items())),
         "fallbacks": fallbacks,
         "rounding": dict(sorted(rounding.items())),

@@ -137,3 +137,21 @@ def test_the_check_allows_downward_and_own_layer_imports(tmp_path: Path, monkeyp
     assert violations(path) == []
     (tmp_path / "pipeline" / "release" / "y.py").write_text("print('x')\n")
     assert prints(tmp_path / "pipeline" / "release" / "y.py")
+
+
+def test_modules_import_only_shared_helpers(tmp_path: Path) -> None:
+    """No test module (nor conftest) imports another: what they share lives in tests/helpers/."""
+
+    def test_imports(path: Path) -> list[str]:
+        return [f"{path.relative_to(root)}:{line} imports {target}" for target, line in imports(path)
+                if (target == "tests" or target.startswith("tests.")) and not target.startswith("tests.helpers")]
+
+    root = ROOT / "tests"
+    found = [v for path in sorted(root.rglob("*.py")) if "helpers" not in path.relative_to(root).parts
+             for v in test_imports(path)]
+    assert not found, "\n".join(found)
+    root = tmp_path / "tests"  # the check itself, on a planted module
+    (root / "dp").mkdir(parents=True)
+    (root / "dp" / "test_x.py").write_text("from tests.dp.test_noise import SAMPLERS\nfrom tests.helpers import ok\n")
+    assert [v.split(" imports ")[1] for v in test_imports(root / "dp" / "test_x.py")] == [
+        "tests.dp.test_noise", "tests.dp.test_noise.SAMPLERS"]

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from pipeline.config.model import ReleaseConfig
+from pipeline.config.model import Mechanism, ReleaseConfig
 from pipeline.dp.accounting import zcdp_from_pure_dp
 from pipeline.dp.noise import gaussian_rho, gaussian_sigma2, laplace_epsilon
 
@@ -39,7 +39,7 @@ class QueryAllocation:
     query: str
     rho: Fraction
     sigma2: Fraction
-    mechanism: str = "gaussian"
+    mechanism: Mechanism = Mechanism.GAUSSIAN
     scale: Fraction | None = None
 
     @property
@@ -67,9 +67,9 @@ def laplace_variance(scale: Fraction) -> Fraction:
     return Fraction(2 * q / (1 - q) ** 2).limit_denominator(10**9)
 
 
-def query_allocation(level: str, query: str, rho_q: Fraction, mechanism: str, sensitivity1: int,
+def query_allocation(level: str, query: str, rho_q: Fraction, mechanism: Mechanism, sensitivity1: int,
                      sensitivity2_squared: int) -> QueryAllocation:
-    if mechanism == "laplace":
+    if mechanism == Mechanism.LAPLACE:
         scale = laplace_scale_for(rho_q, sensitivity1)
         spent = Fraction(zcdp_from_pure_dp(laplace_epsilon(scale, sensitivity1)))
         return QueryAllocation(level, query, spent, laplace_variance(scale), mechanism, scale)
@@ -86,15 +86,20 @@ def allocate(config: ReleaseConfig) -> tuple[QueryAllocation, ...]:
             out.append(query_allocation(level.name, entry.query.name, level_rho * entry.share, entry.mechanism,
                                         budget.sensitivity1, budget.sensitivity2_squared))
     allocations = tuple(out)
-    spent = composed_rho(allocations, budget.sensitivity2_squared, budget.sensitivity1)
-    if spent > budget.rho or (spent != budget.rho and all(a.mechanism == "gaussian" for a in allocations)):
+    spent = composed_rho(allocations, sensitivity2_squared=budget.sensitivity2_squared,
+                         sensitivity1=budget.sensitivity1)
+    if spent > budget.rho or (spent != budget.rho and all(a.mechanism == Mechanism.GAUSSIAN for a in allocations)):
         raise AssertionError("allocation does not compose to the configured rho")  # exact: a bug, not rounding
     return allocations
 
 
-def composed_rho(allocations: tuple[QueryAllocation, ...], sensitivity2_squared: int, sensitivity1: int = 1
-                 ) -> Fraction:
-    """Total zCDP cost of the release, recomputed from each query's noise through its privacy map."""
+def composed_rho(allocations: tuple[QueryAllocation, ...], *, sensitivity2_squared: int, sensitivity1: int) -> Fraction:
+    """Total zCDP cost of the release, recomputed from each query's noise through its privacy map.
+
+    Both sensitivities are the neighbouring relation's (``Neighbouring``), passed explicitly: Δ₂² prices the
+    Gaussian queries (``gaussian_rho``, Thm 19.37(iii)), Δ₁ the Laplace ones (``laplace_epsilon``, Thm 19.14,
+    then Bun & Steinke Prop 1.4); the sum is sequential composition (Thm 19.37(i)).
+    """
     total = Fraction(0)
     for a in allocations:
         if a.scale is not None:

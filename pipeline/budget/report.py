@@ -9,27 +9,14 @@ from typing import Any
 from pipeline.budget.compare import comparison_rows
 from pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
 from pipeline.errors import CensusDPError
-from pipeline.exact import DEFAULT_DELTA
+from pipeline.exact import DEFAULT_DELTA, parse_delta, parse_rational
 
 
 def _positive_fraction(text: str, name: str) -> Fraction:
-    try:
-        value = Fraction(text.strip())
-    except (ValueError, ZeroDivisionError):
-        raise CensusDPError(f"--{name}: expected a number such as 0.5 or 1/2, got {text!r}") from None
+    value = parse_rational(text, f"--{name}")
     if value <= 0:
         raise CensusDPError(f"--{name}: must be > 0, got {text}")
     return value
-
-
-def _delta(text: str) -> float:
-    try:
-        delta = float(text)
-    except ValueError:
-        raise CensusDPError(f"--delta: expected a number, got {text!r}") from None
-    if not 0 < delta < 1:
-        raise CensusDPError(f"--delta: must be strictly between 0 and 1, got {text}")
-    return delta
 
 
 def conversion(rho: Fraction, delta: float) -> dict[str, Any]:
@@ -42,7 +29,7 @@ def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
     from pipeline.config.load import load_config
 
     config = load_config(path)
-    delta = _delta(delta_text) if delta_text else config.budget.delta
+    delta = parse_delta(delta_text, "--delta") if delta_text else config.budget.delta
     allocations = allocate(config)
     return {
         **conversion(config.budget.rho, delta),
@@ -84,10 +71,10 @@ def budget_command(config: str | None, rho: str | None, epsilon: str | None, del
     elif rho is not None and epsilon is not None:
         raise CensusDPError("budget: give --rho or --epsilon, not both")
     elif rho is not None:
-        report = conversion(_positive_fraction(rho, "rho"), _delta(delta or DEFAULT_DELTA))
+        report = conversion(_positive_fraction(rho, "rho"), parse_delta(delta or DEFAULT_DELTA, "--delta"))
     elif epsilon is not None:
         eps = float(_positive_fraction(epsilon, "epsilon"))
-        d = _delta(delta or DEFAULT_DELTA)
+        d = parse_delta(delta or DEFAULT_DELTA, "--delta")
         best = rho_for_epsilon_delta(eps, d)
         report = {"epsilon": eps, "delta": d, **conversion(best, d)}
     else:

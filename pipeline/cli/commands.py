@@ -154,30 +154,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_budget(sub: Sub) -> None:
-    p = sub.add_parser("budget", help="show a configuration's budget, or convert between rho and (epsilon, delta)")
-    p.add_argument("config", nargs="?", help="release configuration (TOML); touches no data; or 'optimize' "
-                   "followed by a CONFIG to optimise the shares for --weights")
-    p.add_argument("target", nargs="?", help=argparse.SUPPRESS)
-    p.add_argument("--rho", help="zCDP rho to convert to (epsilon, delta)")
-    p.add_argument("--epsilon", help="target epsilon: print the largest rho that meets it at --delta")
-    p.add_argument("--delta", help="delta (default: the config's, else 1e-10)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-
-    add_optimize_arguments(p)
-    p.set_defaults(handler=cmd_budget)
-
-
-def cmd_budget(args: argparse.Namespace) -> int:
-    if args.config == "optimize":
-
-        return cmd_budget_optimize(args, args.target)
-    from pipeline.budget.report import budget_command
-
-    print(budget_command(args.config, args.rho, args.epsilon, args.delta, args.json))
-    return 0
-
-
 def add_demo(sub: Sub) -> None:
     p = sub.add_parser("demo", help="synthesise a small state and release it with the pl94 preset through Prefect")
     p.add_argument("--out", default="censusdp-demo", help="demo directory (default: ./censusdp-demo)")
@@ -258,27 +234,4 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from flows.serve import serve
 
     serve(args.config, args.cron, args.name, args.out)
-    return 0
-
-
-def add_optimize_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``censusdp budget optimize`` (added to the ``budget`` parser)."""
-    parser.add_argument("--weights", help='budget optimize: "LEVEL:QUERY=W,..." (* for any) or a TOML file')
-    parser.add_argument("--write", metavar="FILE", help="budget optimize: write the optimised configuration here")
-
-
-def cmd_budget_optimize(args: argparse.Namespace, config_path: str | None) -> int:
-    """Handler: print the optimised shares and the weighted expected variance before and after."""
-    from pipeline.budget.optimize import optimize_budget
-
-    if not config_path or not args.weights:
-        raise CensusDPError("usage: censusdp budget optimize CONFIG --weights SPEC [--write FILE]")
-    result = optimize_budget(config_path, args.weights, args.write)
-    print("level shares: " + ", ".join(f"{k}={v}" for k, v in result["level_shares"].items()))
-    for key, share in result["query_shares"].items():
-        print(f"  {key} = {share}  (weight {result['weights'][key]:g})")
-    print(f"weighted expected variance Σ w·σ²: before {result['before']:.6g}, after {result['after']:.6g} "
-          f"(bound without floors or rounding {result['optimum']:.6g})")
-    if result["path"]:
-        print(result["path"])
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from pipeline.budget.ledger.charges import Charge, PrivacyLedger
 from pipeline.config.ledger_location import LEDGER_ENV, default_ledger_location, is_postgres_url
 from pipeline.dp.accounting import epsilon_cks20
 from pipeline.errors import CensusDPError
-from pipeline.exact import DEFAULT_DELTA, round_text
+from pipeline.exact import DEFAULT_DELTA, parse_delta, round_text
 
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -46,7 +45,7 @@ def add_ledger(sub: Sub) -> None:
 def cmd_ledger(args: argparse.Namespace) -> int:
     """Print the ledger (text table, or JSON with ``--json``); errors are one-line ``CensusDPError``s."""
     ledger = PrivacyLedger(resolve_location(getattr(args, "ledger", None)))
-    report = ledger_report(ledger, getattr(args, "dataset", None), _delta(getattr(args, "delta", None)))
+    report = ledger_report(ledger, getattr(args, "dataset", None), _optional_delta(getattr(args, "delta", None)))
     print(json.dumps(report, indent=2) if getattr(args, "json", False) else format_text(report))
     return 0
 
@@ -135,16 +134,8 @@ def _charge(c: Charge, delta: float | None) -> dict[str, Any]:
             "config_hash": c.config_hash, "status": c.status, "reason": c.reason, "publishable": c.publishable}
 
 
-def _delta(text: str | float | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise CensusDPError(f"--delta: not a number: {text!r}") from None
-    if not (math.isfinite(value) and 0 < value < 1):
-        raise CensusDPError(f"--delta must be in (0, 1), got {text}")
-    return value
+def _optional_delta(text: str | None) -> float | None:
+    return None if text is None else parse_delta(text, "--delta")
 
 
 def _rho_text(exact: str) -> str:

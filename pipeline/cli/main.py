@@ -21,6 +21,7 @@ EXIT_USAGE, EXIT_ERROR, EXIT_INTERNAL = 2, 1, 3
 
 def build_parser() -> argparse.ArgumentParser:
     from pipeline.cli import commands
+    from pipeline.cli.budget import add_budget
     from pipeline.cli.evaluate import add_evaluate
     from pipeline.cli.ledger import add_ledger
     from pipeline.cli.uncertainty import add_uncertainty
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_synth(sub)
     commands.add_check(sub)
     commands.add_release(sub)
-    commands.add_budget(sub)
+    add_budget(sub)
     commands.add_demo(sub)
     commands.add_postprocess(sub)
     commands.add_serve(sub)
@@ -43,8 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from pipeline.cli.budget import default_subcommand
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(default_subcommand(sys.argv[1:] if argv is None else argv))
     logger = logging.getLogger("censusdp")  # ours only: other libraries' loggers keep their own settings
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import tomllib
 from fractions import Fraction
 from pathlib import Path
@@ -31,8 +30,8 @@ from pipeline.config.model import (
 )
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from pipeline.config.solver import check_solver_setting
-from pipeline.errors import ConfigError
-from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA
+from pipeline.errors import ConfigError, ExactNumberError
+from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA, parse_delta
 
 TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "strategy", "invariants",
             "structural_zeros", "ledger"}
@@ -233,11 +232,9 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
     check_nothing_else(table, {"rho", "epsilon", "delta", "neighbouring", "level_shares"}, source, "budget.")
     delta_text = str(table.get("delta", DEFAULT_DELTA))
     try:
-        delta = float(delta_text)
-    except ValueError:
-        raise ConfigError(source, "budget.delta", f"expected a number, got {delta_text!r}") from None
-    if not (0 < delta < 1) or not math.isfinite(delta):
-        raise ConfigError(source, "budget.delta", "must be strictly between 0 and 1")
+        delta = parse_delta(delta_text, "budget.delta")
+    except ExactNumberError as error:
+        raise ConfigError(source, "budget.delta", error.problem) from None
     neighbouring = table.get("neighbouring", "replace-one")
     if neighbouring not in list(Neighbouring):
         raise ConfigError(source, "budget.neighbouring", f"one of: {', '.join(Neighbouring)}")

@@ -15,8 +15,8 @@ from typing import Any
 
 from geography.levels import Level, check_levels
 from pipeline.config.schema import Attribute, Query, Schema
-from pipeline.errors import ConfigError
-from pipeline.exact import DEFAULT_CHUNK_CELLS
+from pipeline.errors import ConfigError, ExactNumberError
+from pipeline.exact import DEFAULT_CHUNK_CELLS, parse_rational
 
 
 class Format(StrEnum):
@@ -148,17 +148,12 @@ class ReleaseConfig:
 
 
 def parse_fraction(value: Any, source: str, key: str) -> Fraction:
-    """An exact rational from a string ("2.56", "104/4099"), an int, or a TOML float read as written."""
-    if isinstance(value, bool):
-        raise ConfigError(source, key, "expected a number, got a boolean")
+    """An exact rational from a string ("2.56", "104/4099"), an int, or a TOML float read as written
+    (``pipeline.exact.parse_rational``), as a ``ConfigError`` naming the key."""
     try:
-        if isinstance(value, float):
-            return Fraction(repr(value))
-        if isinstance(value, int | str):
-            return Fraction(str(value).strip())
-    except (ValueError, ZeroDivisionError):
-        pass
-    raise ConfigError(source, key, f"expected an exact number such as \"2.56\" or \"104/4099\", got {value!r}")
+        return parse_rational(value, key, floats_as_written=True)
+    except ExactNumberError as error:
+        raise ConfigError(source, key, error.problem) from None
 
 
 def check_nothing_else(table: dict[str, Any], allowed: set[str], source: str, prefix: str) -> None:

@@ -13,12 +13,12 @@ def check_solver_setting(solver: str, source: str, levels: tuple[Level, ...],
                          strategy: dict[str, tuple[StrategyQuery, ...]], invariants: tuple[Invariant, ...]) -> None:
     """The solver is checked now, before any budget is charged, not when the first level is reconciled: a forced
     path must apply at every level (``reconcile_level`` refuses it where it does not)."""
-    from postprocess.least_squares import check_solver
+    from postprocess.least_squares import SolverPath, check_solver
 
-    if solver == "first_order":
+    if solver == SolverPath.FIRST_ORDER:
         raise ConfigError(source, "postprocess.solver", "first_order needs a parent level and serves the batches "
                           "below the root that \"auto\" gives it; use auto")
-    if solver == "fast":
+    if solver == SolverPath.FAST:
         for level in levels:
             if any(q.query.name != DETAILED for q in strategy[level.name]) or any(
                     level.name in i.levels for i in invariants):

@@ -21,8 +21,8 @@ from fractions import Fraction
 
 import mpmath as mp
 
-from pipeline.dp.noise import parse_rational
 from pipeline.errors import CensusDPError
+from pipeline.exact import parse_rational
 
 _DPS = 50
 _BISECTIONS = 220  # halves a bracket of width <= 2^64 to below 10^-45
@@ -44,7 +44,7 @@ def _real(
         raise ValueError(f"{name} must be a number, got {value!r}")
     if isinstance(value, (str, Fraction)):
         try:
-            value = parse_rational(value)
+            value = parse_rational(value, name)
         except ValueError:
             raise ValueError(f"{name} must be a number, got {value!r}") from None
     elif isinstance(value, numbers.Integral):
@@ -194,7 +194,7 @@ def _simplest_between(lo: Fraction, hi: Fraction) -> Fraction:
 def zcdp_from_pure_dp(epsilon: Number) -> Fraction | float:
     """epsilon-DP implies epsilon^2/2-zCDP (Bun & Steinke 2016, Prop 1.4); exact for Fraction or int."""
     if isinstance(epsilon, (Fraction, int, str)) and not isinstance(epsilon, bool):
-        e = parse_rational(epsilon)
+        e = parse_rational(epsilon, "epsilon")
         if e < 0:
             raise ValueError(f"epsilon must be >= 0, got {e}")
         return e * e / 2
@@ -207,7 +207,7 @@ def compose_zcdp(rhos: Iterable[Fraction]) -> Fraction:
     """Sequential (adaptive) composition: rho adds (Thm 19.37(i)).  Exact; floats refused."""
     total = Fraction(0)
     for i, rho in enumerate(rhos):
-        r = parse_rational(rho)
+        r = parse_rational(rho, f"rhos[{i}]")
         if r < 0:
             raise ValueError(f"rhos[{i}] must be >= 0, got {r}")
         total += r
@@ -216,7 +216,7 @@ def compose_zcdp(rhos: Iterable[Fraction]) -> Fraction:
 
 def compose_parallel_zcdp(rhos: Iterable[Fraction]) -> Fraction:
     """Mechanisms on disjoint parts (data-independent partition) cost the max rho (cf. Prop 19.30)."""
-    values = [parse_rational(r) for r in rhos]
+    values = [parse_rational(r, f"rhos[{i}]") for i, r in enumerate(rhos)]
     for i, r in enumerate(values):
         if r < 0:
             raise ValueError(f"rhos[{i}] must be >= 0, got {r}")
@@ -267,7 +267,7 @@ def advanced_composition_epsilon0(epsilon_total: float, k: int, delta_prime: flo
 
 
 def renyi_gaussian_epsilon(
-    k: int, sigma: float, delta: float, sensitivity2: float = 1.0
+    k: int, sigma: float, delta: float, sensitivity2: float
 ) -> tuple[float, float]:
     """(epsilon, alpha) for k Gaussian mechanisms via Renyi DP (Thm 19.37 (i)-(iii)), epsilon rounded up:
     epsilon = min_alpha k alpha Delta^2/(2 sigma^2) + ln(1/delta)/(alpha - 1), attained at
@@ -291,7 +291,7 @@ def group_privacy_epsilon(epsilon: Number, k: int) -> Number:
     if isinstance(epsilon, float):
         with mp.workdps(_DPS):
             return _up(_real(epsilon, "epsilon") * k)
-    e = parse_rational(epsilon)
+    e = parse_rational(epsilon, "epsilon")
     if e < 0:
         raise ValueError(f"epsilon must be >= 0, got {e}")
     return e * k
@@ -312,7 +312,7 @@ def group_privacy_zcdp(rho: Number, k: int) -> Number:
     if isinstance(rho, float):
         with mp.workdps(_DPS):
             return _up(_real(rho, "rho") * k * k)
-    r = parse_rational(rho)
+    r = parse_rational(rho, "rho")
     if r < 0:
         raise ValueError(f"rho must be >= 0, got {r}")
     return r * k * k

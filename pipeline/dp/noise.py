@@ -40,6 +40,7 @@ from pipeline.dp import bernoulli as nb
 from pipeline.dp import gaussian_table as noise_table
 from pipeline.dp import laplace_table as noise_laplace_table
 from pipeline.dp.random_source import RandomSource, system_random_source
+from pipeline.exact import parse_rational
 
 MAX_SIGMA2 = Fraction(10**24)  # sigma <= 1e12: |output| < 2^63 except with probability < 1e-300
 TABLE_MAX_SIGMA2 = Fraction(10**6)  # table inversion up to here (table <= 1.5 MB, built in ~0.2 s); CKS20 above
@@ -49,37 +50,15 @@ _INT64_MAX = (1 << 63) - 1
 _BATCH = 1 << 19  # candidates per vectorised round: bounds memory, keeps arrays cache-friendly
 
 
-def parse_rational(value: Fraction | int | str) -> Fraction:
-    """An exact rational from a Fraction, an int or a string such as "25/4", "0.5" or "1e-3".
-
-    Floats are refused (``TypeError``): 0.1 is not one tenth, and a noise scale must be the number the
-    privacy map was computed for.  Sign is not checked here; callers that need > 0 check it.
-    """
-    if isinstance(value, bool):
-        raise TypeError("expected a Fraction, int or str, got a bool")
-    if isinstance(value, Fraction):
-        return value
-    if isinstance(value, (int, np.integer)):
-        return Fraction(int(value))
-    if isinstance(value, str):
-        try:
-            return Fraction(value.strip())
-        except (ValueError, ZeroDivisionError):
-            raise ValueError(f"not an exact rational number: {value!r}") from None
-    if isinstance(value, (float, np.floating)):
-        raise TypeError(f"floats are not exact; pass a Fraction, int or string such as '0.5' (got {value!r})")
-    raise TypeError(f"expected a Fraction, int or str, got {type(value).__name__}")
-
-
 def _positive(value: Fraction | int | str, name: str) -> Fraction:
-    x = parse_rational(value)
+    x = parse_rational(value, name)
     if x <= 0:
         raise ValueError(f"{name} must be > 0, got {x}")
     return x
 
 
 def _nonnegative(value: Fraction | int | str, name: str) -> Fraction:
-    x = parse_rational(value)
+    x = parse_rational(value, name)
     if x < 0:
         raise ValueError(f"{name} must be >= 0, got {x}")
     return x
@@ -94,7 +73,7 @@ def _check_size(size: int) -> int:
 # ---- privacy maps: small, total, exact (OpenDP style) ----------------------------------------------------
 
 
-def gaussian_rho(sigma2: Fraction, sensitivity2_squared: Fraction | int = 1) -> Fraction:
+def gaussian_rho(sigma2: Fraction, sensitivity2_squared: Fraction | int) -> Fraction:
     """rho = Delta2^2 / (2 sigma2): the discrete Gaussian's zCDP cost (Thm 19.37(iii); CKS20 Thm 4).
 
     Guarantee: adding independent N_Z(0, sigma2) to each coordinate of an integer-valued query whose l2
@@ -105,14 +84,14 @@ def gaussian_rho(sigma2: Fraction, sensitivity2_squared: Fraction | int = 1) -> 
     return d2 / (2 * s2)
 
 
-def gaussian_sigma2(rho: Fraction, sensitivity2_squared: Fraction | int = 1) -> Fraction:
+def gaussian_sigma2(rho: Fraction, sensitivity2_squared: Fraction | int) -> Fraction:
     """sigma2 = Delta2^2 / (2 rho), exactly: the inverse of ``gaussian_rho`` (Thm 19.37(iii))."""
     r = _positive(rho, "rho")
     d2 = _positive(sensitivity2_squared, "sensitivity2_squared")  # 0 would ask for no noise at all
     return d2 / (2 * r)
 
 
-def laplace_epsilon(scale: Fraction, sensitivity1: Fraction | int = 1) -> Fraction:
+def laplace_epsilon(scale: Fraction, sensitivity1: Fraction | int) -> Fraction:
     """epsilon = Delta1 / scale: the discrete Laplace's pure-DP cost (Def 19.13, Thm 19.14, on Z).
 
     Guarantee: adding P(x) ~ exp(-|x|/scale) noise to each coordinate of an integer query with l1
@@ -124,7 +103,7 @@ def laplace_epsilon(scale: Fraction, sensitivity1: Fraction | int = 1) -> Fracti
     return d1 / b
 
 
-def laplace_scale(epsilon: Fraction, sensitivity1: Fraction | int = 1) -> Fraction:
+def laplace_scale(epsilon: Fraction, sensitivity1: Fraction | int) -> Fraction:
     """scale = Delta1 / epsilon, exactly: the inverse of ``laplace_epsilon``."""
     e = _positive(epsilon, "epsilon")
     d1 = _positive(sensitivity1, "sensitivity1")
@@ -249,6 +228,8 @@ def sample_discrete_gaussian_cks(
 ) -> np.ndarray:
     """``size`` iid exact draws from N_Z(0, sigma2), int64 (CKS20 Algorithm 3, vectorised): the reference.
 
+    Same law, hence the same guarantee, as ``sample_discrete_gaussian``: CKS20 Theorem 4, Thm 19.37(iii).
+
     Used by ``sample_discrete_gaussian`` above ``TABLE_MAX_SIGMA2`` and kept public as an independent exact
     path for tests.  Proposal Y ~ Lap_Z(t) with t = floor(sigma) + 1 (computed exactly as
     isqrt(floor(p/q)) + 1; any integer t > 0 gives the exact law, this t keeps acceptance high), accepted
@@ -281,10 +262,11 @@ def sample_discrete_laplace(
     """``size`` iid exact draws with P(x) ~ exp(-|x|/scale) on Z, int64: the production sampler.
 
     Guarantee when added to an integer query of l1 sensitivity Delta1: ``laplace_epsilon(scale, Delta1)``
-    pure DP.  For scale <= ``LAPLACE_TABLE_MAX_SCALE`` it inverts a uniform against certified tables of the
-    closed-form CDF, refining lazily where 64 bits do not decide (``pipeline.dp.laplace_table`` says why
-    it is exact; 5-10x faster than CKS20); larger scales use ``sample_discrete_laplace_cks``.  Same output
-    law on both paths; the random bits consumed differ.
+    pure DP (the discrete analogue of Thm 19.14; (Delta1/scale)^2/2-zCDP by Bun & Steinke 2016 Prop 1.4).
+    For scale <= ``LAPLACE_TABLE_MAX_SCALE`` it inverts a uniform against certified tables of the closed-form
+    CDF, refining lazily where 64 bits do not decide (``pipeline.dp.laplace_table`` says why it is exact; 5-10x
+    faster than CKS20); larger scales use ``sample_discrete_laplace_cks``.  Same output law on both paths; the
+    random bits consumed differ.
     """
     b = _check_laplace_scale(scale)
     n = _check_size(size)
@@ -299,7 +281,8 @@ def sample_discrete_laplace_cks(
 ) -> np.ndarray:
     """``size`` iid exact draws with P(x) ~ exp(-|x|/scale) on Z, int64 (CKS20 Algorithm 2, vectorised).
 
-    The reference path, and the production path above ``LAPLACE_TABLE_MAX_SCALE``.  With scale = t/s in
+    Same law, hence the same guarantee, as ``sample_discrete_laplace`` (Thm 19.14 on Z).  The reference path,
+    and the production path above ``LAPLACE_TABLE_MAX_SCALE``.  With scale = t/s in
     lowest terms, see ``_laplace_attempts`` for why each step is exact.
     """
     b = _check_laplace_scale(scale)

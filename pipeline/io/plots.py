@@ -50,13 +50,15 @@ def budget_shares_png(run: dict[str, Any], label: str | None = None) -> bytes:
     levels = [lv["name"] for lv in run["levels"]]
     total = sum(a["rho"] for a in allocation) or 1.0
     queries = list(dict.fromkeys(a["query"] for a in allocation))
+    rho_of: dict[tuple[str, str], float] = {}  # (level, query) -> rho, keyed by name as the manifest writes it
+    for a in allocation:
+        rho_of[(a["level"], a["query"])] = rho_of.get((a["level"], a["query"]), 0.0) + a["rho"]
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(11, 4.2))
     bottom = np.zeros(len(levels))
     colours = plt.get_cmap("tab20")
     for k, query in enumerate(queries):
-        shares = np.array([sum(a["rho"] for a in allocation if a["level"] == lv and a["query"] == query) / total
-                           for lv in levels])
+        shares = np.array([rho_of.get((lv, query), 0.0) / total for lv in levels])
         axis.bar(levels, shares, bottom=bottom, color=colours(k % 20), label=query)
         bottom += shares
     axis.set_ylabel("share of total rho")

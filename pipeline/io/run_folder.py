@@ -22,9 +22,10 @@ import pyarrow.parquet as pq
 from geography.tree import GeoTree, build_tree
 from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of
 from pipeline.config.load import apply_overrides, parse_recorded_config
-from pipeline.config.model import ReleaseConfig
+from pipeline.config.model import Mechanism, ReleaseConfig
 from pipeline.config.schema import Query
 from pipeline.errors import CensusDPError
+from pipeline.exact import parse_rational
 from pipeline.io.measurements import read_invariants, read_lowest_geoids
 from postprocess import QueryInvariant
 
@@ -51,7 +52,7 @@ class QueryNoise:
 
     query: Query
     sigma2: Fraction
-    mechanism: str = "gaussian"
+    mechanism: Mechanism = Mechanism.GAUSSIAN
     scale: Fraction | None = None
 
 
@@ -82,16 +83,18 @@ class LoadedRun:
         out = []
         for a in allocations_of(self.allocations, name):
             entry = recorded.get((a.level, a.query), {})
-            mechanism = entry.get("mechanism", ("laplace" if "scale" in entry else "gaussian") if entry
-                                  else a.mechanism)
-            sigma2 = Fraction(entry["sigma2_exact"]) if "sigma2_exact" in entry else a.sigma2
+            recorded_mechanism = entry.get("mechanism", ("laplace" if "scale" in entry else "gaussian") if entry
+                                           else a.mechanism)
+            if recorded_mechanism not in list(Mechanism):
+                raise CensusDPError(f"{self.run_dir}: unknown mechanism {recorded_mechanism!r} for {a.query} at {name}")
+            mechanism = Mechanism(recorded_mechanism)
+            where = f"{self.run_dir}: manifest allocation of {a.query} at {name}"
+            sigma2 = parse_rational(entry["sigma2_exact"], where) if "sigma2_exact" in entry else a.sigma2
             scale = None
-            if mechanism == "laplace":
+            if mechanism == Mechanism.LAPLACE:
                 if "scale" not in entry and a.scale is None:
                     raise CensusDPError(f"{self.run_dir}: manifest gives no Laplace scale for {a.query} at {name}")
-                scale = Fraction(entry["scale"]) if "scale" in entry else a.scale
-            elif mechanism != "gaussian":
-                raise CensusDPError(f"{self.run_dir}: unknown mechanism {mechanism!r} for {a.query} at {name}")
+                scale = parse_rational(entry["scale"], where) if "scale" in entry else a.scale
             out.append(QueryNoise(self.config.schema.parse_query(a.query), sigma2, mechanism, scale))
         return out
 

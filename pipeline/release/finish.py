@@ -17,7 +17,7 @@ import numpy as np
 
 from geography.tree import build_tree
 from pipeline.budget.allocation import allocate, allocations_of
-from pipeline.budget.ledger.charges import Charge, PrivacyLedger, config_digest
+from pipeline.budget.ledger.charges import Charge, ChargeStatus, PrivacyLedger, config_digest
 from pipeline.config.ledger_location import default_ledger_location
 from pipeline.config.load import apply_overrides, parse_recorded_config
 from pipeline.config.model import ReleaseConfig
@@ -122,7 +122,7 @@ def _record_free_run(ledger: PrivacyLedger, config: ReleaseConfig, dataset: str,
                      publishable: bool) -> None:
     """A zero-rho ledger entry with status 'postprocess', so the ledger shows every run on the dataset."""
     ledger.charge(dataset, run_id, 0, config.budget.delta, config_digest(config.raw), publishable)
-    ledger.set_status(run_id, "postprocess")
+    ledger.set_status(run_id, ChargeStatus.POSTPROCESS)
 
 
 def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: str | None = None,

@@ -10,10 +10,12 @@ Noise is drawn once per charge and never retried or cached.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from fractions import Fraction
 
 import numpy as np
 
 from pipeline.budget.allocation import QueryAllocation
+from pipeline.config.model import Mechanism
 from pipeline.config.schema import Schema
 from pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
 from pipeline.dp.random_source import RandomSource
@@ -27,14 +29,28 @@ def measure_level(schema: Schema, histograms: np.ndarray, allocations: Sequence[
     for allocation in allocations:
         query = schema.parse_query(allocation.query)
         answers = schema.marginal(query, histograms)
-        if allocation.scale is not None:
-            noise = sample_discrete_laplace(allocation.scale, answers.size, rng=rng).reshape(answers.shape)
-        else:
-            noise = sample_discrete_gaussian(allocation.sigma2, answers.size, rng=rng).reshape(answers.shape)
-        out.append(QueryMeasurement(name=query.name, matrix=schema.query_matrix(query),
-                                    noisy=answers + noise, sigma2=allocation.sigma2))
+        noisy = noisy_answers(answers, allocation.mechanism, allocation.sigma2, allocation.scale, rng)
+        out.append(QueryMeasurement(name=query.name, matrix=schema.query_matrix(query), noisy=noisy,
+                                    sigma2=allocation.sigma2))
         del answers  # true answers leave memory as soon as they are protected
     return out
+
+
+def noisy_answers(answers: np.ndarray, mechanism: Mechanism, sigma2: Fraction, scale: Fraction | None,
+                  rng: RandomSource) -> np.ndarray:
+    """``answers`` with independent noise of ``mechanism`` on every cell: the one place noise meets answers.
+
+    The release draws its measurements here and the bootstrap its replicates (with the release's recorded
+    mechanism and public parameters), so the two cannot drift apart.  Gaussian: N_Z(0, sigma2), rho-zCDP for
+    rho = Δ₂²/(2 sigma2) (CKS20 Thm 4; Thm 19.37(iii)); Laplace: scale b, (Δ₁/b)-DP (Thm 19.14, on Z).
+    """
+    if mechanism == Mechanism.LAPLACE:
+        if scale is None:
+            raise ValueError("a Laplace measurement needs its scale")
+        noise = sample_discrete_laplace(scale, answers.size, rng=rng)
+    else:
+        noise = sample_discrete_gaussian(sigma2, answers.size, rng=rng)
+    return answers + noise.reshape(answers.shape)
 
 
 def level_invariants(schema: Schema, histograms: np.ndarray, query_names: Sequence[str]) -> list[QueryInvariant]:

@@ -9,6 +9,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from geography.tree import GeoTree
-from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of
+from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of, composed_rho
 from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.config.model import ReleaseConfig
 from pipeline.config.schema import Schema
@@ -84,6 +85,13 @@ class ReleaseRun:
     @property
     def schema(self) -> Schema:
         return self.config.schema
+
+    @property
+    def spent_rho(self) -> Fraction:
+        """What the release costs, recomputed from every query's noise through its privacy map (the charge)."""
+        budget = self.config.budget
+        return composed_rho(self.allocations, sensitivity2_squared=budget.sensitivity2_squared,
+                            sensitivity1=budget.sensitivity1)
 
     def level_allocations(self, level: int) -> list[QueryAllocation]:
         name = self.config.levels[level].name

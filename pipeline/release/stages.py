@@ -30,8 +30,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.budget.allocation import composed_rho
-from pipeline.budget.ledger.charges import FailureReason, PrivacyLedger, config_digest, config_hash
+from pipeline.budget.ledger.charges import ChargeStatus, FailureReason, PrivacyLedger, config_digest, config_hash
 from pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
 from pipeline.config.model import ReleaseConfig
 from pipeline.dp.random_source import RandomSource, system_random_source
@@ -89,7 +88,7 @@ def charge(run: ReleaseRun) -> None:
     ledger = PrivacyLedger(config.ledger.location)
     key = ledger.fingerprint_key()
     fingerprints = data_fingerprints(run.input_files, key)
-    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
+    rho = run.spent_rho
     run.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict the noise
     entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,
                                   config.budget.delta, config_digest(config.raw), run.rng.publishable)
@@ -196,8 +195,7 @@ def measure(run: ReleaseRun, level: int) -> None:
             run.ledger.record_measurements(run.run_id, measurements_digest(run.work_dir / "measurements"))
         # from here on the run can be finished with --resume without drawing noise again
         marker = {"run_id": run.run_id, "started_at": run.started_at, "config_source": config.source,
-                  "config_raw": public_config_raw(config.raw), "rho_exact": str(composed_rho(run.allocations,
-                  config.budget.sensitivity2_squared, config.budget.sensitivity1)),
+                  "config_raw": public_config_raw(config.raw), "rho_exact": str(run.spent_rho),
                   "random_source": {"name": run.rng.name, "publishable": run.rng.publishable}}
         (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
@@ -261,7 +259,7 @@ def publish(run: ReleaseRun) -> Path:
         for start, stop, _ in run.chunk_plan[lowest]:
             writer.write_chunk(tree.geoids[lowest][start:stop], run.counts[lowest][start:stop])
         writer.close()
-    rho = composed_rho(run.allocations, config.budget.sensitivity2_squared, config.budget.sensitivity1)
+    rho = run.spent_rho
     manifest = {
         "run_id": run.run_id,
         "started_at": run.started_at,
@@ -298,7 +296,7 @@ def publish(run: ReleaseRun) -> Path:
     ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed
     if ledger is not None:
         try:
-            ledger.set_status(run.run_id, "published")
+            ledger.set_status(run.run_id, ChargeStatus.PUBLISHED)
         except Exception as error:  # noqa: BLE001 - the run is out; its charge stands either way
             log.warning("published, but the ledger status could not be updated (%s)", type(error).__name__)
     log.info("published %s", run.final_dir)
@@ -319,7 +317,7 @@ def abandon(run: ReleaseRun) -> None:
     measurement was saved, the temporary folder is kept so ``release --resume RUN_ID`` can finish it without
     drawing noise again; otherwise it is removed."""
     if run.ledger is not None:
-        run.ledger.set_status(run.run_id, "failed", run.failure_reason or FailureReason.RUN_ERROR.value)
+        run.ledger.set_status(run.run_id, ChargeStatus.FAILED, run.failure_reason or FailureReason.RUN_ERROR.value)
     run.input_files = run.row_units = run.row_cells = None
     if run.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
         log.warning("run %s failed after its measurements were saved: finish it with --resume %s",

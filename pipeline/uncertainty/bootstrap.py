@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
 from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
 from pipeline.io.run_folder import LoadedRun, load_run
+from pipeline.release.measure import noisy_answers
 from pipeline.release.support import structural_zero_mask
 from postprocess import QueryMeasurement, reconcile_level
 
@@ -38,12 +38,10 @@ def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource)
         measurements = []
         for q in run.level_noise(level):
             answers = schema.marginal(q.query, truth[level])
-            if q.mechanism == "laplace":  # the release's own mechanism and public scale (manifest allocation)
-                noise = sample_discrete_laplace(q.scale, answers.size, rng=rng)
-            else:
-                noise = sample_discrete_gaussian(q.sigma2, answers.size, rng=rng)
+            # the release's own mechanism and public parameters (manifest allocation), through its own function
+            noisy = noisy_answers(answers, q.mechanism, q.sigma2, q.scale, rng)
             measurements.append(QueryMeasurement(name=q.query.name, matrix=schema.query_matrix(q.query),
-                                                 noisy=answers + noise.reshape(answers.shape), sigma2=q.sigma2))
+                                                 noisy=noisy, sigma2=q.sigma2))
         parent = out[level - 1] if level > 0 else None
         result = reconcile_level(measurements, n_cells=schema.n_cells, parent_counts=parent,
                                  parent_index=run.tree.parent[level] if level > 0 else None,

@@ -151,7 +151,7 @@ def test_allocate_splits_rho_exactly_in_level_then_strategy_order(neighbouring: 
     allocations = allocate(config(rho, neighbouring, SHARES, STRATEGY))
     expected = [("root", "total", rho / 12), ("root", "detailed", rho / 6), ("county", "detailed", rho * 3 / 4)]
     assert allocations == tuple(QueryAllocation(lv, q, r, Fraction(s2) / (2 * r), "gaussian") for lv, q, r in expected)
-    assert sum(a.rho for a in allocations) == rho == composed_rho(allocations, s2)
+    assert sum(a.rho for a in allocations) == rho == composed_rho(allocations, sensitivity2_squared=s2, sensitivity1=s2)
     assert level_rho(allocations, "root") == rho / 4 and level_rho(allocations, "county") == rho * 3 / 4
     assert level_rho(allocations, "tract") == 0 and isinstance(level_rho(allocations, "tract"), Fraction)
 
@@ -167,7 +167,8 @@ def test_allocate_with_a_laplace_level_spends_at_most_rho(neighbouring: str, s1:
                                       "laplace", scale)
     spent = rho / 4 + laplace.rho
     assert spent < rho
-    assert composed_rho(allocations, s1, s1) == spent  # Delta_2^2 = Delta_1 for histograms (1 or 2)
+    # Delta_2^2 = Delta_1 for histograms (1 or 2)
+    assert composed_rho(allocations, sensitivity2_squared=s1, sensitivity1=s1) == spent
     assert level_rho(allocations, "county") == laplace.rho
 
 
@@ -175,11 +176,23 @@ def test_composed_rho_recomputes_each_cost_from_the_noise() -> None:
     """The total is recomputed through the privacy maps (sigma^2 and the Laplace scale), not read from .rho."""
     gaussian = QueryAllocation("a", "q", Fraction(99), Fraction(3), "gaussian")  # .rho deliberately wrong
     laplace = QueryAllocation("b", "q", Fraction(99), Fraction(1), "laplace", Fraction(4))
-    assert composed_rho((gaussian,), 2) == Fraction(1, 3) and composed_rho((gaussian,), 1) == Fraction(1, 6)
-    assert composed_rho((laplace,), 2) == Fraction(1, 32)  # default Delta_1 = 1: (1/4)^2 / 2
-    assert composed_rho((laplace,), 2, 2) == Fraction(1, 8)
-    assert composed_rho((gaussian, laplace, gaussian), 1, 2) == Fraction(1, 6) * 2 + Fraction(1, 8)
-    assert composed_rho((), 2) == 0 and isinstance(composed_rho((), 2), Fraction)
+    def rho(allocations: tuple[QueryAllocation, ...], s2: int, s1: int) -> Fraction:
+        return composed_rho(allocations, sensitivity2_squared=s2, sensitivity1=s1)
+
+    assert rho((gaussian,), 2, 1) == Fraction(1, 3) and rho((gaussian,), 1, 2) == Fraction(1, 6)
+    assert rho((laplace,), 2, 1) == Fraction(1, 32)  # Delta_1 = 1: (1/4)^2 / 2
+    assert rho((laplace,), 1, 2) == Fraction(1, 8)
+    assert rho((gaussian, laplace, gaussian), 1, 2) == Fraction(1, 6) * 2 + Fraction(1, 8)
+    assert rho((), 2, 2) == 0 and isinstance(rho((), 2, 2), Fraction)
+
+
+def test_composed_rho_takes_both_sensitivities_by_name() -> None:
+    """No default sensitivity (a forgotten one would price replace-one as add-remove) and no positional swap."""
+    gaussian = QueryAllocation("a", "q", Fraction(1), Fraction(3), "gaussian")
+    with pytest.raises(TypeError):
+        composed_rho((gaussian,), sensitivity2_squared=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        composed_rho((gaussian,), 2, 2)  # type: ignore[misc]
 
 
 def test_level_rho_adds_the_queries_of_one_level_only() -> None:
@@ -220,4 +233,4 @@ def test_allocate_accepts_a_laplace_release_spending_less() -> None:
     strategy = {**STRATEGY, "root": [("total", Fraction(1, 3), "laplace"), ("detailed", Fraction(2, 3), "gaussian")]}
     allocations = allocate(config(Fraction(1), "add-remove", SHARES, strategy))
     assert [a.mechanism for a in allocations] == ["laplace", "gaussian", "gaussian"]
-    assert composed_rho(allocations, 1, 1) < 1
+    assert composed_rho(allocations, sensitivity2_squared=1, sensitivity1=1) < 1

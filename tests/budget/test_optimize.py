@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import tomllib
 from fractions import Fraction
 from pathlib import Path
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 
 from pipeline.budget.optimize import optimal_shares, optimize_budget, round_shares
-from pipeline.cli.commands import add_optimize_arguments, cmd_budget_optimize, preset_text
+from pipeline.cli.commands import preset_text
 from pipeline.config.load import load_config
 from pipeline.config.toml_writer import dump_toml
 from pipeline.errors import CensusDPError
@@ -84,17 +83,6 @@ def test_weights_from_a_toml_file(tiny_release: Path) -> None:
 def test_bad_weights_are_clear_errors(tiny_release: Path, spec: str, message: str) -> None:
     with pytest.raises(CensusDPError, match=message):
         optimize_budget(tiny_release, spec, None)
-
-
-def test_command_prints_before_and_after(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    parser = argparse.ArgumentParser()
-    add_optimize_arguments(parser)
-    args = parser.parse_args(["--weights", "*:total=1,unit:detailed=1"])
-    assert cmd_budget_optimize(args, str(tiny_release)) == 0
-    out = capsys.readouterr().out
-    assert "before" in out and "after" in out and "level shares" in out
-    with pytest.raises(CensusDPError, match="usage"):
-        cmd_budget_optimize(parser.parse_args([]), str(tiny_release))
 
 
 def test_toml_writer_round_trips_the_preset() -> None:

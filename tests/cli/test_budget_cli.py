@@ -51,3 +51,38 @@ def test_config_comparison_orders_the_seed_tools(tiny_release: Path, capsys: pyt
     # zCDP with the CKS20 conversion is never worse than the Renyi/Bun-Steinke bound or basic composition
     assert rows["Thm 19.37"] <= rows["Thm 19.37(i)-(ii)"] <= rows["Thm 19.26"]
     assert rows["Thm 19.31"] > rows["Thm 19.37"]  # a household is protected less than a person
+
+
+# --- budget show / budget optimize: real subcommands, show the default ---------------------------------------
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["budget", "c.toml"], ["budget", "show", "c.toml"]),
+    (["-q", "budget", "--rho", "1"], ["-q", "budget", "show", "--rho", "1"]),
+    (["budget"], ["budget", "show"]),
+    (["budget", "show", "c.toml"], ["budget", "show", "c.toml"]),
+    (["budget", "optimize", "c.toml", "--weights", "*:*=1"], ["budget", "optimize", "c.toml", "--weights", "*:*=1"]),
+    (["budget", "--help"], ["budget", "--help"]),
+    (["release", "budget"], ["release", "budget"]),  # only the budget command gets a default
+    (["-q"], ["-q"]),
+])
+def test_show_is_the_default_budget_subcommand(argv: list[str], expected: list[str]) -> None:
+    from pipeline.cli.budget import default_subcommand
+
+    assert default_subcommand(argv) == expected
+
+
+def test_show_and_the_short_form_print_the_same(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    short = run(capsys, "budget", str(tiny_release), "--json")
+    long = run(capsys, "budget", "show", str(tiny_release), "--json")
+    assert short == long and short[0] == 0 and json.loads(short[1])["allocation"]
+
+
+def test_optimize_is_a_subcommand(tiny_release: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "budget", "optimize", str(tiny_release), "--weights", "*:total=1,unit:detailed=1",
+                       "--write", str(tmp_path / "tuned.toml"))
+    assert code == 0 and "level shares" in out and "before" in out and "after" in out
+    assert (tmp_path / "tuned.toml").is_file() and out.rstrip().endswith(str(tmp_path / "tuned.toml"))
+    with pytest.raises(SystemExit) as info:  # argparse: --weights is required
+        main(["budget", "optimize", str(tiny_release)])
+    assert info.value.code == 2 and "--weights" in capsys.readouterr().err

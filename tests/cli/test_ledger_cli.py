@@ -125,8 +125,8 @@ def test_cli_errors_no_ledger(argv: list[str], message: str, monkeypatch: pytest
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--ledger", "{location}", "--dataset", "tx"], "unknown dataset 'tx'"),
-    (["--ledger", "{location}", "--delta", "2"], "--delta must be in"),
-    (["--ledger", "{location}", "--delta", "tiny"], "not a number"),
+    (["--ledger", "{location}", "--delta", "2"], "--delta: must be a number strictly between 0 and 1"),
+    (["--ledger", "{location}", "--delta", "tiny"], "strictly between 0 and 1, got 'tiny'"),
 ])
 def test_cli_errors(filled: PrivacyLedger, ledger_location: str, argv: list[str], message: str,
                     monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

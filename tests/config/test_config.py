@@ -9,7 +9,7 @@ from pipeline.budget.allocation import allocate
 from pipeline.cli.commands import preset_text
 from pipeline.config.load import load_config
 from pipeline.errors import ConfigError
-from tests.conftest import TINY_TOML
+from tests.helpers.tiny import TINY_TOML
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -23,7 +23,7 @@ from pipeline.config.options import (
     release_overrides,
 )
 from pipeline.dp.random_source import seeded_random_source
-from tests.conftest import TINY_TOML
+from tests.helpers.tiny import TINY_TOML
 
 
 def test_no_option_no_override() -> None:

@@ -27,7 +27,7 @@ from pipeline.dp.accounting import epsilon_bun_steinke
 from pipeline.errors import ConfigError
 from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA
 from pipeline.release.chunks import level_chunks
-from postprocess.least_squares import SOLVER_PATHS, check_solver
+from postprocess.least_squares import SolverPath, check_solver
 
 
 def subcommand(name: str) -> argparse.ArgumentParser:
@@ -137,6 +137,6 @@ def test_the_solvers_reconcile_level_runs_are_accepted(tiny_release: Path, solve
 
 def test_fast_is_accepted_where_it_applies_everywhere(tiny_release: Path) -> None:
     assert load_config(with_solver(tiny_release, "fast", detailed_only=True)).solver == "fast"
-    assert set(SOLVER_PATHS) == {"auto", "cvxpy", "fast", "first_order"}
+    assert {p.value for p in SolverPath} == {"auto", "cvxpy", "fast", "first_order"}
     with pytest.raises(ValueError, match="not installed"):
         check_solver("NO_SUCH_SOLVER")

@@ -27,6 +27,7 @@ from pipeline.dp.accounting import (
     rho_for_epsilon_delta,
     zcdp_from_pure_dp,
 )
+from pipeline.errors import ExactNumberError
 
 RHOS = st.floats(min_value=1e-4, max_value=50.0, allow_nan=False)
 DELTAS = st.floats(min_value=1e-15, max_value=0.5, allow_nan=False)
@@ -62,7 +63,7 @@ def test_example_19_29_advanced_composition() -> None:
 
 
 def test_example_19_38_renyi_gaussian() -> None:
-    eps, alpha = renyi_gaussian_epsilon(100, 10.0, 1e-6)
+    eps, alpha = renyi_gaussian_epsilon(100, 10.0, 1e-6, 1.0)
     assert eps == pytest.approx(5.76, abs=5e-3) and alpha == pytest.approx(6.26, abs=5e-3)
     assert eps < 61.1  # far below the per-release basic-composition figure of the example
     assert renyi_gaussian_epsilon(3, 2.0, 1e-5, sensitivity2=0.0)[0] == 0.0
@@ -144,7 +145,7 @@ def test_epsilon_is_conservative(rho: float, delta: float) -> None:
         (lambda: compose_zcdp([Fraction(1), Fraction(-1)]), "rhos"),
         (lambda: basic_composition([0.1], [0.1, 0.2]), "same length"),
         (lambda: advanced_composition(0.1, 0.0, 0, 1e-6), "k"),
-        (lambda: renyi_gaussian_epsilon(10, 0.0, 1e-6), "sigma"),
+        (lambda: renyi_gaussian_epsilon(10, 0.0, 1e-6, 1.0), "sigma"),
         (lambda: group_privacy_zcdp(1, 0), "k"),
         (lambda: group_privacy_zcdp(Fraction(-1), 2), "rho"),
         (lambda: group_privacy_epsilon(Fraction(-1), 2), "epsilon"),
@@ -159,7 +160,7 @@ def test_validation_errors_name_the_argument(call, name: str) -> None:
 
 
 def test_compose_refuses_floats() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(ExactNumberError, match=r"^rhos\[0\]: must be exact .*got float$"):
         compose_zcdp([0.5])
 
 

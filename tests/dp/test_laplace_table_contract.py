@@ -19,33 +19,11 @@ import pytest
 from pipeline.dp import gaussian_table as nt
 from pipeline.dp import laplace_table as nl
 from pipeline.dp.random_source import seeded_random_source
+from tests.helpers.table_reference import ScriptedSource, invert
 
 DPS = 110
 MASK = (1 << 64) - 1
 LN2_UP = Fraction(6932, 10000)  # the documented bracket 0.6931 < ln 2 < 0.6932
-
-
-class ScriptedSource:
-    """A RandomSource returning the given uint64 values in order; records the size of every request."""
-
-    name = "scripted (tests only)"
-    publishable = False
-
-    def __init__(self, values: list[int]) -> None:
-        self._values = [int(v) for v in values]
-        self.requests: list[int] = []
-
-    def uniform_uint64(self, size: int) -> np.ndarray:
-        self.requests.append(size)
-        assert len(self._values) >= size, "script exhausted"
-        out, self._values = self._values[:size], self._values[size:]
-        return np.array(out, dtype=np.uint64)
-
-    def uniform_below(self, bound: int, size: int) -> np.ndarray:
-        raise AssertionError("not used by the table sampler")
-
-    def bind(self, secret: bytes) -> None:
-        pass
 
 
 @pytest.fixture
@@ -81,16 +59,6 @@ def difference_cdf(scale: Fraction, width: int) -> dict[int, mp.mpf]:
             out[k] = acc / z
         out[width - 1] = mp.mpf(1)
         return out
-
-
-def invert(cdf: dict[int, mp.mpf], value: int, bits: int) -> int:
-    """min{k : U* < F(k)} for U* = value / 2^bits over the keys of ``cdf`` (which must bracket it)."""
-    with mp.workdps(DPS + 10):
-        u = mp.mpf(value) / mp.mpf(2) ** bits
-        ks = sorted(cdf)
-        found = [k for k in ks if u < cdf[k]]
-        assert found and found[0] > ks[0], "window too small"
-        return found[0]
 
 
 def laplace_floor_ceil(scale: Fraction, k: int) -> tuple[int, int]:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -34,7 +35,6 @@ from pipeline.dp.noise import (
     gaussian_sigma2,
     laplace_epsilon,
     laplace_scale,
-    parse_rational,
     sample_discrete_gaussian,
     sample_discrete_gaussian_cks,
     sample_discrete_laplace,
@@ -45,23 +45,34 @@ from pipeline.dp.random_source import RandomSource, seeded_random_source
 # ---- privacy maps ------------------------------------------------------------------------------------------
 
 F = Fraction
+EXACT = "such as '0.5', '1/4' or '1e-3'"  # pipeline.exact's example, in every parse error
+
+
+def test_privacy_maps_take_the_sensitivity_explicitly() -> None:
+    """No default sensitivity (OpenDP's makers take it as an argument): a forgotten one would price replace-one
+    (Δ₂² = 2, Δ₁ = 2) as add-remove."""
+    for function, parameter in ((gaussian_rho, "sensitivity2_squared"), (gaussian_sigma2, "sensitivity2_squared"),
+                                (laplace_epsilon, "sensitivity1"), (laplace_scale, "sensitivity1")):
+        assert inspect.signature(function).parameters[parameter].default is inspect.Parameter.empty
+        with pytest.raises(TypeError):
+            function(F(1, 2))
 
 
 @pytest.mark.parametrize(
     ("function", "args", "expected"),
     [
-        (gaussian_rho, ("1/2",), F(1)),  # default sensitivity2_squared = 1
+        (gaussian_rho, ("1/2", 1), F(1)),
         (gaussian_rho, (F(25, 4), 2), F(4, 25)),
         (gaussian_rho, (5, 0), F(0)),
         (gaussian_rho, (1, "1/2"), F(1, 4)),  # sigma2 = 1 and a sensitivity below 1 are allowed
-        (gaussian_sigma2, (F(1, 8),), F(4)),  # default
+        (gaussian_sigma2, (F(1, 8), 1), F(4)),
         (gaussian_sigma2, (1, 1), F(1, 2)),
         (gaussian_sigma2, ("1/2", "1/3"), F(1, 3)),
-        (laplace_epsilon, ("1/2",), F(2)),  # default sensitivity1 = 1
+        (laplace_epsilon, ("1/2", 1), F(2)),
         (laplace_epsilon, (4, 0), F(0)),
         (laplace_epsilon, (1, "1/2"), F(1, 2)),
         (laplace_epsilon, (3, 2), F(2, 3)),
-        (laplace_scale, ("1/2",), F(2)),  # default
+        (laplace_scale, ("1/2", 1), F(2)),
         (laplace_scale, (1, 1), F(1)),
         (laplace_scale, ("1/3", "1/2"), F(3, 2)),
     ],
@@ -87,18 +98,21 @@ SAMPLERS_BY_PARAMETER = [(sample_discrete_gaussian, "sigma2", MAX_SIGMA2),
                          (sample_discrete_laplace_cks, "scale", MAX_LAPLACE_SCALE)]
 
 ERRORS = [
-    (gaussian_rho, (0,), "sigma2 must be > 0, got 0"),
-    (gaussian_rho, ("-1/2",), "sigma2 must be > 0, got -1/2"),
+    (gaussian_rho, (0, 1), "sigma2 must be > 0, got 0"),
+    (gaussian_rho, ("-1/2", 2), "sigma2 must be > 0, got -1/2"),
     (gaussian_rho, (1, -1), "sensitivity2_squared must be >= 0, got -1"),
-    (gaussian_sigma2, (0,), "rho must be > 0, got 0"),
+    (gaussian_sigma2, (0, 1), "rho must be > 0, got 0"),
     (gaussian_sigma2, (1, 0), "sensitivity2_squared must be > 0, got 0"),
-    (laplace_epsilon, (0,), "scale must be > 0, got 0"),
+    (laplace_epsilon, (0, 1), "scale must be > 0, got 0"),
     (laplace_epsilon, (1, "-1/3"), "sensitivity1 must be >= 0, got -1/3"),
-    (laplace_scale, (0,), "epsilon must be > 0, got 0"),
-    (laplace_scale, ("-2",), "epsilon must be > 0, got -2"),
+    (laplace_scale, (0, 1), "epsilon must be > 0, got 0"),
+    (laplace_scale, ("-2", 2), "epsilon must be > 0, got -2"),
     (laplace_scale, (1, 0), "sensitivity1 must be > 0, got 0"),
-    (parse_rational, ("abc",), "not an exact rational number: 'abc'"),
-    (parse_rational, ("1/0",), "not an exact rational number: '1/0'"),
+    (gaussian_rho, ("abc", 1), f"sigma2: not an exact number {EXACT}: 'abc'"),
+    (gaussian_rho, (1, "1/0"), f"sensitivity2_squared: not an exact number {EXACT}: '1/0'"),
+    (laplace_epsilon, (1, 0.5),
+     f"sensitivity1: must be exact (a Fraction, an integer or a string {EXACT}), got float"),
+    *((f, ("x", 3), f"{name}: not an exact number {EXACT}: 'x'") for f, name, _ in SAMPLERS_BY_PARAMETER),
     *((f, (0, 3), f"{name} must be > 0, got 0") for f, name, _ in SAMPLERS_BY_PARAMETER),
     *((f, ("-1/2", 3), f"{name} must be > 0, got -1/2") for f, name, _ in SAMPLERS_BY_PARAMETER),
     *((f, (cap + F(1, 10**6), 3), f"{name} must be <= {cap}, got {cap + F(1, 10**6)}")

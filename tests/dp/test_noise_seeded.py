@@ -9,8 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.conftest import TINY_TOML, tiny_microdata
 from tests.helpers.releases import release
+from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 
 def unit_noise(run_dir: Path, micro: pl.DataFrame) -> np.ndarray:

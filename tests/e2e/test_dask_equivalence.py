@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
-from tests.conftest import REPO
+from tests.helpers.tiny import REPO
 
 SMALL_CHUNKS = '[output]\ndir = "runs"\n\n[postprocess]\nchunk_cells = 60'  # several chunks per level
 

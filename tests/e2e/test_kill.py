@@ -16,7 +16,7 @@ import pytest
 from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.config.ledger_location import default_ledger_location
 from pipeline.synth.population import write_synthetic
-from tests.conftest import REPO
+from tests.helpers.tiny import REPO
 
 
 def release_process(config: Path, seed: int) -> subprocess.Popen[bytes]:

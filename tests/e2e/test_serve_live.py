@@ -18,7 +18,7 @@ import pytest
 
 from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.config.ledger_location import default_ledger_location
-from tests.conftest import REPO, TINY_TOML
+from tests.helpers.tiny import REPO, TINY_TOML
 
 DEPLOYMENT = "censusdp-release/scheduled"
 

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.conftest import REPO, TINY_TOML, tiny_microdata
+from tests.helpers.tiny import REPO, TINY_TOML, tiny_microdata
 
 MARKER = "ZQXLEAKMARKERQZX"
 MARKER_COUNT = 104729

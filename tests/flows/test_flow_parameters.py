@@ -13,7 +13,7 @@ import pytest
 from pipeline.cli import main
 from pipeline.config.options import insecure_seed_is_allowed
 from pipeline.errors import CensusDPError
-from tests.conftest import REPO
+from tests.helpers.tiny import REPO
 
 
 def test_the_flow_refuses_a_seed_it_was_not_given_by_the_cli(tiny_release: Path) -> None:

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from pipeline.budget.ledger.charges import PrivacyLedger
-from tests.conftest import REPO, TINY_TOML, tiny_microdata
+from tests.helpers.tiny import REPO, TINY_TOML, tiny_microdata
 
 BAD_ROW, BAD_VALUE = 1234, "purplezqx"
 

@@ -54,3 +54,25 @@ def raw_rows(location: str | Path, query: str) -> list[tuple[Any, ...]]:
 def password(location: str | Path) -> str | None:
     """The password in a PostgreSQL URL (the test server's URLs always carry one), else None."""
     return urlsplit(location).password if is_postgres_url(location) else None
+
+
+A, B, C = "a1" * 32, "b2" * 32, "c3" * 32  # fingerprints (keyed digests) of three pieces of data
+OTHER_HASH = config_hash(b"another configuration")
+
+
+def release(ledger: PrivacyLedger, run_id: str, rho: Fraction, fingerprints: dict[str, str], dataset: str = "pa",
+            cap: Fraction | str = Fraction(1)) -> Charge:
+    return ledger.charge_release(dataset, cap, fingerprints, run_id, rho, DELTA, HASH, True)
+
+
+def fingerprint_rows(ledger_location: str) -> list[tuple[Any, ...]]:
+    return raw_rows(ledger_location, "SELECT fingerprint, kind, dataset, first_run FROM censusdp_fingerprints "
+                                     "ORDER BY fingerprint")
+
+
+def one_line_naming(error: pytest.ExceptionInfo[BaseException], *names: str) -> str:
+    text = str(error.value)
+    assert "\n" not in text and text.startswith("ledger"), text
+    for name in names:
+        assert name in text, text
+    return text

@@ -13,7 +13,7 @@ from pipeline.config.load import load_config
 from pipeline.config.model import ReleaseConfig
 from pipeline.exact import round_text
 from pipeline.io.manifest import allocation_section, float_up, privacy_section, report_markdown
-from tests.conftest import TINY_TOML
+from tests.helpers.tiny import TINY_TOML
 
 INVARIANTS = '[[invariants]]\nquery = "total"\nlevels = ["root", "region"]\n'
 UNIT = '[strategy.unit]\ndetailed = "1"'
@@ -122,24 +122,6 @@ def test_report_rounds_privacy_loss_up_and_sigma2_down() -> None:
         exact = sum((a.rho for a in allocations if a.level == name), Fraction(0))
         assert row[0] == name and exact <= Fraction(row[1]) < exact * (1 + Fraction(1, 10**5))
     assert levels[0][1] == "0.861112"  # 31/36
-
-
-def test_round_text_is_exact_and_directed() -> None:
-    third = Fraction(1, 3)
-    assert round_text(third, up=True, significant=6) == "0.333334"
-    assert round_text(third, up=False, significant=6) == "0.333333"
-    assert round_text(Fraction(2, 3), up=False, places=4) == "0.6666"
-    assert round_text(-third, up=True, places=2) == "-0.33"
-    assert round_text(-third, up=False, places=2) == "-0.34"
-    assert round_text(123456789, up=True, significant=3) == "124000000"
-    assert round_text(0.1, up=True, significant=6) == "0.100001"  # the float 0.1 is above one tenth
-    assert round_text(Fraction(1, 2), up=True, significant=6, strip=True) == "0.5"
-    assert round_text(0, up=True, significant=6, strip=True) == "0"
-    assert round_text(float("inf"), up=True, places=4) == "inf"
-    with pytest.raises(ValueError):
-        round_text(float("nan"), up=True, places=4)
-    with pytest.raises(ValueError):
-        round_text(third, up=True)
 
 
 def test_ledger_epsilon_text_is_the_shared_round_up() -> None:

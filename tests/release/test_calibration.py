@@ -28,7 +28,7 @@ from pipeline.config.load import load_config
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.histograms import all_level_histograms, lowest_histograms
 from pipeline.release import stages
-from tests.conftest import TINY_TOML, tiny_microdata
+from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 REPS = {"gaussian": 400, "laplace": 1000}  # the Laplace's heavier tails need more draws for the same power
 LOWEST_REPS = 3  # the lowest level has 432 cells: 1,296 samples

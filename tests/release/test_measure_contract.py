@@ -12,13 +12,15 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 from pipeline.budget.allocation import QueryAllocation
+from pipeline.config.model import Mechanism
 from pipeline.config.schema import Attribute, Schema
 from pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
 from pipeline.dp.random_source import seeded_random_source
-from pipeline.release.measure import level_invariants, measure_level
+from pipeline.release.measure import level_invariants, measure_level, noisy_answers
 
 SCHEMA = Schema((Attribute("colour", "C", ("red", "green", "blue")), Attribute("adult", "A", ("0", "1"))))
 # 3 nodes x 6 detailed cells (colour slowest), distinct counts so that every marginal is distinguishable
@@ -86,3 +88,19 @@ def test_invariants_are_the_exact_answers_as_int64() -> None:
         np.testing.assert_array_equal(inv.values, marginal_by_hand(inv.name, HISTOGRAMS))
         np.testing.assert_array_equal(inv.matrix.toarray(), matrix_by_hand(inv.name))
     assert level_invariants(SCHEMA, HISTOGRAMS, []) == []
+
+
+def test_noisy_answers_switches_on_the_mechanism_not_the_scale() -> None:
+    """The release and the bootstrap share ``noisy_answers``: the mechanism decides the law (a Gaussian given a
+    scale stays Gaussian), named as the enum or as the manifest's word."""
+    sigma2, scale = Fraction(10**6), Fraction(1000)
+    for mechanism, given_scale in ((Mechanism.GAUSSIAN, None), ("gaussian", scale), (Mechanism.LAPLACE, scale),
+                                   ("laplace", scale)):
+        out = noisy_answers(HISTOGRAMS, mechanism, sigma2, given_scale, seeded_random_source(7))
+        replay = seeded_random_source(7)
+        noise = (sample_discrete_laplace(scale, HISTOGRAMS.size, rng=replay) if mechanism == "laplace"
+                 else sample_discrete_gaussian(sigma2, HISTOGRAMS.size, rng=replay))
+        np.testing.assert_array_equal(out, HISTOGRAMS + noise.reshape(HISTOGRAMS.shape))
+        assert out.shape == HISTOGRAMS.shape and out.dtype == np.int64
+    with pytest.raises(ValueError, match="^a Laplace measurement needs its scale$"):
+        noisy_answers(HISTOGRAMS, Mechanism.LAPLACE, sigma2, None, seeded_random_source(7))

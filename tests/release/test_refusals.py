@@ -18,7 +18,7 @@ import pytest
 
 from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.cli import main
-from tests.conftest import TINY_TOML
+from tests.helpers.tiny import TINY_TOML
 
 MARKER_ROW = 1234
 Edit = Callable[[pl.DataFrame], pl.DataFrame]

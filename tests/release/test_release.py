@@ -14,8 +14,8 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.config.load import load_config
-from tests.conftest import require_shared_data
 from tests.helpers.releases import release_dir
+from tests.helpers.tiny import require_shared_data
 
 OUTPUT = '[output]\ndir = "runs"'
 SEED = 11  # --insecure-seed of every release here

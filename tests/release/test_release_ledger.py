@@ -13,8 +13,8 @@ import pytest
 from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.config.ledger_location import default_ledger_location
 from pipeline.release import reconcile_chunk, stages
-from tests.conftest import TINY_TOML
 from tests.helpers.releases import cli
+from tests.helpers.tiny import TINY_TOML
 
 
 def ledger_of(config: Path) -> PrivacyLedger:

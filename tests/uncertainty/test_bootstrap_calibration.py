@@ -22,7 +22,7 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.uncertainty.bootstrap import bootstrap_intervals
-from tests.conftest import TINY_TOML, tiny_microdata
+from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 RELEASES, REPLICATES = 40, 120
 TWO_LEVELS = ("""
@@ -53,7 +53,7 @@ width = 0
 name = "unit"
 width = 4
 
-"""  # the attributes of the tiny fixture, as tests/conftest.py declares them
+"""  # the attributes of the tiny fixture, as tests/helpers/tiny.py declares them
               + TINY_TOML[TINY_TOML.index("[[attributes]]"): TINY_TOML.index("[strategy.root]")].format()
               + """[strategy.root]
 detailed = "1"

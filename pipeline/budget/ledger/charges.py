@@ -33,11 +33,20 @@ from pipeline.budget.ledger.store import SQL, Store, open_store
 from pipeline.config.ledger_location import public_config_raw
 from pipeline.dp.accounting import compose_zcdp, epsilon_cks20
 from pipeline.errors import CensusDPError
+from pipeline.exact import parse_rational
 
-STATUSES = ("charged", "published", "failed", "postprocess")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
 _HEX = re.compile(r"[0-9a-f]{8,128}")
 _FINGERPRINT_KEY = "fingerprint_key"
+
+
+class ChargeStatus(StrEnum):
+    """What became of a charged run (the ledger's ``status`` column; its CHECK constraint lists the same words)."""
+
+    CHARGED = "charged"  # budget spent, nothing published yet (running, or stopped before publishing)
+    PUBLISHED = "published"
+    FAILED = "failed"  # the charge stands: budget is never refunded
+    POSTPROCESS = "postprocess"  # a re-run of free post-processing (rho = 0)
 
 
 class FailureReason(StrEnum):
@@ -58,7 +67,7 @@ class Charge:
     delta: float
     epsilon: float
     config_hash: str
-    status: str  # one of STATUSES
+    status: ChargeStatus
     publishable: bool
     reason: str | None = None  # a FailureReason category (and its detail category) for a failed run
     measurements: str | None = None  # SHA-256 of the noisy measurements the run drew (once all were saved)
@@ -199,21 +208,21 @@ class PrivacyLedger:
             (value,), = sql("SELECT value FROM censusdp_keys WHERE name = ?", (_FINGERPRINT_KEY,))
         return bytes.fromhex(value)
 
-    def set_status(self, run_id: str, status: str, reason: str | None = None) -> None:
+    def set_status(self, run_id: str, status: ChargeStatus, reason: str | None = None) -> None:
         """Record what became of a charged run; the charge itself stays (budget is never refunded).
 
         ``reason`` (for a failed run) is a category from ``FailureReason``, optionally followed by ``:`` and
         a category of the input problem: never a row number, a column's value or free text.
         """
         _check_id(run_id, "run id")
-        if status not in STATUSES:
-            raise CensusDPError(f"ledger: status must be one of {', '.join(STATUSES)}, got {status!r}")
+        if status not in set(ChargeStatus):
+            raise CensusDPError(f"ledger: status must be one of {', '.join(ChargeStatus)}, got {status!r}")
         if reason is not None and (not _REASON.fullmatch(reason) or reason.split(":")[0] not in set(FailureReason)):
             raise CensusDPError("ledger: a failure reason must be a FailureReason category")
         with self._store.transaction() as sql:
             if not sql("SELECT 1 FROM censusdp_charges WHERE run_id = ?", (run_id,)):
                 raise CensusDPError(f"ledger: no charge with run id {run_id!r}")
-            sql("UPDATE censusdp_charges SET status = ?, reason = ? WHERE run_id = ?", (status, reason, run_id))
+            sql("UPDATE censusdp_charges SET status = ?, reason = ? WHERE run_id = ?", (str(status), reason, run_id))
 
     def charges(self, dataset: str | None = None) -> list[Charge]:
         """Every charge (of ``dataset`` if given), oldest first."""
@@ -224,8 +233,8 @@ class PrivacyLedger:
             query, params = query + " WHERE dataset = ?", (dataset,)
         with self._store.transaction(write=False) as sql:
             rows = sql(query + " ORDER BY seq", params)
-        return [Charge(r[0], r[1], r[2], Fraction(r[3]), float(r[4]), float(r[5]), r[6], r[7], bool(r[8]), r[9],
-                       r[10]) for r in rows]
+        return [Charge(r[0], r[1], r[2], Fraction(r[3]), float(r[4]), float(r[5]), r[6], ChargeStatus(r[7]),
+                       bool(r[8]), r[9], r[10]) for r in rows]
 
     def record_measurements(self, run_id: str, digest: str) -> None:
         """Tie a charge to the measurements it drew (once): ``postprocess`` and ``--resume`` trust a run's
@@ -245,7 +254,7 @@ class PrivacyLedger:
                publishable: bool) -> Charge:
         _check_id(dataset, "dataset id")
         _check_id(run_id, "run id")
-        amount = _rational(rho, "rho")
+        amount = parse_rational(rho, "ledger: rho")
         if amount < 0:
             raise CensusDPError(f"ledger: rho must be >= 0, got {amount}")
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
@@ -255,7 +264,7 @@ class PrivacyLedger:
         if not isinstance(publishable, bool):
             raise CensusDPError(f"ledger: publishable must be True or False, got {publishable!r}")
         return Charge(run_id, dataset, _now(), amount, float(delta), epsilon_cks20(amount, float(delta)),
-                      config_hash, "charged", publishable)
+                      config_hash, ChargeStatus.CHARGED, publishable)
 
     def _lock_charges(self, sql: SQL) -> None:
         """Serialise charges as a whole where the store needs it (PostgreSQL: a fingerprint is looked up before
@@ -275,7 +284,7 @@ class PrivacyLedger:
         sql("INSERT INTO censusdp_charges (run_id, dataset, charged_at, rho, delta, epsilon, config_hash, "
             "status, publishable) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (entry.run_id, entry.dataset, entry.time, _frac(entry.rho), entry.delta, entry.epsilon,
-             entry.config_hash, entry.status, int(entry.publishable)))
+             entry.config_hash, str(entry.status), int(entry.publishable)))
 
     def _register(self, sql: SQL, dataset: str, cap: Fraction) -> None:
         """Register ``dataset`` with ``cap`` unless it exists; an existing dataset's cap is never changed."""
@@ -352,7 +361,7 @@ def _refuse_while_unbound(sql: SQL) -> None:
 
 
 def _positive_cap(cap_rho: Fraction | int | str) -> Fraction:
-    cap = _rational(cap_rho, "cap rho")
+    cap = parse_rational(cap_rho, "ledger: cap rho")
     if cap <= 0:
         raise CensusDPError(f"ledger: cap rho must be > 0, got {cap}")
     return cap
@@ -367,17 +376,6 @@ def _check_id(value: str, name: str) -> None:
     if not isinstance(value, str) or not _ID.fullmatch(value):
         raise CensusDPError(f"ledger: {name} must be 1-200 characters of letters, digits and ._:@+- "
                             "starting with a letter or digit")
-
-
-def _rational(value: Fraction | int | str, name: str) -> Fraction:
-    """An exact rational (floats refused: 0.1 is not one tenth), as a ``CensusDPError`` when invalid."""
-    if isinstance(value, bool) or not isinstance(value, (Fraction, int, str)):
-        raise CensusDPError(f"ledger: {name} must be exact (a Fraction, int or string such as '1/4'), "
-                            f"got {type(value).__name__}")
-    try:
-        return Fraction(value.strip() if isinstance(value, str) else value)
-    except (ValueError, ZeroDivisionError):
-        raise CensusDPError(f"ledger: {name} is not an exact rational number: {value!r}") from None
 
 
 def _frac(value: Fraction) -> str:

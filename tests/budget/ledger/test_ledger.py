@@ -151,7 +151,7 @@ def test_unknown_dataset(ledger: PrivacyLedger) -> None:
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"rho": 0.25}, "must be exact"),
     ({"rho": Fraction(-1, 4)}, "rho must be >= 0"),
-    ({"rho": "x"}, "not an exact rational"),
+    ({"rho": "x"}, "not an exact number"),
     ({"delta": 0.0}, "delta must be"),
     ({"delta": 1.0}, "delta must be"),
     ({"config_hash": "secret value"}, "hex digest"),

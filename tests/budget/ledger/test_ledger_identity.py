@@ -19,8 +19,8 @@ from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.fingerprint import data_fingerprints
 from pipeline.io.microdata import read_input_files
 from pipeline.release import stages
-from tests.conftest import SHARED_DATA, TINY_TOML, tiny_microdata
 from tests.helpers.releases import cli, release
+from tests.helpers.tiny import SHARED_DATA, TINY_TOML, tiny_microdata
 
 CAPPED = TINY_TOML.format(rho="4").replace('cap_rho = "1000"', 'cap_rho = "10"')
 

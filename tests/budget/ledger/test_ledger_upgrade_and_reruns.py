@@ -13,8 +13,8 @@ import pytest
 from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.cli import main
 from pipeline.release import stages
-from tests.conftest import TINY_TOML, tiny_microdata
 from tests.helpers.releases import cli, release
+from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 
 def test_a_ledger_of_the_earlier_layout_beside_the_data_is_not_ignored(
