@@ -83,7 +83,7 @@ def round_text(value: Fraction | float | int, *, up: bool, places: int | None = 
     if isinstance(value, float) and not math.isfinite(value):
         if math.isnan(value):
             raise ValueError("cannot round NaN in a safe direction")
-        return "inf" if value > 0 else "-inf"
+        return str(value)  # "inf" or "-inf": already a bound
     exact = Fraction(value)
     if significant is None:
         shift = int(places)  # type: ignore[arg-type]  # given: exactly one of the two is None (checked above)
@@ -96,15 +96,13 @@ def round_text(value: Fraction | float | int, *, up: bool, places: int | None = 
     shown = Decimal(digits).scaleb(-shift)
     if strip:
         shown = shown.normalize()
-    text = f"{shown:f}"
-    return "0" if strip and Decimal(text) == 0 else text
+    return f"{shown:f}"  # a zero normalises to "0" (no sign, no exponent)
 
 
 def _exponent10(value: Fraction) -> int:
-    """The integer e with 10**e <= value < 10**(e+1), exactly, for value > 0."""
+    """The integer e with 10**e <= value < 10**(e+1), exactly, for value > 0.
+
+    With a digits in the numerator and b in the denominator, 10**(a-b-1) < value < 10**(a-b+1): e is a-b or a-b-1.
+    """
     e = len(str(value.numerator)) - len(str(value.denominator))
-    while Fraction(10) ** e > value:
-        e -= 1
-    while Fraction(10) ** (e + 1) <= value:
-        e += 1
-    return e
+    return e if Fraction(10) ** e <= value else e - 1

@@ -6,9 +6,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.errors import CensusDPError, ExactNumberError
-from pipeline.exact import parse_delta, parse_rational, round_text
+from pipeline.exact import _exponent10, parse_delta, parse_rational, round_text
 
 EXACT = "such as '0.5', '1/4' or '1e-3'"
 
@@ -115,6 +117,10 @@ def test_round_text_is_exact_and_directed() -> None:
     (Fraction(1, 10**12), {"up": True, "significant": 2}, "0.0000000000010"),
     (Fraction(10**5), {"up": True, "significant": 1, "strip": True}, "100000"),
     (Fraction(3, 2), {"up": False, "places": 0}, "1"),
+    (Fraction(1, 10), {"up": True, "significant": 2}, "0.10"),  # exactly a power of ten
+    (Fraction(10**6), {"up": False, "significant": 2}, "1000000"),
+    (Fraction(999999, 10**6), {"up": False, "significant": 2}, "0.99"),
+    (0, {"up": True, "places": 3, "strip": True}, "0"),
 ])
 def test_round_text_cases(value: object, options: dict, expected: str) -> None:
     assert round_text(value, **options) == expected  # type: ignore[arg-type]
@@ -129,3 +135,9 @@ def test_round_text_refuses_what_it_cannot_round_safely() -> None:
         assert str(info.value) == message
     with pytest.raises(ValueError, match="^cannot round NaN in a safe direction$"):
         round_text(float("nan"), up=False, significant=3)
+
+
+@given(st.fractions(min_value=Fraction(1, 10**40), max_value=Fraction(10**40)))
+def test_exponent10_brackets_the_value(value: Fraction) -> None:
+    e = _exponent10(value)
+    assert Fraction(10) ** e <= value < Fraction(10) ** (e + 1)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -227,6 +229,26 @@ def test_every_status_and_no_other(ledger: PrivacyLedger) -> None:
         ledger.set_status("r2", "failed")
     one_line_naming(info, "no charge with run id 'r2'")
     assert {r.value for r in FailureReason} == {"input-validation", "run-error"}
+
+
+def test_a_charge_reads_the_cap_under_the_row_lock(ledger: PrivacyLedger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cap is read with the store's row lock (PostgreSQL: FOR UPDATE) by every charge, so that two charges
+    cannot both see the same spent budget; shown by a marker in place of the lock clause."""
+    store, seen = ledger._store, []
+    monkeypatch.setattr(store, "lock_suffix", " /* row lock */")
+    transaction = store.transaction
+
+    @contextmanager
+    def recording(write: bool = True) -> Iterator[Any]:
+        with transaction(write) as sql:
+            yield lambda query, params=(): seen.append(query) or sql(query, params)
+
+    monkeypatch.setattr(store, "transaction", recording)
+    release(ledger, "r1", Fraction(1, 4), {"rows": A}, dataset="nj")  # charge_release, then charge
+    ledger.ensure_dataset("pa", Fraction(1))
+    charge(ledger, "r2", Fraction(1, 8))
+    locked = "SELECT cap_rho FROM censusdp_datasets WHERE id = ? /* row lock */"
+    assert seen.count(locked) == 2 and (ledger.spent("nj"), ledger.spent("pa")) == (Fraction(1, 4), Fraction(1, 8))
 
 
 def test_the_stored_status_words_are_the_enum() -> None:
