@@ -20,16 +20,21 @@ from pipeline.errors import CensusDPError
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+def preset_names() -> list[str]:
+    return sorted(p.name.removesuffix(".toml") for p in resources.files("pipeline.config").joinpath("presets")
+                  .iterdir() if p.name.endswith(".toml"))
+
+
 def preset_text(name: str) -> str:
-    try:
-        return resources.files("pipeline.config").joinpath("presets", f"{name}.toml").read_text()
-    except FileNotFoundError:
-        raise CensusDPError(f"unknown preset {name!r} (available: pl94)") from None
+    if name not in preset_names():
+        raise CensusDPError(f"unknown preset {name!r} (available: {', '.join(preset_names())})")
+    return resources.files("pipeline.config").joinpath("presets", f"{name}.toml").read_text()
 
 
 def add_init(sub: Sub) -> None:
     p = sub.add_parser("init", help="write an editable release configuration from a preset")
-    p.add_argument("--preset", default="pl94", help="preset name (default: pl94)")
+    p.add_argument("--preset", default="pl94", help="preset name: pl94 (default) or pl94-2020 (the 2020 production "
+                   "persons configuration)")
     p.add_argument("--out", default="censusdp.toml", help="file to write (default: censusdp.toml)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.set_defaults(handler=cmd_init)

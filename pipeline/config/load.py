@@ -28,12 +28,13 @@ from pipeline.config.model import (
     parse_fraction,
     require,
 )
+from pipeline.config.recodes import refuse_recodes_with_estimates, schema_with_recodes
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from pipeline.config.solver import check_solver_setting
 from pipeline.errors import ConfigError, ExactNumberError
 from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA, parse_delta
 
-TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "strategy", "invariants",
+TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "recodes", "strategy", "invariants",
             "structural_zeros", "ledger"}
 
 
@@ -75,8 +76,11 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     _check_relation(budget, invariants, source)
     input_config = _input(raw, source, base)
     ledger = _ledger(raw, source, base, budget.delta)
+    output = _output(raw, source, base)
+    queries = [e.query for entries in strategy.values() for e in entries] + [i.query for i in invariants]
+    refuse_recodes_with_estimates(schema, queries, output.estimates, source)
     return ReleaseConfig(
-        source=source, input=input_config, ledger=ledger, output=_output(raw, source, base), levels=levels,
+        source=source, input=input_config, ledger=ledger, output=output, levels=levels,
         schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
         solver=solver, runner=runner, chunk_cells=chunk_cells, raw=raw,
     )
@@ -205,7 +209,7 @@ def _schema(raw: dict[str, Any], source: str) -> Schema:
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(source, "attributes", f"duplicate attribute name {name!r}")
-    return Schema(tuple(attributes))
+    return schema_with_recodes(raw, source, tuple(attributes))
 
 
 def _shares(table: Any, source: str, key: str, expected: list[str]) -> dict[str, Fraction]:

@@ -4,6 +4,11 @@ The detailed histogram of a node is a dense count vector over the cross product 
 domain, flattened in C order (the first attribute varies slowest).  A query is named by the attributes it
 keeps: ``total`` keeps none, ``detailed`` keeps all, ``votingage * hispanic * cenrace`` keeps three, in that
 order; its cells are the flattened cross product of the kept attributes, in the order named.
+
+A recode is an attribute defined as a grouping of another's values (``hhinstlevels``: household, institutional
+and non-institutional group quarters, from the eight ``hhgq`` values).  It spans no axis of the histogram of its
+own: a query may name it like an attribute, and its cells are then the groups (each the sum of its values'
+cells).  A query names each axis once, so not an attribute together with a recode of it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,26 @@ class Attribute:
 
 
 @dataclass(frozen=True)
+class Recode:
+    """``values[i]`` groups the values ``groups[i]`` of attribute ``of``; every value of ``of`` is in one group."""
+
+    name: str
+    of: str
+    values: tuple[str, ...]
+    groups: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One part of a query: the histogram axis it reads, its cell labels, and (for a recode) the group of every
+    value of that axis."""
+
+    axis: int
+    labels: tuple[str, ...]
+    group_of: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Query:
     """A marginal of the detailed histogram: the attributes it keeps, in output order."""
 
@@ -46,6 +71,21 @@ class Query:
 @dataclass(frozen=True)
 class Schema:
     attributes: tuple[Attribute, ...]
+    recodes: tuple[Recode, ...] = ()
+
+    def __post_init__(self) -> None:
+        """A recode must partition the values of an attribute of this schema, under a name of its own."""
+        names = self.names
+        for recode in self.recodes:
+            if recode.name in names or [r.name for r in self.recodes].count(recode.name) > 1:
+                raise ValueError(f"recode {recode.name!r}: the name is already an attribute or another recode")
+            if recode.of not in names:
+                raise ValueError(f"recode {recode.name!r}: {recode.of!r} is not an attribute")
+            grouped = [v for group in recode.groups for v in group]
+            if (len(recode.values) != len(recode.groups) or len(set(recode.values)) != len(recode.values)
+                    or not all(recode.groups) or sorted(grouped) != sorted(self.attribute(recode.of).values)):
+                raise ValueError(f"recode {recode.name!r}: its groups must be non-empty, distinctly named and hold "
+                                 f"every value of {recode.of} exactly once")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -70,15 +110,26 @@ class Schema:
         if text == DETAILED:
             return Query(DETAILED, self.names)
         parts = tuple(p.strip() for p in text.split("*"))
+        known = (*self.names, *(r.name for r in self.recodes))
         for part in parts:
-            if part not in self.names:
-                raise ValueError(f"unknown attribute {part!r} in query {name!r} (known: {', '.join(self.names)})")
-        if len(set(parts)) != len(parts):
-            raise ValueError(f"query {name!r} names an attribute twice")
+            if part not in known:
+                raise ValueError(f"unknown attribute {part!r} in query {name!r} (known: {', '.join(known)})")
+        axes = [self.factor(part).axis for part in parts]
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"query {name!r} names an attribute twice (directly or through a recode)")
         return Query(" * ".join(parts), parts)
 
+    def factor(self, name: str) -> Factor:
+        """The axis, labels and grouping of an attribute or recode named in a query."""
+        if name in self.names:
+            return Factor(self.names.index(name), self.attribute(name).values)
+        recode = next(r for r in self.recodes if r.name == name)
+        base = self.attribute(recode.of).values
+        group = {value: i for i, members in enumerate(recode.groups) for value in members}
+        return Factor(self.names.index(recode.of), recode.values, tuple(group[v] for v in base))
+
     def query_shape(self, query: Query) -> tuple[int, ...]:
-        return tuple(len(self.attribute(a).values) for a in query.attributes)
+        return tuple(len(self.factor(a).labels) for a in query.attributes)
 
     def query_cells(self, query: Query) -> int:
         return prod(self.query_shape(query))
@@ -87,12 +138,18 @@ class Schema:
         """(n_nodes, n_cells) detailed histograms -> (n_nodes, q_cells) query answers."""
         n = histograms.shape[0]
         cube = histograms.reshape((n, *self.shape))
-        axes = [self.names.index(a) for a in query.attributes]
+        factors = [self.factor(a) for a in query.attributes]
+        axes = [f.axis for f in factors]
         dropped = tuple(1 + i for i in range(len(self.names)) if i not in axes)
         kept = cube.sum(axis=dropped) if dropped else cube
         # after summing, the kept axes are in schema order; reorder them to the order the query names
         order = sorted(axes)
         kept = np.moveaxis(kept, [1 + order.index(a) for a in axes], list(range(1, 1 + len(axes))))
+        for position, f in enumerate(factors):
+            if f.group_of is not None:  # a recode: sum the values of each group
+                grouping = np.zeros((len(f.group_of), len(f.labels)), dtype=kept.dtype)
+                grouping[np.arange(len(f.group_of)), f.group_of] = 1
+                kept = np.moveaxis(np.tensordot(kept, grouping, axes=([1 + position], [0])), -1, 1 + position)
         return kept.reshape(n, -1)
 
     def query_matrix(self, query: Query) -> sp.csr_matrix:
@@ -100,9 +157,11 @@ class Schema:
         n_cells = self.n_cells
         # map every detailed cell to its query cell by unravelling its multi-index
         multi = np.unravel_index(np.arange(n_cells), self.shape)
-        axes = [self.names.index(a) for a in query.attributes]
-        if axes:
-            rows = np.ravel_multi_index(tuple(multi[a] for a in axes), self.query_shape(query))
+        factors = [self.factor(a) for a in query.attributes]
+        if factors:
+            parts = tuple(multi[f.axis] if f.group_of is None else np.asarray(f.group_of)[multi[f.axis]]
+                          for f in factors)
+            rows = np.ravel_multi_index(parts, self.query_shape(query))
         else:
             rows = np.zeros(n_cells, dtype=np.int64)
         data = np.ones(n_cells, dtype=np.int64)
@@ -112,4 +171,4 @@ class Schema:
         """For each attribute of the query, the label of every query cell (arrays of length q_cells)."""
         shape = self.query_shape(query)
         multi = np.unravel_index(np.arange(self.query_cells(query)), shape) if shape else ()
-        return [np.asarray(self.attribute(a).values)[m] for a, m in zip(query.attributes, multi, strict=True)]
+        return [np.asarray(self.factor(a).labels)[m] for a, m in zip(query.attributes, multi, strict=True)]

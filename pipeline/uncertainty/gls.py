@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.config.schema import DETAILED, TOTAL, Query
+from pipeline.errors import CensusDPError
 from pipeline.io.run_folder import LoadedRun, load_run
 from pipeline.release.run import ReleaseRun, stage_output
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, interval, solve_gls
@@ -34,7 +35,13 @@ ESTIMATES_DIR = "estimates"
 
 
 def axes_of(run: LoadedRun, query: Query) -> tuple[int, ...]:
-    return tuple(run.config.schema.names.index(a) for a in query.attributes)
+    """The histogram axes a query keeps.  The exact GLS algebra (``postprocess.gls_algebra``) covers marginals
+    that keep or sum out whole attributes; a recode (a grouping of an attribute's values) is not one of them."""
+    schema = run.config.schema
+    if any(a not in schema.names for a in query.attributes):
+        raise CensusDPError(f"GLS estimates: query {query.name!r} uses a recode, which the exact GLS solver does "
+                            "not support yet; the release's tables are not affected")
+    return tuple(schema.names.index(a) for a in query.attributes)
 
 
 def gls_levels(run: LoadedRun, noisy: list[list[tuple[Query, Fraction, np.ndarray]]] | None = None) -> list[GlsLevel]:

@@ -89,10 +89,11 @@ def test_seeded_runs_reproduce_and_system_runs_differ(tiny_release: Path,
 
 
 @pytest.mark.slow
-def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("preset", ["pl94", "pl94-2020"])
+def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         preset: str) -> None:
     shared_data = require_shared_data()
-    assert main(["init", "--out", str(tmp_path / "pl94.toml")]) == 0
+    assert main(["init", "--preset", preset, "--out", str(tmp_path / "pl94.toml")]) == 0
     text = (tmp_path / "pl94.toml").read_text().replace('geography = "geography.parquet"', "")
     text = text.replace('# path = "..."', f'path = "{tmp_path / "ledger.sqlite"}"')  # not beside shared data
     (tmp_path / "pl94.toml").write_text(text)
@@ -110,6 +111,13 @@ def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path,
     assert any("populated is NOT protected" in note for note in manifest["not_protected"])
     config = load_config(tmp_path / "pl94.toml")
     assert manifest["privacy"]["rho_exact"] == str(config.budget.rho)
+    if preset == "pl94-2020":  # the hhinstlevels recode is measured like any query; nobody under 18 in a nursing home
+        assert {(a["level"], a["query"]) for a in manifest["allocation"]} >= {("block", "hhinstlevels")}
+        block = pl.read_parquet(run_dir / "measurements" / "block.parquet")
+        assert block.filter(pl.col("query") == "hhinstlevels").group_by("geoid").len()["len"].to_list() == [3] * (
+            block["geoid"].n_unique())  # three groups per block
+        tables = pl.concat([pl.read_parquet(run_dir / "tables" / f"{name}.parquet") for name, _ in levels])
+        assert tables.filter((pl.col("hhgq") == "3") & (pl.col("votingage") == "1")).height == 0
 
 
 def test_many_small_chunks_give_a_consistent_release(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,54 @@
+"""The ``[[recodes]]`` tables of a configuration: attributes defined as groupings of another's values.
+
+    [[recodes]]
+    name = "hhinstlevels"                 # the name queries use: "hhinstlevels", "votingage * hhinstlevels"
+    of = "hhgq"                           # the attribute whose values it groups
+    [recodes.groups]                      # group label = the values of `of` it holds, in output order
+    household = ["0"]
+    institutional = ["1", "2", "3", "4"]
+    noninstitutional = ["5", "6", "7"]
+
+Every value of ``of`` must be in exactly one group: a recode is a partition, so its marginal is a coarsening of
+the attribute's (the same people, grouped) and the least-squares and rounding stages treat it as any query.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.config.schema import Attribute, Query, Recode, Schema
+from pipeline.errors import ConfigError
+
+
+def schema_with_recodes(raw: dict[str, Any], source: str, attributes: tuple[Attribute, ...]) -> Schema:
+    """The schema of ``attributes`` and the configuration's recodes; ``ConfigError`` naming the key otherwise."""
+    entries = raw.get("recodes", [])
+    if not isinstance(entries, list):
+        raise ConfigError(source, "recodes", "expected an array of tables ([[recodes]])")
+    recodes = []
+    for i, entry in enumerate(entries):
+        key = f"recodes[{i}]"
+        if not isinstance(entry, dict) or set(entry) != {"name", "of", "groups"}:
+            raise ConfigError(source, key, "expected a table with exactly name, of and groups")
+        name, of, groups = entry["name"], entry["of"], entry["groups"]
+        if not isinstance(name, str) or not name.strip() or "*" in name or name in ("total", "detailed"):
+            raise ConfigError(source, f"{key}.name", f"{name!r} is reserved or not a valid name")
+        if not isinstance(of, str) or not isinstance(groups, dict) or not all(
+                isinstance(members, list) for members in groups.values()):
+            raise ConfigError(source, key, "of must name an attribute and groups be a table of label = [values]")
+        recodes.append(Recode(name, of, tuple(str(label) for label in groups),
+                              tuple(tuple(str(v) for v in members) for members in groups.values())))
+        try:
+            Schema(attributes, tuple(recodes))
+        except ValueError as error:
+            raise ConfigError(source, key, str(error)) from None
+    return Schema(attributes, tuple(recodes))
+
+
+def refuse_recodes_with_estimates(schema: Schema, queries: list[Query], estimates: bool, source: str) -> None:
+    """GLS estimates (``output.estimates``) cover marginals of whole attributes only: a configuration that asks
+    for them and measures or fixes a recode is refused when it loads, before anything is charged."""
+    recoded = sorted({q.name for q in queries if any(a not in schema.names for a in q.attributes)})
+    if estimates and recoded:
+        raise ConfigError(source, "output.estimates", f"GLS estimates do not support recodes yet (the queries "
+                          f"{', '.join(recoded)} use one); set estimates = false")
