@@ -18,8 +18,10 @@ def add_evaluate(sub: Any) -> None:
     """Register ``censusdp evaluate`` on the CLI's subparsers."""
     p = sub.add_parser("evaluate", help="NOT PRIVATE: compare a release with its true (synthetic/test) microdata")
     p.add_argument("--truth", required=True, help="the true microdata the release was made from (synthetic or test)")
-    p.add_argument("--release", required=True, help="a published run folder")
-    p.add_argument("--out", help="output folder (default: ./evaluation-<run id>; never inside the run folder)")
+    p.add_argument("--release", required=True, action="append", help="a published run folder; give several to "
+                   "compare them side by side (each also gets its own evaluation in OUT/<run id>)")
+    p.add_argument("--out", help="output folder (default: ./evaluation-<run id>, or ./evaluation-comparison for "
+                   "several releases; never inside a run folder)")
     p.add_argument("--format", dest="fmt", choices=list(Format), help="format of --truth")
     p.add_argument("--seed", type=int, default=0, help="seed of the bottom-up baseline's noise (default 0)")
     p.add_argument("--diversity", help="attributes whose entropy bins areas (default: hispanic,cenrace)")
@@ -28,14 +30,25 @@ def add_evaluate(sub: Any) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Handler of ``censusdp evaluate``: prints the paths written."""
-    run_dir = Path(args.release).resolve()
-    run = load_run(run_dir).manifest
-    out = Path(args.out) if args.out else Path.cwd() / f"evaluation-{run['run_id']}"
-    if out.resolve().is_relative_to(run_dir):
-        raise CensusDPError(f"{out}: evaluation outputs are not private; write them outside the run folder")
+    from pipeline.evaluate.side_by_side import write_comparison
+
+    run_dirs = [Path(r).resolve() for r in args.release]
+    runs = [load_run(run_dir).manifest for run_dir in run_dirs]
+    several = len(run_dirs) > 1
+    default = "evaluation-comparison" if several else f"evaluation-{runs[0]['run_id']}"
+    out = Path(args.out) if args.out else Path.cwd() / default
+    for run_dir in run_dirs:
+        if out.resolve().is_relative_to(run_dir):
+            raise CensusDPError(f"{out}: evaluation outputs are not private; write them outside the run folder")
     diversity = tuple(a.strip() for a in args.diversity.split(",")) if args.diversity else None
-    metrics = evaluate(Path(args.truth), run_dir, seed=args.seed, fmt=args.fmt, diversity=diversity)
-    for path in write_evaluation(metrics, run, out):
-        print(path)
+    results = []
+    for run_dir, run in zip(run_dirs, runs, strict=True):
+        metrics = evaluate(Path(args.truth), run_dir, seed=args.seed, fmt=args.fmt, diversity=diversity)
+        for path in write_evaluation(metrics, run, out / str(run["run_id"]) if several else out):
+            print(path)
+        results.append((run, metrics))
+    if several:
+        for path in write_comparison(results, out):
+            print(path)
     print(f"censusdp: {LABEL}", file=sys.stderr)
     return 0

@@ -39,6 +39,8 @@ class ChunkTask:
     structural_zeros: np.ndarray | None
     solver: str
     tie_seed: int  # rounding ties are broken at random from a stream keyed by this (drawn from the run's CSPRNG)
+    # measurements of the same nodes at only-child levels below (release.only_child): (label, query, σ², answers)
+    chain_measurements: tuple[tuple[str, str, Fraction, np.ndarray], ...] = ()
 
     def __repr__(self) -> str:
         return f"ChunkTask(level={self.level!r}, nodes={self.start}:{self.stop})"
@@ -53,6 +55,8 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix, dict[str, Any]]:
     noisy = read_chunk(Path(task.measurements_path), task.first_row_group, shapes)
     measurements = [QueryMeasurement(name=q.name, matrix=schema.query_matrix(q), noisy=values, sigma2=sigma2)
                     for q, (_, sigma2), values in zip(parsed, task.queries, noisy, strict=True)]
+    measurements += [QueryMeasurement(name=label, matrix=schema.query_matrix(schema.parse_query(query)), noisy=values,
+                                      sigma2=sigma2) for label, query, sigma2, values in task.chain_measurements]
     invariants = [QueryInvariant(name=name, matrix=schema.query_matrix(schema.parse_query(name)), values=values)
                   for name, values in task.invariants]
     parent = task.parent_counts.toarray().astype(np.int64) if task.parent_counts is not None else None

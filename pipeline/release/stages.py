@@ -43,6 +43,7 @@ from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
 from pipeline.release.chunks import level_chunks
 from pipeline.release.measure import level_invariants, measure_level
+from pipeline.release.only_child import chain_measurements, only_child_levels
 from pipeline.release.reconcile_chunk import ChunkTask, reconcile_chunk
 from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
@@ -211,6 +212,7 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
     # ties in rounding are broken at random (post-processing, so any source is private enough); the keys come
     # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
     tie_source = run.rng if run.rng.can_draw else system_random_source()
+    chain = chain_measurements(run, level)  # only-child levels below: the same nodes measured again
     tasks = []
     for start, stop, first in run.chunk_plan[level]:
         parent_counts = parent_index = None
@@ -222,7 +224,8 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
         tasks.append(ChunkTask(level=name, start=start, stop=stop, measurements_path=path, first_row_group=first,
                                queries=queries, schema=run.schema, parent_counts=parent_counts,
                                parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
-                               solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0])))
+                               solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),
+                               chain_measurements=tuple((label, q, s2, v[start:stop]) for label, q, s2, v in chain)))
     return tasks
 
 
@@ -247,6 +250,8 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
             runner.close()
     run.counts[level] = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
     run.diagnostics[name] = merge_reports(reports)
+    chain = [run.config.levels[d].name for d in only_child_levels(tree, level)]
+    run.diagnostics[name]["measurements_of"] = [name, *chain]  # the levels whose measurements this level used
 
 
 def publish(run: ReleaseRun) -> Path:

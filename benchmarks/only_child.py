@@ -1,0 +1,101 @@
+"""Accuracy of the published tables with and without the only-child chain, on the same measurements.
+
+    python benchmarks/only_child.py [--data ../shared/data/ri2010] [--preset pl94] [--releases 3]
+
+A single-state run's state is the nation's only child (``pipeline.release.only_child``).  Each release is
+post-processed twice from its own saved measurements (``censusdp postprocess``): once with the chain switched
+off (the state's measurements unused, as before) and once with it on; both are evaluated against the true
+microdata (``censusdp evaluate``).  Same measurements, so the difference is the reconciliation's alone.  Seeded
+test noise (--insecure-seed): a benchmark, not a release.  Prints a markdown table of mean absolute error per
+level, averaged over the releases, for the total and the detailed query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import polars as pl
+
+import pipeline.release.only_child as only_child
+import pipeline.release.stages as stages
+from pipeline.cli import main
+from pipeline.cli.commands import preset_text
+from pipeline.evaluate.compare import evaluate
+from pipeline.release.finish import postprocess_run
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def chain_off() -> Iterator[None]:
+    """The reconciliation as before only-child chains: every level uses its own measurements only."""
+    saved = only_child.only_child_levels
+    only_child.only_child_levels = stages.only_child_levels = lambda tree, level: []
+    try:
+        yield
+    finally:
+        only_child.only_child_levels = stages.only_child_levels = saved
+
+
+def release(data: Path, preset: str, folder: Path, seed: int) -> Path:
+    config = folder / f"{preset}.toml"
+    text = preset_text(preset).replace('path = "microdata.parquet"', f'path = "{data / "microdata.parquet"}"')
+    text = text.replace('geography = "geography.parquet"', f'geography = "{data / "geography.parquet"}"')
+    text = text.replace('# path = "..."', f'path = "{folder / "ledger.sqlite"}"').replace('dir = "runs"',
+                                                                                        f'dir = "{folder / "runs"}"')
+    config.write_text(text.replace('protected_microdata = true', 'protected_microdata = false'))
+    before = set((folder / "runs").glob("*")) if (folder / "runs").exists() else set()
+    assert main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", str(seed)]) == 0
+    (run_dir,) = set((folder / "runs").glob("*")) - before
+    return run_dir
+
+
+def mae(metrics: pl.DataFrame, method: str, label: str) -> pl.DataFrame:
+    return (metrics.filter((pl.col("method") == method) & (pl.col("metric") == "mae") & (pl.col("group") == "all")
+                           & pl.col("query").is_in(["total", "detailed"]))
+            .select("level", "query", "value").with_columns(pl.lit(label).alias("method")))
+
+
+def main_(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "ri2010")
+    parser.add_argument("--preset", default="pl94")
+    parser.add_argument("--releases", type=int, default=3)
+    args = parser.parse_args(argv)
+    rows = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        os.environ["CENSUSDP_LEDGER"] = str(folder / "ledger.sqlite")
+        for r in range(args.releases):
+            run_dir = release(args.data, args.preset, folder, seed=100 + r)
+            with chain_off():
+                off = postprocess_run(run_dir, folder / "off")
+            on = postprocess_run(run_dir, folder / "on")
+            for label, run in (("own measurements only", off), ("with the only-child chain", on)):
+                metrics = evaluate(args.data / "microdata.parquet", run)
+                rows.append(mae(metrics, "reconciled", label))
+            rows += [mae(metrics, "gls", "GLS estimate"), mae(metrics, "noisy", "noisy query")]
+    table = (pl.concat(rows).group_by("level", "query", "method").agg(pl.col("value").mean())
+             .pivot(on="method", index=["level", "query"], values="value"))
+    order = {name: i for i, name in enumerate(["us", "state", "county", "tract", "block_group", "block"])}
+    table = table.sort(pl.col("level").replace_strict(order, default=99), "query")
+    columns = ["noisy query", "own measurements only", "with the only-child chain", "GLS estimate"]
+    print(f"{args.data.name}, preset {args.preset}, {args.releases} releases, mean absolute error (persons); "
+          f"{platform.node()}, {os.cpu_count()} cores, {time.perf_counter() - started:.0f} s\n")
+    print("| level | query | " + " | ".join(columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
+    for row in table.iter_rows(named=True):
+        cells = " | ".join("" if row.get(c) is None else f"{row[c]:.3f}" for c in columns)
+        print(f"| {row['level']} | {row['query']} | {cells} |")
+
+
+if __name__ == "__main__":
+    main_()

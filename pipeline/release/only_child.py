@@ -1,0 +1,62 @@
+"""Only-child chains: a level whose every node is the only child of a node above measures the same people again.
+
+In a single-state run the state is the nation's only child (and in the District of Columbia the county is the
+state's): its table must equal its parent's, so top-down reconciliation copies it and would never use the
+measurements it paid for (35% of the ``pl94`` budget at the state level).  Those measurements are unbiased
+answers about the parent node's own histogram, so they join the parent's reconciliation as further terms of its
+weighted least squares, each with its own σ² (``release.stages.chunk_tasks``): the same estimator GLS uses, and
+post-processing of public values only (Thm 19.25).  The deeper level's own reconciliation then still copies the
+parent, which now reflects both.  Handled level-wide (every node of the deeper level is an only child); a chain
+that holds for some nodes of a level only is not used yet.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from geography.tree import GeoTree
+from pipeline.config.schema import Schema
+from pipeline.io.measurements import read_chunk
+from pipeline.release.run import ReleaseRun, stage_output
+
+
+def only_child_levels(tree: GeoTree, level: int) -> list[int]:
+    """The deeper levels, in order, whose node i is the only child of node i of the level above, from ``level``
+    down: their nodes hold exactly the people of ``level``'s nodes."""
+    n = tree.n_nodes(level)
+    out = []
+    for deeper in range(level + 1, tree.depth):
+        if tree.n_nodes(deeper) != n or not np.array_equal(tree.parent[deeper], np.arange(n)):
+            break
+        out.append(deeper)
+    return out
+
+
+def level_measurements(path: Path, plan: list[tuple[int, int, int]], schema: Schema,
+                       queries: list[tuple[str, Fraction]]) -> list[np.ndarray]:
+    """Every node's noisy answers of every query of a level, read chunk by chunk: (n_nodes, q_cells) per query."""
+    parsed = [schema.parse_query(name) for name, _ in queries]
+    parts: list[list[np.ndarray]] = [[] for _ in queries]
+    for start, stop, first in plan:
+        chunk = read_chunk(path, first, [(stop - start, schema.query_cells(q)) for q in parsed])
+        for part, values in zip(parts, chunk, strict=True):
+            part.append(values)
+    return [np.concatenate(part) if part else np.zeros((0, schema.query_cells(q)), dtype=np.int64)
+            for part, q in zip(parts, parsed, strict=True)]
+
+
+def chain_measurements(run: ReleaseRun, level: int) -> list[tuple[str, str, Fraction, np.ndarray]]:
+    """The measurements of the only-child levels below ``level``, as (label, query, σ², noisy answers of every
+    node of ``level``): further least-squares terms of ``level``'s reconciliation."""
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    directory = run.measurements_dir or run.work_dir / "measurements"
+    out = []
+    for deeper in only_child_levels(tree, level):
+        name = run.config.levels[deeper].name
+        queries = [(a.query, a.sigma2) for a in run.level_allocations(deeper)]
+        values = level_measurements(directory / f"{name}.parquet", run.chunk_plan[deeper], run.schema, queries)
+        out += [(f"{name}: {query}", query, sigma2, v) for (query, sigma2), v in zip(queries, values, strict=True)]
+    return out
