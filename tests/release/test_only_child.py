@@ -76,3 +76,13 @@ def test_levels_with_several_children_use_their_own_measurements_only(tiny_relea
     manifest = json.loads((release_dir(capsys, tiny_release) / "manifest.json").read_text())
     assert {name: d["measurements_of"] for name, d in manifest["reconciliation"].items()} == {
         name: [name] for name in ("root", "region", "district", "unit")}
+
+
+def test_a_postprocessing_rerun_uses_the_chain_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.release.finish import postprocess_run
+
+    run_dir = release_dir(capsys, single_region_release(tmp_path))
+    rerun = postprocess_run(run_dir)
+    manifest = json.loads((rerun / "manifest.json").read_text())
+    assert manifest["postprocess_of"] == run_dir.name
+    assert manifest["reconciliation"]["root"]["measurements_of"] == ["root", "region"]
