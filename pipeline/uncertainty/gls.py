@@ -34,12 +34,16 @@ from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, interva
 ESTIMATES_DIR = "estimates"
 
 
+class GlsNotSupported(CensusDPError):
+    """The run measures a query the exact GLS algebra does not cover yet (a recode)."""
+
+
 def axes_of(run: LoadedRun, query: Query) -> tuple[int, ...]:
     """The histogram axes a query keeps.  The exact GLS algebra (``postprocess.gls_algebra``) covers marginals
     that keep or sum out whole attributes; a recode (a grouping of an attribute's values) is not one of them."""
     schema = run.config.schema
     if any(a not in schema.names for a in query.attributes):
-        raise CensusDPError(f"GLS estimates: query {query.name!r} uses a recode, which the exact GLS solver does "
+        raise GlsNotSupported(f"GLS estimates: query {query.name!r} uses a recode, which the exact GLS solver does "
                             "not support yet; the release's tables are not affected")
     return tuple(schema.names.index(a) for a in query.attributes)
 
