@@ -67,7 +67,8 @@ def test_deltas_strictly_between_0_and_1(value: object, expected: float) -> None
 
 @pytest.mark.parametrize(("value", "shown"), [
     ("0", "'0'"), ("1", "'1'"), (0, "0"), (1, "1"), (0.0, "0.0"), (1.0, "1.0"), ("-1e-5", "'-1e-5'"),
-    ("nan", "'nan'"), ("inf", "'inf'"), ("x", "'x'"), ("1/4", "'1/4'"), ("", "''"), (10**400, str(10**400)),
+    ("nan", "'nan'"), ("inf", "'inf'"), ("x", "'x'"), ("1/4", "'1/4'"), ("", "''"),
+    (10**400, "an integer of over 40 digits"),
     (Fraction(3, 2), "Fraction(3, 2)"),
 ])
 def test_other_deltas_are_refused_naming_the_parameter(value: object, shown: str) -> None:
@@ -141,3 +142,35 @@ def test_round_text_refuses_what_it_cannot_round_safely() -> None:
 def test_exponent10_brackets_the_value(value: Fraction) -> None:
     e = _exponent10(value)
     assert Fraction(10) ** e <= value < Fraction(10) ** (e + 1)
+
+
+@pytest.mark.parametrize(("text", "accepted"), [
+    ("1e1000", True), ("1E-1000", True), ("1e+1000", True), ("1" * 400, True), (" 2.5e3 ", True),
+    ("1e1001", False), ("1e-1001", False), ("1E+1001", False), ("1e99999999", False), ("1" * 401, False),
+    ("1/3e2000", False),
+])
+def test_hostile_texts_are_refused_before_they_are_built(text: str, accepted: bool) -> None:
+    """Fraction("1e99999999") would build a 10^8-digit integer; texts and exponents are bounded first."""
+    if accepted:
+        assert parse_rational(text, "rho") == Fraction(text.strip())
+        return
+    with pytest.raises(ExactNumberError) as info:
+        parse_rational(text, "rho")
+    assert str(info.value) == f"rho: longer than 400 characters or an exponent beyond ±1000: {text[:40]!r}"
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (10**40, "an integer of over 40 digits"), (-(10**40), "an integer of over 40 digits"),
+    (10**40 - 1, str(10**40 - 1)), pytest.param(10**5000, "an integer of over 40 digits", id="10^5000"),
+    ("0.5" + "x" * 70, repr("0.5" + "x" * 70)[:60]),
+])
+def test_refused_deltas_are_shown_briefly(value: object, shown: str) -> None:
+    with pytest.raises(ExactNumberError) as info:
+        parse_delta(value, "d")
+    assert str(info.value) == f"d: must be a number strictly between 0 and 1, got {shown}"
+
+
+def test_complex_deltas_are_refused_by_type() -> None:
+    for value in (np.complex128(0.5), 0.5j):
+        with pytest.raises(ExactNumberError, match="got complex"):
+            parse_delta(value, "d")

@@ -42,6 +42,12 @@ class QueryAllocation:
     mechanism: Mechanism = Mechanism.GAUSSIAN
     scale: Fraction | None = None
 
+    def __post_init__(self) -> None:
+        """The charge (``composed_rho``) and the noise (``release.measure.noisy_answers``) both read the
+        mechanism: a scale belongs to the Laplace, and the Laplace has one."""
+        if (self.scale is not None) != (self.mechanism == Mechanism.LAPLACE):
+            raise ValueError(f"{self.level}/{self.query}: a scale is given if and only if the mechanism is laplace")
+
     @property
     def expected_abs_error(self) -> float:
         """E|Z| per cell: sigma*sqrt(2/pi) for the Gaussian (continuous approximation), 2q/(1-q²) for the
@@ -102,8 +108,8 @@ def composed_rho(allocations: tuple[QueryAllocation, ...], *, sensitivity2_squar
     """
     total = Fraction(0)
     for a in allocations:
-        if a.scale is not None:
-            total += Fraction(zcdp_from_pure_dp(laplace_epsilon(a.scale, sensitivity1)))
+        if a.mechanism == Mechanism.LAPLACE:  # it has a scale (QueryAllocation.__post_init__)
+            total += Fraction(zcdp_from_pure_dp(laplace_epsilon(a.scale, sensitivity1)))  # type: ignore[arg-type]
         else:
             total += gaussian_rho(a.sigma2, sensitivity2_squared)
     return total

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,17 @@ def add_evaluate(sub: Any) -> None:
     p.set_defaults(handler=cmd_evaluate)
 
 
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
+
+
+def safe_run_id(run: dict[str, Any], run_dir: Path) -> str:
+    """The run id as a folder name: the manifest is editable, so it must not be a path."""
+    run_id = str(run.get("run_id", ""))
+    if not _RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
+        raise CensusDPError(f"{run_dir}: the manifest's run id is not a valid run id")
+    return run_id
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Handler of ``censusdp evaluate``: prints the paths written."""
     from pipeline.evaluate.side_by_side import write_comparison
@@ -35,16 +47,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     run_dirs = [Path(r).resolve() for r in args.release]
     runs = [load_run(run_dir).manifest for run_dir in run_dirs]
     several = len(run_dirs) > 1
-    default = "evaluation-comparison" if several else f"evaluation-{runs[0]['run_id']}"
-    out = Path(args.out) if args.out else Path.cwd() / default
-    for run_dir in run_dirs:
-        if out.resolve().is_relative_to(run_dir):
-            raise CensusDPError(f"{out}: evaluation outputs are not private; write them outside the run folder")
+    names = [safe_run_id(run, run_dir) for run, run_dir in zip(runs, run_dirs, strict=True)]
+    if len(set(names)) != len(names):
+        raise CensusDPError("evaluate: the same run is given twice")
+    out = (Path(args.out) if args.out else Path.cwd() / ("evaluation-comparison" if several
+                                                         else f"evaluation-{names[0]}")).resolve()
+    targets = [out / name for name in names] if several else [out]
+    for target in [out, *targets]:  # NOT PRIVATE outputs never go into a release, evaluated here or not
+        if any(target.is_relative_to(run_dir) for run_dir in run_dirs) or (target / "manifest.json").exists():
+            raise CensusDPError(f"{target}: evaluation outputs are not private; write them outside any run folder")
     diversity = tuple(a.strip() for a in args.diversity.split(",")) if args.diversity else None
     results = []
-    for run_dir, run in zip(run_dirs, runs, strict=True):
+    for run_dir, run, target in zip(run_dirs, runs, targets, strict=True):
         metrics = evaluate(Path(args.truth), run_dir, seed=args.seed, fmt=args.fmt, diversity=diversity)
-        for path in write_evaluation(metrics, run, out / str(run["run_id"]) if several else out):
+        for path in write_evaluation(metrics, run, target):
             print(path)
         results.append((run, metrics))
     if several:

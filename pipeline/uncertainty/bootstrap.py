@@ -12,6 +12,7 @@ data is read and no budget is spent (Thm 19.25).  What the interval means, and w
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
 from pipeline.io.run_folder import LoadedRun, load_run
 from pipeline.release.measure import noisy_answers
+from pipeline.release.only_child import only_child_levels
 from pipeline.release.support import structural_zero_mask
 from postprocess import QueryMeasurement, reconcile_level
 
@@ -30,23 +32,38 @@ MAX_STORED = 50_000_000  # replicate values kept for percentiles; beyond that, i
 
 
 def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource) -> list[np.ndarray]:
-    """One bootstrap replicate: fresh noisy measurements of ``truth`` (per level, dense), reconciled top-down."""
+    """One bootstrap replicate: fresh noisy measurements of ``truth`` (per level, dense), reconciled top-down.
+
+    Every level's noise is drawn once, and each level is reconciled as the release reconciles it: with its own
+    measurements and those of the only-child levels below it (``release.only_child``), which are drawn early
+    for that; a level's draws are dropped once it is reconciled.
+    """
     schema, config = run.config.schema, run.config
     zeros = structural_zero_mask(config)
+    drawn: dict[int, list[QueryMeasurement]] = {}
+
+    def draws(level: int) -> list[QueryMeasurement]:
+        if level not in drawn:
+            drawn[level] = []
+            for q in run.level_noise(level):
+                answers = schema.marginal(q.query, truth[level])
+                # the release's own mechanism and public parameters (manifest allocation), through its own function
+                noisy = noisy_answers(answers, q.mechanism, q.sigma2, q.scale, rng)
+                drawn[level].append(QueryMeasurement(name=q.query.name, matrix=schema.query_matrix(q.query),
+                                                     noisy=noisy, sigma2=q.sigma2))
+        return drawn[level]
+
     out: list[np.ndarray] = []
     for level in range(run.tree.depth):
-        measurements = []
-        for q in run.level_noise(level):
-            answers = schema.marginal(q.query, truth[level])
-            # the release's own mechanism and public parameters (manifest allocation), through its own function
-            noisy = noisy_answers(answers, q.mechanism, q.sigma2, q.scale, rng)
-            measurements.append(QueryMeasurement(name=q.query.name, matrix=schema.query_matrix(q.query),
-                                                 noisy=noisy, sigma2=q.sigma2))
+        own = draws(level)
+        chain = [replace(m, name=f"{config.levels[deeper].name}: {m.name}")
+                 for deeper in only_child_levels(run.tree, level) for m in draws(deeper)]
         parent = out[level - 1] if level > 0 else None
-        result = reconcile_level(measurements, n_cells=schema.n_cells, parent_counts=parent,
+        result = reconcile_level(own + chain, n_cells=schema.n_cells, parent_counts=parent,
                                  parent_index=run.tree.parent[level] if level > 0 else None,
                                  invariants=run.invariants.get(level, []), structural_zeros=zeros,
                                  solver=config.solver)
+        del drawn[level]
         out.append(result.counts)
     return out
 

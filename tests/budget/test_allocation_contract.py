@@ -234,3 +234,13 @@ def test_allocate_accepts_a_laplace_release_spending_less() -> None:
     allocations = allocate(config(Fraction(1), "add-remove", SHARES, strategy))
     assert [a.mechanism for a in allocations] == ["laplace", "gaussian", "gaussian"]
     assert composed_rho(allocations, sensitivity2_squared=1, sensitivity1=1) < 1
+
+
+def test_the_mechanism_and_the_scale_agree() -> None:
+    """The charge and the noise both follow the mechanism: a Gaussian with a scale or a Laplace without one is refused
+    (a Gaussian priced as a Laplace would be charged 1/500000 for rho = 100)."""
+    for mechanism, scale in (("gaussian", Fraction(1000)), ("laplace", None)):
+        with pytest.raises(ValueError, match="^a/q: a scale is given if and only if the mechanism is laplace$"):
+            QueryAllocation("a", "q", Fraction(1), Fraction(1, 100), mechanism, scale)  # type: ignore[arg-type]
+    assert QueryAllocation("a", "q", Fraction(1), Fraction(2), "laplace", Fraction(1)).scale == 1
+    assert QueryAllocation("a", "q", Fraction(1), Fraction(2)).mechanism == "gaussian"

@@ -41,3 +41,32 @@ def test_no_evaluation_inside_any_of_the_runs(tiny_release: Path, capsys: pytest
     assert main(["evaluate", "--truth", str(tiny_release.parent / "microdata.parquet"), "--release", str(first),
                  "--release", str(second), "--out", str(second / "evaluation")]) == 1
     assert "not private" in capsys.readouterr().err and not (second / "evaluation").exists()
+
+
+def test_outputs_never_land_in_a_release(tiny_release: Path, capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    """An OUT that holds the runs would put OUT/<run id> inside them; a run id edited into a path, a run given
+    twice, or an OUT that is another release are refused before anything is written."""
+    import json
+    import shutil
+
+    first, second = release_dir(capsys, tiny_release, seed=3), release_dir(capsys, tiny_release, seed=4)
+    before = sorted(p.relative_to(first.parent) for p in first.parent.rglob("*"))
+    truth = str(tiny_release.parent / "microdata.parquet")
+
+    def refused(*argv: str, needle: str) -> None:
+        assert main(["-q", "evaluate", "--truth", truth, *argv]) == 1
+        assert needle in capsys.readouterr().err
+
+    refused("--release", str(first), "--release", str(second), "--out", str(first.parent), needle="not private")
+    refused("--release", str(first), "--release", str(first), "--out", str(tmp_path / "x"), needle="given twice")
+    other = release_dir(capsys, tiny_release, seed=6)
+    refused("--release", str(first), "--out", str(other), needle="not private")
+    copy = tmp_path / "copy"
+    shutil.copytree(second, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "run_id": "../../victim"}))
+    refused("--release", str(first), "--release", str(copy), "--out", str(tmp_path / "y"), needle="not a valid run id")
+    assert sorted(p.relative_to(first.parent) for p in first.parent.rglob("*") if other not in p.parents
+                  and p != other) == before
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists() and not (tmp_path.parent / "victim").exists()

@@ -109,3 +109,13 @@ def tiny_microdata(seed: int = 1, persons: int = 3000) -> tuple[pl.DataFrame, pl
     adult = np.where(colour == "b", "1", rng.choice(["0", "1"], persons, p=[0.3, 0.7]))
     micro = pl.DataFrame({"geocode": np.asarray(units)[chosen], "COLOUR": colour, "ADULT": adult})
     return micro, pl.DataFrame({"geocode": units})
+
+
+def single_region_release(tmp_path: Path) -> Path:
+    """The tiny configuration on data whose units all lie in region 1: the region is the root's only child."""
+    micro, geo = tiny_microdata()
+    micro.filter(pl.col("geocode").str.starts_with("1")).write_parquet(tmp_path / "microdata.parquet")
+    geo.filter(pl.col("geocode").str.starts_with("1")).write_parquet(tmp_path / "geography.parquet")
+    config = tmp_path / "config.toml"
+    config.write_text(TINY_TOML.format(rho="4"))
+    return config

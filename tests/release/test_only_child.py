@@ -17,7 +17,7 @@ from geography.tree import build_tree
 from pipeline.io.run_folder import load_run
 from pipeline.release.only_child import only_child_levels
 from tests.helpers.releases import release_dir
-from tests.helpers.tiny import TINY_TOML, tiny_microdata
+from tests.helpers.tiny import single_region_release
 
 LEVELS = (Level("nation", 0), Level("state", 2), Level("county", 5), Level("tract", 7))
 
@@ -33,16 +33,6 @@ def test_only_child_levels_are_the_deeper_levels_of_equal_nodes(codes: list[str]
     tree = build_tree(LEVELS, np.array(codes))
     assert {level: only_child_levels(tree, level) for level in expected} == expected
     assert only_child_levels(tree, tree.depth - 1) == []
-
-
-def single_region_release(tmp_path: Path) -> Path:
-    """The tiny configuration on data whose units all lie in region 1: the region is the root's only child."""
-    micro, geo = tiny_microdata()
-    micro.filter(pl.col("geocode").str.starts_with("1")).write_parquet(tmp_path / "microdata.parquet")
-    geo.filter(pl.col("geocode").str.starts_with("1")).write_parquet(tmp_path / "geography.parquet")
-    config = tmp_path / "config.toml"
-    config.write_text(TINY_TOML.format(rho="4"))
-    return config
 
 
 def test_the_root_is_reconciled_with_its_only_childs_measurements(tmp_path: Path, capsys: pytest.CaptureFixture[str],
