@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,13 +28,12 @@ def add_evaluate(sub: Any) -> None:
     p.set_defaults(handler=cmd_evaluate)
 
 
-_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
-
-
 def safe_run_id(run: dict[str, Any], run_dir: Path) -> str:
     """The run id as a folder name: the manifest is editable, so it must not be a path."""
+    from pipeline.budget.ledger.charges import ID_PATTERN  # the ledger's id rule: run ids are ledger ids
+
     run_id = str(run.get("run_id", ""))
-    if not _RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
+    if not ID_PATTERN.fullmatch(run_id) or run_id in (".", ".."):
         raise CensusDPError(f"{run_dir}: the manifest's run id is not a valid run id")
     return run_id
 

@@ -36,6 +36,7 @@ from pipeline.errors import CensusDPError
 from pipeline.exact import parse_rational
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
+ID_PATTERN = _ID  # dataset and run ids; a run folder is named by its run id (cli/evaluate checks with it)
 _HEX = re.compile(r"[0-9a-f]{8,128}")
 _FINGERPRINT_KEY = "fingerprint_key"
 
