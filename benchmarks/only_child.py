@@ -21,16 +21,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import polars as pl
+from real_data import mae, mae_table, release
 
 import pipeline.release.only_child as only_child
 import pipeline.release.stages as stages
-from pipeline.cli import main
-from pipeline.cli.commands import preset_text
 from pipeline.evaluate.compare import evaluate
 from pipeline.release.finish import postprocess_run
 
 REPO = Path(__file__).resolve().parent.parent
+QUERIES = ["total", "detailed"]
 
 
 @contextmanager
@@ -42,25 +41,6 @@ def chain_off() -> Iterator[None]:
         yield
     finally:
         only_child.only_child_levels = stages.only_child_levels = saved
-
-
-def release(data: Path, preset: str, folder: Path, seed: int) -> Path:
-    config = folder / f"{preset}.toml"
-    text = preset_text(preset).replace('path = "microdata.parquet"', f'path = "{data / "microdata.parquet"}"')
-    text = text.replace('geography = "geography.parquet"', f'geography = "{data / "geography.parquet"}"')
-    text = text.replace('# path = "..."', f'path = "{folder / "ledger.sqlite"}"').replace('dir = "runs"',
-                                                                                        f'dir = "{folder / "runs"}"')
-    config.write_text(text.replace('protected_microdata = true', 'protected_microdata = false'))
-    before = set((folder / "runs").glob("*")) if (folder / "runs").exists() else set()
-    assert main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", str(seed)]) == 0
-    (run_dir,) = set((folder / "runs").glob("*")) - before
-    return run_dir
-
-
-def mae(metrics: pl.DataFrame, method: str, label: str) -> pl.DataFrame:
-    return (metrics.filter((pl.col("method") == method) & (pl.col("metric") == "mae") & (pl.col("group") == "all")
-                           & pl.col("query").is_in(["total", "detailed"]))
-            .select("level", "query", "value").with_columns(pl.lit(label).alias("method")))
 
 
 def main_(argv: list[str] | None = None) -> None:
@@ -77,16 +57,13 @@ def main_(argv: list[str] | None = None) -> None:
         for r in range(args.releases):
             run_dir = release(args.data, args.preset, folder, seed=100 + r)
             with chain_off():
-                off = postprocess_run(run_dir, folder / "off")
-            on = postprocess_run(run_dir, folder / "on")
+                off = postprocess_run(run_dir, folder / "off", reconciliation="level_by_level")
+            on = postprocess_run(run_dir, folder / "on", reconciliation="level_by_level")
             for label, run in (("own measurements only", off), ("with the only-child chain", on)):
                 metrics = evaluate(args.data / "microdata.parquet", run)
-                rows.append(mae(metrics, "reconciled", label))
-            rows += [mae(metrics, "gls", "GLS estimate"), mae(metrics, "noisy", "noisy query")]
-    table = (pl.concat(rows).group_by("level", "query", "method").agg(pl.col("value").mean())
-             .pivot(on="method", index=["level", "query"], values="value"))
-    order = {name: i for i, name in enumerate(["us", "state", "county", "tract", "block_group", "block"])}
-    table = table.sort(pl.col("level").replace_strict(order, default=99), "query")
+                rows.append(mae(metrics, "reconciled", label, QUERIES))
+            rows += [mae(metrics, "gls", "GLS estimate", QUERIES), mae(metrics, "noisy", "noisy query", QUERIES)]
+    table = mae_table(rows)
     columns = ["noisy query", "own measurements only", "with the only-child chain", "GLS estimate"]
     print(f"{args.data.name}, preset {args.preset}, {args.releases} releases, mean absolute error (persons); "
           f"{platform.node()}, {os.cpu_count()} cores, {time.perf_counter() - started:.0f} s\n")

@@ -68,6 +68,15 @@ class Equalities:
     in_solve: np.ndarray
 
 
+@dataclass(frozen=True)
+class Band:
+    """``|matrix @ x - center| <= half_width``: an earlier pass's answers, kept within a tolerance."""
+
+    matrix: sp.csr_matrix
+    center: np.ndarray
+    half_width: float
+
+
 @dataclass
 class Solution:
     x: np.ndarray | None = None
@@ -112,14 +121,21 @@ def resolve_solvers(solver: str) -> tuple[str, ...]:
     return chain
 
 
-def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers: tuple[str, ...]) -> Solution:
-    """Try each solver in turn until one returns an accepted point; ``x`` stays None if none does."""
+def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers: tuple[str, ...],
+          bands: list[Band] | None = None) -> Solution:
+    """Try each solver in turn until one returns an accepted point; ``x`` stays None if none does.  ``bands``
+    (``postprocess.passes``) are further two-sided inequalities, checked like the equalities."""
+    bands = bands or []
     started = time.perf_counter()
     if n_vars == 0:
         return Solution(x=np.zeros(0), attempts=[("none", "optimal")], violations=(0.0,) * len(equalities))
     scale = _scale(terms, equalities)
     x = cp.Variable(n_vars)
-    problem = cp.Problem(cp.Minimize(_objective(terms, x, scale)), _constraints(equalities, x, scale))
+    constraints = _constraints(equalities, x, scale)
+    for band in bands:
+        constraints += [band.matrix @ x <= (band.center + band.half_width) / scale,
+                        band.matrix @ x >= (band.center - band.half_width) / scale]
+    problem = cp.Problem(cp.Minimize(_objective(terms, x, scale)), constraints)
     tolerance = ABS_TOLERANCE + REL_TOLERANCE * scale
     result = Solution()
     for name in solvers:
@@ -127,7 +143,7 @@ def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers:
         if status in ("optimal", "inaccurate") and x.value is not None:
             point = np.asarray(x.value, dtype=np.float64) * scale
             violations = tuple(_violation(eq, point) for eq in equalities)
-            worst = max(violations, default=0.0)
+            worst = max([*violations, *(_band_excess(band, point) for band in bands)], default=0.0)
             minimum = float(point.min()) if point.size else 0.0
             if np.isfinite(worst) and worst <= tolerance and minimum >= -tolerance:
                 result.attempts.append((name, status))
@@ -188,6 +204,12 @@ def _constraints(equalities: list[Equalities], x: cp.Variable, scale: float) -> 
             matrix = eq.matrix[eq.in_solve]
             constraints.append(matrix @ x == eq.rhs[eq.in_solve] / scale)
     return constraints
+
+
+def _band_excess(band: Band, point: np.ndarray) -> float:
+    if band.center.size == 0:
+        return 0.0
+    return float(max(0.0, (np.abs(band.matrix @ point - band.center) - band.half_width).max()))
 
 
 def _violation(eq: Equalities, point: np.ndarray) -> float:

@@ -28,6 +28,7 @@ from postprocess.layout import (
     restrict_rows,
 )
 from postprocess.least_squares import Equalities, Solution, SolverPath, Term, check_solver, resolve_solvers, solve
+from postprocess.passes import RoundingMarginal, check_marginal, fix_marginals, solve_in_passes
 from postprocess.problem import (
     Inputs,
     LevelResult,
@@ -50,6 +51,9 @@ def reconcile_level(
     structural_zeros: np.ndarray | None = None,
     solver: str = SolverPath.AUTO,
     rng: TieSource | None = None,
+    passes: Sequence[Sequence[str]] = (),
+    tolerance: float = 0.1,
+    rounding: Sequence[RoundingMarginal] = (),
 ) -> LevelResult:
     """Non-negative, consistent integer table (n_nodes, n_cells) of one level, with a public report.
 
@@ -69,6 +73,11 @@ def reconcile_level(
 
     ``rng`` (e.g. the run's ``RandomSource``) breaks rounding ties at random; None keeps index order.
 
+    Multi-pass (``postprocess.passes``): ``passes`` orders the measurements' names into least-squares passes,
+    each later pass keeping the earlier passes' answers within ``tolerance`` persons (cvxpy: with more than one
+    pass neither closed form nor first-order solver applies); ``rounding`` lists marginals rounded and fixed, in
+    order, before the cells are rounded (the closed forms round cell by cell, so they are not used with it).
+
     Raises ``ValueError`` for malformed arguments and ``ReconciliationError`` when the constraints are
     inconsistent, every solver fails, or the rounded table breaks a constraint: the run must then fail.
     """
@@ -83,10 +92,18 @@ def reconcile_level(
     )
     rng = check_source(rng)
     check_solver(solver)
-    fast = solver == SolverPath.FAST or (solver == SolverPath.AUTO and fast_path.applies(inputs))
+    rounding = tuple(check_marginal(m, n_cells) for m in rounding)
+    multi_pass = len(passes) > 1
+    if tolerance < 0:
+        raise ValueError("tolerance must be >= 0")
+    if solver in (SolverPath.FAST, SolverPath.FIRST_ORDER) and (multi_pass or rounding):
+        raise ValueError(f"solver={solver!r} does not run several passes or round marginals first; use auto")
+    plain = not multi_pass and not rounding
+    fast = solver == SolverPath.FAST or (solver == SolverPath.AUTO and plain and fast_path.applies(inputs))
     if solver == SolverPath.FAST and not fast_path.applies(inputs):
         raise ValueError("solver='fast' needs detailed-only measurements (identity matrices) and no invariants")
-    first = solver == SolverPath.FIRST_ORDER or (solver == SolverPath.AUTO and not fast and first_order.applies(inputs))
+    first = solver == SolverPath.FIRST_ORDER or (solver == SolverPath.AUTO and not fast and not multi_pass
+                                                 and first_order.applies(inputs))
     always = solver == SolverPath.FIRST_ORDER  # auto: only on batches of large blocks (first_order.worthwhile)
     if solver == SolverPath.FIRST_ORDER and not first_order.applies(inputs):
         raise ValueError("solver='first_order' needs a parent, a detailed measurement and no invariants")
@@ -103,6 +120,8 @@ def reconcile_level(
         "blocks_empty": int(np.count_nonzero(blocks.n_free == 0)),
         "path": SolverPath.FAST if fast else SolverPath.FIRST_ORDER if first else SolverPath.CVXPY,
         "tie_break": "random" if rng is not None else "index",
+        "l2_passes": max(1, len(passes)),
+        "rounding_marginals": [m.name for m in rounding],
     }
     if fast:
         tick = time.perf_counter()
@@ -120,7 +139,8 @@ def reconcile_level(
         )
     else:
         _fill_only_children(inputs, blocks, counts)
-        report.update(_reconcile_general(inputs, blocks, counts, solvers, rng, first, always))
+        report.update(_reconcile_general(inputs, blocks, counts, solvers, rng, first, always,
+                                         (tuple(tuple(p) for p in passes), tolerance, rounding)))
     check_table(inputs, counts)
     report["seconds_total"] = time.perf_counter() - started
     return LevelResult(counts=counts, report=report)
@@ -134,8 +154,11 @@ def _reconcile_general(
     rng: TieSource | None,
     first: bool = False,
     always: bool = False,
+    multi: tuple[tuple[tuple[str, ...], ...], float, tuple[RoundingMarginal, ...]] = ((), 0.1, ()),
 ) -> dict:
-    """cvxpy least squares per batch of blocks, then HiGHS/greedy rounding; fills ``counts``."""
+    """cvxpy least squares per batch of blocks, then HiGHS/greedy rounding; fills ``counts``.  ``multi``: the
+    least-squares passes, their tolerance and the marginals rounded first (``postprocess.passes``)."""
+    passes, tolerance, marginals = multi
     statuses: Counter[str] = Counter()
     rounding: Counter[str] = Counter()
     worst = {"sum": 0.0, "invariant": 0.0, "min": np.inf}
@@ -143,7 +166,8 @@ def _reconcile_general(
     batches = plan_batches(blocks, inputs.n_cells)
     variables = fallbacks = 0
     for block_ids in batches:
-        batch, inv_matrix, inv_rhs, solution = solve_batch(inputs, blocks, block_ids, solvers, first, always)
+        batch, inv_matrix, inv_rhs, solution = solve_batch(inputs, blocks, block_ids, solvers, first, always,
+                                                           passes, tolerance)
         statuses.update(f"{name}:{status}" for name, status in solution.attempts)
         fallbacks += len(solution.attempts) > 1
         seconds["solve"] += solution.seconds
@@ -153,6 +177,9 @@ def _reconcile_general(
         worst["invariant"] = max(worst["invariant"], solution.violations[1])
         worst["min"] = min(worst["min"], solution.min_value)
         tick = time.perf_counter()
+        if marginals:
+            inv_matrix, inv_rhs, methods = fix_marginals(batch, solution.x, inv_matrix, inv_rhs, marginals, rng)
+            rounding.update(f"{m.name}:{method}" for m, method in zip(marginals, methods, strict=True))
         values, method = round_batch(batch, solution.x, inv_matrix, inv_rhs, rng)
         seconds["rounding"] += time.perf_counter() - tick
         rounding[method] += 1
@@ -183,6 +210,8 @@ def solve_batch(
     solvers: tuple[str, ...],
     first: bool = False,
     always: bool = False,
+    passes: tuple[tuple[str, ...], ...] = (),
+    tolerance: float = 0.1,
 ) -> tuple[Batch, sp.csr_matrix, np.ndarray, Solution]:
     """Least squares of a stack of blocks; also returns the batch and its invariant rows for the rounding.
 
@@ -195,7 +224,11 @@ def solve_batch(
         Equalities(batch.sum_matrix, batch.sum_rhs, np.ones(batch.sum_rhs.size, dtype=bool)),
         Equalities(inv_matrix, inv_rhs, ~redundant),
     ]
-    terms = _terms(inputs, batch)
+    named = _terms(inputs, batch)
+    if len(passes) > 1:
+        return batch, inv_matrix, inv_rhs, solve_in_passes(named, passes, tolerance, equalities, batch.n_vars,
+                                                           solvers)
+    terms = [term for _, term in named]
     if first and terms and (always or first_order.worthwhile(batch)):
         x, info = first_order.solve(terms, batch)
         if x is not None:
@@ -219,13 +252,13 @@ def _fill_only_children(inputs: Inputs, blocks: Blocks, counts: np.ndarray) -> i
     return int(only.size)
 
 
-def _terms(inputs: Inputs, batch: Batch) -> list[Term]:
+def _terms(inputs: Inputs, batch: Batch) -> list[tuple[str, Term]]:
     terms = []
     for m in inputs.measurements:
         matrix, rows = restrict_rows(m.matrix, batch)
         if rows.size:
             node, cell = np.divmod(rows, m.matrix.shape[0])
-            terms.append(Term(matrix, m.noisy[batch.nodes[node], cell], 1.0 / float(m.sigma2)))
+            terms.append((m.name, Term(matrix, m.noisy[batch.nodes[node], cell], 1.0 / float(m.sigma2))))
     return terms
 
 

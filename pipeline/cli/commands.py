@@ -211,6 +211,8 @@ def add_postprocess(sub: Sub) -> None:
     p.add_argument("--out", help="directory that receives the new run folder (default: beside RUN_DIR)")
     p.add_argument("--solver", help='"auto" or a cvxpy solver name (e.g. CLARABEL, OSQP, SCS)')
     p.add_argument("--runner", help='"local", "dask-local:N" or "tcp://host:port"')
+    p.add_argument("--reconciliation", choices=["full_information", "level_by_level"],
+                   help="what each level fits: the tree's GLS estimates (the default) or its own measurements")
     p.add_argument("--ledger", help="the ledger the run was charged to, a file or postgresql:// URL (default: "
                    "$CENSUSDP_LEDGER, else the installation's ledger in the user data directory)")
     p.set_defaults(handler=cmd_postprocess)
@@ -222,7 +224,7 @@ def cmd_postprocess(args: argparse.Namespace) -> int:
 
     out = Path(args.out).resolve() if args.out else None
     print(postprocess_run(Path(args.run_dir), out, args.solver, args.runner, args.ledger,
-                          write_estimates=write_release_estimates))
+                          write_estimates=write_release_estimates, reconciliation=args.reconciliation))
     return 0
 
 

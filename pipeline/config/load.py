@@ -28,6 +28,7 @@ from pipeline.config.model import (
     parse_fraction,
     require,
 )
+from pipeline.config.passes import parse_reconciliation
 from pipeline.config.recodes import refuse_recodes_with_estimates, schema_with_recodes
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from pipeline.config.solver import check_solver_setting
@@ -61,7 +62,8 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     invariants = _invariants(raw, source, levels, schema)
     zeros = _structural_zeros(raw, source, schema)
     postprocess = raw.get("postprocess", {})
-    check_nothing_else(postprocess, {"solver", "runner", "chunk_cells"}, source, "postprocess.")
+    check_nothing_else(postprocess, {"solver", "runner", "chunk_cells", "reconciliation", "rounding", "passes"},
+                       source, "postprocess.")
     solver = postprocess.get("solver", "auto")
     if not isinstance(solver, str):
         raise ConfigError(source, "postprocess.solver", "expected a string")
@@ -74,6 +76,8 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     if not isinstance(chunk_cells, int) or isinstance(chunk_cells, bool) or chunk_cells < 1:
         raise ConfigError(source, "postprocess.chunk_cells", "expected a positive integer")
     _check_relation(budget, invariants, source)
+    measured = {name: {e.query.name for e in entries} for name, entries in strategy.items()}
+    reconciliation = parse_reconciliation(postprocess, source, levels, schema, measured)
     input_config = _input(raw, source, base)
     ledger = _ledger(raw, source, base, budget.delta)
     output = _output(raw, source, base)
@@ -82,7 +86,7 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     return ReleaseConfig(
         source=source, input=input_config, ledger=ledger, output=output, levels=levels,
         schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
-        solver=solver, runner=runner, chunk_cells=chunk_cells, raw=raw,
+        solver=solver, runner=runner, chunk_cells=chunk_cells, reconciliation=reconciliation, raw=raw,
     )
 
 

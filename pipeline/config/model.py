@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geography.levels import Level, check_levels
 from pipeline.config.schema import Attribute, Query, Schema
 from pipeline.errors import ConfigError, ExactNumberError
 from pipeline.exact import DEFAULT_CHUNK_CELLS, parse_rational
+
+if TYPE_CHECKING:
+    from pipeline.config.passes import LevelPasses, Reconciliation, ReconciliationMethod
 
 
 class Format(StrEnum):
@@ -141,10 +144,25 @@ class ReleaseConfig:
     solver: str = "auto"
     runner: str = "local"
     chunk_cells: int = DEFAULT_CHUNK_CELLS
+    reconciliation: Reconciliation | None = None  # pipeline.config.passes; set by the loader
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as read: may hold a ledger password
 
     def __repr__(self) -> str:  # the raw table and the ledger URL may hold secrets
         return f"ReleaseConfig(source={self.source!r})"
+
+    @property
+    def reconciliation_method(self) -> ReconciliationMethod:
+        from pipeline.config.passes import ReconciliationMethod
+
+        return self.reconciliation.method if self.reconciliation else ReconciliationMethod.FULL_INFORMATION
+
+    def level_passes(self, level: str) -> LevelPasses:
+        """The level's least-squares passes and rounding order (``pipeline.config.passes``)."""
+        from pipeline.config.passes import DEFAULT_ROUNDING, LevelPasses
+
+        if self.reconciliation is None:
+            return LevelPasses(rounding=tuple(self.schema.parse_query(n) for n in DEFAULT_ROUNDING))
+        return self.reconciliation.passes[level]
 
 
 def parse_fraction(value: Any, source: str, key: str) -> Fraction:

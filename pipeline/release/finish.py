@@ -68,8 +68,10 @@ def _reconcile_and_publish(run: stages.ReleaseRun, measurements: Path) -> Path:
 
 def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | None = None,
                     runner: str | None = None, ledger: str | None = None, *,
-                    write_estimates: stages.EstimatesWriter | None = None) -> Path:
+                    write_estimates: stages.EstimatesWriter | None = None, reconciliation: str | None = None
+                    ) -> Path:
     """Re-run reconciliation and rounding on ``run_dir``'s measurements; returns the new run folder.
+    ``reconciliation`` replaces the recorded ``postprocess.reconciliation`` (post-processing: any is free).
 
     The ledger is ``ledger`` (``--ledger``), else the installation's (``$CENSUSDP_LEDGER`` or the user data
     directory): never one a run's files name.  If it holds the run's charge, the run's recorded configuration
@@ -80,7 +82,7 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
     manifest = read_record(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
     config, book, charge = _recorded(manifest["config_raw"], manifest["run_id"], str(run_dir / "manifest.json"),
                                      Path(manifest["config"]["source"]).parent, ledger or default_ledger_location(),
-                                     solver, runner)
+                                     solver, runner, reconciliation)
     source = RecordedSource(**manifest["random_source"])
     if not _vouched(charge, run_dir / "measurements"):
         source.publishable = False  # the ledger, not an editable manifest, says whether the noise was seeded
@@ -95,13 +97,15 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
 
 
 def _recorded(raw: dict[str, Any], run_id: str, source: str, base: Path, ledger_location: str,
-              solver: str | None, runner: str | None) -> tuple[ReleaseConfig, PrivacyLedger, Charge | None]:
+              solver: str | None, runner: str | None, reconciliation: str | None = None
+              ) -> tuple[ReleaseConfig, PrivacyLedger, Charge | None]:
     """A run's recorded configuration (only the solver and runner may change), the user's ledger and the run's
     charge there.  With a charge, the recorded configuration must be the one charged: an edited manifest or
     ``complete.json`` would state a relation, budget or invariants that the measurements do not have."""
     recorded_digest = config_digest(raw)
-    apply_overrides(raw, {f"postprocess.{key}": value for key, value in (("solver", solver), ("runner", runner))
-                          if value is not None})  # None keeps the recorded value
+    apply_overrides(raw, {f"postprocess.{key}": value for key, value in (
+        ("solver", solver), ("runner", runner), ("reconciliation", reconciliation)) if value is not None})
+    # None keeps the recorded value; the charge's digest is of the recorded table, taken before
     config = parse_recorded_config(raw, source, base=base, ledger_location=ledger_location)
     ledger = PrivacyLedger(config.ledger.location)
     charge = ledger.charge_of(run_id)

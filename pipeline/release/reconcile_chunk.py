@@ -20,6 +20,7 @@ from pipeline.config.schema import Schema
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.measurements import read_chunk
 from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
+from postprocess.passes import RoundingMarginal
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class ChunkTask:
     tie_seed: int  # rounding ties are broken at random from a stream keyed by this (drawn from the run's CSPRNG)
     # measurements of the same nodes at only-child levels below (release.only_child): (label, query, σ², answers)
     chain_measurements: tuple[tuple[str, str, Fraction, np.ndarray], ...] = ()
+    # full-information reconciliation: the GLS estimates of the chunk's nodes replace the measurements
+    targets: tuple[QueryMeasurement, ...] = ()
+    passes: tuple[tuple[str, ...], ...] = ()  # least-squares passes (query names), pipeline.config.passes
+    tolerance: float = 0.1
+    rounding: tuple[str, ...] = ()  # marginals rounded and fixed before the cells, in order
 
     def __repr__(self) -> str:
         return f"ChunkTask(level={self.level!r}, nodes={self.start}:{self.stop})"
@@ -49,12 +55,7 @@ class ChunkTask:
 def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix, dict[str, Any]]:
     """Read the chunk's measurements, reconcile them against the fixed parents, return sparse counts."""
     schema = task.schema
-    n_nodes = task.stop - task.start
-    parsed = [schema.parse_query(name) for name, _ in task.queries]
-    shapes = [(n_nodes, schema.query_cells(q)) for q in parsed]
-    noisy = read_chunk(Path(task.measurements_path), task.first_row_group, shapes)
-    measurements = [QueryMeasurement(name=q.name, matrix=schema.query_matrix(q), noisy=values, sigma2=sigma2)
-                    for q, (_, sigma2), values in zip(parsed, task.queries, noisy, strict=True)]
+    measurements = list(task.targets) if task.targets else _own_measurements(task)
     measurements += [QueryMeasurement(name=label, matrix=schema.query_matrix(schema.parse_query(query)), noisy=values,
                                       sigma2=sigma2) for label, query, sigma2, values in task.chain_measurements]
     invariants = [QueryInvariant(name=name, matrix=schema.query_matrix(schema.parse_query(name)), values=values)
@@ -63,5 +64,18 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix, dict[str, Any]]:
     result = reconcile_level(measurements, n_cells=schema.n_cells, parent_counts=parent,
                              parent_index=task.parent_index, invariants=invariants,
                              structural_zeros=task.structural_zeros, solver=task.solver,
-                             rng=seeded_random_source(task.tie_seed))
+                             rng=seeded_random_source(task.tie_seed), passes=task.passes,
+                             tolerance=task.tolerance,
+                             rounding=[RoundingMarginal(name, schema.query_matrix(schema.parse_query(name)))
+                                       for name in task.rounding])
     return sp.csr_matrix(result.counts), result.report
+
+
+def _own_measurements(task: ChunkTask) -> list[QueryMeasurement]:
+    """The chunk's noisy measurements, read from the level's file."""
+    schema = task.schema
+    parsed = [schema.parse_query(name) for name, _ in task.queries]
+    shapes = [(task.stop - task.start, schema.query_cells(q)) for q in parsed]
+    noisy = read_chunk(Path(task.measurements_path), task.first_row_group, shapes)
+    return [QueryMeasurement(name=q.name, matrix=schema.query_matrix(q), noisy=values, sigma2=sigma2)
+            for q, (_, sigma2), values in zip(parsed, task.queries, noisy, strict=True)]

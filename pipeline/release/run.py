@@ -25,7 +25,7 @@ from pipeline.dp.random_source import RandomSource
 from pipeline.errors import CensusDPError
 from pipeline.io import manifest as mf
 from pipeline.io.microdata import InputFiles
-from postprocess import QueryInvariant
+from postprocess import QueryInvariant, QueryMeasurement
 
 T = TypeVar("T")
 
@@ -68,6 +68,7 @@ class ReleaseRun:
     chunk_plan: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (start, stop, row group)
     invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)  # published exactly
     counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
+    targets: dict[int, list[QueryMeasurement]] = field(default_factory=dict)  # GLS estimates (full information)
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)

@@ -5,6 +5,7 @@
     charge(run)                                  # fingerprint the data, charge its dataset in the ledger
     validate_inputs(run)                         # value checks (after the charge), tree, rows sorted by unit
     for level: measure(run, level)               # noise drawn once per chunk of nodes, written at once
+    estimate(run)                                # the tree's GLS (full-information reconciliation)
     for level: reconcile(run, level)             # post-processing from measurements only (Thm 19.25)
     publish(run)                                 # manifest, report; temp folder renamed into place
 
@@ -33,7 +34,7 @@ import scipy.sparse as sp
 from pipeline.budget.ledger.charges import ChargeStatus, FailureReason, PrivacyLedger, config_digest, config_hash
 from pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
 from pipeline.config.model import ReleaseConfig
-from pipeline.dp.random_source import RandomSource, system_random_source
+from pipeline.dp.random_source import RandomSource
 from pipeline.errors import InputError, InputProblem, InputRejectedError
 from pipeline.io import manifest as mf
 from pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
@@ -42,9 +43,10 @@ from pipeline.io.microdata import read_input_files, validated_rows
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
 from pipeline.release.chunks import level_chunks
+from pipeline.release.full_information import ReconciliationMethod, estimate  # noqa: F401 - a stage (STAGES)
 from pipeline.release.measure import level_invariants, measure_level
-from pipeline.release.only_child import chain_measurements, only_child_levels
-from pipeline.release.reconcile_chunk import ChunkTask, reconcile_chunk
+from pipeline.release.only_child import only_child_levels
+from pipeline.release.reconcile_chunk import reconcile_chunk
 from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
     Published,
@@ -55,7 +57,8 @@ from pipeline.release.run import (  # noqa: F401 - part of this module's interfa
     start_release,
 )
 from pipeline.release.runner import make_runner
-from pipeline.release.support import merge_reports, structural_zero_mask
+from pipeline.release.support import merge_reports
+from pipeline.release.tasks import chunk_tasks
 from postprocess import QueryInvariant
 
 log = logging.getLogger("censusdp")
@@ -201,34 +204,6 @@ def measure(run: ReleaseRun, level: int) -> None:
         (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
 
-def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
-    """The level's reconciliation tasks: public values and file locations only."""
-    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
-    config = run.config
-    name = config.levels[level].name
-    queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
-    path = str((run.measurements_dir or run.work_dir / "measurements") / f"{name}.parquet")
-    zeros = structural_zero_mask(config)
-    # ties in rounding are broken at random (post-processing, so any source is private enough); the keys come
-    # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
-    tie_source = run.rng if run.rng.can_draw else system_random_source()
-    chain = chain_measurements(run, level)  # only-child levels below: the same nodes measured again
-    tasks = []
-    for start, stop, first in run.chunk_plan[level]:
-        parent_counts = parent_index = None
-        if level > 0:
-            parents = tree.parent[level][start:stop]
-            parent_counts = run.counts[level - 1][int(parents[0]): int(parents[-1]) + 1]
-            parent_index = parents - parents[0]
-        invariants = tuple((i.name, i.values[start:stop]) for i in run.invariants.get(level, []))
-        tasks.append(ChunkTask(level=name, start=start, stop=stop, measurements_path=path, first_row_group=first,
-                               queries=queries, schema=run.schema, parent_counts=parent_counts,
-                               parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
-                               solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),
-                               chain_measurements=tuple((label, q, s2, v[start:stop]) for label, q, s2, v in chain)))
-    return tasks
-
-
 def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     """Reconcile one level against its (already fixed) parent level, round, and write its table."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
@@ -250,8 +225,11 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
             runner.close()
     run.counts[level] = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
     run.diagnostics[name] = merge_reports(reports)
-    chain = [run.config.levels[d].name for d in only_child_levels(tree, level)]
-    run.diagnostics[name]["measurements_of"] = [name, *chain]  # the levels whose measurements this level used
+    if run.config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION:
+        used = [spec.name for spec in run.config.levels]  # the GLS of the whole tree
+    else:
+        used = [name, *(run.config.levels[d].name for d in only_child_levels(tree, level))]
+    run.diagnostics[name]["measurements_of"] = used  # the levels whose measurements this level's fit used
 
 
 def publish(run: ReleaseRun) -> Path:
@@ -348,10 +326,11 @@ STAGES = (
     Stage("charge-ledger", "charge"),
     Stage("validate-values", "validate_inputs"),
     Stage("measure", "measure", per_level=True),
+    Stage("estimate", "estimate"),
     Stage("reconcile", "reconcile", per_level=True, needs_runner=True),
     Stage("publish", "publish"),
 )
-FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in ("reconcile", "publish"))  # no data, no noise
+FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in ("estimate", "reconcile", "publish"))  # no data, no noise
 
 StageCall = Callable[[Stage, Callable[..., Any], tuple[Any, ...]], Any]
 

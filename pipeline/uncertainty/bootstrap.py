@@ -22,10 +22,12 @@ import pyarrow.parquet as pq
 
 from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
 from pipeline.io.run_folder import LoadedRun, load_run
+from pipeline.release.full_information import ReconciliationMethod, level_targets, solve_tree, target_queries
 from pipeline.release.measure import noisy_answers
 from pipeline.release.only_child import only_child_levels
 from pipeline.release.support import structural_zero_mask
 from postprocess import QueryMeasurement, reconcile_level
+from postprocess.passes import RoundingMarginal
 
 BOOTSTRAP_DIR = "bootstrap"
 MAX_STORED = 50_000_000  # replicate values kept for percentiles; beyond that, intervals use the sd only
@@ -34,9 +36,10 @@ MAX_STORED = 50_000_000  # replicate values kept for percentiles; beyond that, i
 def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource) -> list[np.ndarray]:
     """One bootstrap replicate: fresh noisy measurements of ``truth`` (per level, dense), reconciled top-down.
 
-    Every level's noise is drawn once, and each level is reconciled as the release reconciles it: with its own
-    measurements and those of the only-child levels below it (``release.only_child``), which are drawn early
-    for that; a level's draws are dropped once it is reconciled.
+    Every level's noise is drawn once, and each level is reconciled as the release reconciles it: against the
+    replicate's own GLS estimates (full information, the default), or with its own measurements and those of the
+    only-child levels below it (``release.only_child``), which are drawn early for that; with its passes and
+    rounding order either way.
     """
     schema, config = run.config.schema, run.config
     zeros = structural_zero_mask(config)
@@ -53,19 +56,36 @@ def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource)
                                                      noisy=noisy, sigma2=q.sigma2))
         return drawn[level]
 
+    full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
+    targets = _gls_targets(run, [draws(level) for level in range(run.tree.depth)]) if full else None
     out: list[np.ndarray] = []
     for level in range(run.tree.depth):
-        own = draws(level)
-        chain = [replace(m, name=f"{config.levels[deeper].name}: {m.name}")
-                 for deeper in only_child_levels(run.tree, level) for m in draws(deeper)]
+        if targets is not None:
+            fitted = targets[level]
+        else:
+            chain = [replace(m, name=f"{config.levels[deeper].name}: {m.name}")
+                     for deeper in only_child_levels(run.tree, level) for m in draws(deeper)]
+            fitted = draws(level) + chain
+        passes = config.level_passes(config.levels[level].name)
         parent = out[level - 1] if level > 0 else None
-        result = reconcile_level(own + chain, n_cells=schema.n_cells, parent_counts=parent,
+        result = reconcile_level(fitted, n_cells=schema.n_cells, parent_counts=parent,
                                  parent_index=run.tree.parent[level] if level > 0 else None,
                                  invariants=run.invariants.get(level, []), structural_zeros=zeros,
-                                 solver=config.solver)
-        del drawn[level]
+                                 solver=config.solver, passes=passes.l2, tolerance=float(passes.tolerance),
+                                 rounding=[RoundingMarginal(q.name, schema.query_matrix(q)) for q in passes.rounding])
+        drawn.pop(level, None)
         out.append(result.counts)
     return out
+
+
+def _gls_targets(run: LoadedRun, drawn: list[list[QueryMeasurement]]) -> list[list[QueryMeasurement]]:
+    """Full-information reconciliation's targets from one replicate's measurements (``release.full_information``)."""
+    schema, config = run.config.schema, run.config
+    measured = [[(schema.parse_query(m.name), m.sigma2, m.noisy) for m in level] for level in drawn]
+    result = solve_tree(schema, run.tree.parent, measured, run.invariants)
+    return [level_targets(schema, result, level, target_queries(schema, measured[level],
+                                                                config.level_passes(spec.name)))
+            for level, spec in enumerate(config.levels)]
 
 
 def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None,

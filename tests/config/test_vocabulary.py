@@ -136,7 +136,14 @@ def test_the_solvers_reconcile_level_runs_are_accepted(tiny_release: Path, solve
 
 
 def test_fast_is_accepted_where_it_applies_everywhere(tiny_release: Path) -> None:
-    assert load_config(with_solver(tiny_release, "fast", detailed_only=True)).solver == "fast"
+    config = with_solver(tiny_release, "fast", detailed_only=True)
+    with pytest.raises(ConfigError, match="fast needs reconciliation = \"level_by_level\""):
+        load_config(config)  # the default fits the GLS estimates of several queries: not the closed forms' problem
+    config.write_text(config.read_text() + 'reconciliation = "level_by_level"\n')
+    with pytest.raises(ConfigError, match=re.escape("rounding = []")):
+        load_config(config)  # rounding the total first is not cell by cell
+    config.write_text(config.read_text() + 'rounding = []\n')
+    assert load_config(config).solver == "fast"
     assert {p.value for p in SolverPath} == {"auto", "cvxpy", "fast", "first_order"}
     with pytest.raises(ValueError, match="not installed"):
         check_solver("NO_SUCH_SOLVER")

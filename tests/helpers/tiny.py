@@ -111,11 +111,12 @@ def tiny_microdata(seed: int = 1, persons: int = 3000) -> tuple[pl.DataFrame, pl
     return micro, pl.DataFrame({"geocode": units})
 
 
-def single_region_release(tmp_path: Path) -> Path:
-    """The tiny configuration on data whose units all lie in region 1: the region is the root's only child."""
+def single_region_release(tmp_path: Path, reconciliation: str = "level_by_level") -> Path:
+    """The tiny configuration on data whose units all lie in region 1: the region is the root's only child.
+    ``reconciliation``: the ``postprocess.reconciliation`` method (the only-child chain is level_by_level's)."""
     micro, geo = tiny_microdata()
     micro.filter(pl.col("geocode").str.starts_with("1")).write_parquet(tmp_path / "microdata.parquet")
     geo.filter(pl.col("geocode").str.starts_with("1")).write_parquet(tmp_path / "geography.parquet")
     config = tmp_path / "config.toml"
-    config.write_text(TINY_TOML.format(rho="4"))
+    config.write_text(TINY_TOML.format(rho="4") + f'\n[postprocess]\nreconciliation = "{reconciliation}"\n')
     return config

@@ -82,7 +82,7 @@ def compare(problem: dict) -> int:
     compared = 0
     for block_ids in plan_batches(blocks, inputs.n_cells):
         batch = build_batch(inputs, blocks, block_ids)
-        terms = _terms(inputs, batch)
+        terms = [term for _, term in _terms(inputs, batch)]
         sums = Equalities(batch.sum_matrix, batch.sum_rhs, np.ones(batch.sum_rhs.size, dtype=bool))
         reference = cvxpy_solve(terms, [sums], batch.n_vars, ("CLARABEL",))
         assert reference.x is not None

@@ -101,6 +101,7 @@ def noise_samples(config_path: Path, reps: int) -> tuple[dict[tuple[str, str], l
         run.row_units, run.row_cells = rows
         stages.measure(run, depth - 1)
         collect(depth - 1)
+    stages.estimate(run)
     for level in range(depth):
         stages.reconcile(run, level)
     return samples, json.loads((stages.publish(run) / "manifest.json").read_text())

@@ -63,9 +63,22 @@ def test_the_root_is_reconciled_with_its_only_childs_measurements(tmp_path: Path
 
 def test_levels_with_several_children_use_their_own_measurements_only(tiny_release: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    tiny_release.write_text(tiny_release.read_text() + '\n[postprocess]\nreconciliation = "level_by_level"\n')
     manifest = json.loads((release_dir(capsys, tiny_release) / "manifest.json").read_text())
     assert {name: d["measurements_of"] for name, d in manifest["reconciliation"].items()} == {
         name: [name] for name in ("root", "region", "district", "unit")}
+
+
+def test_full_information_fits_every_level_to_the_whole_trees_measurements(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The default: the GLS of the tree ties an only child to its parent, so the chain needs no special case."""
+    run_dir = release_dir(capsys, single_region_release(tmp_path, "full_information"))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    levels = ["root", "region", "district", "unit"]
+    assert {name: d["measurements_of"] for name, d in manifest["reconciliation"].items()} == {
+        name: levels for name in levels}
+    root, reg = (pl.read_parquet(run_dir / "tables" / f"{n}.parquet") for n in ("root", "region"))
+    assert root.drop("geoid").sort(["colour", "adult"]).equals(reg.drop("geoid").sort(["colour", "adult"]))
 
 
 def test_a_postprocessing_rerun_uses_the_chain_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,141 @@
+"""How the measurements become tables: the reconciliation method and the multi-pass order, as configuration data.
+
+    [postprocess]
+    reconciliation = "full_information"     # or "level_by_level"
+    rounding = ["total"]                    # marginals rounded and fixed before the cells, at every level
+
+    [[postprocess.passes]]                  # optional, per level: the production ordering of pl94-2020
+    levels = ["state", "county", "tract", "block_group"]
+    l2 = [["total"], ["cenrace", "hispanic"]]   # least-squares passes; unnamed queries join the last one
+    rounding = ["total"]
+    tolerance = "1/10"                      # later passes keep earlier answers within this many persons
+
+Everything here orders post-processing (``postprocess.passes``), so no choice changes the privacy cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from fractions import Fraction
+from typing import Any
+
+from geography.levels import Level
+from pipeline.config.model import check_nothing_else, parse_fraction
+from pipeline.config.schema import DETAILED, TOTAL, Query, Schema
+from pipeline.errors import ConfigError
+
+DEFAULT_TOLERANCE = Fraction(1, 10)  # production's opt_tol_slack
+DEFAULT_ROUNDING = (TOTAL,)
+
+
+class ReconciliationMethod(StrEnum):
+    """What each level's least squares fits (docs/reconciliation.md)."""
+
+    FULL_INFORMATION = "full_information"  # the tree's GLS estimates of every query, inverse-variance weighted
+    LEVEL_BY_LEVEL = "level_by_level"  # the level's own noisy measurements (and its only-child chain)
+
+
+@dataclass(frozen=True)
+class LevelPasses:
+    """One level's order: least-squares passes (query names), marginals rounded first, and the tolerance."""
+
+    l2: tuple[tuple[str, ...], ...] = ()
+    rounding: tuple[Query, ...] = ()
+    tolerance: Fraction = DEFAULT_TOLERANCE
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    method: ReconciliationMethod
+    passes: dict[str, LevelPasses]  # every level's, defaults filled in
+
+
+def parse_reconciliation(table: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema,
+                         measured: dict[str, set[str]]) -> Reconciliation:
+    """The ``[postprocess]`` keys of this module; ``measured`` is each level's measured query names.  A forced
+    ``solver = "fast"`` (closed forms: the detailed cells alone, one pass, cell-wise rounding) needs
+    ``level_by_level``, one pass and no rounding marginal: refused here, before any budget is charged."""
+    try:
+        method = ReconciliationMethod(table.get("reconciliation", ReconciliationMethod.FULL_INFORMATION))
+    except ValueError:
+        raise ConfigError(source, "postprocess.reconciliation",
+                          f"expected one of {', '.join(ReconciliationMethod)}") from None
+    default_rounding = _marginals(table.get("rounding", list(DEFAULT_ROUNDING)), source, "postprocess.rounding",
+                                  schema)
+    passes = {level.name: LevelPasses(rounding=default_rounding) for level in levels}
+    entries = table.get("passes", [])
+    if not isinstance(entries, list):
+        raise ConfigError(source, "postprocess.passes", "expected an array of tables ([[postprocess.passes]])")
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        prefix = f"postprocess.passes[{i}]."
+        if not isinstance(entry, dict):
+            raise ConfigError(source, f"postprocess.passes[{i}]", "expected a table")
+        check_nothing_else(entry, {"levels", "l2", "rounding", "tolerance"}, source, prefix)
+        names = entry.get("levels", [lv.name for lv in levels])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ConfigError(source, prefix + "levels", "expected a list of level names")
+        for name in names:
+            if name not in passes:
+                raise ConfigError(source, prefix + "levels", f"unknown level {name!r}")
+            if name in seen:
+                raise ConfigError(source, prefix + "levels", f"level {name!r} is given passes twice")
+        seen.update(names)
+        rounding = (_marginals(entry["rounding"], source, prefix + "rounding", schema) if "rounding" in entry
+                    else default_rounding)
+        tolerance = parse_fraction(entry.get("tolerance", str(DEFAULT_TOLERANCE)), source, prefix + "tolerance")
+        if tolerance < 0:
+            raise ConfigError(source, prefix + "tolerance", "must be >= 0")
+        for name in names:
+            l2 = _l2(entry.get("l2", []), source, prefix + "l2", schema,
+                     None if method is ReconciliationMethod.FULL_INFORMATION else measured[name], name)
+            passes[name] = LevelPasses(l2=l2, rounding=rounding, tolerance=tolerance)
+    if table.get("solver") == "fast" and (method is ReconciliationMethod.FULL_INFORMATION or any(
+            len(p.l2) > 1 or p.rounding for p in passes.values())):
+        raise ConfigError(source, "postprocess.solver", "fast needs reconciliation = \"level_by_level\", one "
+                          "least-squares pass and rounding = [] (it fits the detailed cells alone); use auto")
+    return Reconciliation(method=method, passes=passes)
+
+
+def _marginals(value: Any, source: str, key: str, schema: Schema) -> tuple[Query, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(source, key, "expected a list of query names")
+    queries = []
+    for name in value:
+        query = _query(name, source, key, schema)
+        if query.name == DETAILED:
+            raise ConfigError(source, key, "the detailed cells are always rounded last: list only marginals")
+        queries.append(query)
+    if len({q.name for q in queries}) != len(queries):
+        raise ConfigError(source, key, "a query is listed twice")
+    return tuple(queries)
+
+
+def _l2(value: Any, source: str, key: str, schema: Schema, measured: set[str] | None, level: str
+        ) -> tuple[tuple[str, ...], ...]:
+    if not isinstance(value, list) or not all(isinstance(g, list) and g for g in value):
+        raise ConfigError(source, key, "expected a list of non-empty lists of query names")
+    groups, seen = [], set()
+    for group in value:
+        names = []
+        for name in group:
+            if not isinstance(name, str):
+                raise ConfigError(source, key, "expected query names")
+            query = _query(name, source, key, schema)
+            if measured is not None and query.name not in measured:
+                raise ConfigError(source, key, f"{query.name!r} is not measured at level {level!r} (with "
+                                  "level_by_level, a pass fits the level's own measurements)")
+            if query.name not in seen:  # production's ordering names some queries twice: the first one counts
+                names.append(query.name)
+                seen.add(query.name)
+        if names:
+            groups.append(tuple(names))
+    return tuple(groups)
+
+
+def _query(name: str, source: str, key: str, schema: Schema) -> Query:
+    try:
+        return schema.parse_query(name)
+    except (KeyError, ValueError) as error:
+        raise ConfigError(source, key, f"unknown query {name!r} ({error})") from None

@@ -1,0 +1,108 @@
+"""Full-information reconciliation: every level is fitted to the tree's GLS estimates, not to its own measurements.
+
+Top-down reconciliation of a level against its own noisy measurements ignores everything measured below it
+(and, for an only child, the measurements of its chain).  Here the exact GLS of the whole tree
+(``postprocess.gls``: every measurement of every level, the invariants, x_parent = Σ x_children) comes first;
+each level's least squares then fits, for every query of the level's strategy plus the total and the detailed
+cells, the GLS estimate of that query with weight 1/v, v the mean variance of the estimate's cells over the
+level's nodes (nodes pinned by an invariant left out).  The constraints are those of every path —
+non-negativity, structural zeros, invariants, children adding up to the already-rounded parent — and the
+chunks, fast paths and Dask runner are unchanged.  A node that is its parent's only child (wholly or for some
+nodes of a level) is handled by the GLS itself, which ties the two nodes' measurements together.
+
+Everything is a function of the noisy measurements, their public σ² and the published invariants:
+post-processing, no privacy cost (Thm 19.25).  Design and measured accuracy: docs/reconciliation.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from pipeline.config.passes import LevelPasses, ReconciliationMethod
+from pipeline.config.schema import DETAILED, TOTAL, Query, Schema
+from pipeline.errors import CensusDPError
+from pipeline.release.only_child import level_measurements
+from pipeline.release.run import ReleaseRun, stage_output
+from postprocess import QueryInvariant, QueryMeasurement
+from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, solve_gls
+
+PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (no weight: the constraint holds it)
+
+__all__ = ["ReconciliationMethod", "estimate", "level_targets", "solve_tree", "target_queries"]
+
+Measured = Sequence[tuple[Query, Fraction, np.ndarray]]  # (query, σ², noisy answers (n_nodes, q_cells))
+
+
+class FullInformationNotSupported(CensusDPError):
+    """The exact GLS algebra does not cover a query of the run (see docs/reconciliation.md)."""
+
+
+def query_axes(schema: Schema, query: Query) -> tuple[int, ...]:
+    """The histogram axes a marginal keeps, in its cell order."""
+    if any(a not in schema.names for a in query.attributes):
+        raise FullInformationNotSupported(f"full-information reconciliation: query {query.name!r} uses a recode, "
+                                          "which the exact GLS does not cover yet; use "
+                                          "postprocess.reconciliation = \"level_by_level\"")
+    return tuple(schema.names.index(a) for a in query.attributes)
+
+
+def solve_tree(schema: Schema, parents: Sequence[np.ndarray], measured: Sequence[Measured],
+               invariants: Mapping[int, Sequence[QueryInvariant]]) -> GlsResult:
+    """The exact GLS of every level from its noisy measurements and invariants (``postprocess.gls``)."""
+    levels = []
+    for level, parent in enumerate(parents):
+        queries = [GlsQuery(query_axes(schema, q), float(s2), values) for q, s2, values in measured[level]]
+        fixed = [GlsInvariant(query_axes(schema, schema.parse_query(i.name)), i.values)
+                 for i in invariants.get(level, [])]
+        levels.append(GlsLevel(parent=parent, queries=queries, invariants=fixed))
+    return solve_gls(levels, schema.shape)
+
+
+def target_queries(schema: Schema, measured: Measured, passes: LevelPasses) -> list[Query]:
+    """What a level fits: its measured queries, the queries its passes name, the total and the detailed cells."""
+    names = [q.name for q, _, _ in measured] + [n for group in passes.l2 for n in group] + [TOTAL, DETAILED]
+    return [schema.parse_query(name) for name in dict.fromkeys(names)]
+
+
+def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequence[Query],
+                  rows: slice = slice(None)) -> list[QueryMeasurement]:
+    """The GLS estimates of ``queries`` at the nodes ``rows`` of a level, as least-squares terms weighted by the
+    inverse of their mean variance over the level (a query fixed everywhere by invariants is left out)."""
+    out = []
+    for query in queries:
+        axes = query_axes(schema, query)
+        variance = result.query_variance(level, axes)
+        free = variance[variance > PINNED]
+        if free.size == 0:
+            continue
+        # a weight, not a budget: any positive value keeps this post-processing; rounded for a compact Fraction
+        sigma2 = max(Fraction(float(free.mean())).limit_denominator(1 << 40), Fraction(1, 1 << 40))
+        out.append(QueryMeasurement(name=query.name, matrix=schema.query_matrix(query),
+                                    noisy=result.query_estimate(level, axes)[rows], sigma2=sigma2))
+    return out
+
+
+def estimate(run: ReleaseRun) -> None:
+    """Stage: the tree's GLS from the run's noisy measurements, kept as every level's targets (``run.targets``).
+    Nothing to do with ``postprocess.reconciliation = "level_by_level"``."""
+    config = run.config
+    if config.reconciliation_method is not ReconciliationMethod.FULL_INFORMATION:
+        return
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    schema = run.schema
+    directory = run.measurements_dir or run.work_dir / "measurements"
+    measured = []
+    for level, spec in enumerate(config.levels):
+        queries = [(a.query, a.sigma2) for a in run.level_allocations(level)]
+        values = level_measurements(directory / f"{spec.name}.parquet", run.chunk_plan[level], schema, queries)
+        measured.append([(schema.parse_query(q), s2, v) for (q, s2), v in zip(queries, values, strict=True)])
+    result = solve_tree(schema, [tree.parent[level] for level in range(tree.depth)], measured, run.invariants)
+    del measured
+    for level, spec in enumerate(config.levels):
+        run.targets[level] = level_targets(schema, result, level,
+                                           target_queries(schema, [(schema.parse_query(a.query), a.sigma2, None)
+                                                                   for a in run.level_allocations(level)],
+                                                          config.level_passes(spec.name)))

@@ -1,0 +1,57 @@
+"""A level's reconciliation as chunk tasks: what each task carries (public values only) and how it is made.
+
+With full-information reconciliation (the default) a task carries the GLS targets of its nodes
+(``release.full_information``); with ``level_by_level`` it reads the level's own noisy measurements from their
+file, plus those of the only-child levels below (``release.only_child``).  Either way, it also carries the
+level's least-squares passes and the marginals rounded first (``pipeline.config.passes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pipeline.config.passes import ReconciliationMethod
+from pipeline.dp.random_source import system_random_source
+from pipeline.release.only_child import chain_measurements
+from pipeline.release.reconcile_chunk import ChunkTask
+from pipeline.release.run import ReleaseRun, stage_output
+from pipeline.release.support import structural_zero_mask
+
+
+def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
+    """The level's reconciliation tasks: public values and file locations only."""
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    config = run.config
+    name = config.levels[level].name
+    queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
+    path = str((run.measurements_dir or run.work_dir / "measurements") / f"{name}.parquet")
+    zeros = structural_zero_mask(config)
+    # ties in rounding are broken at random (post-processing, so any source is private enough); the keys come
+    # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
+    tie_source = run.rng if run.rng.can_draw else system_random_source()
+    full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
+    targets = run.targets.get(level, []) if full else []
+    if full and not targets:
+        raise stage_output(None, f"the GLS targets of level {name} (the estimate stage)")
+    # level_by_level: the only-child levels below measured the same nodes again
+    chain = [] if full else chain_measurements(run, level)
+    passes = config.level_passes(name)
+    tasks = []
+    for start, stop, first in run.chunk_plan[level]:
+        parent_counts = parent_index = None
+        if level > 0:
+            parents = tree.parent[level][start:stop]
+            parent_counts = run.counts[level - 1][int(parents[0]): int(parents[-1]) + 1]
+            parent_index = parents - parents[0]
+        invariants = tuple((i.name, i.values[start:stop]) for i in run.invariants.get(level, []))
+        tasks.append(ChunkTask(level=name, start=start, stop=stop, measurements_path=path, first_row_group=first,
+                               queries=queries, schema=run.schema, parent_counts=parent_counts,
+                               parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
+                               solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),
+                               chain_measurements=tuple((label, q, s2, v[start:stop]) for label, q, s2, v in chain),
+                               targets=tuple(replace(t, noisy=t.noisy[start:stop]) for t in targets),
+                               passes=passes.l2, tolerance=float(passes.tolerance),
+                               rounding=tuple(q.name for q in passes.rounding)))
+    return tasks
+
+
