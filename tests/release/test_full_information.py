@@ -59,3 +59,32 @@ def test_targets_are_the_gls_estimates_weighted_by_their_mean_variance(tiny_rele
             assert float(target.sigma2) == pytest.approx(variance[variance > PINNED].mean(), rel=1e-9)
             assert np.allclose(target.noisy, result.query_estimate(level, axes))
             assert target.sigma2 < min((s2 for q, s2, _ in measured[level] if q.name == name), default=Fraction(10**9))
+
+
+def test_a_partial_only_child_chain_informs_its_parent() -> None:
+    """Item 2 of issue 12: a node that is its parent's only child while its siblings' parents have several (one
+    state of a nation with a single county).  Its measurements move its parent's fit, and the two stay equal."""
+    from pipeline.config.schema import Attribute, Schema
+
+    schema = Schema((Attribute("a", "A", ("x", "y")),))
+    detailed, total = schema.parse_query("detailed"), schema.parse_query("total")
+    parents = [np.zeros(0, dtype=np.int64), np.array([0, 0]), np.array([0, 1, 1])]  # node 0 of level 2: only child
+    rng = np.random.default_rng(3)
+
+    def measured(shift: float) -> list:
+        levels = []
+        for n in (1, 2, 3):
+            noisy = rng.normal(10, 1, (n, 2))
+            if n == 3:
+                noisy[0] += shift
+            levels.append([(detailed, Fraction(1), noisy), (total, Fraction(2), noisy.sum(axis=1, keepdims=True))])
+        return levels
+
+    fits = []
+    for shift in (0.0, 5.0):
+        rng = np.random.default_rng(3)
+        result = solve_tree(schema, parents, measured(shift), {})
+        targets = level_targets(schema, result, 1, [detailed])
+        fits.append(targets[0].noisy[0])
+        assert np.allclose(result.estimates[1][0], result.estimates[2][0])  # the only child equals its parent
+    assert np.all(fits[1] - fits[0] > 1)  # the child's measurements reached the parent's target
