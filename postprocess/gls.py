@@ -103,7 +103,7 @@ class GlsResult:
         cells, (n_nodes, C)).  A recode's grouping must coarsen the run's (its measured queries') groups."""
         spec = QuerySpec(tuple(range(len(self.shape)))) if spec is None else spec
         by_class, index = cell_variance(self.covariances[level], self.subsets, self.bases, spec)
-        return by_class[:, index]
+        return np.maximum(by_class, 0.0)[:, index]  # exact zeros (invariants) may come out as -1e-16
 
     def query_estimate(self, level: int, axes: Sequence[int]) -> np.ndarray:
         """GLS estimate (n_nodes, q_cells) of the plain marginal keeping ``axes`` (in that order)."""
@@ -118,7 +118,7 @@ class GlsResult:
         if by_class.shape[1] != 1:
             raise ValueError(f"the cells of the marginal on axes {spec.axes} have different variances (a recoded "
                              "attribute): use GlsResult.variance for per-cell variances")
-        return by_class[:, 0]
+        return np.maximum(by_class[:, 0], 0.0)
 
 
 def _level_sizes(levels: Sequence[GlsLevel]) -> list[int]:
