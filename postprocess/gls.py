@@ -176,19 +176,9 @@ def _pins(bases: list[AxisBasis], subset: Subset, specs: list[QuerySpec]) -> _Pi
     return _Pins(u[:, :rank], u[:, rank:], maps)
 
 
-def solve_gls(levels: Sequence[GlsLevel], shape: tuple[int, ...]) -> GlsResult:
-    """Exact GLS of every node's detailed histogram at every level, and the covariances of the estimates.
-
-    Raises ``ValueError`` when a cell of the lowest level is not identifiable (the lowest level's queries do
-    not cover every subspace and no invariant fixes it), when an invariant does not hold at every level above
-    it, or when the inputs are malformed."""
-    shape = tuple(int(n) for n in shape)
-    sizes = _level_sizes(levels)
-    _check(levels, sizes, shape)
-    specs = [q.spec for level in levels for q in level.queries] + [i.spec for level in levels for i in
-                                                                    level.invariants]
-    bases = axis_bases(shape, specs)
-    result = GlsResult(shape=shape, bases=bases, subsets=subsets(len(shape)))
+def _rotated_data(levels: Sequence[GlsLevel], sizes: list[int], shape: tuple[int, ...], bases: list[AxisBasis]
+                  ) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """Per level, b = Σ_q Q_qᵀ y_q/σ²_q and every invariant's least-norm solution Q⁺c, rotated (n, n_1..n_m)."""
     rotated, least_norm = [], []
     for level, n in zip(levels, sizes, strict=True):
         cube = np.zeros((n, *shape))
@@ -202,28 +192,53 @@ def solve_gls(levels: Sequence[GlsLevel], shape: tuple[int, ...]) -> GlsResult:
             rotate_into(target, invariant.values.astype(float), spec, bases, least_norm_scale(spec, shape))
             exact.append(target)
         least_norm.append(exact)
+    return rotated, least_norm
+
+
+def _subspace_levels(levels: Sequence[GlsLevel], bases: list[AxisBasis], subset: Subset, rotated: list[np.ndarray],
+                     least_norm: list[list[np.ndarray]]) -> list[SubspaceLevel]:
+    """Every level's problem on E_S: its information block, the pins of its invariants (nested: what a level
+    fixes, the level above must fix too) and its data, cut out of the rotated cubes."""
+    sub_levels = []
+    previous: np.ndarray | None = None
+    for i, level in enumerate(levels):
+        pins = _pins(bases, subset, [inv.spec for inv in level.invariants])
+        if previous is not None and np.abs(pins.pinned - previous @ (previous.T @ pins.pinned)).max(
+                initial=0) > TOLERANCE:
+            raise ValueError("an invariant must hold at every level above it too")
+        previous = pins.pinned
+        pinned = None
+        if pins.pinned.shape[1]:
+            pinned = sum(np.einsum("ij,njd->nid", g, gather(x, bases, subset))
+                         for g, x in zip(pins.maps, least_norm[i], strict=True))
+        info = information_block(bases, subset, [(q.spec, q.sigma2) for q in level.queries])
+        sub_levels.append(SubspaceLevel(info, pins.free, gather(rotated[i], bases, subset), pinned))
+    return sub_levels
+
+
+def solve_gls(levels: Sequence[GlsLevel], shape: tuple[int, ...]) -> GlsResult:
+    """Exact GLS of every node's detailed histogram at every level, and the covariances of the estimates.
+
+    Raises ``ValueError`` when a cell of the lowest level is not identifiable (the lowest level's queries do
+    not cover every subspace and no invariant fixes it), when an invariant does not hold at every level above
+    it, or when the inputs are malformed."""
+    shape = tuple(int(n) for n in shape)
+    sizes = _level_sizes(levels)
+    _check(levels, sizes, shape)
+    specs = [q.spec for level in levels for q in level.queries] + [i.spec for level in levels for i in
+                                                                    level.invariants]
+    bases = axis_bases(shape, specs)
+    result = GlsResult(shape=shape, bases=bases, subsets=subsets(len(shape)))
+    rotated, least_norm = _rotated_data(levels, sizes, shape, bases)
     children = [children_matrix(levels[i + 1].parent, sizes[i]) for i in range(len(levels) - 1)] + [None]
     parents = [level.parent for level in levels]
     estimates = [np.zeros((n, *shape)) for n in sizes]
     result.covariances = [[] for _ in sizes]
     for subset in result.subsets:
-        sub_levels = []
-        previous: np.ndarray | None = None
-        for i, level in enumerate(levels):
-            pins = _pins(bases, subset, [inv.spec for inv in level.invariants])
-            if previous is not None and np.abs(pins.pinned - previous @ (previous.T @ pins.pinned)).max(
-                    initial=0) > TOLERANCE:
-                raise ValueError("an invariant must hold at every level above it too")
-            previous = pins.pinned
-            pinned = None
-            if pins.pinned.shape[1]:
-                pinned = sum(np.einsum("ij,njd->nid", g, gather(x, bases, subset))
-                             for g, x in zip(pins.maps, least_norm[i], strict=True))
-            info = information_block(bases, subset, [(q.spec, q.sigma2) for q in level.queries])
-            sub_levels.append(SubspaceLevel(info, pins.free, gather(rotated[i], bases, subset), pinned))
+        sub_levels = _subspace_levels(levels, bases, subset, rotated, least_norm)
         lowest = sub_levels[-1]
-        if lowest.free.shape[1] and np.linalg.eigvalsh(lowest.free.T @ lowest.info @ lowest.free).min() <= (
-                TOLERANCE * max(1.0, np.abs(lowest.info).max())):
+        eigenvalues = np.linalg.eigvalsh(lowest.free.T @ lowest.info @ lowest.free)
+        if len(eigenvalues) and eigenvalues.min() <= TOLERANCE * max(eigenvalues.max(), 0.0):
             raise ValueError(f"cells of the lowest level are not identifiable: its queries do not determine the "
                              f"subspace of contrasts along the axes {sorted(subset)} (measure the detailed query "
                              "at the lowest level)")

@@ -163,12 +163,32 @@ def axis_bases(shape: tuple[int, ...], specs: Sequence[QuerySpec]) -> list[AxisB
     return bases
 
 
-def _along(cube: np.ndarray, axis: int, matrix: np.ndarray) -> np.ndarray:
-    """Apply ``matrix`` (out, d) along axis ``1 + axis`` of an (n, ...) cube."""
-    if matrix.shape == (1, 1):
-        return cube * matrix[0, 0]
-    moved = np.moveaxis(cube, 1 + axis, -1)
-    return np.moveaxis(moved @ matrix.T, -1, 1 + axis)
+MERGE = 64  # consecutive axes whose sizes multiply to at most this are rotated together, by one Kronecker factor
+
+
+def apply_axes(cube: np.ndarray, matrices: Sequence[np.ndarray]) -> np.ndarray:
+    """Apply ``matrices[a]`` (out_a, d_a) along every axis a of an (n, d_1..d_m) cube.  Runs of small axes are
+    merged into one Kronecker factor, so a pl94 cube (8·2·2, 63) takes two passes over the data, not four."""
+    n, dims = cube.shape[0], list(cube.shape[1:])
+    blocks, start = [], 0
+    for a in range(1, len(matrices)):
+        if max(prod(dims[start:a + 1]), prod(m.shape[0] for m in matrices[start:a + 1])) > MERGE:
+            blocks.append((start, a))
+            start = a
+    blocks.append((start, len(matrices)))
+    for start, stop in blocks:
+        mats = matrices[start:stop]
+        if all(m.shape == (1, 1) and m[0, 0] == 1 for m in mats):
+            continue
+        big = mats[0]
+        for m in mats[1:]:
+            big = np.kron(big, m)
+        pre, post = prod(dims[:start]), prod(dims[stop:])
+        view = np.ascontiguousarray(cube).reshape(n * pre, prod(dims[start:stop]), post)
+        out = view[:, :, 0] @ big.T if post == 1 else np.matmul(big, view)
+        dims[start:stop] = [m.shape[0] for m in mats]
+        cube = out.reshape(n, *dims)
+    return cube
 
 
 def rotate_into(out: np.ndarray, answers: np.ndarray, spec: QuerySpec, bases: Sequence[AxisBasis],
@@ -183,20 +203,15 @@ def rotate_into(out: np.ndarray, answers: np.ndarray, spec: QuerySpec, bases: Se
     order = sorted(spec.axes)
     cube = np.moveaxis(cube, list(range(1, 1 + len(spec.axes))), [1 + order.index(a) for a in spec.axes])
     cube = cube.reshape((n, *(cube.shape[1 + order.index(a)] if a in spec.axes else 1 for a in range(len(shape)))))
-    index: list[slice] = [slice(None)]
-    for a, basis in enumerate(bases):
-        matrix, _ = basis.factor(spec, a)
-        cube = _along(cube, a, matrix)
-        index.append(slice(None) if matrix.shape[0] == shape[a] else slice(0, basis.k))
-    out[tuple(index)] += cube
+    matrices = [basis.factor(spec, a)[0] for a, basis in enumerate(bases)]
+    index = (slice(None), *(slice(None) if m.shape[0] == shape[a] else slice(0, b.k)
+                            for a, (m, b) in enumerate(zip(matrices, bases, strict=True))))
+    out[index] += apply_axes(cube, matrices)
 
 
 def unrotate(cube: np.ndarray, bases: Sequence[AxisBasis]) -> np.ndarray:
     """(n, n_1..n_m) rotated -> (n, C) detailed: x = (⊗U_a) x̃."""
-    for a, basis in enumerate(bases):
-        if len(basis.group) > 1:
-            cube = _along(cube, a, basis.rotation)
-    return cube.reshape(cube.shape[0], -1)
+    return apply_axes(cube, [basis.rotation for basis in bases]).reshape(cube.shape[0], -1)
 
 
 def _block_index(bases: Sequence[AxisBasis], subset: Subset) -> tuple[tuple[slice, ...], list[int]]:

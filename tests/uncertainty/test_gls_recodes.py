@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import postprocess.gls_algebra as algebra
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, solve_gls
-from postprocess.gls_algebra import QuerySpec, answer
+from postprocess.gls_algebra import QuerySpec, answer, apply_axes
 from tests.helpers.gls_reference import aggregation, dense_gls, dense_query, random_tree
 
 Recodes = dict[int, list[tuple[int, ...]]]
@@ -121,6 +122,23 @@ def test_tree_gls_with_recodes_matches_dense_gls(seed: int, depth: int, with_inv
 @pytest.mark.parametrize("seed", range(6))
 def test_single_level_and_deep_trees(seed: int) -> None:
     check_against_dense(np.random.default_rng(100 + seed), depth=1 + 3 * (seed % 2), with_invariants=seed >= 2)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_axes_rotated_one_by_one_give_the_same_result(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(algebra, "MERGE", 1)  # no merged Kronecker factors: one pass per axis
+    check_against_dense(np.random.default_rng(200 + seed), depth=3, with_invariants=seed % 2 == 1)
+
+
+@pytest.mark.parametrize("shape", [(8, 2, 2, 63), (3, 30, 4, 5), (70, 1, 2), (1, 1)])
+def test_apply_axes_equals_one_matrix_per_axis(shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(len(shape))  # test-only
+    cube = rng.normal(size=(3, *shape))
+    matrices = [rng.normal(size=(int(rng.integers(1, n + 2)), n)) for n in shape]
+    expected = cube
+    for a, m in enumerate(matrices):
+        expected = np.moveaxis(np.tensordot(expected, m, axes=([1 + a], [1])), -1, 1 + a)
+    np.testing.assert_allclose(apply_axes(cube, matrices), expected, rtol=1e-10, atol=1e-10)
 
 
 # --- the pl94-2020 shape in miniature: hhgq (8 values) grouped by hhinstlevels, votingage -----------------------
