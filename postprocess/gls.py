@@ -1,20 +1,20 @@
 """Generalised least squares estimates of every node's detailed histogram, with exact variances.
 
-Model (a public fact of the release): at every node v of level l and every measured marginal query q,
-y_{v,q} = Q_q x_v + e with e ~ N_Z(0, σ²_{l,q}) independent (Thm 19.37(iii): the mechanism's σ² is public);
-x_parent = Σ x_children.  The GLS estimate minimises Σ_{v,q} ||Q_q x_v - y_{v,q}||² / σ²_{l,q} subject to the
-invariants (exact, published values) — every query at every level is used, marginals included.  It is linear
-in the noisy measurements, so it is unbiased; it ignores non-negativity and structural zeros (those are what
-the reconciled tables add).  Computed from published measurements only: post-processing, no privacy cost
-(Thm 19.25).
+Model (a public fact of the release): at every node v of level l and every measured query q (a marginal,
+possibly grouping an attribute's values by a recode), y_{v,q} = Q_q x_v + e with e ~ N_Z(0, σ²_{l,q})
+independent (Thm 19.37(iii): the mechanism's σ² is public); x_parent = Σ x_children.  The GLS estimate minimises
+Σ_{v,q} ||Q_q x_v - y_{v,q}||² / σ²_{l,q} subject to the invariants (exact, published values) — every query at
+every level is used.  It is linear in the noisy measurements, so it is unbiased; it ignores non-negativity and
+structural zeros (those are what the reconciled tables add).  Computed from published measurements only:
+post-processing, no privacy cost (Thm 19.25).
 
-How (exactly, no approximation): the information matrix of every level is Σ_S λ_l(S) P_S on one orthogonal
-decomposition of the cell space (``postprocess.gls_algebra``), so the problem splits into one scalar tree
-problem per attribute subset S, with per-level weights λ_l(S) and data P_S b_v, b_v = Σ_q Q_q^T y_{v,q}/σ²_q.
-Each is solved by the two-pass tree algorithm (Hay et al. 2010): up, each node's best estimate from its own
-subtree z̃_v with variance V_v; down, x̂_c = z̃_c + V_c/ΣV (x̂_parent - Σ z̃) over the siblings, with
-Var(x̂_c) = V_c - V_c²/ΣV + (V_c/ΣV)² Var(x̂_parent).  An invariant marginal K at a node fixes P_S x_v for
-every S ⊆ K (variance 0).  Cost: 2^m passes over the tree's cells (m attributes: 16 for pl94).
+How (exactly, no approximation): on one orthogonal decomposition of the cell space, R^C = ⊕_S E_S
+(``postprocess.gls_algebra``), the information matrix of every level acts on E_S as one small K_S×K_S block
+(K_S = 1 without recodes), the same on each of E_S's contrast directions.  So the problem splits into one tree
+problem per attribute subset S with matrix weights, data b_v = Σ_q Q_qᵀ y_{v,q}/σ²_q rotated into E_S, each
+solved by the two-pass tree algorithm (``postprocess.gls_tree``).  An invariant fixes the part of E_S in its
+own range (its least-norm solution there).  Cost: one rotation per axis and level, then 2^m passes over the
+tree's cells (m attributes: 16 for pl94).
 """
 
 from __future__ import annotations
@@ -24,28 +24,55 @@ from dataclasses import dataclass, field
 from math import prod
 
 import numpy as np
-import scipy.sparse as sp
 
-from postprocess.gls_algebra import Subset, diagonal_weight, eigenvalue, expand, marginal, project, subsets
+from postprocess.gls_algebra import (
+    AxisBasis,
+    QuerySpec,
+    Subset,
+    answer,
+    axis_bases,
+    cell_variance,
+    gather,
+    information_block,
+    least_norm_scale,
+    pinned_basis,
+    rotate_into,
+    scatter,
+    subsets,
+    unrotate,
+)
+from postprocess.gls_tree import SubspaceLevel, children_matrix, two_pass
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
 class GlsQuery:
-    """One measured marginal at one level: kept attribute axes (in the query's cell order), σ², noisy answers."""
+    """One measured query at one level: kept axes (in the query's cell order), σ², noisy answers (n_nodes,
+    q_cells) and, per kept axis, None or the cell of every value (a recode: ``QuerySpec.groups``)."""
 
     axes: tuple[int, ...]
     sigma2: float
-    noisy: np.ndarray  # (n_nodes, q_cells)
+    noisy: np.ndarray
+    groups: tuple[tuple[int, ...] | None, ...] = ()
+
+    @property
+    def spec(self) -> QuerySpec:
+        return QuerySpec(self.axes, self.groups)
 
 
 @dataclass(frozen=True)
 class GlsInvariant:
-    """An exact (published) marginal at one level: kept axes and values (n_nodes, q_cells)."""
+    """An exact (published) query at one level: kept axes, values (n_nodes, q_cells), groupings as GlsQuery."""
 
     axes: tuple[int, ...]
     values: np.ndarray
+    groups: tuple[tuple[int, ...] | None, ...] = ()
+
+    @property
+    def spec(self) -> QuerySpec:
+        return QuerySpec(self.axes, self.groups)
 
 
 @dataclass(frozen=True)
@@ -59,38 +86,39 @@ class GlsLevel:
 
 @dataclass
 class GlsResult:
-    """Per level: estimates (n_nodes, C) and, per subspace S, the scalar variance of every node's estimate."""
+    """Per level: estimates (n_nodes, C) and, per subspace S, every node's K_S×K_S posterior covariance."""
 
     shape: tuple[int, ...]
+    bases: list[AxisBasis]
     subsets: list[Subset]
     estimates: list[np.ndarray] = field(default_factory=list)
-    variances: list[np.ndarray] = field(default_factory=list)  # (n_nodes, n_subsets)
+    covariances: list[list[np.ndarray]] = field(default_factory=list)  # [level][subset]: (n_nodes, K_S, K_S)
+
+    def estimate(self, level: int, spec: QuerySpec) -> np.ndarray:
+        """GLS estimate (n_nodes, q_cells) of any query (the estimator is linear, so it is the query's answer)."""
+        return answer(self.estimates[level], self.shape, spec)
+
+    def variance(self, level: int, spec: QuerySpec | None = None) -> np.ndarray:
+        """Variance (n_nodes, q_cells) of each node's estimate of every cell of a query (``None``: the detailed
+        cells, (n_nodes, C)).  A recode's grouping must coarsen the run's (its measured queries') groups."""
+        spec = QuerySpec(tuple(range(len(self.shape)))) if spec is None else spec
+        by_class, index = cell_variance(self.covariances[level], self.subsets, self.bases, spec)
+        return np.maximum(by_class, 0.0)[:, index]  # exact zeros (invariants) may come out as -1e-16
 
     def query_estimate(self, level: int, axes: Sequence[int]) -> np.ndarray:
-        """GLS estimate of a marginal at every node of a level (the estimator is linear, so it is the marginal)."""
-        return marginal(self.estimates[level], self.shape, axes)
+        """GLS estimate (n_nodes, q_cells) of the plain marginal keeping ``axes`` (in that order)."""
+        return self.estimate(level, QuerySpec(tuple(axes)))
 
     def query_variance(self, level: int, axes: Sequence[int] | None = None) -> np.ndarray:
-        """Variance of each node's estimate of one cell of the marginal ``axes`` (the same for all its cells);
-        ``axes=None`` means the detailed cells."""
-        axes = tuple(range(len(self.shape))) if axes is None else tuple(axes)
-        weights = np.array([diagonal_weight(self.shape, s, axes) for s in self.subsets])
-        return self.variances[level] @ weights
-
-
-def _children_sum(parent: np.ndarray, n_parents: int, values: np.ndarray) -> np.ndarray:
-    matrix = sp.csr_matrix((np.ones(len(parent)), (parent, np.arange(len(parent)))), shape=(n_parents, len(parent)))
-    return np.asarray(matrix @ values)
-
-
-def _pins(level: GlsLevel, shape: tuple[int, ...], subset: Subset) -> np.ndarray | None:
-    """P_S x_v fixed by an invariant keeping every axis of S (None if no invariant of the level does)."""
-    for invariant in level.invariants:
-        if subset <= set(invariant.axes):
-            scale = prod(n for a, n in enumerate(shape) if a not in invariant.axes)
-            least_norm = expand(invariant.values.astype(float), shape, invariant.axes) / scale  # Q_K^+ c
-            return project(least_norm, shape, subset)
-    return None
+        """(n_nodes,) variance of one cell of the plain marginal ``axes`` (None: the detailed cells), when it is
+        the same for all its cells — always so without recodes.  ``ValueError`` when a kept attribute is
+        recoded (its cells' variances differ by group): use ``variance``."""
+        spec = QuerySpec(tuple(range(len(self.shape))) if axes is None else tuple(axes))
+        by_class, _ = cell_variance(self.covariances[level], self.subsets, self.bases, spec)
+        if by_class.shape[1] != 1:
+            raise ValueError(f"the cells of the marginal on axes {spec.axes} have different variances (a recoded "
+                             "attribute): use GlsResult.variance for per-cell variances")
+        return np.maximum(by_class[:, 0], 0.0)
 
 
 def _level_sizes(levels: Sequence[GlsLevel]) -> list[int]:
@@ -109,82 +137,117 @@ def _level_sizes(levels: Sequence[GlsLevel]) -> list[int]:
     return sizes
 
 
-def solve_gls(levels: Sequence[GlsLevel], shape: tuple[int, ...]) -> GlsResult:
-    """Exact GLS of every node's detailed histogram at every level, and the variances of the estimates.
-
-    Raises ``ValueError`` when a cell of the lowest level is not identifiable (the lowest level's queries do
-    not cover every subspace and no invariant fixes it) or when the inputs are malformed.
-    """
-    shape = tuple(int(n) for n in shape)
-    sizes = _level_sizes(levels)
+def _check(levels: Sequence[GlsLevel], sizes: list[int], shape: tuple[int, ...]) -> None:
     for i, level in enumerate(levels):
         if i > 0 and (len(level.parent) != sizes[i] or np.bincount(level.parent, minlength=sizes[i - 1]).min() == 0
                       or level.parent.max() >= sizes[i - 1]):
             raise ValueError(f"level {i}: every node needs one parent of the level above, and every parent a child")
         for query in level.queries:
-            if query.sigma2 <= 0 or query.noisy.shape != (sizes[i], prod(shape[a] for a in query.axes)):
+            if query.sigma2 <= 0 or query.noisy.shape != (sizes[i], prod(query.spec.cells(shape))):
                 raise ValueError(f"level {i}: query on axes {query.axes} has the wrong shape or sigma2")
-    cells = prod(shape)
-    result = GlsResult(shape=shape, subsets=subsets(len(shape)))
-    info = [[(q.axes, q.sigma2) for q in level.queries] for level in levels]
-    b = []
+        for invariant in level.invariants:
+            if invariant.values.shape != (sizes[i], prod(invariant.spec.cells(shape))):
+                raise ValueError(f"level {i}: invariant on axes {invariant.axes} has the wrong shape")
+
+
+@dataclass
+class _Pins:
+    """A level's invariants on one subspace: the pinned basis P (K, r), its complement N (K, f), and the maps
+    G_i (K, K) with t_v = Σ_i G_i x̃*_i (x̃*_i the rotated least-norm solution of invariant i)."""
+
+    pinned: np.ndarray
+    free: np.ndarray
+    maps: list[np.ndarray]
+
+
+def _pins(bases: list[AxisBasis], subset: Subset, specs: list[QuerySpec]) -> _Pins:
+    k = prod(b.k for a, b in enumerate(bases) if a not in subset)
+    parts = [pinned_basis(bases, subset, spec) for spec in specs]
+    stacked = np.hstack([np.zeros((k, 0)), *parts])
+    u, sv, _ = np.linalg.svd(stacked, full_matrices=True)
+    rank = int(np.count_nonzero(sv > TOLERANCE))
+    maps = []
+    if rank:
+        inverse = np.linalg.pinv(stacked.T, rcond=TOLERANCE)  # t = A⁺ [P_iᵀ x̃*_i]_i
+        start = 0
+        for part in parts:
+            maps.append(inverse[:, start:start + part.shape[1]] @ part.T)
+            start += part.shape[1]
+    return _Pins(u[:, :rank], u[:, rank:], maps)
+
+
+def _rotated_data(levels: Sequence[GlsLevel], sizes: list[int], shape: tuple[int, ...], bases: list[AxisBasis]
+                  ) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """Per level, b = Σ_q Q_qᵀ y_q/σ²_q and every invariant's least-norm solution Q⁺c, rotated (n, n_1..n_m)."""
+    rotated, least_norm = [], []
     for level, n in zip(levels, sizes, strict=True):
-        total = np.zeros((n, cells))
+        cube = np.zeros((n, *shape))
         for query in level.queries:
-            total += expand(query.noisy.astype(float), shape, query.axes) / query.sigma2
-        b.append(total)
-    result.estimates = [np.zeros((n, cells)) for n in sizes]
-    result.variances = [np.zeros((n, len(result.subsets))) for n in sizes]
-    for k, subset in enumerate(result.subsets):
-        weights = [eigenvalue(shape, subset, q) for q in info]
-        pins = [_pins(level, shape, subset) for level in levels]
-        pinned = [p is not None for p in pins]
-        if any(pinned[i] and not pinned[i - 1] for i in range(1, len(levels))):
+            rotate_into(cube, query.noisy.astype(float), query.spec, bases, 1 / query.sigma2)
+        rotated.append(cube)
+        exact = []
+        for invariant in level.invariants:
+            spec = invariant.spec
+            target = np.zeros((n, *shape))
+            rotate_into(target, invariant.values.astype(float), spec, bases, least_norm_scale(spec, shape))
+            exact.append(target)
+        least_norm.append(exact)
+    return rotated, least_norm
+
+
+def _subspace_levels(levels: Sequence[GlsLevel], bases: list[AxisBasis], subset: Subset, rotated: list[np.ndarray],
+                     least_norm: list[list[np.ndarray]]) -> list[SubspaceLevel]:
+    """Every level's problem on E_S: its information block, the pins of its invariants (nested: what a level
+    fixes, the level above must fix too) and its data, cut out of the rotated cubes."""
+    sub_levels = []
+    previous: np.ndarray | None = None
+    for i, level in enumerate(levels):
+        pins = _pins(bases, subset, [inv.spec for inv in level.invariants])
+        if previous is not None and np.abs(pins.pinned - previous @ (previous.T @ pins.pinned)).max(
+                initial=0) > TOLERANCE:
             raise ValueError("an invariant must hold at every level above it too")
-        if weights[-1] == 0 and not pinned[-1]:
-            raise ValueError(f"cells of the lowest level are not identifiable: no query there keeps the axes "
-                             f"{sorted(subset)} (measure the detailed query at the lowest level)")
-        estimate, variance = _scalar_tree(levels, sizes, [project(bb, shape, subset) for bb in b], weights, pins)
+        previous = pins.pinned
+        pinned = None
+        if pins.pinned.shape[1]:
+            pinned = sum(np.einsum("ij,njd->nid", g, gather(x, bases, subset))
+                         for g, x in zip(pins.maps, least_norm[i], strict=True))
+        info = information_block(bases, subset, [(q.spec, q.sigma2) for q in level.queries])
+        sub_levels.append(SubspaceLevel(info, pins.free, gather(rotated[i], bases, subset), pinned))
+    return sub_levels
+
+
+def solve_gls(levels: Sequence[GlsLevel], shape: tuple[int, ...]) -> GlsResult:
+    """Exact GLS of every node's detailed histogram at every level, and the covariances of the estimates.
+
+    Raises ``ValueError`` when a cell of the lowest level is not identifiable (the lowest level's queries do
+    not cover every subspace and no invariant fixes it), when an invariant does not hold at every level above
+    it, or when the inputs are malformed."""
+    shape = tuple(int(n) for n in shape)
+    sizes = _level_sizes(levels)
+    _check(levels, sizes, shape)
+    specs = [q.spec for level in levels for q in level.queries] + [i.spec for level in levels for i in
+                                                                    level.invariants]
+    bases = axis_bases(shape, specs)
+    result = GlsResult(shape=shape, bases=bases, subsets=subsets(len(shape)))
+    rotated, least_norm = _rotated_data(levels, sizes, shape, bases)
+    children = [children_matrix(levels[i + 1].parent, sizes[i]) for i in range(len(levels) - 1)] + [None]
+    parents = [level.parent for level in levels]
+    estimates = [np.zeros((n, *shape)) for n in sizes]
+    result.covariances = [[] for _ in sizes]
+    for subset in result.subsets:
+        sub_levels = _subspace_levels(levels, bases, subset, rotated, least_norm)
+        lowest = sub_levels[-1]
+        eigenvalues = np.linalg.eigvalsh(lowest.free.T @ lowest.info @ lowest.free)
+        if len(eigenvalues) and eigenvalues.min() <= TOLERANCE * max(eigenvalues.max(), 0.0):
+            raise ValueError(f"cells of the lowest level are not identifiable: its queries do not determine the "
+                             f"subspace of contrasts along the axes {sorted(subset)} (measure the detailed query "
+                             "at the lowest level)")
+        estimate, covariance = two_pass(sub_levels, children, parents)
         for i in range(len(levels)):
-            result.estimates[i] += estimate[i]
-            result.variances[i][:, k] = variance[i]
+            scatter(estimates[i], estimate[i], bases, subset)
+            result.covariances[i].append(covariance[i])
+    result.estimates = [unrotate(cube, bases) for cube in estimates]
     return result
-
-
-def _scalar_tree(levels: Sequence[GlsLevel], sizes: list[int], beta: list[np.ndarray], weights: list[float],
-                 pins: list[np.ndarray | None]) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Two passes for one subspace: per-level weight w_l, data β_v = w_l z_v (z_v the node's measurement)."""
-    depth = len(levels)
-    up: list[np.ndarray] = [np.empty(0)] * depth
-    var: list[np.ndarray] = [np.empty(0)] * depth
-    child_var: list[np.ndarray] = [np.empty(0)] * depth  # Σ V over a node's children
-    child_sum: list[np.ndarray] = [np.empty(0)] * depth  # Σ z̃ over a node's children
-    for i in range(depth - 1, -1, -1):
-        w = weights[i]
-        if i == depth - 1:
-            w_safe = w if w > 0 else 1.0  # an unmeasured but pinned lowest level: values replaced below
-            up[i], var[i] = beta[i] / w_safe, np.full(sizes[i], 1 / w_safe)
-            continue
-        below = levels[i + 1].parent
-        child_var[i] = _children_sum(below, sizes[i], var[i + 1])
-        child_sum[i] = _children_sum(below, sizes[i], up[i + 1])
-        precision = w + 1 / child_var[i]
-        var[i] = 1 / precision
-        up[i] = (beta[i] + child_sum[i] / child_var[i][:, None]) * var[i][:, None]
-    estimate: list[np.ndarray] = [np.empty(0)] * depth
-    post: list[np.ndarray] = [np.empty(0)] * depth
-    for i in range(depth):
-        if pins[i] is not None:
-            estimate[i], post[i] = pins[i], np.zeros(sizes[i])
-            continue
-        if i == 0:
-            estimate[i], post[i] = up[i], var[i]
-            continue
-        parent = levels[i].parent
-        share = var[i] / child_var[i - 1][parent]
-        estimate[i] = up[i] + share[:, None] * (estimate[i - 1] - child_sum[i - 1])[parent]
-        post[i] = var[i] - var[i] * share + share**2 * post[i - 1][parent]
-    return estimate, post
 
 
 def interval(estimate: np.ndarray, variance: np.ndarray, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:

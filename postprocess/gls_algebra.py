@@ -1,23 +1,61 @@
-"""The algebra behind the tree GLS: marginal queries of a Kronecker-structured histogram and their eigenspaces.
+"""The algebra behind the tree GLS: marginal and recode queries of a Kronecker-structured histogram, and one
+orthogonal basis on which all their information matrices are block diagonal with small blocks.
 
-The detailed histogram of a node is a cube with one axis per attribute (sizes n_1..n_m, C order).  A marginal
-query keeping the attributes K has the 0/1 matrix Q_K and Q_K^T Q_K = ⊗_{a∈K} I ⊗_{a∉K} J (J the all-ones
-matrix).  Writing I = P0 + P1 per attribute (P0 = J/n the mean, P1 = I - J/n the contrasts), every such
-matrix is diagonal in the same orthogonal decomposition R^C = ⊕_S E_S, E_S = ⊗_{a∈S} P1 ⊗_{a∉S} P0, over
-the 2^m subsets S of attributes:  Q_K^T Q_K = Σ_{S⊆K} (Π_{a∉K} n_a) P_S.  So the information matrix of any
-weighted set of marginal queries, A = Σ_q Q_q^T Q_q / σ²_q, is Σ_S λ(S) P_S with scalar eigenvalues λ(S),
-and least squares over a tree splits into one scalar tree problem per subspace S (``postprocess.gls``).
+The detailed histogram of a node is a cube with one axis per attribute (sizes n_1..n_m, C order).  A query's
+factor on axis a keeps it (I), sums it out (J = 11ᵀ) or groups its values by a partition R (a recode, G_RᵀG_R),
+and Q_qᵀQ_q = ⊗_a F_a.  Per axis, let P_a be the common refinement of every grouping of a that the queries use
+(k_a groups of sizes n_g; k_a = 1 for a plain attribute), B_a = span of u_g = 1_g/√n_g and C_a its orthogonal
+complement (within-group contrasts).  Every factor maps B_a to B_a and C_a to C_a: on C_a, I, J and G_RᵀG_R are
+the scalars 1, 0, 0; on B_a (basis u) they are I_k, s sᵀ (s_g = √n_g) and M_R[g,h] = √(n_g n_h)·[g ~_R h].
+So R^C = ⊕_S E_S over subsets S of axes (C_a for a ∈ S, B_a otherwise), and on E_S every information matrix
+A = Σ_q Q_qᵀQ_q/σ²_q acts as one K_S×K_S matrix (K_S = Π_{a∉S} k_a: ⊗_{a∉S} of the B-blocks, times the
+product of the C-scalars), identically on each of the D_S = Π_{a∈S}(n_a - k_a) contrast directions.
+
+In coordinates: rotate each axis by the orthogonal U_a = [u_1..u_k | an orthonormal basis of C_a]; a rotated
+cell lies in E_S for S = {a : index_a ≥ k_a}.  ``gather`` cuts E_S out of a rotated cube as (n, K_S, D_S).
+With no recode every K_S is 1 and the blocks are the scalar eigenvalues of the plain mean/contrast split.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import combinations
 from math import prod
 
 import numpy as np
+import scipy.linalg as la
 
 Subset = frozenset[int]
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """A query of the detailed histogram: the axes it keeps, in its cell order (C order over them), and per kept
+    axis either None (each value is a cell) or ``groups[i][v]``, the cell (0..r-1) of value v (a recode)."""
+
+    axes: tuple[int, ...]
+    groups: tuple[tuple[int, ...] | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        groups = self.groups or (None,) * len(self.axes)
+        object.__setattr__(self, "axes", tuple(int(a) for a in self.axes))
+        object.__setattr__(self, "groups", tuple(None if g is None else tuple(int(v) for v in g) for g in groups))
+        if len(self.groups) != len(self.axes) or len(set(self.axes)) != len(self.axes):
+            raise ValueError(f"query on axes {self.axes}: one grouping (or None) per kept axis, each axis once")
+        for g in self.groups:
+            if g is not None and sorted(set(g)) != list(range(max(g) + 1)):
+                raise ValueError(f"query on axes {self.axes}: a grouping must use the cells 0..r-1, each at least once")
+
+    def grouping(self, axis: int) -> tuple[int, ...] | None:
+        return self.groups[self.axes.index(axis)]
+
+    def cells(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The query's shape, in its own axis order."""
+        for a, g in zip(self.axes, self.groups, strict=True):
+            if a >= len(shape) or (g is not None and len(g) != shape[a]):
+                raise ValueError(f"query on axes {self.axes} does not fit the histogram shape {shape}")
+        return tuple(shape[a] if g is None else max(g) + 1 for a, g in zip(self.axes, self.groups, strict=True))
 
 
 def subsets(m: int) -> list[Subset]:
@@ -25,60 +63,243 @@ def subsets(m: int) -> list[Subset]:
     return [frozenset(c) for k in range(m + 1) for c in combinations(range(m), k)]
 
 
-def marginal(cube_rows: np.ndarray, shape: tuple[int, ...], axes: Sequence[int]) -> np.ndarray:
-    """(n, C) detailed rows -> (n, q_cells) answers of the marginal keeping ``axes`` in that (query) order."""
-    n = cube_rows.shape[0]
-    cube = cube_rows.reshape((n, *shape))
-    dropped = tuple(1 + a for a in range(len(shape)) if a not in axes)
+def _grouping_matrix(group_of: Sequence[int]) -> np.ndarray:
+    """(n_values, r) 0/1: value v is in group group_of[v]."""
+    matrix = np.zeros((len(group_of), max(group_of) + 1))
+    matrix[np.arange(len(group_of)), list(group_of)] = 1
+    return matrix
+
+
+def answer(rows: np.ndarray, shape: tuple[int, ...], spec: QuerySpec) -> np.ndarray:
+    """(n, C) detailed rows -> (n, q_cells) answers of the query, cells in its order."""
+    n = rows.shape[0]
+    spec.cells(shape)
+    cube = rows.reshape((n, *shape))
+    dropped = tuple(1 + a for a in range(len(shape)) if a not in spec.axes)
     kept = cube.sum(axis=dropped) if dropped else cube
-    order = sorted(axes)
-    kept = np.moveaxis(kept, [1 + order.index(a) for a in axes], list(range(1, 1 + len(axes))))
+    order = sorted(spec.axes)
+    kept = np.moveaxis(kept, [1 + order.index(a) for a in spec.axes], list(range(1, 1 + len(spec.axes))))
+    for position, group_of in enumerate(spec.groups):
+        if group_of is not None:
+            kept = np.moveaxis(np.tensordot(kept, _grouping_matrix(group_of), axes=([1 + position], [0])), -1,
+                               1 + position)
     return kept.reshape(n, -1)
 
 
-def expand(answers: np.ndarray, shape: tuple[int, ...], axes: Sequence[int]) -> np.ndarray:
-    """Q_K^T applied row-wise: (n, q_cells) answers -> (n, C), each detailed cell gets its query cell's value."""
+def marginal(rows: np.ndarray, shape: tuple[int, ...], axes: Sequence[int]) -> np.ndarray:
+    """(n, C) detailed rows -> (n, q_cells) answers of the marginal keeping ``axes`` in that (query) order."""
+    return answer(rows, shape, QuerySpec(tuple(axes)))
+
+
+@dataclass(frozen=True)
+class AxisBasis:
+    """One axis: the refinement of its groupings (``group[v]``, k groups of ``sizes``) and the rotation U_a."""
+
+    group: np.ndarray
+    sizes: np.ndarray
+    rotation: np.ndarray  # (n_a, n_a), columns: u_1..u_k, then an orthonormal basis of the contrasts C_a
+
+    @property
+    def k(self) -> int:
+        return len(self.sizes)
+
+    def coarse_of(self, spec: QuerySpec, axis: int) -> np.ndarray:
+        """For a grouped factor: the query cell of every refinement group (the grouping must be coarser)."""
+        group_of = np.asarray(spec.grouping(axis))
+        coarse = np.zeros(self.k, dtype=np.int64)
+        coarse[self.group] = group_of
+        if not np.array_equal(coarse[self.group], group_of):
+            raise ValueError(f"axis {axis}: a grouping that is not a coarsening of the run's recode groups")
+        return coarse
+
+    def factor(self, spec: QuerySpec, axis: int) -> tuple[np.ndarray, np.ndarray]:
+        """(R, c) of the query's factor on this axis: R (n_a or k, d) maps the factor's d answer cells into
+        rotated coordinates (rows ≥ k, the contrasts, only for a kept axis), U_aᵀ q_aᵀ; c (d,) is the squared
+        norm of each column's contrast part (1 - 1/n_g for a kept value of group g, else 0)."""
+        s = np.sqrt(self.sizes)
+        if axis not in spec.axes:
+            return s[:, None], np.zeros(1)
+        if spec.grouping(axis) is None:
+            return self.rotation.T, 1 - 1 / self.sizes[self.group]
+        coarse = self.coarse_of(spec, axis)
+        return s[:, None] * _grouping_matrix(coarse), np.zeros(int(coarse.max()) + 1)
+
+    def block(self, spec: QuerySpec, axis: int) -> tuple[np.ndarray, float]:
+        """(B, c): the factor's k×k block on B_a (I, s sᵀ or M_R) and its scalar on C_a (1 if kept, else 0)."""
+        r, c = self.factor(spec, axis)
+        if axis in spec.axes and spec.grouping(axis) is None:
+            return np.eye(self.k), 1.0
+        return r @ r.T, 0.0
+
+    def range_basis(self, spec: QuerySpec, axis: int) -> np.ndarray:
+        """An orthonormal basis (k, r) of the range of the factor's B-block."""
+        r, _ = self.factor(spec, axis)
+        if axis in spec.axes and spec.grouping(axis) is None:
+            return np.eye(self.k)
+        return r / np.linalg.norm(r, axis=0)
+
+    def classes(self, spec: QuerySpec, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct columns of ``factor``: class of each factor cell, each class's B part (n_cls, k) and c."""
+        r, c = self.factor(spec, axis)
+        if axis in spec.axes and spec.grouping(axis) is None:
+            first = np.array([int(np.flatnonzero(self.group == g)[0]) for g in range(self.k)])
+            return self.group, r[: self.k, first].T, c[first]
+        return np.arange(r.shape[1]), r[: self.k].T, c
+
+
+def axis_bases(shape: tuple[int, ...], specs: Sequence[QuerySpec]) -> list[AxisBasis]:
+    """Per axis, the common refinement of every grouping the specs use (groups numbered by first value) and U_a."""
+    bases = []
+    for a, n in enumerate(shape):
+        keys = [tuple(spec.grouping(a)) for spec in specs if a in spec.axes and spec.grouping(a) is not None]
+        rows = list(zip(*keys, strict=True)) if keys else [()] * n
+        labels: dict[tuple[int, ...], int] = {}
+        group = np.array([labels.setdefault(row, len(labels)) for row in rows], dtype=np.int64)
+        sizes = np.bincount(group).astype(float)
+        u = np.zeros((n, len(sizes)))
+        u[np.arange(n), group] = 1 / np.sqrt(sizes[group])
+        rotation = np.hstack([u, la.null_space(u.T)]) if n > len(sizes) else u
+        bases.append(AxisBasis(group, sizes, rotation))
+    return bases
+
+
+MERGE = 64  # consecutive axes whose sizes multiply to at most this are rotated together, by one Kronecker factor
+
+
+def apply_axes(cube: np.ndarray, matrices: Sequence[np.ndarray]) -> np.ndarray:
+    """Apply ``matrices[a]`` (out_a, d_a) along every axis a of an (n, d_1..d_m) cube.  Runs of small axes are
+    merged into one Kronecker factor, so a pl94 cube (8·2·2, 63) takes two passes over the data, not four."""
+    n, dims = cube.shape[0], list(cube.shape[1:])
+    blocks, start = [], 0
+    for a in range(1, len(matrices)):
+        if max(prod(dims[start:a + 1]), prod(m.shape[0] for m in matrices[start:a + 1])) > MERGE:
+            blocks.append((start, a))
+            start = a
+    blocks.append((start, len(matrices)))
+    for start, stop in blocks:
+        mats = matrices[start:stop]
+        if all(m.shape == (1, 1) and m[0, 0] == 1 for m in mats):
+            continue
+        big = mats[0]
+        for m in mats[1:]:
+            big = np.kron(big, m)
+        pre, post = prod(dims[:start]), prod(dims[stop:])
+        view = np.ascontiguousarray(cube).reshape(n * pre, prod(dims[start:stop]), post)
+        out = view[:, :, 0] @ big.T if post == 1 else np.matmul(big, view)
+        dims[start:stop] = [m.shape[0] for m in mats]
+        cube = out.reshape(n, *dims)
+    return cube
+
+
+def rotate_into(out: np.ndarray, answers: np.ndarray, spec: QuerySpec, bases: Sequence[AxisBasis],
+                scale: np.ndarray | float = 1.0) -> None:
+    """out += (⊗U_a)ᵀ Q_qᵀ (scale · answers), in place on the rotated cube ``out`` (n, n_1..n_m).
+
+    A summed or grouped axis lands in the axis's first k_a (group) coordinates only, so only that slice of
+    ``out`` is touched; ``scale`` broadcasts against the (n, q_cells) answers."""
+    shape = tuple(len(b.group) for b in bases)
     n = answers.shape[0]
-    kept = answers.reshape((n, *(shape[a] for a in axes)))
-    order = sorted(axes)
-    kept = np.moveaxis(kept, list(range(1, 1 + len(axes))), [1 + order.index(a) for a in axes])
-    full = kept.reshape((n, *(shape[a] if a in axes else 1 for a in range(len(shape)))))
-    return np.broadcast_to(full, (n, *shape)).reshape(n, -1)
+    cube = (answers * scale).reshape((n, *spec.cells(shape)))
+    order = sorted(spec.axes)
+    cube = np.moveaxis(cube, list(range(1, 1 + len(spec.axes))), [1 + order.index(a) for a in spec.axes])
+    cube = cube.reshape((n, *(cube.shape[1 + order.index(a)] if a in spec.axes else 1 for a in range(len(shape)))))
+    matrices = [basis.factor(spec, a)[0] for a, basis in enumerate(bases)]
+    index = (slice(None), *(slice(None) if m.shape[0] == shape[a] else slice(0, b.k)
+                            for a, (m, b) in enumerate(zip(matrices, bases, strict=True))))
+    out[index] += apply_axes(cube, matrices)
 
 
-def project(rows: np.ndarray, shape: tuple[int, ...], subset: Subset) -> np.ndarray:
-    """P_S applied row-wise to (n, C) rows: contrasts along the axes in S, means along the others."""
-    n = rows.shape[0]
-    cube = rows.reshape((n, *shape))
-    for a in range(len(shape)):
-        mean = cube.mean(axis=1 + a, keepdims=True)
-        cube = cube - mean if a in subset else np.broadcast_to(mean, cube.shape)
-    return np.ascontiguousarray(cube).reshape(n, -1)
+def unrotate(cube: np.ndarray, bases: Sequence[AxisBasis]) -> np.ndarray:
+    """(n, n_1..n_m) rotated -> (n, C) detailed: x = (⊗U_a) x̃."""
+    return apply_axes(cube, [basis.rotation for basis in bases]).reshape(cube.shape[0], -1)
 
 
-def eigenvalue(shape: tuple[int, ...], subset: Subset, queries: Sequence[tuple[Sequence[int], float]]) -> float:
-    """λ(S) of A = Σ_q Q_q^T Q_q / σ²_q: Σ over queries keeping every axis of S of Π_{a∉K} n_a / σ²_q."""
-    total = 0.0
-    for axes, sigma2 in queries:
-        if subset <= set(axes):
-            total += prod(shape[a] for a in range(len(shape)) if a not in axes) / sigma2
+def _block_index(bases: Sequence[AxisBasis], subset: Subset) -> tuple[tuple[slice, ...], list[int]]:
+    index = (slice(None), *(slice(b.k, None) if a in subset else slice(0, b.k) for a, b in enumerate(bases)))
+    outside = [a for a in range(len(bases)) if a not in subset]
+    return index, [0, *(1 + a for a in outside), *(1 + a for a in sorted(subset))]
+
+
+def gather(cube: np.ndarray, bases: Sequence[AxisBasis], subset: Subset) -> np.ndarray:
+    """E_S of a rotated cube as (n, K_S, D_S): group coordinates of the axes outside S (C order), then the
+    contrast coordinates of the axes in S."""
+    index, order = _block_index(bases, subset)
+    block = cube[index].transpose(order)
+    k = prod(b.k for a, b in enumerate(bases) if a not in subset)
+    return block.reshape(cube.shape[0], k, -1)
+
+
+def scatter(cube: np.ndarray, block: np.ndarray, bases: Sequence[AxisBasis], subset: Subset) -> None:
+    """The inverse of ``gather``: write (n, K_S, D_S) into E_S of a rotated cube."""
+    index, order = _block_index(bases, subset)
+    target = cube[index]
+    shaped = block.reshape(tuple(target.shape[i] for i in order))
+    target[...] = shaped.transpose(np.argsort(order))
+
+
+def information_block(bases: Sequence[AxisBasis], subset: Subset, specs: Sequence[tuple[QuerySpec, float]]
+                      ) -> np.ndarray:
+    """Λ(S): the K_S×K_S block of A = Σ_q Q_qᵀQ_q/σ²_q on E_S (⊗_{a∉S} B-blocks × Π_{a∈S} C-scalars)."""
+    k = prod(b.k for a, b in enumerate(bases) if a not in subset)
+    total = np.zeros((k, k))
+    for spec, sigma2 in specs:
+        term, scale = np.ones((1, 1)), 1 / sigma2
+        for a, basis in enumerate(bases):
+            block, c = basis.block(spec, a)
+            if a in subset:
+                scale *= c
+            else:
+                term = np.kron(term, block)
+        if scale:
+            total += scale * term
     return total
 
 
-def diagonal_weight(shape: tuple[int, ...], subset: Subset, axes: Sequence[int]) -> float:
-    """The (constant) diagonal of Q_K P_S Q_K^T: the share of one query cell's variance that subspace S carries.
+def pinned_basis(bases: Sequence[AxisBasis], subset: Subset, spec: QuerySpec) -> np.ndarray:
+    """An orthonormal basis (K_S, r) of the part of E_S's group space that an exact query fixes (r may be 0)."""
+    k = prod(b.k for a, b in enumerate(bases) if a not in subset)
+    if any(a not in spec.axes or spec.grouping(a) is not None for a in subset):
+        return np.zeros((k, 0))
+    basis = np.ones((1, 1))
+    for a, axis in enumerate(bases):
+        if a not in subset:
+            basis = np.kron(basis, axis.range_basis(spec, a))
+    return basis
 
-    Zero when S is not inside K (summing over an axis kills its contrasts); otherwise
-    Π_{a∈S} (1 - 1/n_a) · Π_{a∈K∖S} 1/n_a · Π_{a∉K} n_a.  With K = all axes it is the diagonal of P_S.
-    """
-    if not subset <= set(axes):
-        return 0.0
-    weight = 1.0
-    for a, n in enumerate(shape):
-        if a in subset:
-            weight *= 1 - 1 / n
-        elif a in axes:
-            weight *= 1 / n
-        else:
-            weight *= n
-    return weight
+
+def least_norm_scale(spec: QuerySpec, shape: tuple[int, ...]) -> np.ndarray:
+    """(q_cells,) 1/(QQᵀ)_jj: Q⁺c = Qᵀ(c · this), QQᵀ being diagonal (the number of detailed cells per cell)."""
+    counts = answer(np.ones((1, prod(shape))), shape, spec)[0]
+    return 1 / counts
+
+
+def cell_variance(covariances: Sequence[np.ndarray], subset_list: Sequence[Subset], bases: Sequence[AxisBasis],
+                  spec: QuerySpec) -> tuple[np.ndarray, np.ndarray]:
+    """Var(Q x̂) per query cell: (n, n_classes) over the classes of cells (cells whose factors share a column:
+    a kept value's group, a recode's cell) and the class of every query cell (q_cells,).
+
+    Var(cell j) = Σ_S Π_{a∈S} c_a(j_a) · w_S(j)ᵀ Cov_S w_S(j), w_S(j) = ⊗_{a∉S} (B part of column j_a)."""
+    shape = tuple(len(b.group) for b in bases)
+    parts = [b.classes(spec, a) for a, b in enumerate(bases)]
+    grid = tuple(len(p[2]) for p in parts)
+    n = covariances[0].shape[0]
+    total = np.zeros((n, *grid))
+    for cov, subset in zip(covariances, subset_list, strict=True):
+        w = np.ones((1, 1))
+        c = np.ones(())
+        for a, (_, b_part, c_part) in enumerate(parts):
+            if a in subset:
+                c = np.multiply.outer(c, c_part)
+            else:
+                w = np.kron(w, b_part)
+                c = np.multiply.outer(c, np.ones(len(c_part)))
+        if not c.any():
+            continue
+        quad = np.einsum("nkl,jk,jl->nj", cov, w, w).reshape((n, *(g for a, g in enumerate(grid) if a not in subset)))
+        quad = quad.reshape((n, *(1 if a in subset else g for a, g in enumerate(grid))))
+        total += quad * c
+    cells = spec.cells(shape)
+    multi = np.unravel_index(np.arange(prod(cells)), cells) if cells else ()
+    per_axis = [parts[a][0][multi[spec.axes.index(a)]] if a in spec.axes else 0 for a in range(len(shape))]
+    index = np.ravel_multi_index(tuple(np.broadcast_to(i, (prod(cells),)) for i in per_axis), grid)
+    return total.reshape(n, -1), index

@@ -29,7 +29,7 @@ from pipeline.config.model import (
     require,
 )
 from pipeline.config.passes import parse_reconciliation
-from pipeline.config.recodes import refuse_recodes_with_estimates, schema_with_recodes
+from pipeline.config.recodes import schema_with_recodes
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from pipeline.config.solver import check_solver_setting
 from pipeline.errors import ConfigError, ExactNumberError
@@ -81,8 +81,6 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     input_config = _input(raw, source, base)
     ledger = _ledger(raw, source, base, budget.delta)
     output = _output(raw, source, base)
-    queries = [e.query for entries in strategy.values() for e in entries] + [i.query for i in invariants]
-    refuse_recodes_with_estimates(schema, queries, output.estimates, source)
     return ReleaseConfig(
         source=source, input=input_config, ledger=ledger, output=output, levels=levels,
         schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,

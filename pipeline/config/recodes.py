@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.config.schema import Attribute, Query, Recode, Schema
+from pipeline.config.schema import Attribute, Recode, Schema
 from pipeline.errors import ConfigError
 
 
@@ -43,12 +43,3 @@ def schema_with_recodes(raw: dict[str, Any], source: str, attributes: tuple[Attr
         except ValueError as error:
             raise ConfigError(source, key, str(error)) from None
     return Schema(attributes, tuple(recodes))
-
-
-def refuse_recodes_with_estimates(schema: Schema, queries: list[Query], estimates: bool, source: str) -> None:
-    """GLS estimates (``output.estimates``) cover marginals of whole attributes only: a configuration that asks
-    for them and measures or fixes a recode is refused when it loads, before anything is charged."""
-    recoded = sorted({q.name for q in queries if any(a not in schema.names for a in q.attributes)})
-    if estimates and recoded:
-        raise ConfigError(source, "output.estimates", f"GLS estimates do not support recodes yet (the queries "
-                          f"{', '.join(recoded)} use one); set estimates = false")

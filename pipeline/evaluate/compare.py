@@ -18,7 +18,6 @@ n), ``evaluation.md`` (the report, embedding the PNG plots of ``pipeline.evaluat
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +33,9 @@ from pipeline.evaluate.metrics import LABEL, diversity_bin, entropy_bits, query_
 from pipeline.io.histograms import all_level_histograms, lowest_histograms
 from pipeline.io.microdata import read_microdata
 from pipeline.io.run_folder import LoadedRun, load_run
-from pipeline.uncertainty.gls import GlsNotSupported, gls_estimates
+from pipeline.uncertainty.gls import gls_estimates
 
 DIVERSITY_ATTRIBUTES = ("hispanic", "cenrace")
-log = logging.getLogger("censusdp")
 METHODS = ("noisy", "reconciled", "gls", "bottom_up")
 
 
@@ -76,11 +74,7 @@ def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = N
     schema = run.config.schema
     truth = true_histograms(run)
     estimates = {"reconciled": [run.table(i) for i in range(run.tree.depth)],
-                 "bottom_up": bottom_up(run, truth[-1], seed)}
-    try:
-        estimates["gls"] = gls_estimates(run).estimates
-    except GlsNotSupported:  # a recode: the report shows the other methods and "—" for GLS
-        log.warning("evaluate: no GLS estimates for this run (it measures a recode)")
+                 "bottom_up": bottom_up(run, truth[-1], seed), "gls": gls_estimates(run).estimates}
     by_attributes = schema.parse_query(" * ".join(diversity_attributes(run, diversity)))
     rows = []
     for level, spec in enumerate(run.config.levels):

@@ -23,42 +23,48 @@ import numpy as np
 
 from pipeline.config.passes import LevelPasses, ReconciliationMethod
 from pipeline.config.schema import DETAILED, TOTAL, Query, Schema
-from pipeline.errors import CensusDPError
 from pipeline.release.only_child import level_measurements
 from pipeline.release.run import ReleaseRun, stage_output
 from postprocess import QueryInvariant, QueryMeasurement
-from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, solve_gls
+from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, QuerySpec, solve_gls
 
 PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (no weight: the constraint holds it)
 
-__all__ = ["ReconciliationMethod", "estimate", "level_targets", "solve_tree", "target_queries"]
+__all__ = ["ReconciliationMethod", "estimate", "gls_problem", "level_targets", "solve_tree", "spec_of",
+           "target_queries"]
 
 Measured = Sequence[tuple[Query, Fraction, np.ndarray]]  # (query, σ², noisy answers (n_nodes, q_cells))
 
 
-class FullInformationNotSupported(CensusDPError):
-    """The exact GLS algebra does not cover a query of the run (see docs/reconciliation.md)."""
+def spec_of(schema: Schema, query: Query) -> QuerySpec:
+    """A query as the GLS sees it: the histogram axes it keeps, in its cell order, and the grouping of each
+    recoded one — the cells of ``Schema.query_matrix``.  The exact algebra (``postprocess.gls_algebra``) covers
+    marginals and recodes alike."""
+    factors = [schema.factor(a) for a in query.attributes]
+    return QuerySpec(tuple(f.axis for f in factors), tuple(f.group_of for f in factors))
 
 
-def query_axes(schema: Schema, query: Query) -> tuple[int, ...]:
-    """The histogram axes a marginal keeps, in its cell order."""
-    if any(a not in schema.names for a in query.attributes):
-        raise FullInformationNotSupported(f"full-information reconciliation: query {query.name!r} uses a recode, "
-                                          "which the exact GLS does not cover yet; use "
-                                          "postprocess.reconciliation = \"level_by_level\"")
-    return tuple(schema.names.index(a) for a in query.attributes)
+def gls_problem(schema: Schema, parents: Sequence[np.ndarray], measured: Sequence[Measured],
+                invariants: Mapping[int, Sequence[QueryInvariant]]) -> list[GlsLevel]:
+    """The GLS problem of a tree: every level's noisy measurements and its invariants (published exactly)."""
+    levels = []
+    for level, parent in enumerate(parents):
+        queries = []
+        for query, sigma2, values in measured[level]:
+            spec = spec_of(schema, query)
+            queries.append(GlsQuery(spec.axes, float(sigma2), values, spec.groups))
+        fixed = []
+        for invariant in invariants.get(level, []):
+            spec = spec_of(schema, schema.parse_query(invariant.name))
+            fixed.append(GlsInvariant(spec.axes, invariant.values, spec.groups))
+        levels.append(GlsLevel(parent=parent, queries=queries, invariants=fixed))
+    return levels
 
 
 def solve_tree(schema: Schema, parents: Sequence[np.ndarray], measured: Sequence[Measured],
                invariants: Mapping[int, Sequence[QueryInvariant]]) -> GlsResult:
     """The exact GLS of every level from its noisy measurements and invariants (``postprocess.gls``)."""
-    levels = []
-    for level, parent in enumerate(parents):
-        queries = [GlsQuery(query_axes(schema, q), float(s2), values) for q, s2, values in measured[level]]
-        fixed = [GlsInvariant(query_axes(schema, schema.parse_query(i.name)), i.values)
-                 for i in invariants.get(level, [])]
-        levels.append(GlsLevel(parent=parent, queries=queries, invariants=fixed))
-    return solve_gls(levels, schema.shape)
+    return solve_gls(gls_problem(schema, parents, measured, invariants), schema.shape)
 
 
 def target_queries(schema: Schema, measured: Measured, passes: LevelPasses) -> list[Query]:
@@ -73,15 +79,15 @@ def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequen
     inverse of their mean variance over the level (a query fixed everywhere by invariants is left out)."""
     out = []
     for query in queries:
-        axes = query_axes(schema, query)
-        variance = result.query_variance(level, axes)
+        spec = spec_of(schema, query)
+        variance = result.variance(level, spec)
         free = variance[variance > PINNED]
         if free.size == 0:
             continue
         # a weight, not a budget: any positive value keeps this post-processing; rounded for a compact Fraction
         sigma2 = max(Fraction(float(free.mean())).limit_denominator(1 << 40), Fraction(1, 1 << 40))
         out.append(QueryMeasurement(name=query.name, matrix=schema.query_matrix(query),
-                                    noisy=result.query_estimate(level, axes)[rows], sigma2=sigma2))
+                                    noisy=result.estimate(level, spec)[rows], sigma2=sigma2))
     return out
 
 

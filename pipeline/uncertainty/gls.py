@@ -8,11 +8,12 @@
   long form: ``geoid``, ``query``, ``cell``, ``estimate``, ``std_error``, ``ci_low``, ``ci_high``.
 
 The estimates are the generalised least squares fit of all the run's noisy measurements (``postprocess.gls``):
-unbiased, not rounded, possibly negative, consistent across levels; the standard errors are exact, from the
-public σ² of every query (Thm 19.37(iii)), and the 95% intervals are estimate ± 1.96·std_error.  Inputs are the
-measurements, the invariants and the configuration — never microdata — so this is post-processing and spends
-no budget (Thm 19.25).  The parametric bootstrap of the integer tables is ``pipeline.uncertainty.bootstrap``;
-the command ``censusdp uncertainty`` is ``pipeline.cli.uncertainty``.
+unbiased, not rounded, possibly negative, consistent across levels; the standard errors are exact and per cell
+(with a recode, a cell's depends on its value's group), from the public σ² of every query (Thm 19.37(iii)), and
+the 95% intervals are estimate ± 1.96·std_error.  Inputs are the measurements, the invariants and the
+configuration — never microdata — so this is post-processing and spends no budget (Thm 19.25).  The parametric
+bootstrap of the integer tables is ``pipeline.uncertainty.bootstrap``; the command ``censusdp uncertainty`` is
+``pipeline.cli.uncertainty``.
 """
 
 from __future__ import annotations
@@ -26,39 +27,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.config.schema import DETAILED, TOTAL, Query
-from pipeline.errors import CensusDPError
 from pipeline.io.run_folder import LoadedRun, load_run
+from pipeline.release.full_information import gls_problem, spec_of
 from pipeline.release.run import ReleaseRun, stage_output
-from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, interval, solve_gls
+from postprocess.gls import GlsLevel, GlsResult, interval, solve_gls
 
 ESTIMATES_DIR = "estimates"
 
 
-class GlsNotSupported(CensusDPError):
-    """The run measures a query the exact GLS algebra does not cover yet (a recode)."""
-
-
-def axes_of(run: LoadedRun, query: Query) -> tuple[int, ...]:
-    """The histogram axes a query keeps.  The exact GLS algebra (``postprocess.gls_algebra``) covers marginals
-    that keep or sum out whole attributes; a recode (a grouping of an attribute's values) is not one of them."""
-    schema = run.config.schema
-    if any(a not in schema.names for a in query.attributes):
-        raise GlsNotSupported(f"GLS estimates: query {query.name!r} uses a recode, which the exact GLS solver does "
-                            "not support yet; the release's tables are not affected")
-    return tuple(schema.names.index(a) for a in query.attributes)
-
-
 def gls_levels(run: LoadedRun, noisy: list[list[tuple[Query, Fraction, np.ndarray]]] | None = None) -> list[GlsLevel]:
     """The GLS problem of a run: its measurements (or ``noisy``, the same structure) and its invariants."""
-    schema = run.config.schema
-    levels = []
-    for level in range(run.tree.depth):
-        measured = noisy[level] if noisy is not None else run.measurements(level)
-        queries = [GlsQuery(axes_of(run, q), float(s2), values) for q, s2, values in measured]
-        invariants = [GlsInvariant(axes_of(run, schema.parse_query(i.name)), i.values)
-                      for i in run.invariants.get(level, [])]
-        levels.append(GlsLevel(parent=run.tree.parent[level], queries=queries, invariants=invariants))
-    return levels
+    measured = noisy if noisy is not None else [run.measurements(level) for level in range(run.tree.depth)]
+    return gls_problem(run.config.schema, run.tree.parent, measured, run.invariants)
 
 
 def gls_estimates(run: LoadedRun) -> GlsResult:
@@ -104,7 +84,7 @@ def write_loaded_estimates(run: LoadedRun) -> list[Path]:
         for attribute, index in zip(schema.attributes, multi, strict=True):
             columns[attribute.name] = pa.DictionaryArray.from_arrays(np.tile(index.astype(np.int32), n),
                                                                      pa.array(attribute.values))
-        sd = np.repeat(np.sqrt(result.query_variance(level)), cells)
+        sd = np.sqrt(result.variance(level)).ravel()  # per cell: a recoded attribute's groups differ
         columns.update(_columns(result.estimates[level].ravel(), sd))
         path = out_dir / f"{spec.name}.parquet"
         pq.write_table(pa.table(columns), path, compression="zstd")
@@ -113,10 +93,10 @@ def write_loaded_estimates(run: LoadedRun) -> list[Path]:
         queries.setdefault(TOTAL, schema.parse_query(TOTAL))
         parts = []
         for query in queries.values():
-            axes = axes_of(run, query)
-            values = result.query_estimate(level, axes)
+            cells_of = spec_of(schema, query)
+            values = result.estimate(level, cells_of)
             q_cells = values.shape[1]
-            sd = np.repeat(np.sqrt(result.query_variance(level, axes)), q_cells)
+            sd = np.sqrt(result.variance(level, cells_of)).ravel()
             part = {"geoid": pa.DictionaryArray.from_arrays(np.repeat(np.arange(n, dtype=np.int32), q_cells),
                                                             geoids),
                     "query": pa.DictionaryArray.from_arrays(np.zeros(values.size, dtype=np.int32),

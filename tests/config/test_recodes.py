@@ -99,9 +99,9 @@ def test_bad_recodes_are_one_line_errors_naming_the_key(tmp_path: Path, recodes:
     assert key in str(info.value) and "\n" not in str(info.value)
 
 
-def test_gls_estimates_with_a_recode_are_refused_when_the_configuration_loads(tmp_path: Path) -> None:
+def test_gls_estimates_with_a_recode_load(tmp_path: Path) -> None:
+    """The exact GLS covers recodes (postprocess.gls_algebra): output.estimates with a recode query is accepted."""
     text = TINY_TOML.format(rho="4").replace('[strategy.region]\ntotal = "1/3"', '[strategy.region]\ntone = "1/3"')
     text = text.replace('dir = "runs"', 'dir = "runs"\nestimates = true')
-    with pytest.raises(ConfigError, match="output.estimates: GLS estimates do not support recodes yet .*tone"):
-        load_config(write(tmp_path, text + RECODE_TOML))
-    load_config(write(tmp_path, text.replace('tone = "1/3"', 'total = "1/3"') + RECODE_TOML))  # unused: fine
+    config = load_config(write(tmp_path, text + RECODE_TOML))
+    assert config.output.estimates and [e.query.name for e in config.strategy["region"]][0] == "tone"

@@ -6,63 +6,13 @@ from math import prod
 
 import numpy as np
 import pytest
-import scipy.linalg as la
 
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, solve_gls
 from postprocess.gls_algebra import marginal
+from tests.helpers.gls_reference import aggregation, dense_gls, query_matrix, random_tree
 
 SHAPE = (2, 3, 2)
 QUERY_POOL = [(), (0,), (2, 1), (1, 0), (0, 1, 2), (2,)]
-
-
-def random_tree(rng: np.random.Generator, depth: int) -> list[np.ndarray]:
-    """parent arrays per level (root first): 1-3 children per node."""
-    parents, n = [np.zeros(0, dtype=np.int64)], 1
-    for _ in range(depth - 1):
-        kids = rng.integers(1, 4, size=n)
-        parents.append(np.repeat(np.arange(n), kids))
-        n = int(kids.sum())
-    return parents
-
-
-def aggregation(parents: list[np.ndarray]) -> list[np.ndarray]:
-    """G_l (n_l x n_leaves): which leaves lie under each node of level l."""
-    g = [np.eye(len(parents[-1]) if len(parents) > 1 else 1)]
-    for level in range(len(parents) - 1, 0, -1):
-        n_up = int(parents[level].max()) + 1
-        up = np.zeros((n_up, len(parents[level])))
-        up[parents[level], np.arange(len(parents[level]))] = 1
-        g.insert(0, up @ g[0])
-    return g
-
-
-def query_matrix(axes: tuple[int, ...]) -> np.ndarray:
-    eye = np.eye(prod(SHAPE))
-    return marginal(eye, SHAPE, axes).T  # rows: query cells, columns: detailed cells
-
-
-def dense_gls(g, levels: list[GlsLevel]) -> tuple[np.ndarray, np.ndarray]:
-    """Weighted least squares on the leaves' cells, with invariants by a null-space parametrisation."""
-    rows, ys, ws, e_rows, cs = [], [], [], [], []
-    for gl, level in zip(g, levels, strict=True):
-        for q in level.queries:
-            rows.append(np.kron(gl, query_matrix(q.axes)))
-            ys.append(q.noisy.ravel())
-            ws.append(np.full(q.noisy.size, 1 / q.sigma2))
-        for inv in level.invariants:
-            e_rows.append(np.kron(gl, query_matrix(inv.axes)))
-            cs.append(inv.values.ravel().astype(float))
-    x, y, w = np.vstack(rows), np.concatenate(ys), np.concatenate(ws)
-    n = x.shape[1]
-    if e_rows:
-        e, c = np.vstack(e_rows), np.concatenate(cs)
-        theta0 = np.linalg.lstsq(e, c, rcond=None)[0]
-        z = la.null_space(e)
-    else:
-        theta0, z = np.zeros(n), np.eye(n)
-    normal = z.T @ (x.T * w) @ x @ z
-    phi = np.linalg.solve(normal, z.T @ (x.T * w) @ (y - x @ theta0))
-    return theta0 + z @ phi, z @ np.linalg.inv(normal) @ z.T
 
 
 def make_levels(rng, parents, g, truth, with_invariants: bool) -> list[GlsLevel]:
@@ -96,12 +46,12 @@ def test_tree_gls_matches_dense_gls(seed: int) -> None:
     truth = rng.integers(0, 30, size=n_leaves * prod(SHAPE)).astype(float)
     levels = make_levels(rng, parents, g, truth, with_invariants=seed % 2 == 1)
     result = solve_gls(levels, SHAPE)
-    theta, cov = dense_gls(g, levels)
+    theta, cov = dense_gls(g, levels, SHAPE)
     for i, gl in enumerate(g):
         expected = (np.kron(gl, np.eye(prod(SHAPE))) @ theta).reshape(gl.shape[0], -1)
         np.testing.assert_allclose(result.estimates[i], expected, atol=1e-9, rtol=1e-9)
         for axes in [(), (1,), (2, 0), (0, 1, 2)]:
-            m = np.kron(gl, query_matrix(axes))
+            m = np.kron(gl, query_matrix(SHAPE, axes))
             dense_var = np.einsum("ij,jk,ik->i", m, cov, m).reshape(gl.shape[0], -1)
             tree_var = result.query_variance(i, axes)
             np.testing.assert_allclose(dense_var, np.repeat(tree_var[:, None], dense_var.shape[1], 1),
@@ -138,7 +88,7 @@ def test_unmeasured_middle_level_and_malformed_tree() -> None:
     levels[1] = GlsLevel(parent=levels[1].parent, queries=[])
     levels[2] = GlsLevel(parent=levels[2].parent, queries=[])
     result = solve_gls(levels, SHAPE)
-    theta, _ = dense_gls(g, levels)
+    theta, _ = dense_gls(g, levels, SHAPE)
     np.testing.assert_allclose(result.estimates[1], (g[1] @ theta.reshape(g[1].shape[1], -1)), atol=1e-9)
     orphan = GlsLevel(parent=np.array([0, 2]), queries=[GlsQuery((0, 1, 2), 1.0, np.zeros((2, 12)))])
     with pytest.raises(ValueError, match="parent"):
