@@ -28,6 +28,9 @@ def main() -> None:
     parser.add_argument("--persons", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runner", default="local", help='"local" or "dask-local:N"')
+    parser.add_argument("--preset", default="pl94")
+    parser.add_argument("--reconciliation", choices=["full_information", "level_by_level"], default=None,
+                        help="override the preset's postprocess.reconciliation")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -35,9 +38,11 @@ def main() -> None:
         started = time.perf_counter()
         micro, geo = write_synthetic(args.persons, args.seed, folder / "data")
         synth_s = time.perf_counter() - started
-        text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
-        (folder / "pl94.toml").write_text(text.replace('geography = "geography.parquet"', f'geography = "{geo}"'))
-        config = load_config(folder / "pl94.toml")
+        text = preset_text(args.preset).replace('path = "microdata.parquet"', f'path = "{micro}"')
+        text = text.replace('cap_rho = ', 'cap_rho = "1000" # ')
+        (folder / "config.toml").write_text(text.replace('geography = "geography.parquet"', f'geography = "{geo}"'))
+        overrides = {"postprocess.reconciliation": args.reconciliation} if args.reconciliation else {}
+        config = load_config(folder / "config.toml", overrides)
         timings: dict[str, float] = {}
 
         def timed(name: str, fn, *a) -> None:  # noqa: ANN001
@@ -54,13 +59,15 @@ def main() -> None:
         nodes = {lv.name: run.tree.n_nodes(i) for i, lv in enumerate(config.levels)}
         for level, spec in enumerate(config.levels):
             timed(f"measure {spec.name}", stages.measure, run, level)
+        timed("estimate (GLS)", stages.estimate, run)
         for level, spec in enumerate(config.levels):
             timed(f"reconcile {spec.name}", stages.reconcile, run, level, runner)
         timed("publish", stages.publish, run)
         runner.close()
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     n_cells = config.schema.n_cells
-    print(f"persons={args.persons:,} runner={args.runner} nodes={nodes} synth={synth_s:.1f}s")
+    print(f"persons={args.persons:,} preset={args.preset} reconciliation={config.reconciliation_method} "
+          f"runner={args.runner} nodes={nodes} synth={synth_s:.1f}s")
     print("| stage | seconds | detailed cells/s |\n|---|---|---|")
     for name, seconds in timings.items():
         level = name.split(" ", 1)[1] if name.startswith(("reconcile ", "measure ")) else None

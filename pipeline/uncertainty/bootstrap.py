@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
 from pipeline.io.run_folder import LoadedRun, load_run
-from pipeline.release.full_information import ReconciliationMethod, level_targets, solve_tree, target_queries
+from pipeline.release.full_information import ReconciliationMethod, solve_tree, tree_targets
 from pipeline.release.measure import noisy_answers
 from pipeline.release.only_child import only_child_levels
 from pipeline.release.support import structural_zero_mask
@@ -82,10 +82,7 @@ def _gls_targets(run: LoadedRun, drawn: list[list[QueryMeasurement]]) -> list[li
     """Full-information reconciliation's targets from one replicate's measurements (``release.full_information``)."""
     schema, config = run.config.schema, run.config
     measured = [[(schema.parse_query(m.name), m.sigma2, m.noisy) for m in level] for level in drawn]
-    result = solve_tree(schema, run.tree.parent, measured, run.invariants)
-    return [level_targets(schema, result, level, target_queries(schema, measured[level],
-                                                                config.level_passes(spec.name)))
-            for level, spec in enumerate(config.levels)]
+    return tree_targets(config, solve_tree(schema, run.tree.parent, measured, run.invariants), measured)
 
 
 def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None,

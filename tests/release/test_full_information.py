@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from pipeline.io.run_folder import load_run
-from pipeline.release.full_information import PINNED, level_targets, solve_tree, target_queries
+from pipeline.release.full_information import PINNED, level_targets, solve_tree, target_queries, tree_targets
 from pipeline.uncertainty.gls import gls_estimates
 from tests.helpers.releases import cli, release_dir
 
@@ -59,6 +59,9 @@ def test_targets_are_the_gls_estimates_weighted_by_their_mean_variance(tiny_rele
             assert float(target.sigma2) == pytest.approx(variance[variance > PINNED].mean(), rel=1e-9)
             assert np.allclose(target.noisy, result.query_estimate(level, axes))
             assert target.sigma2 < min((s2 for q, s2, _ in measured[level] if q.name == name), default=Fraction(10**9))
+    lowest = tree_targets(run.config, result, measured)[-1]  # the lowest level's measured queries: their own σ²
+    own = {q.name: s2 for q, s2, _ in measured[-1]}
+    assert {t.name: t.sigma2 for t in lowest if t.name in own} == own
 
 
 def test_a_partial_only_child_chain_informs_its_parent() -> None:
