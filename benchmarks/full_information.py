@@ -19,9 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from real_data import mae, mae_table, release
+from real_data import evaluated, mae_table, print_table, release
 
-from pipeline.evaluate.compare import evaluate
 from pipeline.release.finish import postprocess_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,21 +46,11 @@ def main_(argv: list[str] | None = None) -> None:
             tick = time.perf_counter()
             level = postprocess_run(run_dir, folder / "level", reconciliation="level_by_level")
             times["level by level (re-run)"].append(time.perf_counter() - tick)
-            for label, run in (("level by level", level), ("full information", run_dir)):
-                metrics = evaluate(args.data / "microdata.parquet", run)
-                rows.append(mae(metrics, "reconciled", label, QUERIES))
-            rows += [mae(metrics, "gls", "GLS estimate", QUERIES), mae(metrics, "noisy", "noisy query", QUERIES)]
-    table = mae_table(rows)
-    columns = ["noisy query", "level by level", "full information", "GLS estimate"]
-    print(f"{args.data.name}, preset {args.preset}, {args.releases} releases, mean absolute error (persons); "
-          f"{platform.node()}, {os.cpu_count()} cores, {time.perf_counter() - started:.0f} s\n")
-    print("| level | query | " + " | ".join(columns) + " | full / GLS |")
-    print("|---|---|" + "---|" * (len(columns) + 1))
-    for row in table.iter_rows(named=True):
-        cells = " | ".join("" if row.get(c) is None else f"{row[c]:.3f}" for c in columns)
-        ratio = (f"{row['full information'] / row['GLS estimate']:.2f}"
-                 if row.get("GLS estimate") and row.get("full information") is not None else "")
-        print(f"| {row['level']} | {row['query']} | {cells} | {ratio} |")
+            rows += evaluated(args.data, [("level by level", level), ("full information", run_dir)], QUERIES)
+    print_table(f"{args.data.name}, preset {args.preset}, {args.releases} releases, mean absolute error (persons); "
+                f"{platform.node()}, {os.cpu_count()} cores, {time.perf_counter() - started:.0f} s", mae_table(rows),
+                ["noisy query", "level by level", "full information", "GLS estimate"],
+                ratio=("full information", "GLS estimate"))
     print()
     for label, values in times.items():
         print(f"- {label}: " + ", ".join(f"{v:.1f} s" for v in values))

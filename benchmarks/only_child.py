@@ -21,11 +21,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from real_data import mae, mae_table, release
+from real_data import evaluated, mae_table, print_table, release
 
 import pipeline.release.only_child as only_child
 import pipeline.release.stages as stages
-from pipeline.evaluate.compare import evaluate
 from pipeline.release.finish import postprocess_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,19 +58,11 @@ def main_(argv: list[str] | None = None) -> None:
             with chain_off():
                 off = postprocess_run(run_dir, folder / "off", reconciliation="level_by_level")
             on = postprocess_run(run_dir, folder / "on", reconciliation="level_by_level")
-            for label, run in (("own measurements only", off), ("with the only-child chain", on)):
-                metrics = evaluate(args.data / "microdata.parquet", run)
-                rows.append(mae(metrics, "reconciled", label, QUERIES))
-            rows += [mae(metrics, "gls", "GLS estimate", QUERIES), mae(metrics, "noisy", "noisy query", QUERIES)]
-    table = mae_table(rows)
-    columns = ["noisy query", "own measurements only", "with the only-child chain", "GLS estimate"]
-    print(f"{args.data.name}, preset {args.preset}, {args.releases} releases, mean absolute error (persons); "
-          f"{platform.node()}, {os.cpu_count()} cores, {time.perf_counter() - started:.0f} s\n")
-    print("| level | query | " + " | ".join(columns) + " |")
-    print("|---|---|" + "---|" * len(columns))
-    for row in table.iter_rows(named=True):
-        cells = " | ".join("" if row.get(c) is None else f"{row[c]:.3f}" for c in columns)
-        print(f"| {row['level']} | {row['query']} | {cells} |")
+            rows += evaluated(args.data, [("own measurements only", off), ("with the only-child chain", on)],
+                              QUERIES)
+    print_table(f"{args.data.name}, preset {args.preset}, {args.releases} releases, mean absolute error (persons); "
+                f"{platform.node()}, {os.cpu_count()} cores, {time.perf_counter() - started:.0f} s", mae_table(rows),
+                ["noisy query", "own measurements only", "with the only-child chain", "GLS estimate"])
 
 
 if __name__ == "__main__":

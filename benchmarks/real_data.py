@@ -42,3 +42,29 @@ def mae_table(rows: list[pl.DataFrame]) -> pl.DataFrame:
              .pivot(on="method", index=["level", "query"], values="value"))
     order = {name: i for i, name in enumerate(LEVEL_ORDER)}
     return table.sort(pl.col("level").replace_strict(order, default=99), "query")
+
+
+def evaluated(data: Path, runs: list[tuple[str, Path]], queries: list[str]) -> list[pl.DataFrame]:
+    """Each run's reconciled tables against the truth, labelled, then the last run's GLS and noisy columns (the
+    runs share their measurements, so those are the same for all)."""
+    from pipeline.evaluate.compare import evaluate
+
+    rows = []
+    for label, run in runs:
+        metrics = evaluate(data / "microdata.parquet", run)
+        rows.append(mae(metrics, "reconciled", label, queries))
+    return rows + [mae(metrics, "gls", "GLS estimate", queries), mae(metrics, "noisy", "noisy query", queries)]
+
+
+def print_table(title: str, table: pl.DataFrame, columns: list[str], ratio: tuple[str, str] | None = None) -> None:
+    """The markdown table of ``columns`` per level and query; ``ratio`` (a, b) adds the column a / b."""
+    print(title + "\n")
+    extra = [f"{ratio[0]} / {ratio[1]}"] if ratio else []
+    print("| level | query | " + " | ".join(columns + extra) + " |")
+    print("|---|---|" + "---|" * (len(columns) + len(extra)))
+    for row in table.iter_rows(named=True):
+        cells = ["" if row.get(c) is None else f"{row[c]:.3f}" for c in columns]
+        if ratio:
+            a, b = (row.get(c) for c in ratio)
+            cells.append(f"{a / b:.2f}" if a is not None and b else "")
+        print(f"| {row['level']} | {row['query']} | " + " | ".join(cells) + " |")

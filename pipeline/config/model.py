@@ -11,15 +11,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from geography.levels import Level, check_levels
-from pipeline.config.schema import Attribute, Query, Schema
+from pipeline.config.schema import TOTAL, Attribute, Query, Schema
 from pipeline.errors import ConfigError, ExactNumberError
 from pipeline.exact import DEFAULT_CHUNK_CELLS, parse_rational
-
-if TYPE_CHECKING:
-    from pipeline.config.passes import LevelPasses, Reconciliation, ReconciliationMethod
 
 
 class Format(StrEnum):
@@ -56,6 +53,32 @@ class Mechanism(StrEnum):
 
     GAUSSIAN = "gaussian"  # exact discrete Gaussian: rho-zCDP
     LAPLACE = "laplace"  # exact discrete Laplace: pure epsilon-DP, accounted as epsilon^2/2-zCDP
+
+
+DEFAULT_TOLERANCE = Fraction(1, 10)  # production's opt_tol_slack
+DEFAULT_ROUNDING = (TOTAL,)  # marginals rounded before the cells at every level (pipeline.config.passes)
+
+
+class ReconciliationMethod(StrEnum):
+    """What each level's least squares fits (docs/reconciliation.md)."""
+
+    FULL_INFORMATION = "full_information"  # the tree's GLS estimates of every query, inverse-variance weighted
+    LEVEL_BY_LEVEL = "level_by_level"  # the level's own noisy measurements (and its only-child chain)
+
+
+@dataclass(frozen=True)
+class LevelPasses:
+    """One level's order: least-squares passes (query names), marginals rounded first, and the tolerance."""
+
+    l2: tuple[tuple[str, ...], ...] = ()
+    rounding: tuple[Query, ...] = ()
+    tolerance: Fraction = DEFAULT_TOLERANCE
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    method: ReconciliationMethod
+    passes: dict[str, LevelPasses]  # every level's, defaults filled in
 
 
 @dataclass(frozen=True)
@@ -152,14 +175,10 @@ class ReleaseConfig:
 
     @property
     def reconciliation_method(self) -> ReconciliationMethod:
-        from pipeline.config.passes import ReconciliationMethod
-
         return self.reconciliation.method if self.reconciliation else ReconciliationMethod.FULL_INFORMATION
 
     def level_passes(self, level: str) -> LevelPasses:
         """The level's least-squares passes and rounding order (``pipeline.config.passes``)."""
-        from pipeline.config.passes import DEFAULT_ROUNDING, LevelPasses
-
         if self.reconciliation is None:
             return LevelPasses(rounding=tuple(self.schema.parse_query(n) for n in DEFAULT_ROUNDING))
         return self.reconciliation.passes[level]

@@ -15,40 +15,20 @@ Everything here orders post-processing (``postprocess.passes``), so no choice ch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
-from fractions import Fraction
 from typing import Any
 
 from geography.levels import Level
-from pipeline.config.model import check_nothing_else, parse_fraction
-from pipeline.config.schema import DETAILED, TOTAL, Query, Schema
+from pipeline.config.model import (  # noqa: F401 - the data classes are part of this module's interface
+    DEFAULT_ROUNDING,
+    DEFAULT_TOLERANCE,
+    LevelPasses,
+    Reconciliation,
+    ReconciliationMethod,
+    check_nothing_else,
+    parse_fraction,
+)
+from pipeline.config.schema import DETAILED, Query, Schema
 from pipeline.errors import ConfigError
-
-DEFAULT_TOLERANCE = Fraction(1, 10)  # production's opt_tol_slack
-DEFAULT_ROUNDING = (TOTAL,)
-
-
-class ReconciliationMethod(StrEnum):
-    """What each level's least squares fits (docs/reconciliation.md)."""
-
-    FULL_INFORMATION = "full_information"  # the tree's GLS estimates of every query, inverse-variance weighted
-    LEVEL_BY_LEVEL = "level_by_level"  # the level's own noisy measurements (and its only-child chain)
-
-
-@dataclass(frozen=True)
-class LevelPasses:
-    """One level's order: least-squares passes (query names), marginals rounded first, and the tolerance."""
-
-    l2: tuple[tuple[str, ...], ...] = ()
-    rounding: tuple[Query, ...] = ()
-    tolerance: Fraction = DEFAULT_TOLERANCE
-
-
-@dataclass(frozen=True)
-class Reconciliation:
-    method: ReconciliationMethod
-    passes: dict[str, LevelPasses]  # every level's, defaults filled in
 
 
 def parse_reconciliation(table: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema,

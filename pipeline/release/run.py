@@ -68,6 +68,8 @@ class ReleaseRun:
     chunk_plan: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (start, stop, row group)
     invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)  # published exactly
     counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
+    # noisy answers as measure drew them, per level and chunk (full information: the GLS reads them from memory)
+    noisy: dict[int, list[list[np.ndarray]]] = field(default_factory=dict)
     targets: dict[int, list[QueryMeasurement]] = field(default_factory=dict)  # GLS estimates (full information)
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

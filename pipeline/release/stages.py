@@ -179,15 +179,21 @@ def measure(run: ReleaseRun, level: int) -> None:
              tree.n_nodes(level), len(chunks))
     writer = LevelMeasurementWriter(run.work_dir / "measurements", name)
     plan, invariant_parts = [], []
+    keep = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION  # the estimate stage's input
+    kept: list[list[np.ndarray]] = []
     ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
     for start, stop in chunks:
         histograms = chunk_histograms(run, ancestors, unit_offsets, start, stop)
         noisy = measure_level(run.schema, histograms, allocations, run.rng)
         plan.append((start, stop, writer.write_chunk(tree.geoids[level][start:stop], noisy, rhos)))
+        if keep:
+            kept.append([m.noisy for m in noisy])
         invariant_parts.append(level_invariants(run.schema, histograms, invariant_queries))
         del histograms, noisy
     writer.close()
     run.chunk_plan[level] = plan
+    if keep:
+        run.noisy[level] = kept  # replaces any earlier draw of the level, as its file does
     run.invariants[level] = [
         QueryInvariant(name=parts[0].name, matrix=parts[0].matrix, values=np.concatenate([p.values for p in parts]))
         for parts in zip(*invariant_parts, strict=True)]
