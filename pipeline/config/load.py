@@ -12,6 +12,7 @@ from typing import Any
 from geography.levels import Level
 from pipeline.config.ledger_location import is_postgres_url, resolve_ledger_location
 from pipeline.config.model import (
+    Accountant,
     BudgetConfig,
     Format,
     InputConfig,
@@ -31,6 +32,7 @@ from pipeline.config.model import (
 from pipeline.config.recodes import refuse_recodes_with_estimates, schema_with_recodes
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from pipeline.config.solver import check_solver_setting
+from pipeline.config.targets import pld_target
 from pipeline.errors import ConfigError, ExactNumberError
 from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA, parse_delta
 
@@ -58,6 +60,7 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     schema = _schema(raw, source)
     budget = _budget(raw, source, levels)
     strategy = _strategy(raw, source, levels, schema)
+    budget = pld_target(budget, strategy, levels, source)
     invariants = _invariants(raw, source, levels, schema)
     zeros = _structural_zeros(raw, source, schema)
     postprocess = raw.get("postprocess", {})
@@ -233,7 +236,8 @@ def _shares(table: Any, source: str, key: str, expected: list[str]) -> dict[str,
 
 def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> BudgetConfig:
     table = require(raw, "budget", dict, source, "")
-    check_nothing_else(table, {"rho", "epsilon", "delta", "neighbouring", "level_shares"}, source, "budget.")
+    check_nothing_else(table, {"rho", "epsilon", "delta", "neighbouring", "level_shares", "accountant"}, source,
+                       "budget.")
     delta_text = str(table.get("delta", DEFAULT_DELTA))
     try:
         delta = parse_delta(delta_text, "budget.delta")
@@ -242,7 +246,7 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
     neighbouring = table.get("neighbouring", "replace-one")
     if neighbouring not in list(Neighbouring):
         raise ConfigError(source, "budget.neighbouring", f"one of: {', '.join(Neighbouring)}")
-    target = None
+    target, accountant = None, None
     if ("rho" in table) == ("epsilon" in table):
         raise ConfigError(source, "budget.rho", "give exactly one of budget.rho or budget.epsilon (with delta)")
     if "rho" in table:
@@ -253,12 +257,17 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
             raise ConfigError(source, "budget.epsilon", "must be > 0")
         from pipeline.dp.accounting import rho_for_epsilon_delta
 
-        rho = rho_for_epsilon_delta(target, delta)
+        word = table.get("accountant", Accountant.PLD)
+        if word not in list(Accountant):
+            raise ConfigError(source, "budget.accountant", f"one of: {', '.join(Accountant)}")
+        accountant = Accountant(word)
+        rho = rho_for_epsilon_delta(target, delta)  # CKS20's answer; the PLD's search starts there (_pld_target)
     if rho <= 0:
         raise ConfigError(source, "budget.rho", "must be > 0")
     shares = _shares(table.get("level_shares"), source, "budget.level_shares", [lv.name for lv in levels])
     return BudgetConfig(rho=rho, delta=delta, delta_text=delta_text, neighbouring=Neighbouring(neighbouring),
-                        level_shares=shares, target_epsilon=target)
+                        level_shares=shares, target_epsilon=target, accountant=accountant)
+
 
 
 def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema
