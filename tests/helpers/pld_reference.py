@@ -43,3 +43,29 @@ def gaussian_epsilon(rho: float, delta: float) -> float:
     """epsilon at delta of the continuous Gaussian (to nearest; a reference, not a bound)."""
     with mp.workdps(60):
         return float(mp.findroot(lambda e: gaussian_delta(rho, e) - delta, (0, 200), solver="bisect"))
+
+
+def discrete_laplace_delta(scales: list[Fraction], epsilon: float, cells: int = 1) -> mp.mpf:
+    """delta(epsilon) of the product of the discrete Laplace of each scale against its shift by 1, ``cells`` cells
+    per scale: a cell's loss is +1/b with probability 1/(1 + e^(-1/b)) and -1/b otherwise (exact enumeration)."""
+    with mp.workdps(80):
+        law: dict[mp.mpf, mp.mpf] = {mp.mpf(0): mp.mpf(1)}
+        for b in scales:
+            unit = mp.mpf(b.denominator) / b.numerator
+            q = mp.exp(-unit)
+            for _ in range(cells):
+                step: dict[mp.mpf, mp.mpf] = {}
+                for loss, p in law.items():
+                    for move, pm in ((unit, 1 / (1 + q)), (-unit, q / (1 + q))):
+                        step[loss + move] = step.get(loss + move, 0) + p * pm
+                law = step
+        e = mp.mpf(epsilon)
+        return mp.fsum(p * (1 - mp.exp(e - loss)) for loss, p in law.items() if loss > e)
+
+
+def discrete_gaussian_cell(sigma2: Fraction, o: int) -> mp.mpf:
+    """P(o) of N_Z(0, sigma2) at 80 digits."""
+    with mp.workdps(80):
+        s = mp.mpf(sigma2.numerator) / sigma2.denominator
+        z = mp.nsum(lambda x: mp.exp(-x * x / (2 * s)), [-mp.inf, mp.inf])
+        return mp.exp(-mp.mpf(o) ** 2 / (2 * s)) / z

@@ -1,0 +1,133 @@
+"""Contract tests of pipeline/dp/pld.py's building blocks and of its rho search (written against the surviving
+mutants of the first mutation run):
+
+- a group's lattice: every mass is an upper bound of the exact one (and tight), at the documented loss;
+- the discrete Laplace: the certified curve against exact enumeration, no mass at infinity;
+- rho_for_epsilon_pld: parameters checked; the answer meets the target, is within 1e-3 of the largest rho that
+  does, from any start (above, below, far from it), in a bounded number of evaluations.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import mpmath as mp
+import pytest
+from flint import fmpz_poly
+
+from pipeline.dp.pld import (
+    BITS,
+    GaussianNoise,
+    LaplaceNoise,
+    _convolve,
+    _gaussian_lattice,
+    _laplace_lattice,
+    _Part,
+    delta_pld,
+    epsilon_pld,
+    privacy_curve,
+    rho_for_epsilon_pld,
+)
+from tests.helpers.pld_reference import discrete_gaussian_cell, discrete_laplace_delta
+
+SCALE = mp.mpf(2) ** -BITS
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1, 2), Fraction(4), Fraction(9, 7)])
+def test_gaussian_lattice_masses_bound_the_cell_law_at_its_loss(sigma2: Fraction) -> None:
+    lattice = _gaussian_lattice(sigma2, 1)
+    coeffs = [int(c) for c in lattice.masses.coeffs()]
+    t = (len(coeffs) - 1) // 2
+    assert lattice.top == 1 + 2 * t and lattice.unit == 1 / (2 * sigma2)
+    with mp.workdps(80):
+        for s, c in enumerate(coeffs):
+            o = s - t
+            assert lattice.loss(s) == (1 - 2 * o) / (2 * sigma2)  # the loss of a cell at o (CKS20)
+            exact = discrete_gaussian_cell(sigma2, o)
+            assert c * SCALE >= exact
+            assert c * SCALE <= exact * (1 + mp.mpf(10) ** -30) + 2 * SCALE
+        tail = 2 * mp.fsum(discrete_gaussian_cell(sigma2, o) for o in range(t + 1, t + 400))
+        assert lattice.infinite * SCALE >= tail and lattice.infinite * SCALE <= max(tail * 2, 2 * SCALE)
+
+
+@pytest.mark.parametrize(("scale", "copies"), [(Fraction(2), 1), (Fraction(1, 3), 3), (Fraction(5, 2), 4)])
+def test_laplace_lattice_masses_bound_the_binomial_law(scale: Fraction, copies: int) -> None:
+    lattice = _laplace_lattice(scale, copies)
+    coeffs = [int(c) for c in lattice.masses.coeffs()]
+    assert len(coeffs) == copies + 1 and lattice.infinite == 0
+    assert lattice.top == copies and lattice.unit == 1 / scale
+    with mp.workdps(80):
+        q = mp.exp(-mp.mpf(scale.denominator) / scale.numerator)
+        for s, c in enumerate(coeffs):
+            assert lattice.loss(s) == Fraction(copies - 2 * s) / scale
+            exact = math.comb(copies, s) * (q / (1 + q)) ** s * (1 / (1 + q)) ** (copies - s)
+            assert exact <= c * SCALE <= exact * (1 + mp.mpf(10) ** -30) + 2 * SCALE
+
+
+@pytest.mark.parametrize(("scales", "cells"), [([Fraction(2)], 1), ([Fraction(1, 2)], 2),
+                                               ([Fraction(3), Fraction(3, 2)], 1), ([Fraction(4)], 3)])
+@pytest.mark.parametrize("epsilon", [0.0, 0.2, 0.7])
+def test_laplace_delta_is_never_below_the_exact_value(scales: list[Fraction], cells: int, epsilon: float) -> None:
+    exact = float(discrete_laplace_delta(scales, epsilon, cells))
+    bound = delta_pld([LaplaceNoise(b) for b in scales], epsilon, cells=cells)
+    assert exact <= bound <= exact * 1.05 + 1e-12
+
+
+def test_laplace_curve_has_nothing_at_infinity() -> None:
+    """The discrete Laplace's loss is bounded (cells/scale): its curve is 0 beyond, exactly."""
+    curve = privacy_curve([LaplaceNoise(Fraction(2)), LaplaceNoise(Fraction(3))], cells=2)
+    assert curve.infinite == 0 and curve.delta(100) == 0.0
+    assert epsilon_pld([LaplaceNoise(Fraction(2))], 1e-9, cells=1) <= 0.5 + 1e-9
+
+
+H = 2 ** (BITS - 2)  # a quarter, on the mass scale
+
+
+@pytest.mark.parametrize(("floor", "cap", "expected"), [
+    (-1, 3, _Part(0, fmpz_poly([H, 2 * H, H]), 8)),         # inside the grid: the exact product
+    (0, 2, _Part(0, fmpz_poly([H, 2 * H, H]), 8)),          # offset on the floor, length on the cap: unchanged
+    (1, 2, _Part(1, fmpz_poly([3 * H, H]), 8)),             # below the floor: clamped UP onto it
+    (0, 1, _Part(0, fmpz_poly([H, 2 * H]), 8 + H)),         # above the cap: to infinity
+    (1, 1, _Part(1, fmpz_poly([3 * H]), 8 + H)),            # both
+])
+def test_convolve_clamps_up_and_adds_the_infinite_masses(floor: int, cap: int, expected: _Part) -> None:
+    half = fmpz_poly([2 * H, 2 * H])  # two halves at 0 and 1
+    part = _convolve(_Part(0, half, 3), _Part(0, half, 5), floor, cap)
+    assert (part.offset, part.masses, part.infinite) == (expected.offset, expected.masses, expected.infinite)
+
+
+def _gaussians(rho: Fraction) -> list[GaussianNoise]:
+    return [GaussianNoise(Fraction(1) / (2 * rho)), GaussianNoise(Fraction(1) / rho)]
+
+
+def _flat(rho: Fraction) -> list[LaplaceNoise]:
+    """epsilon ~ rho^(1/4): flatter than the search's sqrt model, so its first step falls short and it widens."""
+    return [LaplaceNoise(1 / Fraction(math.sqrt(math.sqrt(rho))).limit_denominator(10**6))]
+
+
+@pytest.mark.parametrize(("noises_for", "epsilon", "start"), [
+    (_gaussians, 1.0, Fraction(1, 100)),   # just below the answer (~0.01868)
+    (_gaussians, 1.0, Fraction(1, 5)),     # ten times above: halved until admissible
+    (_gaussians, 1.0, Fraction(1, 2000)),  # forty times below
+    (_gaussians, 0.5, Fraction(1, 50)),    # an epsilon below 1
+    (_flat, 1.0, Fraction(1, 10**4)),      # the first step falls short: widened by 5/4 until bracketed
+])
+def test_rho_search_meets_the_target_and_is_tight(noises_for, epsilon: float, start: Fraction) -> None:  # type: ignore[no-untyped-def]
+    calls: list[Fraction] = []
+
+    def counted(rho: Fraction):  # type: ignore[no-untyped-def]
+        calls.append(rho)
+        return noises_for(rho)
+
+    rho = rho_for_epsilon_pld(epsilon, 1e-6, counted, cells=1, start=start)
+    assert isinstance(rho, Fraction) and rho > 0
+    assert len(calls) <= 40  # a bracketed secant: tens of evaluations at most, never a scan
+    assert epsilon_pld(noises_for(rho), 1e-6, cells=1) <= epsilon
+    assert epsilon_pld(noises_for(rho * Fraction(1002, 1000)), 1e-6, cells=1) > epsilon
+
+
+@pytest.mark.parametrize("epsilon", [0, 0.0, -1.0, True, "1", None])
+def test_rho_search_refuses_a_bad_epsilon(epsilon) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="epsilon"):
+        rho_for_epsilon_pld(epsilon, 1e-6, _gaussians, cells=1, start=Fraction(1, 100))
