@@ -131,3 +131,10 @@ def test_rho_search_meets_the_target_and_is_tight(noises_for, epsilon: float, st
 def test_rho_search_refuses_a_bad_epsilon(epsilon) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="epsilon"):
         rho_for_epsilon_pld(epsilon, 1e-6, _gaussians, cells=1, start=Fraction(1, 100))
+
+
+def test_convolve_clamps_relative_to_the_parts_offsets() -> None:
+    """Parts off the origin (offsets 1 + 1): the floor at 3 clamps the one grid point below it, counted from 2."""
+    half = fmpz_poly([2 * H, 2 * H])
+    part = _convolve(_Part(1, half, 3), _Part(1, half, 5), 3, 4)
+    assert (part.offset, part.masses, part.infinite) == (3, fmpz_poly([3 * H, H]), 8)
