@@ -34,13 +34,12 @@ from fractions import Fraction
 import numpy as np
 from flint import arb, ctx, fmpq, fmpz_poly
 
-from pipeline.dp.accounting import _simplest_between
-
 BITS = 96  # masses are integers at scale 2^-BITS; each rounding up adds < 2^-96 per entry to delta
 PREC = 160  # arb working precision in bits (balls, so precision only affects tightness, never validity)
 TAIL_Z = 12  # a cell's noise is enumerated over |o| <= 12 sigma + 2: the rest (< 1e-31) is put at +infinity
 GRID_POINTS = 2**14  # at least this many points (at most twice) on the loss grid between floor and cap
 FLOOR_Z, CAP_Z = 10, 14  # floor and cap of the grid, in standard deviations of the total loss around its mean
+HALVINGS = 10  # bisections of rho_for_epsilon_pld's bracket [lo, 2 lo]: 2^-10 < 1e-3, its documented tolerance
 
 
 @dataclass(frozen=True)
@@ -323,39 +322,29 @@ def delta_pld(noises: Sequence[Noise], epsilon: Fraction | float, *, cells: int)
 
 def rho_for_epsilon_pld(epsilon: float, delta: float, noises_for: Callable[[Fraction], Sequence[Noise]], *,
                         cells: int, start: Fraction) -> Fraction:
-    """The largest rho (a simple fraction, rounded DOWN) whose noises ``noises_for(rho)`` have a certified PLD
-    epsilon <= ``epsilon`` at ``delta``, to a relative 1e-3 below the largest.
+    """The largest rho on a dyadic grid whose noises ``noises_for(rho)`` have a certified PLD epsilon <= ``epsilon``
+    at ``delta``: less than a relative 2^-HALVINGS < 1e-3 below the largest admissible rho (rounded DOWN).
 
-    ``start`` is a rho known to be admissible or nearly so (the CKS20 answer: the PLD is never looser in
-    practice).  The search is a bracketed secant in log rho; its answer is checked by the definition (the same
-    ``epsilon_pld`` that reports use), so the contract holds whatever the search does.
+    A plain bisection (epsilon_pld is non-decreasing in rho): [lo, 2 lo] with lo a power of 2, admissible and
+    2 lo not, found by halving or doubling from the power of 2 at or below ``start`` (a rho known to be admissible
+    or nearly so, the CKS20 answer: it only saves evaluations, the answer does not depend on it); then HALVINGS
+    bisections of it, so the answer is the largest admissible j lo 2^-HALVINGS and lo 2^-HALVINGS <= 2^-HALVINGS
+    rho.  Every rho it keeps was checked by the definition (``epsilon_pld``, the figure that reports use).
     """
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
         raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
 
-    def excess(rho: Fraction) -> float:
-        return epsilon_pld(noises_for(rho), delta, cells=cells) - epsilon
+    def admissible(rho: Fraction) -> bool:
+        return epsilon_pld(noises_for(rho), delta, cells=cells) <= epsilon
 
-    lo = start
-    while (f_lo := excess(lo)) > 0:
-        lo = _simplest_between(lo / 2 * (1 - _TOL), lo / 2)
-    # epsilon grows about like sqrt(rho): aim the first step just past the root, then widen until bracketed
-    hi = _simplest_between(*(lo * Fraction(epsilon / (epsilon + f_lo)) ** 2 * k for k in (1 + _TOL, 1 + 2 * _TOL)))
-    while (f_hi := excess(hi)) <= 0:
-        lo, f_lo, hi = hi, f_hi, _simplest_between(hi * Fraction(5, 4), hi * Fraction(5, 4) * (1 + _TOL))
-    side = 0  # which end moved last: two moves of the same end in a row make the next step a bisection
-    while hi - lo > lo * _TOL:
-        t = 0.5 if abs(side) > 1 else min(0.9, max(0.1, f_lo / (f_lo - f_hi)))  # secant in log rho
-        mid = Fraction(lo * (hi / lo) ** t)
-        rho = _simplest_between(mid * (1 - _TOL / 4), mid)
-        if not lo < rho < hi:
-            break
-        f = excess(rho)
-        if f <= 0:
-            lo, f_lo, side = rho, f, (side + 1 if side > 0 else 1)
-        else:
-            hi, f_hi, side = rho, f, (side - 1 if side < 0 else -1)
-    return lo  # excess(lo) <= 0 was computed with epsilon_pld, the reported figure
-
-
-_TOL = Fraction(1, 10**3)
+    lo = Fraction(2) ** math.floor(math.log2(start))
+    while not admissible(lo):
+        lo /= 2
+    while admissible(2 * lo):
+        lo *= 2
+    width = lo
+    for _ in range(HALVINGS):
+        width /= 2
+        if admissible(lo + width):
+            lo += width
+    return lo  # admissible(lo) was checked, admissible(lo + width) failed (or was 2 lo, which failed)

@@ -3,8 +3,8 @@ mutants of the first mutation run):
 
 - a group's lattice: every mass is an upper bound of the exact one (and tight), at the documented loss;
 - the discrete Laplace: the certified curve against exact enumeration, no mass at infinity;
-- rho_for_epsilon_pld: parameters checked; the answer meets the target, is within 1e-3 of the largest rho that
-  does, from any start (above, below, far from it), in a bounded number of evaluations.
+- rho_for_epsilon_pld: parameters checked; the answer meets the target, is within 2^-HALVINGS < 1e-3 of the
+  largest rho that does, on its dyadic grid, the same from any start, in a bounded number of evaluations.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from flint import fmpz_poly
 
 from pipeline.dp.pld import (
     BITS,
+    HALVINGS,
     GaussianNoise,
     LaplaceNoise,
     _convolve,
@@ -109,9 +110,10 @@ def _flat(rho: Fraction) -> list[LaplaceNoise]:
 @pytest.mark.parametrize(("noises_for", "epsilon", "start"), [
     (_gaussians, 1.0, Fraction(1, 100)),   # just below the answer (~0.01868)
     (_gaussians, 1.0, Fraction(1, 5)),     # ten times above: halved until admissible
-    (_gaussians, 1.0, Fraction(1, 2000)),  # forty times below
+    (_gaussians, 1.0, Fraction(1, 2000)),  # forty times below: doubled until bracketed
     (_gaussians, 0.5, Fraction(1, 50)),    # an epsilon below 1
-    (_flat, 1.0, Fraction(1, 10**4)),      # the first step falls short: widened by 5/4 until bracketed
+    (_gaussians, 2.5, Fraction(1, 10)),    # an answer in the upper half of its bracket [2^k, 2^(k+1)]
+    (_flat, 1.0, Fraction(1, 10**4)),      # epsilon ~ rho^(1/4)
 ])
 def test_rho_search_meets_the_target_and_is_tight(noises_for, epsilon: float, start: Fraction) -> None:  # type: ignore[no-untyped-def]
     calls: list[Fraction] = []
@@ -122,9 +124,27 @@ def test_rho_search_meets_the_target_and_is_tight(noises_for, epsilon: float, st
 
     rho = rho_for_epsilon_pld(epsilon, 1e-6, counted, cells=1, start=start)
     assert isinstance(rho, Fraction) and rho > 0
-    assert len(calls) <= 40  # a bracketed secant: tens of evaluations at most, never a scan
+    assert len(calls) <= 12 + HALVINGS + 2 * abs(math.log2(rho / start))  # a bisection, never a scan
     assert epsilon_pld(noises_for(rho), 1e-6, cells=1) <= epsilon
-    assert epsilon_pld(noises_for(rho * Fraction(1002, 1000)), 1e-6, cells=1) > epsilon
+    assert epsilon_pld(noises_for(rho * (1 + Fraction(1, 2**HALVINGS))), 1e-6, cells=1) > epsilon  # < 1e-3 below
+    power = Fraction(2) ** math.floor(math.log2(rho))  # rounded DOWN onto the grid 2^(k - HALVINGS) of its bracket
+    assert (rho / power * 2**HALVINGS).denominator == 1 and 2**HALVINGS >= 1000
+
+
+def test_rho_search_answer_does_not_depend_on_the_start() -> None:
+    """``start`` only saves evaluations: from above, below or at the answer the same rho comes back."""
+    answers = {rho_for_epsilon_pld(1.0, 1e-6, _gaussians, cells=1, start=s)
+               for s in (Fraction(1, 100), Fraction(3, 10), Fraction(1, 1000), Fraction(1, 64))}
+    assert len(answers) == 1
+
+
+def test_rho_search_returns_the_largest_admissible_grid_point() -> None:
+    """A target equal to the PLD epsilon at a grid point rho0 (here 19/1024, on the grid 2^-6 2^-HALVINGS of its
+    bracket [1/64, 1/32]): rho0 meets it exactly (epsilon <= target, not <), the next grid point does not."""
+    rho0 = Fraction(19, 1024)
+    target = epsilon_pld(_gaussians(rho0), 1e-6, cells=1)
+    assert epsilon_pld(_gaussians(rho0 + Fraction(1, 64 * 2**HALVINGS)), 1e-6, cells=1) > target
+    assert rho_for_epsilon_pld(target, 1e-6, _gaussians, cells=1, start=Fraction(1, 50)) == rho0
 
 
 @pytest.mark.parametrize("epsilon", [0, 0.0, -1.0, True, "1", None])
