@@ -6,6 +6,7 @@ mutants of the second mutation run):
 - _rescale: every coefficient divided by 2^extra and rounded UP;
 - PrivacyCurve.delta: the hockey-stick sum of a hand-built curve against mpmath, at and between its losses, below
   all of them, capped at 1; at any arb precision never below the exact value (balls: precision is tightness only);
+- privacy_curve's grid: a power-of-2 step, GRID_POINTS to twice as many points between its floor and cap;
 - parameters checked by name; a foreign object (even one with a Fraction ``scale``) is not a noise; the empty
   composition is the zero curve.
 """
@@ -21,7 +22,24 @@ import pytest
 from flint import arb, ctx, fmpz_poly
 
 from pipeline.dp import pld
-from pipeline.dp.pld import BITS, PREC, PrivacyCurve, _ceil_scaled, _float_up, _rescale, delta_pld, privacy_curve
+from pipeline.dp.pld import (
+    BITS,
+    CAP_Z,
+    FLOOR_Z,
+    GRID_POINTS,
+    PREC,
+    GaussianNoise,
+    LaplaceNoise,
+    PrivacyCurve,
+    _ceil_scaled,
+    _float_up,
+    _gaussian_lattice,
+    _laplace_lattice,
+    _moments,
+    _rescale,
+    delta_pld,
+    privacy_curve,
+)
 
 HALF = 2 ** (BITS - 1)
 
@@ -108,3 +126,18 @@ def test_the_empty_composition_is_the_zero_curve() -> None:
     curve = privacy_curve([], cells=1)
     assert curve.infinite == 0 and curve.masses == () and curve.offset == 0
     assert delta_pld([], -5.0, cells=2) == 0.0 and curve.epsilon(1e-300) == 0.0
+
+
+@pytest.mark.parametrize("noises", [[GaussianNoise(Fraction(4))],
+                                    [GaussianNoise(Fraction(1, 2)), LaplaceNoise(Fraction(3))],
+                                    [LaplaceNoise(Fraction(100))]])
+def test_the_grid_has_grid_points_to_twice_as_many(noises: list[GaussianNoise | LaplaceNoise]) -> None:
+    """The step is the power of 2 that puts GRID_POINTS to 2 GRID_POINTS points on [mean - FLOOR_Z sd, mean +
+    CAP_Z sd] of the total loss (each side at least one unit wide)."""
+    curve = privacy_curve(noises, cells=1)
+    lattices = [_gaussian_lattice(n.sigma2, 1) if isinstance(n, GaussianNoise) else _laplace_lattice(n.scale, 1)
+                for n in noises]
+    sd = math.sqrt(sum(_moments(lattice)[1] for lattice in lattices))
+    width = Fraction(max(FLOOR_Z * sd, 1.0)) + Fraction(max(CAP_Z * sd, 1.0))
+    assert curve.step.numerator == 1 and curve.step.denominator & (curve.step.denominator - 1) == 0
+    assert GRID_POINTS <= width / curve.step < 2 * GRID_POINTS
