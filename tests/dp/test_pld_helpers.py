@@ -7,6 +7,9 @@ mutants of the second mutation run):
 - PrivacyCurve.delta: the hockey-stick sum of a hand-built curve against mpmath, at and between its losses, below
   all of them, capped at 1; at any arb precision never below the exact value (balls: precision is tightness only);
 - privacy_curve's grid: a power-of-2 step, GRID_POINTS to twice as many points between its floor and cap;
+- _on_grid: every loss up to the next grid point, clamped up to the floor, past the cap at +infinity;
+- PrivacyCurve.epsilon: the smallest epsilon the curve meets (a hand-built curve against mpmath, a composition
+  against its certified delta), 0.0 above delta(0), none at the mass at infinity;
 - parameters checked by name; a foreign object (even one with a Fraction ``scale``) is not a noise; the empty
   composition is the zero curve.
 """
@@ -35,7 +38,10 @@ from pipeline.dp.pld import (
     _float_up,
     _gaussian_lattice,
     _laplace_lattice,
+    _Lattice,
     _moments,
+    _on_grid,
+    _Part,
     _rescale,
     delta_pld,
     privacy_curve,
@@ -141,3 +147,41 @@ def test_the_grid_has_grid_points_to_twice_as_many(noises: list[GaussianNoise | 
     width = Fraction(max(FLOOR_Z * sd, 1.0)) + Fraction(max(CAP_Z * sd, 1.0))
     assert curve.step.numerator == 1 and curve.step.denominator & (curve.step.denominator - 1) == 0
     assert GRID_POINTS <= width / curve.step < 2 * GRID_POINTS
+
+
+LATTICE = _Lattice(fmpz_poly([1, 2, 3, 4, 5]), 7, 4, Fraction(1, 3))  # losses 4/3, 2/3, 0, -2/3, -4/3
+
+
+@pytest.mark.parametrize(("step", "floor", "cap", "expected"), [
+    (Fraction(1, 3), -10, 10, _Part(-4, fmpz_poly([5, 0, 4, 0, 3, 0, 2, 0, 1]), 7)),  # on the grid: unchanged
+    (Fraction(1, 2), -1, 2, _Part(-1, fmpz_poly([9, 3, 0, 2]), 8)),  # up to ceil(loss/step); floor, cap
+    (Fraction(1, 3), 5, 10, _Part(5, fmpz_poly([15]), 7)),  # everything below the floor: clamped UP onto it
+    (Fraction(1, 3), -10, -5, _Part(-10, fmpz_poly([]), 22)),  # everything above the cap: at +infinity
+])
+def test_on_grid_rounds_every_loss_up(step: Fraction, floor: int, cap: int, expected: _Part) -> None:
+    part = _on_grid(LATTICE, step, floor, cap)
+    assert (part.offset, part.masses, part.infinite) == (expected.offset, expected.masses, expected.infinite)
+
+
+@pytest.mark.parametrize("delta", [0.3, 0.2, 0.15, 0.1250001])
+def test_epsilon_of_a_hand_built_curve_is_the_smallest_root(delta: float) -> None:
+    """The smallest epsilon >= 0 with delta(epsilon) <= delta (bisection of the exact curve), rounded up by ulps;
+    0.0 when delta(0) already meets it; at or below the mass at infinity (1/8) there is none."""
+    lo, hi = mp.mpf(0), mp.mpf(2)
+    with mp.workdps(60):
+        for _ in range(120):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _exact(mid) > delta else (lo, mid)
+    eps = CURVE.epsilon(delta)
+    assert CURVE.delta(eps) <= delta
+    assert hi <= eps <= hi * (1 + mp.mpf(10) ** -12) if _exact(0) > delta else eps == 0.0
+    with pytest.raises(ValueError, match="at or below the curve's mass at infinity"):
+        CURVE.epsilon(0.125)
+
+
+@pytest.mark.parametrize("delta", [1e-2, 1e-5, 1e-9])
+def test_epsilon_of_a_composition_is_the_smallest_certified(delta: float) -> None:
+    """Whatever segment the float proposal picks, the answer is the least epsilon the certified delta meets."""
+    curve = privacy_curve([GaussianNoise(Fraction(7, 2)), GaussianNoise(Fraction(20))], cells=2)
+    eps = curve.epsilon(delta)
+    assert curve.delta(eps) <= delta < curve.delta(eps * (1 - 1e-9))

@@ -2,6 +2,8 @@
 mutants of the first mutation run):
 
 - a group's lattice: every mass is an upper bound of the exact one (and tight), at the documented loss;
+- the discrete Gaussian's: enumerated over |o| <= 12 sigma + 2, copies its exact convolution, masses bounds at
+  any arb precision, the tail's geometric bound above the exact tail and within 1e-6 of it at a 2^-200 scale;
 - the discrete Laplace: the certified curve against exact enumeration, no mass at infinity;
 - rho_for_epsilon_pld: parameters checked; the answer meets the target, is within 2^-HALVINGS < 1e-3 of the
   largest rho that does, on its dyadic grid, the same from any start, in a bounded number of evaluations.
@@ -16,9 +18,11 @@ import mpmath as mp
 import pytest
 from flint import fmpz_poly
 
+from pipeline.dp import pld
 from pipeline.dp.pld import (
     BITS,
     HALVINGS,
+    TAIL_Z,
     GaussianNoise,
     LaplaceNoise,
     _convolve,
@@ -158,3 +162,72 @@ def test_convolve_clamps_relative_to_the_parts_offsets() -> None:
     half = fmpz_poly([2 * H, 2 * H])
     part = _convolve(_Part(1, half, 3), _Part(1, half, 5), 3, 4)
     assert (part.offset, part.masses, part.infinite) == (3, fmpz_poly([3 * H, H]), 8)
+
+
+def _cell_law(sigma2: Fraction, t: int) -> tuple[list[mp.mpf], mp.mpf]:
+    """N_Z(0, sigma2) at o = -t..t and its mass beyond |o| > t, at 80 digits (one normaliser for all)."""
+    s = mp.mpf(sigma2.numerator) / sigma2.denominator
+    z = mp.nsum(lambda x: mp.exp(-x * x / (2 * s)), [-mp.inf, mp.inf])
+    law = [mp.exp(-mp.mpf(o) ** 2 / (2 * s)) / z for o in range(-t, t + 1)]
+    return law, 1 - mp.fsum(law)
+
+
+@pytest.mark.parametrize(("sigma2", "copies"), [(Fraction(1, 2), 3), (Fraction(9, 7), 2)])
+def test_gaussian_lattice_of_copies_is_the_convolution_of_the_cell(sigma2: Fraction, copies: int) -> None:
+    """A cell is enumerated over |o| <= ceil(TAIL_Z sigma) + 2; ``copies`` cells are its exact k-fold convolution
+    (masses bounded from above, tightly), at loss (copies - 2 S)/(2 sigma2); the tail at +inf once per cell."""
+    t = math.ceil(TAIL_Z * math.sqrt(sigma2)) + 2
+    one, many = _gaussian_lattice(sigma2, 1), _gaussian_lattice(sigma2, copies)
+    assert one.masses.length() == 2 * t + 1 and many.masses.length() == copies * 2 * t + 1
+    assert many.top == copies * (1 + 2 * t) and many.unit == 1 / (2 * sigma2)
+    assert many.infinite == copies * one.infinite and one.infinite >= 1
+    with mp.workdps(80):
+        cell, _ = _cell_law(sigma2, t)
+        law = [mp.mpf(1)]
+        for _ in range(copies):
+            law = [mp.fsum(law[i] * cell[k - i] for i in range(len(law)) if 0 <= k - i < len(cell))
+                   for k in range(len(law) + len(cell) - 1)]
+        for c, exact in zip([int(c) for c in many.masses.coeffs()], law, strict=True):
+            assert exact <= c * SCALE <= exact * (1 + mp.mpf(10) ** -25) + 4 * copies * SCALE
+
+
+@pytest.mark.parametrize("prec", [12, 20])
+def test_gaussian_lattice_bounds_the_cell_law_at_any_precision(monkeypatch: pytest.MonkeyPatch, prec: int) -> None:
+    """Balls: a low arb precision loosens the masses but every one (and the tail) stays an upper bound."""
+    monkeypatch.setattr(pld, "PREC", prec)
+    sigma2 = Fraction(1, 2)
+    lattice = _gaussian_lattice(sigma2, 1)
+    t = (lattice.masses.length() - 1) // 2
+    with mp.workdps(80):
+        cell, tail = _cell_law(sigma2, t)
+        assert all(exact <= int(c) * SCALE for c, exact in zip(lattice.masses.coeffs(), cell, strict=True))
+        assert lattice.infinite * SCALE >= tail
+
+
+@pytest.mark.parametrize("sigma2", [900, 10**6])
+def test_gaussian_tail_is_a_tight_geometric_bound(sigma2: int) -> None:
+    """Wide cells (sigma = 30, 1000): the tail beyond 12 sigma + 2 (~1e-33) is bounded by the geometric series of
+    ratio e^(-(2T+3)/(2 sigma2)), the largest beyond T: an upper bound within twice the tail, plus the rounding."""
+    lattice = _gaussian_lattice(Fraction(sigma2), 1)
+    t = (lattice.masses.length() - 1) // 2
+    with mp.workdps(40):  # Z by Jacobi's theta; the terms past t + 8 sigma are below e^-128 of the tail
+        s = mp.mpf(sigma2)
+        z = mp.jtheta(3, 0, mp.exp(-1 / (2 * s)))
+        tail = 2 * mp.fsum(mp.exp(-mp.mpf(o) ** 2 / (2 * s)) for o in range(t + 1, t + 8 * math.isqrt(sigma2) + 50)) / z
+    assert tail <= lattice.infinite * SCALE <= 2 * tail + SCALE
+
+
+def test_gaussian_tail_bound_is_sound_and_tight_at_a_fine_scale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 2^-200 the tail (~1e-44 for sigma2 = 2) is resolved: 2 w(T+1)/(1 - r)/Z_T with r = e^(-(2T+3)/(2
+    sigma2)), the ratio of the first two tail terms (the later ones are smaller), lies above the exact tail and
+    within 1e-6 of it (a smaller r would fall below it, a larger one would loosen it)."""
+    monkeypatch.setattr(pld, "BITS", 200)
+    monkeypatch.setattr(pld, "PREC", 400)
+    sigma2 = Fraction(2)
+    lattice = _gaussian_lattice(sigma2, 1)
+    t = (lattice.masses.length() - 1) // 2
+    with mp.workdps(120):
+        z = mp.jtheta(3, 0, mp.exp(-mp.mpf(1) / 4))
+        tail = 2 * mp.fsum(mp.exp(-mp.mpf(o) ** 2 / 4) for o in range(t + 1, t + 60)) / z
+        bound = lattice.infinite * mp.mpf(2) ** -200
+        assert tail <= bound <= tail * (1 + mp.mpf(10) ** -6)
