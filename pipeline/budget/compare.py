@@ -8,7 +8,8 @@ would be certified as by the chapter's other tools, so a reader can see why zCDP
 - basic composition (Thm 19.26): each of the k level x query releases converted to (eps_q, delta/k), summed;
 - advanced composition (Thm 19.27): k releases at the largest per-query eps_0 with delta_0 = delta/(2k),
   slack delta' = delta/2;
-- group privacy (Thm 19.31) for a household of h people: rho h² zCDP (its zCDP form), converted.
+- group privacy (Thm 19.31) for a household of h people: rho h² zCDP (its zCDP form), converted;
+- the certified privacy curve (PLD) of the composed noise itself (``pipeline.dp.pld``, ``epsilon_pld_of``).
 
 Nodes of one level hold disjoint persons, so each level x query counts once (Prop. 19.30).
 """
@@ -20,6 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from pipeline.budget.allocation import QueryAllocation
+from pipeline.config.model import Mechanism
 from pipeline.dp.accounting import (
     advanced_composition,
     basic_composition,
@@ -27,9 +29,23 @@ from pipeline.dp.accounting import (
     epsilon_cks20,
     group_privacy_zcdp,
 )
+from pipeline.dp.pld import GaussianNoise, LaplaceNoise, Noise, epsilon_pld
 
 
-def comparison_rows(allocations: tuple[QueryAllocation, ...], delta: float, household: int = 4) -> list[dict[str, Any]]:
+def noises_of(allocations: tuple[QueryAllocation, ...]) -> list[Noise]:
+    """One cell's noise per level x query (the PLD composes them; ``pipeline.dp.pld``)."""
+    return [LaplaceNoise(a.scale) if a.mechanism == Mechanism.LAPLACE and a.scale is not None
+            else GaussianNoise(a.sigma2) for a in allocations]
+
+
+def epsilon_pld_of(allocations: tuple[QueryAllocation, ...], delta: float, *, cells: int) -> float:
+    """epsilon at delta of the release's noise by its certified privacy curve (rounded up); ``cells`` is the
+    number of cells a person's change moves by 1 in each query (``Neighbouring.sensitivity2_squared``)."""
+    return epsilon_pld(noises_of(allocations), delta, cells=cells)
+
+
+def comparison_rows(allocations: tuple[QueryAllocation, ...], delta: float, household: int = 4,
+                    pld_epsilon: float | None = None) -> list[dict[str, Any]]:
     rho = sum((a.rho for a in allocations), Fraction(0))
     k = len(allocations)
     log_inv_delta = math.log(1 / delta)
@@ -50,4 +66,5 @@ def comparison_rows(allocations: tuple[QueryAllocation, ...], delta: float, hous
          "epsilon": advanced_eps, "delta": advanced_delta},
         {"method": f"group privacy, household of {household}", "theorem": "Thm 19.31 (zCDP: rho h^2)",
          "epsilon": epsilon_cks20(group_rho, delta), "delta": delta},
-    ]
+    ] + ([{"method": "privacy curve of the composed noise (PLD)", "theorem": "Def 19.6, Thm 19.25 (certified)",
+           "epsilon": pld_epsilon, "delta": delta}] if pld_epsilon is not None else [])

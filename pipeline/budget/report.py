@@ -6,7 +6,7 @@ import json
 from fractions import Fraction
 from typing import Any
 
-from pipeline.budget.compare import comparison_rows
+from pipeline.budget.compare import comparison_rows, epsilon_pld_of
 from pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
 from pipeline.errors import CensusDPError
 from pipeline.exact import DEFAULT_DELTA, parse_delta, parse_rational
@@ -31,15 +31,19 @@ def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
     config = load_config(path)
     delta = parse_delta(delta_text, "--delta") if delta_text else config.budget.delta
     allocations = allocate(config)
+    pld = epsilon_pld_of(allocations, delta, cells=config.budget.sensitivity2_squared)
     return {
         **conversion(config.budget.rho, delta),
+        "epsilon_pld": pld,
+        "accountant": config.budget.accountant,
+        "target_epsilon": config.budget.target_epsilon,
         "neighbouring": config.budget.neighbouring,
         "allocation": [{"level": a.level, "query": a.query, "rho": float(a.rho), "rho_exact": str(a.rho),
                         "sigma2": float(a.sigma2), "sigma2_exact": str(a.sigma2),
                         "expected_abs_error": a.expected_abs_error} for a in allocations],
         "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
                        for i in config.invariants],
-        "comparison": comparison_rows(allocations, delta),
+        "comparison": comparison_rows(allocations, delta, pld_epsilon=pld),
     }
 
 
@@ -47,6 +51,10 @@ def render_text(report: dict[str, Any]) -> str:
     lines = [f"rho = {report['rho_exact']} ({report['rho']:.6g}) zCDP, delta = {report['delta']:g}",
              f"epsilon_cks20 = {report['epsilon_cks20']:.6f}",
              f"epsilon_bun_steinke = {report['epsilon_bun_steinke']:.6f}"]
+    if "epsilon_pld" in report:
+        lines.append(f"epsilon_pld = {report['epsilon_pld']:.6f}  (certified privacy curve of this allocation's noise)")
+    if report.get("accountant"):
+        lines.append(f"rho set by the {report['accountant']} accountant for epsilon = {report['target_epsilon']:g}")
     if "allocation" in report:
         lines += ["", f"neighbouring relation: {report['neighbouring']}", "",
                   f"{'level':<14}{'query':<34}{'rho':>12}{'sigma2':>14}{'E|error|':>11}"]

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from geography.levels import Level
+from pipeline.config.constraints import check_relation, parse_invariants, parse_structural_zeros
 from pipeline.config.ledger_location import is_postgres_url, resolve_ledger_location
 from pipeline.config.model import (
+    Accountant,
     BudgetConfig,
     Format,
     InputConfig,
-    Invariant,
     LedgerConfig,
     Mechanism,
     Neighbouring,
@@ -32,6 +33,7 @@ from pipeline.config.passes import parse_reconciliation
 from pipeline.config.recodes import schema_with_recodes
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from pipeline.config.solver import check_solver_setting
+from pipeline.config.targets import pld_target
 from pipeline.errors import ConfigError, ExactNumberError
 from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA, parse_delta
 
@@ -59,8 +61,9 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     schema = _schema(raw, source)
     budget = _budget(raw, source, levels)
     strategy = _strategy(raw, source, levels, schema)
-    invariants = _invariants(raw, source, levels, schema)
-    zeros = _structural_zeros(raw, source, schema)
+    budget = pld_target(budget, strategy, levels, source)
+    invariants = parse_invariants(raw, source, levels, schema)
+    zeros = parse_structural_zeros(raw, source, schema)
     postprocess = raw.get("postprocess", {})
     check_nothing_else(postprocess, {"solver", "runner", "chunk_cells", "reconciliation", "rounding", "passes"},
                        source, "postprocess.")
@@ -75,7 +78,7 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     chunk_cells = postprocess.get("chunk_cells", DEFAULT_CHUNK_CELLS)
     if not isinstance(chunk_cells, int) or isinstance(chunk_cells, bool) or chunk_cells < 1:
         raise ConfigError(source, "postprocess.chunk_cells", "expected a positive integer")
-    _check_relation(budget, invariants, source)
+    check_relation(budget, invariants, source)
     measured = {name: {e.query.name for e in entries} for name, entries in strategy.items()}
     reconciliation = parse_reconciliation(postprocess, source, levels, schema, measured)
     input_config = _input(raw, source, base)
@@ -235,7 +238,8 @@ def _shares(table: Any, source: str, key: str, expected: list[str]) -> dict[str,
 
 def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> BudgetConfig:
     table = require(raw, "budget", dict, source, "")
-    check_nothing_else(table, {"rho", "epsilon", "delta", "neighbouring", "level_shares"}, source, "budget.")
+    check_nothing_else(table, {"rho", "epsilon", "delta", "neighbouring", "level_shares", "accountant"}, source,
+                       "budget.")
     delta_text = str(table.get("delta", DEFAULT_DELTA))
     try:
         delta = parse_delta(delta_text, "budget.delta")
@@ -244,7 +248,7 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
     neighbouring = table.get("neighbouring", "replace-one")
     if neighbouring not in list(Neighbouring):
         raise ConfigError(source, "budget.neighbouring", f"one of: {', '.join(Neighbouring)}")
-    target = None
+    target, accountant = None, None
     if ("rho" in table) == ("epsilon" in table):
         raise ConfigError(source, "budget.rho", "give exactly one of budget.rho or budget.epsilon (with delta)")
     if "rho" in table:
@@ -255,12 +259,17 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
             raise ConfigError(source, "budget.epsilon", "must be > 0")
         from pipeline.dp.accounting import rho_for_epsilon_delta
 
-        rho = rho_for_epsilon_delta(target, delta)
+        word = table.get("accountant", Accountant.PLD)
+        if word not in list(Accountant):
+            raise ConfigError(source, "budget.accountant", f"one of: {', '.join(Accountant)}")
+        accountant = Accountant(word)
+        rho = rho_for_epsilon_delta(target, delta)  # CKS20's answer; the PLD's search starts there (_pld_target)
     if rho <= 0:
         raise ConfigError(source, "budget.rho", "must be > 0")
     shares = _shares(table.get("level_shares"), source, "budget.level_shares", [lv.name for lv in levels])
     return BudgetConfig(rho=rho, delta=delta, delta_text=delta_text, neighbouring=Neighbouring(neighbouring),
-                        level_shares=shares, target_epsilon=target)
+                        level_shares=shares, target_epsilon=target, accountant=accountant)
+
 
 
 def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema
@@ -293,68 +302,6 @@ def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schem
         strategy[name] = tuple(StrategyQuery(q, shares[raw_name], Mechanism(mechanisms))
                                for q, raw_name in zip(queries, entries, strict=True))
     return strategy
-
-
-def _invariants(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema
-                ) -> tuple[Invariant, ...]:
-    entries = raw.get("invariants", [])
-    names = [lv.name for lv in levels]
-    out = []
-    for i, entry in enumerate(entries):
-        prefix = f"invariants[{i}]."
-        check_nothing_else(entry, {"query", "levels"}, source, prefix)
-        try:
-            query = schema.parse_query(require(entry, "query", str, source, prefix))
-        except ValueError as error:
-            raise ConfigError(source, f"{prefix}query", str(error)) from None
-        at = require(entry, "levels", list, source, prefix)
-        for name in at:
-            if name not in names:
-                raise ConfigError(source, f"{prefix}levels", f"{name!r} is not a level")
-        # an invariant below a level where the same query is free could be infeasible after rounding the
-        # parent, so invariants must hold at a contiguous run of levels from the root down
-        depth = max(names.index(n) for n in at) if at else -1
-        if sorted(names.index(n) for n in at) != list(range(depth + 1)):
-            raise ConfigError(source, f"{prefix}levels", "an invariant must hold at every level above it too "
-                              f"(expected {names[: depth + 1]})")
-        out.append(Invariant(query, tuple(at)))
-    return tuple(out)
-
-
-def _structural_zeros(raw: dict[str, Any], source: str, schema: Schema) -> tuple[dict[str, tuple[str, ...]], ...]:
-    entries = raw.get("structural_zeros", [])
-    out = []
-    for i, entry in enumerate(entries):
-        key = f"structural_zeros[{i}]"
-        if not isinstance(entry, dict) or not entry:
-            raise ConfigError(source, key, "expected a table of attribute = [values]")
-        cells = {}
-        for name, values in entry.items():
-            if name not in schema.names:
-                raise ConfigError(source, f"{key}.{name}", "unknown attribute")
-            if not isinstance(values, list) or not values:
-                raise ConfigError(source, f"{key}.{name}", "expected a non-empty list of values")
-            for value in values:
-                if str(value) not in schema.attribute(name).values:
-                    raise ConfigError(source, f"{key}.{name}", f"{value!r} is not a value of {name}")
-            cells[name] = tuple(str(v) for v in values)
-        out.append(cells)
-    return tuple(out)
-
-
-def _check_relation(budget: BudgetConfig, invariants: tuple[Invariant, ...], source: str) -> None:
-    """Exact invariants and add-remove neighbours cannot both hold: refused, naming both keys.
-
-    With an exact count published, adding or removing a person is detected with certainty, so no add-remove
-    guarantee survives; only replace-one neighbours that keep the invariants stay protected (the Census's
-    choice), and for those a histogram's squared L2 sensitivity is 2, not the 1 that add-remove accounting uses.
-    """
-    if budget.neighbouring == "add-remove" and invariants:
-        first = invariants[0]
-        raise ConfigError(source, "budget.neighbouring", f"add-remove cannot hold with invariants[0] "
-                          f"({first.query.name} at {', '.join(first.levels)}) published exactly: an exact count "
-                          "reveals every addition or removal; use neighbouring = \"replace-one\" (as the Census did) "
-                          "or remove the [[invariants]]")
 
 
 def _ledger(raw: dict[str, Any], source: str, base: Path, delta: float) -> LedgerConfig:

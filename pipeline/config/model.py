@@ -81,6 +81,17 @@ class Reconciliation:
     passes: dict[str, LevelPasses]  # every level's, defaults filled in
 
 
+class Accountant(StrEnum):
+    """Which (epsilon, delta) accountant turns a ``budget.epsilon`` target into rho (``budget.accountant``).
+
+    ``pld`` (the default): the certified privacy curve of the composed noise (``pipeline.dp.pld``), the tighter;
+    ``cks20``: the zCDP conversion of CKS20 Corollary 13, which depends on rho only.
+    """
+
+    PLD = "pld"
+    CKS20 = "cks20"
+
+
 @dataclass(frozen=True)
 class InputConfig:
     path: Path | None
@@ -101,9 +112,12 @@ class BudgetConfig:
     neighbouring: Neighbouring
     level_shares: dict[str, Fraction]
     target_epsilon: float | None = None
+    accountant: Accountant | None = None  # the accountant that set rho from target_epsilon (None: rho was given)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "neighbouring", Neighbouring(self.neighbouring))
+        if self.accountant is not None:
+            object.__setattr__(self, "accountant", Accountant(self.accountant))
 
     @property
     def sensitivity2_squared(self) -> int:
@@ -223,8 +237,8 @@ def levels_and_schema_ok(levels: tuple[Level, ...], source: str) -> None:
 
 
 __all__ = [
-    "Attribute", "BudgetConfig", "InputConfig", "Invariant", "LedgerConfig", "OutputConfig", "ReleaseConfig",
-    "StrategyQuery", "parse_fraction",
+    "Accountant", "Attribute", "BudgetConfig", "InputConfig", "Invariant", "LedgerConfig", "OutputConfig",
+    "ReleaseConfig", "StrategyQuery", "parse_fraction",
 ]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.budget.allocation import QueryAllocation, level_rho
+from pipeline.budget.compare import epsilon_pld_of
 from pipeline.config.model import ReleaseConfig
 from pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20
 from pipeline.dp.noise import laplace_epsilon
@@ -56,6 +57,7 @@ def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
                        for a in config.schema.attributes],
         "budget": {"rho": str(budget.rho), "delta": budget.delta_text, "neighbouring": budget.neighbouring,
                    "target_epsilon": budget.target_epsilon,
+                   "accountant": budget.accountant,
                    "level_shares": {k: str(v) for k, v in budget.level_shares.items()}},
         "strategy": {level: {e.query.name: str(e.share) for e in entries}
                      for level, entries in config.strategy.items()},
@@ -84,9 +86,14 @@ def guarantee(config: ReleaseConfig, rho: Fraction) -> str:
     return sentence
 
 
-def privacy_section(config: ReleaseConfig, rho: Fraction) -> dict[str, Any]:
-    """The guarantee of the release: relation, rho (exact and rounded up), epsilon at delta, and for whom."""
+def privacy_section(config: ReleaseConfig, rho: Fraction,
+                    allocations: tuple[QueryAllocation, ...] | None = None) -> dict[str, Any]:
+    """The guarantee of the release: relation, rho (exact and rounded up), epsilon at delta, and for whom; with
+    the allocations also the certified privacy-curve epsilon of their noise (``epsilon_pld``), and always which
+    accountant set rho from an epsilon target (``rho_set_by``: "pld", "cks20", or "rho" when rho was given)."""
     delta = config.budget.delta
+    pld = ({"epsilon_pld": epsilon_pld_of(allocations, delta, cells=config.budget.sensitivity2_squared)}
+           if allocations is not None else {})
     return {
         "unit": "person",
         "neighbouring": config.budget.neighbouring,
@@ -97,6 +104,8 @@ def privacy_section(config: ReleaseConfig, rho: Fraction) -> dict[str, Any]:
         "delta": delta,
         "epsilon": epsilon_cks20(rho, delta),
         "epsilon_bun_steinke": epsilon_bun_steinke(rho, delta),
+        **pld,
+        "rho_set_by": str(config.budget.accountant) if config.budget.accountant is not None else "rho",
         "composition": COMPOSITION,
         "mechanism": "exact discrete Gaussian (Canonne, Kamath, Steinke 2020); exact discrete Laplace where the "
                      "strategy says so (pure epsilon-DP, accounted as epsilon²/2-zCDP)",

@@ -258,7 +258,7 @@ def publish(run: ReleaseRun) -> Path:
         "config_raw": public_config_raw(config.raw),
         "levels": [{"name": lv.name, "width": lv.width, "nodes": tree.n_nodes(i)}
                    for i, lv in enumerate(config.levels)],
-        "privacy": mf.privacy_section(config, rho),
+        "privacy": mf.privacy_section(config, rho, run.allocations),
         "allocation": mf.allocation_section(run.allocations, sensitivity1=config.budget.sensitivity1),
         "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
                        for i in config.invariants],

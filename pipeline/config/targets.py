@@ -1,0 +1,38 @@
+"""A ``budget.epsilon`` target solved by the certified privacy curve (``budget.accountant = "pld"``, the default).
+
+The CKS20 answer (``pipeline.dp.accounting.rho_for_epsilon_delta``, set by ``load._budget``) depends on rho only;
+the PLD's depends on how rho is split (the noise of every level x query), so it is solved once the strategy is
+read.  The ledger's ``cap_epsilon`` stays on CKS20: a cap bounds rho across releases whose allocations differ,
+so it must be a conversion of rho alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+from geography.levels import Level
+from pipeline.config.model import Accountant, BudgetConfig, Mechanism, StrategyQuery
+from pipeline.errors import ConfigError
+
+
+def pld_target(budget: BudgetConfig, strategy: dict[str, tuple[StrategyQuery, ...]], levels: tuple[Level, ...],
+                source: str) -> BudgetConfig:
+    """With ``budget.accountant = "pld"``, rho is the largest (rounded down) whose certified PLD epsilon of the
+    strategy's noise meets the target (``pipeline.dp.pld.rho_for_epsilon_pld``); every query must be Gaussian
+    (a Laplace query's scale is set by the budget layer's rounding, which this layer does not import)."""
+    if budget.target_epsilon is None or budget.accountant is not Accountant.PLD:
+        return budget
+    if any(e.mechanism != Mechanism.GAUSSIAN for entries in strategy.values() for e in entries):
+        raise ConfigError(source, "budget.accountant", 'a "pld" target needs every query gaussian; use "cks20"')
+    from pipeline.dp.noise import gaussian_sigma2
+    from pipeline.dp.pld import GaussianNoise, rho_for_epsilon_pld
+
+    shares = [budget.level_shares[lv.name] * e.share for lv in levels for e in strategy[lv.name]]
+
+    def noises(rho: Fraction) -> list[GaussianNoise]:
+        return [GaussianNoise(gaussian_sigma2(rho * share, budget.sensitivity2_squared)) for share in shares]
+
+    rho = rho_for_epsilon_pld(budget.target_epsilon, budget.delta, noises, cells=budget.sensitivity2_squared,
+                              start=budget.rho)
+    return dataclasses.replace(budget, rho=rho)

@@ -1,0 +1,350 @@
+"""Certified privacy-loss distributions (PLD): epsilon(delta) of the composed release, exactly bounded from above.
+
+What is bounded.  The release composes one mechanism per (level, query) (Thm 19.37(i) composes their rho; here
+we compose their exact privacy curves instead).  Its delta(epsilon) for a neighbouring pair (x, x') is the
+hockey-stick divergence sum_o max(0, P(o) - e^epsilon Q(o)) = E_P[(1 - e^(epsilon - L))_+] (Def 19.6), with L the
+privacy loss ln P(o)/Q(o) of the whole output.  Worst case over neighbours (stated in the docstrings below):
+
+- a query's measurements of one level are independent cells; a person's change moves ``cells`` of them by 1
+  (replace-one: one cell -1 and one +1, L1 = 2, L2^2 = 2; add-remove: one cell by 1) and no other cell.  The
+  cells, queries and levels are independent, so L is a sum of independent per-cell losses;
+- a cell whose shift is 0 contributes loss 0, and leaving out a mechanism never increases the curve (dropping
+  a coordinate is post-processing, Thm 19.25), so the worst case is every query of every level shifting its
+  ``cells`` cells -- the same pessimism as Δ₂² in the zCDP accounting;
+- one shifted cell is N_Z(0, sigma^2) against N_Z(1, sigma^2) (CKS20), or the discrete Laplace against its
+  shift.  Both laws are symmetric about 0, so o -> 1 - o maps P to Q and Q to P: the pair is its own reverse,
+  H(P||Q) = H(Q||P), and a shift of -1 is the mirror o -> -o of a shift of +1.  One direction suffices.
+
+Per cell the loss is exact: (1 - 2o)/(2 sigma^2) for the Gaussian (the normaliser cancels), ±1/scale for the
+Laplace.  Masses are enclosed with arb ball arithmetic (python-flint) and every number that leaves a ball is its
+upper end.  A distribution here is integers c_j with true mass at grid point (offset + j) * step <= c_j 2^-BITS,
+plus an upper bound on the mass at +infinity.  Soundness: E[f(L)] for f(l) = (1 - e^(epsilon - l))_+, which is
+non-decreasing and >= 0, only grows when a loss is moved up or a mass is enlarged; every step below does one of
+those two, so the final sum bounds delta(epsilon) from above.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+from flint import arb, ctx, fmpq, fmpz_poly
+
+BITS = 96  # masses are integers at scale 2^-BITS; each rounding up adds < 2^-96 per entry to delta
+PREC = 160  # arb working precision in bits (balls, so precision only affects tightness, never validity)
+TAIL_Z = 12  # a cell's noise is enumerated over |o| <= 12 sigma + 2: the rest (< 1e-31) is put at +infinity
+GRID_POINTS = 2**14  # at least this many points (at most twice) on the loss grid between floor and cap
+FLOOR_Z, CAP_Z = 10, 14  # floor and cap of the grid, in standard deviations of the total loss around its mean
+HALVINGS = 10  # bisections of rho_for_epsilon_pld's bracket [lo, 2 lo]: 2^-10 < 1e-3, its documented tolerance
+
+
+@dataclass(frozen=True)
+class GaussianNoise:
+    """One cell of a discrete Gaussian query, N_Z(0, sigma2), sigma2 an exact public Fraction."""
+
+    sigma2: Fraction
+
+
+@dataclass(frozen=True)
+class LaplaceNoise:
+    """One cell of a discrete Laplace query, P(o) proportional to exp(-|o|/scale), scale an exact Fraction."""
+
+    scale: Fraction
+
+
+Noise = GaussianNoise | LaplaceNoise
+
+
+@dataclass(frozen=True)
+class _Lattice:
+    """One group of identical cells: mass <= c_s 2^-BITS at loss (top - 2 s) * unit, and <= infinite at +inf."""
+
+    masses: fmpz_poly
+    infinite: int
+    top: int
+    unit: Fraction
+
+    def loss(self, s: int) -> Fraction:
+        return (self.top - 2 * s) * self.unit
+
+
+@dataclass(frozen=True)
+class PrivacyCurve:
+    """A certified upper bound on delta(epsilon) of a composition: masses c_j 2^-BITS at (offset + j) * step."""
+
+    step: Fraction
+    offset: int
+    masses: tuple[int, ...]
+    infinite: int
+
+    def delta(self, epsilon: Fraction | float) -> float:
+        """delta(epsilon) rounded up: 2^-BITS (infinite + sum_{l_j > epsilon} c_j (1 - e^(epsilon - l_j)))."""
+        eps = _fraction(epsilon, "epsilon")
+        first = max(0, math.floor(eps / self.step) + 1 - self.offset)  # first j with l_j > epsilon
+        with ctx.workprec(PREC):
+            total = arb(self.infinite + sum(self.masses[first:])) - arb(_fmpq(eps)).exp() * self._weighted(first)
+            return min(1.0, _float_up((total / arb(2) ** BITS).upper()))
+
+    def epsilon(self, delta: float) -> float:
+        """The smallest epsilon >= 0 with delta(epsilon) <= ``delta``, rounded up; ValueError below the floor.
+
+        On [l_{i-1}, l_i] the bound is 2^-BITS (infinite + A_i - e^epsilon B_i), A_i = sum_{j >= i} c_j and
+        B_i = sum_{j >= i} c_j e^(-l_j).  Floats only propose the segment i; the answer is solved in balls,
+        rounded up, and certified by ``delta`` (rounded up) before it is returned.
+        """
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+            raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
+        scaled = Fraction(delta) * 2**BITS
+        if self.infinite >= scaled:
+            raise ValueError(f"delta = {delta:g} is at or below the curve's mass at infinity")
+        for i in range(self._propose(float(delta)), len(self.masses) + 1):
+            top = _float_up(arb(_fmpq((self.offset + i) * self.step)).upper())  # l_i, where segment i ends
+            with ctx.workprec(PREC):
+                a = arb(self.infinite + sum(self.masses[i:])) - arb(_fmpq(scaled))
+                b = self._weighted(i)
+                solved = _float_up((a / b).log().upper()) if i < len(self.masses) and a > 0 and b > 0 else top
+            eps = max(0.0, min(solved, top))  # the bound is decreasing: the segment's end bounds its root
+            if self.delta(eps) <= delta:
+                return eps
+        raise AssertionError("no grid point meets delta")  # unreachable: past the last mass only infinity is left
+
+    def _propose(self, delta: float) -> int:
+        """The first segment whose end meets delta by floats (a proposal only: ``epsilon`` certifies it)."""
+        masses = np.array([float(c) for c in self.masses]) * 2.0**-BITS
+        grid = (self.offset + np.arange(len(masses))) * float(self.step)
+        lo, hi = 0, len(masses)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            value = self.infinite * 2.0**-BITS + float(np.sum(masses[mid:] * -np.expm1(grid[mid] - grid[mid:])))
+            lo, hi = (lo, mid) if value <= delta else (mid + 1, hi)
+        return max(0, lo - 1)
+
+    def _weighted(self, first: int) -> arb:
+        """sum_{j >= first} c_j e^(-l_j) as a ball (its lower end is what delta subtracts)."""
+        total = arb(0)
+        if first >= len(self.masses):
+            return total
+        factor = arb(_fmpq(-self.step)).exp()
+        term = arb(_fmpq(-(self.offset + first) * self.step)).exp()
+        for c in self.masses[first:]:
+            total += term * c
+            term *= factor
+        return total
+
+
+def _fraction(value: Fraction | float | int, name: str) -> Fraction:
+    if isinstance(value, bool) or not isinstance(value, (Fraction, float, int)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return Fraction(value)
+
+
+def _fmpq(value: Fraction) -> fmpq:
+    return fmpq(value.numerator, value.denominator)
+
+
+def _float_up(value: arb) -> float:
+    """The smallest float >= an exact arb point (an arb's upper end)."""
+    mantissa, exponent = value.mid().man_exp()
+    exact = Fraction(int(mantissa)) * Fraction(2) ** int(exponent)
+    result = float(exact)
+    return math.nextafter(result, math.inf) if Fraction(result) < exact else result
+
+
+def _ceil_scaled(value: arb) -> int:
+    """ceil(2^BITS * upper end of ``value``): a mass rounded up onto the integer scale."""
+    mantissa, exponent = (value * arb(2) ** BITS).upper().mid().man_exp()
+    m, e = int(mantissa), int(exponent)
+    return m << e if e >= 0 else -((-m) >> -e)  # -floor(-x) = ceil(x)
+
+
+def _rescale(poly: fmpz_poly, extra: int) -> fmpz_poly:
+    """Coefficients at scale 2^-(BITS + extra) back to 2^-BITS, each rounded UP (ceil)."""
+    # coefficient by coefficient (fmpz_poly's // is polynomial division, not a floor of each coefficient):
+    # -((-c) >> e) = -floor(-c / 2^e) = ceil(c / 2^e)
+    return fmpz_poly([-((-c) >> extra) for c in poly.coeffs()])
+
+
+def _power(poly: fmpz_poly, k: int) -> fmpz_poly:
+    """poly^k (k-fold convolution) by repeated squaring, rescaled (up) after each product."""
+    result: fmpz_poly | None = None
+    while k:
+        if k & 1:
+            result = poly if result is None else _rescale(result * poly, BITS)
+        k >>= 1
+        if k:
+            poly = _rescale(poly * poly, BITS)
+    assert result is not None  # k >= 1
+    return result
+
+
+def _gaussian_lattice(sigma2: Fraction, copies: int) -> _Lattice:
+    """``copies`` independent cells of N_Z(0, sigma2) against N_Z(1, sigma2) (CKS20; the pair of one shifted cell).
+
+    A cell's loss at o is (1 - 2o)/(2 sigma2); over the cells it is (copies - 2 S)/(2 sigma2) with S the sum of
+    the o's, so the k cells are one lattice law, the k-fold convolution of a cell's (``_power``).  A cell's mass
+    w(o)/Z, w(o) = e^(-o^2/(2 sigma2)), is bounded by upper(w)/lower(Z_T) with Z_T the partial sum over |o| <= T
+    (Z_T <= Z: every term is positive, so no tail bound is needed below).  The tail |o| > T has mass
+    <= 2 w(T+1)/(1 - r)/Z_T, r = e^(-(2T+3)/(2 sigma2)) the largest ratio of consecutive terms beyond T (a
+    geometric series); it is put at +infinity, for each of the cells (union bound).
+    """
+    t = math.ceil(TAIL_Z * math.sqrt(sigma2)) + 2
+    with ctx.workprec(PREC):
+        half = arb(_fmpq(1 / (2 * sigma2)))
+        weights = [(-(half * o * o)).exp() for o in range(t + 2)]
+        partial = (weights[0] + 2 * sum(weights[1:t + 1], arb(0))).lower()  # lower end: masses are rounded up
+        cell = [_ceil_scaled(weights[abs(o)] / partial) for o in range(-t, t + 1)]
+        ratio = (-(half * (2 * t + 3))).exp()
+        tail = _ceil_scaled(2 * weights[t + 1] / (1 - ratio) / partial)
+    return _Lattice(_power(fmpz_poly(cell), copies), copies * tail, copies * (1 + 2 * t), 1 / (2 * sigma2))
+
+
+def _laplace_lattice(scale: Fraction, copies: int) -> _Lattice:
+    """``copies`` cells of the discrete Laplace against its shift by 1 (Thm 19.14 on Z: loss ±1/scale).
+
+    A cell's loss (|o - 1| - |o|)/scale is +1/scale for o <= 0 (probability 1/(1 + q)) and -1/scale for o >= 1
+    (probability q/(1 + q)), q = e^(-1/scale); with s cells at -1/scale the loss is (copies - 2 s)/scale, binomial.
+    """
+    with ctx.workprec(PREC):
+        q = arb(_fmpq(-1 / scale)).exp()
+        down, up = q / (1 + q), 1 / (1 + q)
+        masses = [_ceil_scaled(arb(math.comb(copies, s)) * down**s * up ** (copies - s)) for s in range(copies + 1)]
+    return _Lattice(fmpz_poly(masses), 0, copies, 1 / scale)
+
+
+def _moments(lattice: _Lattice) -> tuple[float, float]:
+    """Mean and variance of a group's loss, in floats: they only place the grid (tightness, not validity)."""
+    coeffs = lattice.masses.coeffs()
+    p = np.array([float(c) for c in coeffs]) * 2.0**-BITS
+    loss = (lattice.top - 2.0 * np.arange(len(coeffs))) * float(lattice.unit)
+    mean = float(np.sum(p * loss) / np.sum(p))
+    return mean, float(np.sum(p * (loss - mean) ** 2) / np.sum(p))
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A partial composition on the grid: mass <= c_j 2^-BITS at (offset + j) step, and <= infinite at +inf."""
+
+    offset: int
+    masses: fmpz_poly
+    infinite: int
+
+
+def _on_grid(lattice: _Lattice, step: Fraction, floor: int, cap: int) -> _Part:
+    """A group's lattice moved onto the grid, every loss rounded UP to the next grid point (j = ceil(loss/step)),
+    clamped UP to the floor; losses above the cap go to +infinity."""
+    ratio = lattice.unit / step
+    bins: dict[int, int] = {}
+    infinite = lattice.infinite
+    for s, c in enumerate(lattice.masses.coeffs()):
+        j = max(floor, -((-(lattice.top - 2 * s) * ratio.numerator) // ratio.denominator))
+        if j > cap:
+            infinite += int(c)
+        else:
+            bins[j] = bins.get(j, 0) + int(c)
+    if not bins:
+        return _Part(floor, fmpz_poly([]), infinite)
+    low = min(bins)
+    return _Part(low, fmpz_poly([bins.get(j, 0) for j in range(low, max(bins) + 1)]), infinite)
+
+
+def _convolve(a: _Part, b: _Part, floor: int, cap: int) -> _Part:
+    """The sum of two independent parts: exact product, rescaled UP; below the floor clamped UP onto it, above
+    the cap moved to +infinity (a loss only ever moves up).  Mass at infinity: union bound, a + b."""
+    masses, offset, infinite = _rescale(a.masses * b.masses, BITS), a.offset + b.offset, a.infinite + b.infinite
+    if offset < floor:
+        below = masses.truncate(floor - offset)
+        masses, offset = masses.right_shift(floor - offset) + fmpz_poly([below(1)]), floor
+    keep = cap - offset + 1
+    if masses.length() > keep:
+        infinite += int(masses.right_shift(keep)(1))
+        masses = masses.truncate(keep)
+    return _Part(offset, masses, infinite)
+
+
+def privacy_curve(noises: Sequence[Noise], *, cells: int) -> PrivacyCurve:
+    """The certified curve of the composition of ``noises`` (one per level x query), each moving ``cells`` cells
+    by 1 (``Neighbouring``: replace-one moves 2, add-remove 1; 0 means no change and an empty curve).
+
+    Identical noises are one group (its cells composed exactly on their lattice), each group is put on a common
+    grid of ~GRID_POINTS points over [mean - FLOOR_Z sd, mean + CAP_Z sd] of the total loss, and the groups are
+    convolved smallest first.  Rounding: every loss UP to the grid (once per group), every mass UP (ceil at
+    2^-BITS after each product), partial sums below the floor UP to it, above the cap to +infinity.
+    """
+    if isinstance(cells, bool) or not isinstance(cells, int) or cells < 0:
+        raise ValueError(f"cells must be an integer >= 0, got {cells!r}")
+    groups: dict[Noise, int] = {}
+    for i, noise in enumerate(noises):
+        _check_noise(noise, f"noises[{i}]")
+        groups[noise] = groups.get(noise, 0) + cells
+    lattices = [_gaussian_lattice(n.sigma2, k) if isinstance(n, GaussianNoise) else _laplace_lattice(n.scale, k)
+                for n, k in sorted(groups.items(), key=repr) if k]
+    if not lattices:
+        return PrivacyCurve(Fraction(1), 0, (), 0)
+    moments = [_moments(lattice) for lattice in lattices]
+    mean, sd = sum(m for m, _ in moments), math.sqrt(sum(v for _, v in moments))
+    low, high = mean - max(FLOOR_Z * sd, 1.0), mean + max(CAP_Z * sd, 1.0)
+    step = Fraction(1, 2 ** math.ceil(math.log2(GRID_POINTS / (high - low))))  # a power of 2: nearby rhos share it
+    floor, cap = math.floor(low / step), math.ceil(high / step)
+    parts = [_on_grid(lattice, step, floor, cap) for lattice in lattices]
+    heap = [(p.masses.length(), i, p) for i, p in enumerate(parts)]
+    heapq.heapify(heap)
+    counter = len(heap)
+    while len(heap) > 1:
+        (_, _, a), (_, _, b) = heapq.heappop(heap), heapq.heappop(heap)
+        part = _convolve(a, b, floor, cap)
+        heapq.heappush(heap, (part.masses.length(), counter, part))
+        counter += 1
+    part = heap[0][2]
+    return PrivacyCurve(step, part.offset, tuple(int(c) for c in part.masses.coeffs()), part.infinite)
+
+
+def _check_noise(noise: Noise, name: str) -> None:
+    value = noise.sigma2 if isinstance(noise, GaussianNoise) else getattr(noise, "scale", None)
+    if not isinstance(noise, (GaussianNoise, LaplaceNoise)) or not isinstance(value, Fraction) or value <= 0:
+        raise ValueError(f"{name} must be a GaussianNoise or LaplaceNoise with a positive Fraction parameter")
+
+
+def epsilon_pld(noises: Sequence[Noise], delta: float, *, cells: int) -> float:
+    """epsilon at ``delta`` of the composed noises by their certified privacy curve, rounded up."""
+    return privacy_curve(noises, cells=cells).epsilon(delta)
+
+
+def delta_pld(noises: Sequence[Noise], epsilon: Fraction | float, *, cells: int) -> float:
+    """delta at ``epsilon`` of the composed noises by their certified privacy curve, rounded up."""
+    return privacy_curve(noises, cells=cells).delta(epsilon)
+
+
+def rho_for_epsilon_pld(epsilon: float, delta: float, noises_for: Callable[[Fraction], Sequence[Noise]], *,
+                        cells: int, start: Fraction) -> Fraction:
+    """The largest rho on a dyadic grid whose noises ``noises_for(rho)`` have a certified PLD epsilon <= ``epsilon``
+    at ``delta``: less than a relative 2^-HALVINGS < 1e-3 below the largest admissible rho (rounded DOWN).
+
+    A plain bisection (epsilon_pld is non-decreasing in rho): [lo, 2 lo] with lo a power of 2, admissible and
+    2 lo not, found by halving or doubling from the power of 2 at or below ``start`` (a rho known to be admissible
+    or nearly so, the CKS20 answer: it only saves evaluations, the answer does not depend on it); then HALVINGS
+    bisections of it, so the answer is the largest admissible j lo 2^-HALVINGS and lo 2^-HALVINGS <= 2^-HALVINGS
+    rho.  Every rho it keeps was checked by the definition (``epsilon_pld``, the figure that reports use).
+    """
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
+        raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
+
+    def admissible(rho: Fraction) -> bool:
+        return epsilon_pld(noises_for(rho), delta, cells=cells) <= epsilon
+
+    lo = Fraction(2) ** math.floor(math.log2(start))
+    while not admissible(lo):
+        lo /= 2
+    while admissible(2 * lo):
+        lo *= 2
+    width = lo
+    for _ in range(HALVINGS):
+        width /= 2
+        if admissible(lo + width):
+            lo += width
+    return lo  # admissible(lo) was checked, admissible(lo + width) failed (or was 2 lo, which failed)
