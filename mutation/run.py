@@ -2,6 +2,7 @@
 
     python mutation/run.py                 # a random sample of the mutants (--fraction, --size, --seed)
     python mutation/run.py --fraction 1    # every mutant of [tool.mutmut] only_mutate (many hours on 2 cores)
+    python mutation/run.py --functions 'pipeline.dp.pld.x__power__mutmut_*'   # one function's mutants, narrowed
     python mutation/run.py --ci            # CI: the functions of privacy modules changed since the scored
                                            # commit (or, when none changed, a few drawn at random), in a copy
                                            # of the checkout with the test selection narrowed to their tests
@@ -162,6 +163,9 @@ def stratified_sample(fraction: float, seed: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ci", action="store_true", help="CI's bounded sample instead of every mutant")
+    parser.add_argument("--functions", nargs="+", metavar="GLOB", help="these functions' mutants (mutmut globs, "
+                        "e.g. pipeline.dp.pld.x__power__mutmut_*) in a narrowed copy, as --ci does; exit 1 on an "
+                        "unlisted survivor")
     parser.add_argument("--max-functions", type=int, default=4)
     parser.add_argument("--budget-s", type=float, default=300.0, help="wall-clock limit of the --ci mutmut run")
     parser.add_argument("--fraction", type=float, default=0.2, help="share of every module's mutants to run")
@@ -172,11 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the PostgreSQL server on the way out
     mutmut = [str(Path(sys.executable).with_name("mutmut")), "run", "--max-children", str(os.cpu_count() or 2)]
     report = [sys.executable, "mutation/report.py"]
-    if args.ci:
-        globs, changed = ci_sample(args.max_functions)
+    if args.ci or args.functions:
+        globs, changed = (args.functions, True) if args.functions else ci_sample(args.max_functions)
         copy = narrowed_copy(globs)
         (copy.parent / "shared").symlink_to(REPO.parent / "shared")  # the tests find ../shared next to the checkout
-        with_test_server([[*mutmut, *globs]], copy, args.budget_s)
+        with_test_server([[*mutmut, *globs]], copy, args.budget_s if args.ci else None)
         code = subprocess.run([*report, "--sample", *globs], cwd=copy).returncode
         # a change must not bring unlisted survivors; functions drawn at random only report (the whole run's
         # survivors are tracked in SCORE.md and survivors/)

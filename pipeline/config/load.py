@@ -30,6 +30,7 @@ from pipeline.config.model import (
     require,
 )
 from pipeline.config.passes import parse_reconciliation
+from pipeline.config.pl94_tables import summary_tables
 from pipeline.config.recodes import schema_with_recodes
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from pipeline.config.solver import check_solver_setting
@@ -83,7 +84,7 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     reconciliation = parse_reconciliation(postprocess, source, levels, schema, measured)
     input_config = _input(raw, source, base)
     ledger = _ledger(raw, source, base, budget.delta)
-    output = _output(raw, source, base)
+    output = _output(raw, source, base, schema)
     return ReleaseConfig(
         source=source, input=input_config, ledger=ledger, output=output, levels=levels,
         schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
@@ -148,9 +149,10 @@ def _input(raw: dict[str, Any], source: str, base: Path) -> InputConfig:
     )
 
 
-def _output(raw: dict[str, Any], source: str, base: Path) -> OutputConfig:
+def _output(raw: dict[str, Any], source: str, base: Path, schema: Schema) -> OutputConfig:
     table = raw.get("output", {})
-    check_nothing_else(table, {"dir", "protected_microdata", "geocode_parts", "estimates"}, source, "output.")
+    check_nothing_else(table, {"dir", "protected_microdata", "geocode_parts", "estimates", "tables"}, source,
+                       "output.")
     parts = table.get("geocode_parts", [])
     ok = isinstance(parts, list) and all(
         isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], int) and p[1] > 0
@@ -164,7 +166,8 @@ def _output(raw: dict[str, Any], source: str, base: Path) -> OutputConfig:
             raise ConfigError(source, f"output.{key}", "expected true or false")
     return OutputConfig(dir=_path(table.get("dir", "runs"), base, source, "output.dir"),
                         protected_microdata=flags["protected_microdata"], estimates=flags["estimates"],
-                        geocode_parts=tuple((str(c), int(w)) for c, w in parts))
+                        geocode_parts=tuple((str(c), int(w)) for c, w in parts),
+                        tables=summary_tables(table.get("tables", []), schema, source))
 
 
 def _levels(raw: dict[str, Any], source: str) -> tuple[Level, ...]:

@@ -81,6 +81,12 @@ class Reconciliation:
     passes: dict[str, LevelPasses]  # every level's, defaults filled in
 
 
+class SummaryTables(StrEnum):
+    """Standard summary tables published beside the detailed ones (``[output] tables``)."""
+
+    PL94 = "pl94"  # P.L. 94-171 P1-P5 (pipeline.config.pl94_tables)
+
+
 class Accountant(StrEnum):
     """Which (epsilon, delta) accountant turns a ``budget.epsilon`` target into rho (``budget.accountant``).
 
@@ -150,6 +156,7 @@ class OutputConfig:
     protected_microdata: bool = False
     estimates: bool = False
     geocode_parts: tuple[tuple[str, int], ...] = ()
+    tables: tuple[SummaryTables, ...] = ()  # summary tables written under tables/<name>/
 
 
 @dataclass(frozen=True)

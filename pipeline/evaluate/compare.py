@@ -33,6 +33,7 @@ from pipeline.evaluate.metrics import LABEL, diversity_bin, entropy_bits, query_
 from pipeline.io.histograms import all_level_histograms, lowest_histograms
 from pipeline.io.microdata import read_microdata
 from pipeline.io.run_folder import LoadedRun, load_run
+from pipeline.io.summary_tables import summary_counts, table_variables, variable_matrix
 from pipeline.uncertainty.gls import gls_estimates
 
 DIVERSITY_ATTRIBUTES = ("hispanic", "cenrace")
@@ -93,7 +94,29 @@ def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = N
                 if method in found:
                     for row in query_metrics(true, found[method], cell_bins):
                         rows.append({"label": LABEL, "method": method, "level": spec.name, "query": name, **row})
+        rows += summary_table_rows(run, level, truth[level], {m: e[level] for m, e in estimates.items()}, node_bins)
     return pl.DataFrame(rows)
+
+
+def summary_table_rows(run: LoadedRun, level: int, truth: np.ndarray, estimates: dict[str, np.ndarray],
+                       node_bins: np.ndarray) -> list[dict[str, Any]]:
+    """Metrics of the configured summary tables (query = the table's name, ``P1`` ...): every variable of every
+    node, from the truth and from each method's detailed estimate summed the same way."""
+    rows = []
+    for tables in run.config.output.tables:
+        variables = table_variables(tables)
+        matrix = variable_matrix(run.config.schema, variables)
+        true_all = summary_counts(truth, matrix)
+        found_all = {method: summary_counts(values, matrix) for method, values in estimates.items()}
+        for table in dict.fromkeys(v.table for v in variables):
+            columns = [j for j, v in enumerate(variables) if v.table == table]
+            true = true_all[:, columns]
+            cell_bins = np.repeat(node_bins[:, None], len(columns), axis=1)
+            for method, found in found_all.items():
+                for row in query_metrics(true, found[:, columns], cell_bins):
+                    rows.append({"label": LABEL, "method": method, "level": run.config.levels[level].name,
+                                 "query": table, **row})
+    return rows
 
 
 def write_evaluation(metrics: pl.DataFrame, run: dict[str, Any], out_dir: Path) -> list[Path]:

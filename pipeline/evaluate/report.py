@@ -10,6 +10,7 @@ from pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS
 from pipeline.evaluate.plots import METHOD_NAME
 
 METHODS = ("noisy", "reconciled", "gls", "bottom_up")
+SUMMARY_TABLE_NAMES = ("P1", "P2", "P3", "P4", "P5", "H1")
 
 
 def _cell(value: float | None) -> str:
@@ -39,6 +40,16 @@ def _by_bin(metrics: pl.DataFrame, level: str, group: str, bins: tuple[str, ...]
     return lines
 
 
+def _summary_tables(metrics: pl.DataFrame, run: dict[str, Any]) -> list[str]:
+    """Per summary table (P1 ...), the mean absolute error over its variables by level."""
+    tables = [t for t in dict.fromkeys(metrics["query"].to_list()) if t in SUMMARY_TABLE_NAMES]
+    lines = []
+    for table in tables:
+        lines += [f"## Summary table {table}: mean absolute error over its variables by level", "",
+                  *_by_level(metrics, run, table, "mae"), ""]
+    return lines
+
+
 def report_markdown(metrics: pl.DataFrame, run: dict[str, Any], plots: list[str]) -> str:
     """The report: label, what was compared, tables by level and by bin, the plots."""
     lowest = run["levels"][-1]["name"]
@@ -61,6 +72,7 @@ def report_markdown(metrics: pl.DataFrame, run: dict[str, Any], plots: list[str]
              *_by_bin(metrics, lowest, "size", SIZE_BINS), "",
              f"## Bias by diversity of the area ({lowest}, detailed cells)", "",
              *_by_bin(metrics, lowest, "diversity", DIVERSITY_BINS), "",
+             *_summary_tables(metrics, run),
              "## Plots", ""]
     lines += [f"![{name}]({name})" for name in plots]
     lines += ["", f"All metrics, every level and query: `evaluation.parquet` (long form). {LABEL}.", ""]

@@ -7,6 +7,7 @@
     for level: measure(run, level)               # noise drawn once per chunk of nodes, written at once
     estimate(run)                                # the tree's GLS (full-information reconciliation)
     for level: reconcile(run, level)             # post-processing from measurements only (Thm 19.25)
+    tabulate(run)                                # summary tables (P.L. 94-171) summed from the reconciled cells
     publish(run)                                 # manifest, report; temp folder renamed into place
 
 Whether a release is charged never depends on a confidential value: everything before ``charge`` looks at the
@@ -58,6 +59,7 @@ from pipeline.release.run import (  # noqa: F401 - part of this module's interfa
 )
 from pipeline.release.runner import make_runner
 from pipeline.release.support import merge_reports
+from pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
 from pipeline.release.tasks import chunk_tasks
 from postprocess import QueryInvariant
 
@@ -268,6 +270,7 @@ def publish(run: ReleaseRun) -> Path:
         "measurements": {lv.name: str(Path(run.measurements_dir) / f"{lv.name}.parquet") if run.measurements_dir
                          else f"measurements/{lv.name}.parquet" for lv in config.levels},
         "tables": {lv.name: f"tables/{lv.name}.parquet" for lv in config.levels},
+        "summary_tables": run.summary_tables,
         "reconciliation": run.diagnostics,
         "ledger": ledger_section(run),
         **run.manifest_extra,
@@ -334,9 +337,11 @@ STAGES = (
     Stage("measure", "measure", per_level=True),
     Stage("estimate", "estimate"),
     Stage("reconcile", "reconcile", per_level=True, needs_runner=True),
+    Stage("tabulate", "tabulate"),
     Stage("publish", "publish"),
 )
-FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in ("estimate", "reconcile", "publish"))  # no data, no noise
+# a re-run or a resume from saved measurements: no data read, no noise drawn
+FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in ("estimate", "reconcile", "tabulate", "publish"))
 
 StageCall = Callable[[Stage, Callable[..., Any], tuple[Any, ...]], Any]
 

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
-from pipeline.evaluate.compare import evaluate
+from pipeline.evaluate.compare import evaluate, write_evaluation
 from pipeline.io.run_folder import load_run
 from pipeline.uncertainty.gls import gls_estimates
 from tests.helpers.releases import release_dir
@@ -71,3 +71,20 @@ def test_perry_county_pl94_2020_release_has_gls(tmp_path: Path, capsys: pytest.C
     metrics = evaluate(shared_data, run_dir, fmt="mdf-pl94")
     gls = metrics.filter((pl.col("method") == "gls") & (pl.col("query") == "hhinstlevels"))
     assert set(gls["level"]) == {"us", "state", "county", "tract", "block_group", "block"}
+    tables = metrics.filter(pl.col("query").is_in(["P1", "P2", "P3", "P4", "P5"]) & (pl.col("metric") == "mae")
+                            & (pl.col("group") == "all"))
+    assert set(zip(tables["level"], tables["query"], tables["method"], strict=True)) == {
+        (lv, t, m) for lv in ("us", "state", "county", "tract", "block_group", "block")
+        for t in ("P1", "P2", "P3", "P4", "P5") for m in ("reconciled", "gls", "bottom_up")}
+    # P5 at the nation, recomputed from the raw file and the published wide table
+    people = pl.read_csv(shared_data, infer_schema=False)
+    by_type = dict(people.group_by("GQTYPE_PL").len().iter_rows())
+    true = [sum(by_type.get(str(t), 0) for t in types)
+            for types in ((1, 2, 3, 4, 5, 6, 7), (1, 2, 3, 4), (1,), (2,), (3,), (4,), (5, 6, 7), (5,), (6,), (7,))]
+    published = pl.read_parquet(run_dir / "tables" / "pl94" / "us.parquet").select(
+        [f"P5_{i:03d}N" for i in range(1, 11)]).row(0)
+    expected = float(np.mean(np.abs(np.array(published) - np.array(true))))
+    found = tables.filter((pl.col("level") == "us") & (pl.col("query") == "P5") & (pl.col("method") == "reconciled"))
+    assert found["value"].to_list() == pytest.approx([expected])
+    assert "## Summary table P1: mean absolute error" in (write_evaluation(metrics, {"run_id": "x", "levels": [
+        {"name": lv} for lv in ("us", "block")]}, tmp_path / "eval")[1]).read_text()

@@ -159,7 +159,7 @@ def test_unexpected_errors_reach_prefect_by_type_only() -> None:
         type_only_errors(public)()
     tasks = [flow_module.start_task, *flow_module.STAGE_TASKS.values()]
     assert [t.name for t in tasks] == ["allocate-budget", "read-files", "charge-ledger", "validate-values", "measure",
-                                       "estimate", "reconcile", "publish"]
+                                       "estimate", "reconcile", "tabulate", "publish"]
     assert all(getattr(t.fn, "__wrapped__", None) is not None for t in tasks), "a task reports raw exceptions"
 
 

@@ -111,6 +111,7 @@ def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path, capsys: 
     assert any("populated is NOT protected" in note for note in manifest["not_protected"])
     config = load_config(tmp_path / "pl94.toml")
     assert manifest["privacy"]["rho_exact"] == str(config.budget.rho)
+    check_pl94_tables(run_dir, manifest, levels)
     if preset == "pl94-2020":  # the hhinstlevels recode is measured like any query; nobody under 18 in a nursing home
         assert {(a["level"], a["query"]) for a in manifest["allocation"]} >= {("block", "hhinstlevels")}
         block = pl.read_parquet(run_dir / "measurements" / "block.parquet")
@@ -118,6 +119,20 @@ def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path, capsys: 
             block["geoid"].n_unique())  # three groups per block
         tables = pl.concat([pl.read_parquet(run_dir / "tables" / f"{name}.parquet") for name, _ in levels])
         assert tables.filter((pl.col("hhgq") == "3") & (pl.col("votingage") == "1")).height == 0
+
+
+def check_pl94_tables(run_dir: Path, manifest: dict, levels: list[tuple[str, int]]) -> None:
+    """tables/pl94: one row per node with its Census GEOID, P1_001N the node's total in the detailed table."""
+    assert set(manifest["summary_tables"]["pl94"]) == {"dictionary", *(name for name, _ in levels)}
+    for name, width in levels:
+        wide = pl.read_parquet(run_dir / manifest["summary_tables"]["pl94"][name])
+        detailed = pl.read_parquet(run_dir / "tables" / f"{name}.parquet").group_by("geoid").agg(pl.col("count").sum())
+        geoids = {g or "US": c for g, c in detailed.iter_rows()}
+        assert wide.height >= len(geoids) and set(wide["GEOID"].str.len_chars()) == {width or 2}
+        found = dict(zip(wide["GEOID"].to_list(), wide["P1_001N"].to_list(), strict=True))
+        assert {g: c for g, c in found.items() if c} == geoids
+        assert (wide["P2_001N"] == wide["P1_001N"]).all() and (wide["P3_001N"] == wide["P4_001N"]).all()
+    assert (run_dir / manifest["summary_tables"]["pl94"]["dictionary"]).is_file()
 
 
 def test_many_small_chunks_give_a_consistent_release(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,143 @@
+"""The P.L. 94-171 summary tables P1-P5 as definitions over the detailed schema (``[output] tables = ["pl94"]``).
+
+Each variable (``P1_001N`` ...) is a set of detailed cells: for some attributes a set of their values, the
+others free.  The published tables are sums of the reconciled integer cells (``pipeline.io.summary_tables``),
+so they are integer, non-negative and consistent with each other and with the detailed tables by construction.
+
+The race rows follow the 2020 Census order, which is also the order of the CENRACE codes 01-63: the non-empty
+sets of the six race categories by size, then in order (01 White alone ... 06 Some Other Race alone, 07 White;
+Black ..., 63 all six).  Variable names and labels are those of the 2020 redistricting data (labels in the
+Census API's ``!!`` form).  H1 needs the housing-unit universe and is not defined here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.config.model import SummaryTables
+from pipeline.config.schema import Schema
+from pipeline.errors import ConfigError
+
+RACES = ("White", "Black or African American", "American Indian and Alaska Native", "Asian",
+         "Native Hawaiian and Other Pacific Islander", "Some Other Race")
+RACE_SETS = tuple(c for size in range(1, len(RACES) + 1) for c in itertools.combinations(range(len(RACES)), size))
+COUNT_WORDS = ("", "one", "two", "three", "four", "five", "six")
+
+RACE, HISPANIC, VOTING_AGE, GQ_TYPE = "cenrace", "hispanic", "votingage", "hhgq"
+# the detailed schema these definitions read: attribute -> its values, as in the pl94 presets (Census codes)
+REQUIRED = {
+    RACE: tuple(f"{code:02d}" for code in range(1, len(RACE_SETS) + 1)),
+    HISPANIC: ("1", "2"),  # CENHISP: 1 not Hispanic or Latino, 2 Hispanic or Latino
+    VOTING_AGE: ("1", "2"),  # VOTING_AGE: 1 under 18, 2 18 years and over
+    GQ_TYPE: tuple(str(t) for t in range(8)),  # GQTYPE_PL: 0 household, 1-4 institutional, 5-7 not
+}
+GQ_TYPES = (("Institutionalized population", (("1", "Correctional facilities for adults"),
+                                              ("2", "Juvenile facilities"),
+                                              ("3", "Nursing facilities/Skilled-nursing facilities"),
+                                              ("4", "Other institutional facilities"))),
+            ("Noninstitutionalized population", (("5", "College/University student housing"),
+                                                 ("6", "Military quarters"),
+                                                 ("7", "Other noninstitutional facilities"))))
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One published count: ``cells`` restricts some attributes to some of their values (the rest are summed)."""
+
+    table: str
+    name: str
+    label: str
+    universe: str
+    cells: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def race_code(races: tuple[int, ...]) -> str:
+    """The CENRACE code of a set of race categories (indices into RACES)."""
+    return f"{RACE_SETS.index(tuple(sorted(races))) + 1:02d}"
+
+
+def _race_rows() -> list[tuple[str, tuple[str, ...]]]:
+    """P1's 71 rows below the universe: (label path, CENRACE codes)."""
+    codes = REQUIRED[RACE]
+
+    def of_size(size: int) -> tuple[str, ...]:
+        return tuple(code for code, races in zip(codes, RACE_SETS, strict=True) if len(races) == size)
+
+    rows = [("Total:", codes), ("Total:!!Population of one race:", of_size(1))]
+    rows += [(f"Total:!!Population of one race:!!{RACES[races[0]]} alone", (code,))
+             for code, races in zip(codes, RACE_SETS, strict=True) if len(races) == 1]
+    several = "Total:!!Population of two or more races:"
+    rows.append((several, tuple(c for c, races in zip(codes, RACE_SETS, strict=True) if len(races) > 1)))
+    for size in range(2, len(RACES) + 1):
+        group = f"{several}!!Population of {COUNT_WORDS[size]} races:"
+        rows.append((group, of_size(size)))
+        rows += [(f"{group}!!{'; '.join(RACES[r] for r in races)}", (code,))
+                 for code, races in zip(codes, RACE_SETS, strict=True) if len(races) == size]
+    return rows
+
+
+def _race_table(table: str, universe: str, fixed: tuple[tuple[str, tuple[str, ...]], ...]) -> list[Variable]:
+    return [Variable(table, f"{table}_{i:03d}N", f"!!{label}", universe, (*fixed, (RACE, codes)))
+            for i, (label, codes) in enumerate(_race_rows(), start=1)]
+
+
+def _hispanic_table(table: str, universe: str, fixed: tuple[tuple[str, tuple[str, ...]], ...]) -> list[Variable]:
+    rows = [Variable(table, f"{table}_001N", "!!Total:", universe, fixed),
+            Variable(table, f"{table}_002N", "!!Total:!!Hispanic or Latino", universe, (*fixed, (HISPANIC, ("2",)))),
+            Variable(table, f"{table}_003N", "!!Total:!!Not Hispanic or Latino:", universe,
+                     (*fixed, (HISPANIC, ("1",))))]
+    not_hispanic = (*fixed, (HISPANIC, ("1",)))
+    for i, (label, codes) in enumerate(_race_rows()[1:], start=4):
+        below = label.removeprefix("Total:!!")
+        rows.append(Variable(table, f"{table}_{i:03d}N", f"!!Total:!!Not Hispanic or Latino:!!{below}", universe,
+                             (*not_hispanic, (RACE, codes))))
+    return rows
+
+
+def _group_quarters_table() -> list[Variable]:
+    universe = "Population in group quarters"
+    all_types = tuple(value for _, types in GQ_TYPES for value, _ in types)
+    rows = [("!!Total:", all_types)]
+    for kind, types in GQ_TYPES:
+        rows.append((f"!!Total:!!{kind}:", tuple(value for value, _ in types)))
+        rows += [(f"!!Total:!!{kind}:!!{label}", (value,)) for value, label in types]
+    return [Variable("P5", f"P5_{i:03d}N", label, universe, ((GQ_TYPE, values),))
+            for i, (label, values) in enumerate(rows, start=1)]
+
+
+def pl94_variables() -> tuple[Variable, ...]:
+    """P1 (71), P2 (73), P3 (71), P4 (73) and P5 (10): 298 variables, in publication order."""
+    adults = ((VOTING_AGE, ("2",)),)
+    return (*_race_table("P1", "Total population", ()),
+            *_hispanic_table("P2", "Total population", ()),
+            *_race_table("P3", "Total population 18 years and over", adults),
+            *_hispanic_table("P4", "Total population 18 years and over", adults),
+            *_group_quarters_table())
+
+
+def pl94_schema_problem(schema: Schema) -> str | None:
+    """Why these definitions cannot be read from ``schema`` (None when they can)."""
+    for name, values in REQUIRED.items():
+        if name not in schema.names:
+            return f"the P.L. 94-171 tables need the attribute {name!r}"
+        if schema.attribute(name).values != values:
+            return f"the P.L. 94-171 tables need {name!r} with the values {', '.join(values)}"
+    return None
+
+
+def summary_tables(value: Any, schema: Schema, source: str) -> tuple[SummaryTables, ...]:
+    """``[output] tables``: the summary tables to publish, each checked against the schema it is read from."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(set(value)) != len(value):
+        raise ConfigError(source, "output.tables", "expected a list of distinct table set names")
+    out = []
+    for name in value:
+        try:
+            out.append(SummaryTables(name))
+        except ValueError:
+            known = ", ".join(repr(t.value) for t in SummaryTables)
+            raise ConfigError(source, "output.tables", f"{name!r} is not a table set (known: {known})") from None
+    if SummaryTables.PL94 in out and (problem := pl94_schema_problem(schema)) is not None:
+        raise ConfigError(source, "output.tables", problem)
+    return tuple(out)

@@ -1,0 +1,25 @@
+"""The ``tabulate`` stage: the configured summary tables (``[output] tables``) from the reconciled cells."""
+
+from __future__ import annotations
+
+import logging
+
+from pipeline.io.summary_tables import write_summary_tables
+from pipeline.release.run import ReleaseRun, stage_output
+
+log = logging.getLogger("censusdp")
+
+
+def tabulate(run: ReleaseRun) -> None:
+    """Write ``tables/<set>/<level>.parquet`` and the set's dictionary for every configured set.
+
+    Reads only the published integer tables this run has just reconciled (``run.counts``), so the summary
+    tables are post-processing of public values (Thm 19.25) and consistent with the detailed tables.
+    """
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    names = [lv.name for lv in run.config.levels]
+    counts = [run.counts[level] for level in range(len(names))]
+    for tables in run.config.output.tables:
+        run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, run.schema, names,
+                                                                tree.geoids, counts)
+        log.info("summary tables %s written for %d levels", tables.value, len(names))
