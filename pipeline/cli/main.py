@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     from pipeline.cli.budget import add_budget
     from pipeline.cli.evaluate import add_evaluate
     from pipeline.cli.ledger import add_ledger
-    from pipeline.cli.uncertainty import add_uncertainty
+    from pipeline.cli.uncertainty import add_areas, add_uncertainty
 
     parser = argparse.ArgumentParser(prog="censusdp", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ledger(sub)
     add_evaluate(sub)
     add_uncertainty(sub)
+    add_areas(sub)
     return parser
 
 

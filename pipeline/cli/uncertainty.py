@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import CensusDPError
+from pipeline.uncertainty.areas import write_areas
 from pipeline.uncertainty.bootstrap import bootstrap_intervals
 from pipeline.uncertainty.gls import write_estimates
 
@@ -31,4 +32,27 @@ def cmd_uncertainty(args: Any) -> int:
             raise CensusDPError("--bootstrap needs at least 2 replicates")
         for path in bootstrap_intervals(Path(args.run_dir), args.bootstrap, args.seed)["paths"]:
             print(path)
+    return 0
+
+
+def add_areas(sub: Any) -> None:
+    """Register ``censusdp areas RUN_DIR --assign FILE`` (areas of the user's own, with error bars)."""
+    p = sub.add_parser("areas", help="published counts, GLS estimates, standard errors and 95%% intervals for "
+                       "areas of your own (a block-assignment file), from a run's public outputs")
+    p.add_argument("run_dir", help="a published run folder")
+    p.add_argument("--assign", required=True, metavar="FILE",
+                   help="CSV (comma or pipe) or Parquet mapping each block to an area id; blocks may be left out")
+    p.add_argument("--block-column", help="the block code column (default: GEOID, GEOID20, BLOCKID, ... or the "
+                   "first of two columns)")
+    p.add_argument("--area-column", help="the area id column (default: the other of two columns)")
+    p.add_argument("--query", action="append", default=[], metavar="QUERY",
+                   help="also every cell of this query (e.g. 'hispanic * cenrace'); repeatable")
+    p.add_argument("--out", help="output Parquet (default: RUN_DIR/areas/<FILE stem>.parquet)")
+    p.set_defaults(handler=cmd_areas)
+
+
+def cmd_areas(args: Any) -> int:
+    """Handler: write the areas table, print its path."""
+    print(write_areas(Path(args.run_dir), Path(args.assign), out=Path(args.out) if args.out else None,
+                      queries=args.query, block_column=args.block_column, area_column=args.area_column))
     return 0

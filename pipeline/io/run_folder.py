@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import scipy.sparse as sp
 
 from geography.tree import GeoTree, build_tree
 from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of
@@ -111,6 +112,10 @@ class LoadedRun:
 
     def table(self, level: int) -> np.ndarray:
         """The published (reconciled, integer) table of a level as dense counts (n_nodes, n_cells)."""
+        return self.sparse_table(level).toarray()
+
+    def sparse_table(self, level: int) -> sp.csr_matrix:
+        """The published table of a level as sparse int64 counts (n_nodes, n_cells): a nation's blocks fit."""
         schema = self.config.schema
         name = self.config.levels[level].name
         frame = pq.read_table(self.run_dir / "tables" / f"{name}.parquet")
@@ -120,9 +125,8 @@ class LoadedRun:
                  np.array([a.values.index(v) for v in frame.column(a.name).to_pylist()], dtype=np.int64)
                  for a in schema.attributes]
         cells = np.ravel_multi_index(tuple(index), schema.shape) if index else np.zeros(len(node), dtype=np.int64)
-        dense = np.zeros((self.tree.n_nodes(level), schema.n_cells), dtype=np.int64)
-        np.add.at(dense, (node, cells), frame.column("count").to_numpy())
-        return dense
+        counts = frame.column("count").to_numpy().astype(np.int64)
+        return sp.csr_matrix((counts, (node, cells)), shape=(self.tree.n_nodes(level), schema.n_cells))
 
 
 def load_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> LoadedRun:

@@ -185,3 +185,16 @@ def test_epsilon_of_a_composition_is_the_smallest_certified(delta: float) -> Non
     curve = privacy_curve([GaussianNoise(Fraction(7, 2)), GaussianNoise(Fraction(20))], cells=2)
     eps = curve.epsilon(delta)
     assert curve.delta(eps) <= delta < curve.delta(eps * (1 - 1e-9))
+
+
+@pytest.mark.parametrize("delta", [0, 0.0, 1, 1.0, -1e-9, 1.5, True, "0.1", None, Fraction(1, 10)])
+def test_epsilon_refuses_a_delta_outside_the_open_unit_interval(delta: object) -> None:
+    """Only an int or float strictly between 0 and 1 (not a bool, a string or a Fraction) is a delta."""
+    with pytest.raises(ValueError, match=r"delta must be a number in \(0, 1\)"):
+        CURVE.epsilon(delta)  # type: ignore[arg-type]
+
+
+def test_moments_are_the_mean_and_variance_of_the_lattice_loss() -> None:
+    """LATTICE's losses 4/3 .. -4/3 with weights 1..5 (normalised): mean -4/9, variance 56/81 (by hand)."""
+    mean, variance = _moments(LATTICE)
+    assert mean == pytest.approx(-4 / 9, rel=1e-12) and variance == pytest.approx(56 / 81, rel=1e-12)

@@ -1,0 +1,103 @@
+"""A plan's block-assignment file (``censusdp areas --assign FILE``): each block to the id of an area.
+
+CSV (comma- or pipe-separated, as the Census's block assignment files are) or Parquet, read as strings.  The
+block column is ``--block-column``, else the first of ``BLOCK_COLUMNS`` present, else the first of exactly two
+columns; the area column is ``--area-column``, else the other of exactly two columns.  Blocks may be left out
+and an area need not follow the tree.  The file holds public geography only (no confidential value), so its
+errors name the file, the column, the row (1-based, the header not counted) and the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipeline.errors import InputError, InputProblem
+
+BLOCK_COLUMNS = ("GEOID", "GEOID20", "GEOID10", "BLOCKID", "geoid", "block")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """``area_ids`` in sorted order; ``leaf_area[b]``: the index of block b's area, or -1 (in no area)."""
+
+    path: Path
+    area_ids: tuple[str, ...]
+    leaf_area: np.ndarray
+
+    @property
+    def n_areas(self) -> int:
+        return len(self.area_ids)
+
+
+def _read(path: Path) -> pl.DataFrame:
+    if not path.is_file():
+        raise InputError(str(path), "not found")
+    try:
+        if path.suffix.lower() == ".parquet":
+            return pl.read_parquet(path).cast(pl.String)
+        head = path.open(encoding="utf-8", errors="replace").readline()
+        separator = "|" if "|" in head and "," not in head else ","
+        return pl.read_csv(path, infer_schema=False, separator=separator)
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as error:
+        raise InputError(str(path), f"cannot be read as {'Parquet' if path.suffix == '.parquet' else 'CSV'} "
+                                    f"({type(error).__name__})") from None
+
+
+def _columns(frame: pl.DataFrame, path: Path, block: str | None, area: str | None) -> tuple[str, str]:
+    names = frame.columns
+    if block is None:
+        block = next((c for c in BLOCK_COLUMNS if c in names), names[0] if len(names) == 2 else None)
+    if block is None or block not in names:
+        raise InputError(str(path), f"no block column ({'--block-column ' + block if block else 'give --block-column'}"
+                         f"; columns: {', '.join(names)})", category=InputProblem.COLUMN)
+    if area is None:
+        others = [c for c in names if c != block]
+        area = others[0] if len(others) == 1 else None
+    if area is None or area not in names:
+        raise InputError(str(path), f"no area column ({'--area-column ' + area if area else 'give --area-column'}; "
+                         f"columns: {', '.join(names)})", category=InputProblem.COLUMN)
+    return block, area
+
+
+def read_assignment(path: Path, blocks: np.ndarray, *, block_column: str | None = None,
+                    area_column: str | None = None) -> Assignment:
+    """The assignment of the release's lowest-level units ``blocks`` (sorted codes) to areas.
+
+    One ``InputError`` naming file, column and row for: an unreadable or empty file, a missing column or value,
+    a code that is not a block of the release, a block listed twice, a block in two areas."""
+    path = Path(path)
+    frame = _read(path)
+    if frame.height == 0:
+        raise InputError(str(path), "has no rows: list at least one block and its area", category=InputProblem.EMPTY)
+    block, area = _columns(frame, path, block_column, area_column)
+    codes = frame[block].to_numpy().astype(object)
+    ids = frame[area].to_numpy().astype(object)
+    for name, values in ((block, codes), (area, ids)):
+        missing = np.flatnonzero([v is None or str(v).strip() == "" for v in values])
+        if len(missing):
+            raise InputError(str(path), "missing value", column=name, row=int(missing[0]) + 1,
+                             category=InputProblem.MISSING_VALUE)
+    codes = codes.astype(str)
+    index = np.searchsorted(blocks, codes)
+    known = (index < len(blocks)) & (blocks[np.minimum(index, len(blocks) - 1)] == codes)
+    if not known.all():
+        row = int(np.flatnonzero(~known)[0])
+        raise InputError(str(path), f"{str(codes[row])!r} is not a block of the release", column=block, row=row + 1,
+                         category=InputProblem.GEOGRAPHY)
+    order = np.argsort(index, kind="stable")
+    repeated = np.flatnonzero(index[order][1:] == index[order][:-1])
+    if len(repeated):
+        first, second = sorted((int(order[repeated[0]]), int(order[repeated[0] + 1])))
+        same = ids[first] == ids[second]
+        problem = (f"block {str(codes[second])!r} is listed twice (rows {first + 1} and {second + 1})" if same else
+                   f"block {str(codes[second])!r} is in two areas ({ids[first]!r} at row {first + 1}, {ids[second]!r} "
+                   f"at row {second + 1})")
+        raise InputError(str(path), problem, column=block, row=second + 1, category=InputProblem.DUPLICATE)
+    area_ids, area_index = np.unique(ids.astype(str), return_inverse=True)
+    leaf_area = np.full(len(blocks), -1, dtype=np.int64)
+    leaf_area[index] = area_index
+    return Assignment(path=path, area_ids=tuple(str(a) for a in area_ids), leaf_area=leaf_area)

@@ -1,0 +1,107 @@
+"""Areas of the user's own with error bars (``censusdp areas RUN_DIR --assign FILE``): public values only.
+
+For every area (a set of blocks from the assignment file, ``pipeline.io.assignments``) and every variable (a
+summary-table variable such as ``P1_003N``, or a cell of a query given with ``--query``):
+
+- ``published``: the sum of the area's published blocks (what a user adds up from ``tables/``);
+- ``estimate``: the GLS estimate of the same sum, from every noisy measurement of the release (unbiased);
+- ``std_error``: its exact standard error, cross-block covariances included (``postprocess.gls_areas``);
+- ``ci_low``, ``ci_high``: estimate ± 1.96·std_error, which contains the true count with probability about 95%.
+
+The interval is about the truth, so it is honest for the published number too: the published count's error,
+published − truth, lies in [published − ci_high, published − ci_low] whenever the interval holds the truth
+(docs/areas.md gives the design and the coverage measured per kind and size of area).  Only the run's public
+outputs are read — measurements with their σ², invariants, published tables — never microdata, so this is
+post-processing and spends no budget (Thm 19.25).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+from pipeline.io.assignments import Assignment, read_assignment
+from pipeline.io.run_folder import LoadedRun, load_run
+from pipeline.io.summary_tables import table_variables, variable_matrix
+from pipeline.uncertainty.gls import gls_levels
+from postprocess.gls import interval, solve_gls
+from postprocess.gls_areas import area_estimates, area_terms, area_variances
+
+AREAS_DIR = "areas"
+LABEL = "post-processing of public values only (published tables and noisy measurements); no budget spent"
+
+
+@dataclass(frozen=True)
+class AreaVariables:
+    """``weights[v]``: the detailed cells variable v sums (n_vars, n_cells)."""
+
+    names: tuple[str, ...]
+    weights: np.ndarray
+
+
+def area_variables(run: LoadedRun, queries: Sequence[str] = ()) -> AreaVariables:
+    """The configured summary tables' variables, then every cell of each of ``queries`` (``total`` when neither
+    gives any), named ``query[label × label]``."""
+    schema = run.config.schema
+    names: list[str] = []
+    blocks: list[np.ndarray] = []
+    for tables in run.config.output.tables:
+        variables = table_variables(tables)
+        names += [v.name for v in variables]
+        blocks.append(variable_matrix(schema, variables).T.toarray())
+    for text in queries or (() if names else ("total",)):
+        query = schema.parse_query(text)
+        labels = schema.cell_labels(query)
+        cells = schema.query_cells(query)
+        names += [f"{query.name}[{' × '.join(str(part[i]) for part in labels)}]" if labels else query.name
+                  for i in range(cells)]
+        blocks.append(schema.query_matrix(query).toarray())
+    return AreaVariables(tuple(names), np.vstack(blocks).astype(float))
+
+
+def area_table(run: LoadedRun, assignment: Assignment, variables: AreaVariables) -> pa.Table:
+    """Long form: ``area``, ``variable``, ``published``, ``estimate``, ``std_error``, ``ci_low``, ``ci_high``."""
+    lowest = run.tree.depth - 1
+    n_areas, leaf_area = assignment.n_areas, assignment.leaf_area
+    inside = np.flatnonzero(leaf_area >= 0)
+    members = sp.csr_matrix((np.ones(len(inside)), (leaf_area[inside], inside)),
+                            shape=(n_areas, run.tree.n_nodes(lowest)))
+    published = np.asarray((members @ run.sparse_table(lowest)) @ variables.weights.T).round().astype(np.int64)
+    levels = gls_levels(run)
+    result = solve_gls(levels, run.config.schema.shape)
+    estimate = area_estimates(result, leaf_area, n_areas, variables.weights)
+    variance = area_variances(area_terms(levels, run.config.schema.shape, leaf_area, n_areas), variables.weights)
+    low, high = interval(estimate, variance)
+    n_vars = len(variables.names)
+    return pa.table({
+        "area": pa.array(np.repeat(np.asarray(assignment.area_ids, dtype=object), n_vars).tolist(), pa.string()),
+        "variable": pa.DictionaryArray.from_arrays(np.tile(np.arange(n_vars, dtype=np.int32), n_areas),
+                                                   pa.array(variables.names)).cast(pa.string()),
+        "published": pa.array(published.ravel()),
+        "estimate": pa.array(estimate.ravel()),
+        "std_error": pa.array(np.sqrt(np.maximum(variance, 0.0)).ravel()),
+        "ci_low": pa.array(low.ravel()),
+        "ci_high": pa.array(high.ravel()),
+    })
+
+
+def write_areas(run_dir: Path, assign: Path, *, out: Path | None = None, queries: Sequence[str] = (),
+                block_column: str | None = None, area_column: str | None = None) -> Path:
+    """Read the run and the assignment, compute every area × variable, write Parquet (default:
+    ``RUN_DIR/areas/<assignment file stem>.parquet``); return its path."""
+    run = load_run(run_dir)
+    assignment = read_assignment(Path(assign), run.tree.geoids[-1], block_column=block_column,
+                                 area_column=area_column)
+    table = area_table(run, assignment, area_variables(run, queries))
+    table = table.replace_schema_metadata({"censusdp.label": LABEL, "censusdp.run_id": str(run.manifest["run_id"]),
+                                           "censusdp.assignment": Path(assign).name})
+    path = Path(out) if out is not None else run.run_dir / AREAS_DIR / f"{Path(assign).stem}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
