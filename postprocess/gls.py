@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from math import prod
 
 import numpy as np
+import scipy.sparse as sp
 
 from postprocess.gls_algebra import (
     AxisBasis,
@@ -151,7 +152,7 @@ def _check(levels: Sequence[GlsLevel], sizes: list[int], shape: tuple[int, ...])
 
 
 @dataclass
-class _Pins:
+class Pins:
     """A level's invariants on one subspace: the pinned basis P (K, r), its complement N (K, f), and the maps
     G_i (K, K) with t_v = Σ_i G_i x̃*_i (x̃*_i the rotated least-norm solution of invariant i)."""
 
@@ -160,7 +161,7 @@ class _Pins:
     maps: list[np.ndarray]
 
 
-def _pins(bases: list[AxisBasis], subset: Subset, specs: list[QuerySpec]) -> _Pins:
+def _pins(bases: list[AxisBasis], subset: Subset, specs: list[QuerySpec]) -> Pins:
     k = prod(b.k for a, b in enumerate(bases) if a not in subset)
     parts = [pinned_basis(bases, subset, spec) for spec in specs]
     stacked = np.hstack([np.zeros((k, 0)), *parts])
@@ -173,7 +174,7 @@ def _pins(bases: list[AxisBasis], subset: Subset, specs: list[QuerySpec]) -> _Pi
         for part in parts:
             maps.append(inverse[:, start:start + part.shape[1]] @ part.T)
             start += part.shape[1]
-    return _Pins(u[:, :rank], u[:, rank:], maps)
+    return Pins(u[:, :rank], u[:, rank:], maps)
 
 
 def _rotated_data(levels: Sequence[GlsLevel], sizes: list[int], shape: tuple[int, ...], bases: list[AxisBasis]
@@ -195,25 +196,73 @@ def _rotated_data(levels: Sequence[GlsLevel], sizes: list[int], shape: tuple[int
     return rotated, least_norm
 
 
-def _subspace_levels(levels: Sequence[GlsLevel], bases: list[AxisBasis], subset: Subset, rotated: list[np.ndarray],
-                     least_norm: list[list[np.ndarray]]) -> list[SubspaceLevel]:
-    """Every level's problem on E_S: its information block, the pins of its invariants (nested: what a level
-    fixes, the level above must fix too) and its data, cut out of the rotated cubes."""
-    sub_levels = []
+def subspace_blocks(levels: Sequence[GlsLevel], bases: list[AxisBasis], subset: Subset
+                    ) -> tuple[list[np.ndarray], list[Pins]]:
+    """Every level's information block Λ_l (K_S, K_S) on E_S and the pins of its invariants — the data-free part
+    of the problem on E_S, which the covariances depend on alone.  ``ValueError`` when the pins are not nested
+    (what a level fixes, the level above must fix too)."""
+    infos, all_pins = [], []
     previous: np.ndarray | None = None
-    for i, level in enumerate(levels):
+    for level in levels:
         pins = _pins(bases, subset, [inv.spec for inv in level.invariants])
         if previous is not None and np.abs(pins.pinned - previous @ (previous.T @ pins.pinned)).max(
                 initial=0) > TOLERANCE:
             raise ValueError("an invariant must hold at every level above it too")
         previous = pins.pinned
+        infos.append(information_block(bases, subset, [(q.spec, q.sigma2) for q in level.queries]))
+        all_pins.append(pins)
+    return infos, all_pins
+
+
+def check_identifiable(info: np.ndarray, free: np.ndarray, subset: Subset) -> None:
+    """``ValueError`` unless the lowest level's own information NᵀΛN on E_S is positive definite (its cells are
+    then determined by its measurements and the invariants)."""
+    eigenvalues = np.linalg.eigvalsh(free.T @ info @ free)
+    if len(eigenvalues) and eigenvalues.min() <= TOLERANCE * max(eigenvalues.max(), 0.0):
+        raise ValueError(f"cells of the lowest level are not identifiable: its queries do not determine the "
+                         f"subspace of contrasts along the axes {sorted(subset)} (measure the detailed query "
+                         "at the lowest level)")
+
+
+def _subspace_levels(levels: Sequence[GlsLevel], bases: list[AxisBasis], subset: Subset, rotated: list[np.ndarray],
+                     least_norm: list[list[np.ndarray]]) -> list[SubspaceLevel]:
+    """Every level's problem on E_S: its information block, the pins of its invariants and its data, cut out of
+    the rotated cubes."""
+    infos, all_pins = subspace_blocks(levels, bases, subset)
+    sub_levels = []
+    for i, (info, pins) in enumerate(zip(infos, all_pins, strict=True)):
         pinned = None
         if pins.pinned.shape[1]:
             pinned = sum(np.einsum("ij,njd->nid", g, gather(x, bases, subset))
                          for g, x in zip(pins.maps, least_norm[i], strict=True))
-        info = information_block(bases, subset, [(q.spec, q.sigma2) for q in level.queries])
         sub_levels.append(SubspaceLevel(info, pins.free, gather(rotated[i], bases, subset), pinned))
     return sub_levels
+
+
+@dataclass(frozen=True)
+class GlsStructure:
+    """The data-free frame of a run: detailed shape, nodes per level, the axis bases, the subsets S, and the
+    tree (``children[l]`` sums level l+1 into level l, None at the lowest; ``parents[l]`` indexes level l-1)."""
+
+    shape: tuple[int, ...]
+    sizes: list[int]
+    bases: list[AxisBasis]
+    subsets: list[Subset]
+    children: list[sp.csr_matrix | None]
+    parents: list[np.ndarray]
+
+
+def gls_structure(levels: Sequence[GlsLevel], shape: Sequence[int]) -> GlsStructure:
+    """Check the levels and build the frame every computation on them shares (an estimate and its covariances
+    must use the same bases to live in the same coordinates).  ``ValueError`` on malformed inputs."""
+    shape = tuple(int(n) for n in shape)
+    sizes = _level_sizes(levels)
+    _check(levels, sizes, shape)
+    specs = [q.spec for level in levels for q in level.queries] + [i.spec for level in levels for i in
+                                                                    level.invariants]
+    children = [children_matrix(levels[i + 1].parent, sizes[i]) for i in range(len(levels) - 1)] + [None]
+    return GlsStructure(shape, sizes, axis_bases(shape, specs), subsets(len(shape)), children,
+                        [level.parent for level in levels])
 
 
 def solve_gls(levels: Sequence[GlsLevel], shape: tuple[int, ...]) -> GlsResult:
@@ -222,27 +271,16 @@ def solve_gls(levels: Sequence[GlsLevel], shape: tuple[int, ...]) -> GlsResult:
     Raises ``ValueError`` when a cell of the lowest level is not identifiable (the lowest level's queries do
     not cover every subspace and no invariant fixes it), when an invariant does not hold at every level above
     it, or when the inputs are malformed."""
-    shape = tuple(int(n) for n in shape)
-    sizes = _level_sizes(levels)
-    _check(levels, sizes, shape)
-    specs = [q.spec for level in levels for q in level.queries] + [i.spec for level in levels for i in
-                                                                    level.invariants]
-    bases = axis_bases(shape, specs)
-    result = GlsResult(shape=shape, bases=bases, subsets=subsets(len(shape)))
+    frame = gls_structure(levels, shape)
+    shape, sizes, bases = frame.shape, frame.sizes, frame.bases
+    result = GlsResult(shape=shape, bases=bases, subsets=frame.subsets)
     rotated, least_norm = _rotated_data(levels, sizes, shape, bases)
-    children = [children_matrix(levels[i + 1].parent, sizes[i]) for i in range(len(levels) - 1)] + [None]
-    parents = [level.parent for level in levels]
     estimates = [np.zeros((n, *shape)) for n in sizes]
     result.covariances = [[] for _ in sizes]
     for subset in result.subsets:
         sub_levels = _subspace_levels(levels, bases, subset, rotated, least_norm)
-        lowest = sub_levels[-1]
-        eigenvalues = np.linalg.eigvalsh(lowest.free.T @ lowest.info @ lowest.free)
-        if len(eigenvalues) and eigenvalues.min() <= TOLERANCE * max(eigenvalues.max(), 0.0):
-            raise ValueError(f"cells of the lowest level are not identifiable: its queries do not determine the "
-                             f"subspace of contrasts along the axes {sorted(subset)} (measure the detailed query "
-                             "at the lowest level)")
-        estimate, covariance = two_pass(sub_levels, children, parents)
+        check_identifiable(sub_levels[-1].info, sub_levels[-1].free, subset)
+        estimate, covariance = two_pass(sub_levels, frame.children, frame.parents)
         for i in range(len(levels)):
             scatter(estimates[i], estimate[i], bases, subset)
             result.covariances[i].append(covariance[i])

@@ -62,6 +62,27 @@ def _inv(matrix: np.ndarray) -> np.ndarray:
     return np.linalg.inv(matrix)
 
 
+def subtree_covariances(infos: Sequence[np.ndarray], frees: Sequence[np.ndarray],
+                        children: Sequence[sp.csr_matrix | None], n_lowest: int
+                        ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The data-free half of the up pass: per level, every node's Φ (n, f, f), the covariance of its free
+    coordinates given its own subtree's measurements only, and Φ̄⁻¹ (n, f', f') over its children (empty at the
+    lowest level).  Split out because the covariance of any linear function of the leaves (``gls_areas``) needs
+    these and no data; ``infos[l]`` is Λ_l, ``frees[l]`` is N_l, ``n_lowest`` the lowest level's size."""
+    depth = len(infos)
+    phi: list[np.ndarray] = [np.empty(0)] * depth
+    bar_inv: list[np.ndarray] = [np.empty(0)] * depth
+    for i in range(depth - 1, -1, -1):
+        own_info = frees[i].T @ infos[i] @ frees[i]
+        if i == depth - 1:
+            phi[i] = np.broadcast_to(np.linalg.inv(own_info), (n_lowest, *own_info.shape))
+        else:
+            m = frees[i + 1].T @ frees[i]
+            bar_inv[i] = _inv(_sum(children[i], phi[i + 1]))
+            phi[i] = _inv(own_info + m.T @ bar_inv[i] @ m)
+    return phi, bar_inv
+
+
 def two_pass(levels: Sequence[SubspaceLevel], children: Sequence[sp.csr_matrix | None],
              parents: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Estimates (n, K, D) and posterior covariances (n, K, K) of every level on one subspace.
@@ -69,27 +90,20 @@ def two_pass(levels: Sequence[SubspaceLevel], children: Sequence[sp.csr_matrix |
     ``children[l]`` sums level l+1 into level l (None at the lowest level); ``parents[l]`` indexes level l-1.
     The lowest level's N ᵀΛN must be invertible (the caller checks identifiability)."""
     depth = len(levels)
+    phi, bar_inv = subtree_covariances([level.info for level in levels], [level.free for level in levels],
+                                       children, levels[-1].beta.shape[0])
     up: list[np.ndarray] = [np.empty(0)] * depth
-    phi: list[np.ndarray] = [np.empty(0)] * depth
-    bar_inv: list[np.ndarray] = [np.empty(0)] * depth  # Φ̄⁻¹ over a node's children
     child_sum: list[np.ndarray] = [np.empty(0)] * depth  # Σ z̃ over a node's children
     for i in range(depth - 1, -1, -1):
         level = levels[i]
-        n = level.beta.shape[0]
         free_t = level.free.T
-        own_info = free_t @ level.info @ level.free
         rhs = _apply(free_t, level.beta)
         if level.pinned is not None:
             rhs = rhs - _apply(free_t @ level.info, level.pinned)
-        if i == depth - 1:
-            phi[i] = np.broadcast_to(np.linalg.inv(own_info), (n, *own_info.shape))
-        else:
+        if i < depth - 1:
             below = levels[i + 1].free
-            m = below.T @ level.free
-            bar_inv[i] = _inv(_sum(children[i], phi[i + 1]))
+            gain = (below.T @ level.free).T @ bar_inv[i]  # (n, f, f'): Mᵀ Φ̄⁻¹
             child_sum[i] = _sum(children[i], up[i + 1])
-            gain = m.T @ bar_inv[i]  # (n, f, f'): Mᵀ Φ̄⁻¹
-            phi[i] = _inv(own_info + gain @ m)
             diff = child_sum[i] if level.pinned is None else child_sum[i] - level.pinned
             rhs = rhs + _apply(gain, _apply(below.T, diff))
         estimate = _apply(level.free, _apply(phi[i], rhs))

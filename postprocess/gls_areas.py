@@ -1,0 +1,157 @@
+"""GLS estimates and exact variances of user-defined areas: sums of linear functions of the lowest level's cells
+over any set of leaves (voting districts, ...), which need not follow the tree.
+
+For an area A (a set of leaves, each leaf in at most one area) and a variable f (a row of weights over the
+detailed cells), the estimate is Σ_{b∈A} f·x̂_b and its variance aᵀCa, a = 1_A ⊗ f, C the GLS's posterior
+covariance of all the leaves' cells — cross-node covariances included, which the per-node results
+(``GlsResult.covariances``) do not hold.
+
+How (exactly, no approximation).  C splits over the subspaces E_S of ``postprocess.gls_algebra`` as C_S ⊗ I_{D_S}
+(one K_S×K_S-block tree problem shared by the D_S contrast directions), so with r_S (K_S, D_S) the E_S part of
+the rotated f, aᵀCa = Σ_S tr(r_Sᵀ Q_S(A) r_S), Q_S(A) = Σ_{b,b'∈A} Cov_S(x_b, x_b') (K_S×K_S).  Q_S(A) is the
+variance of s_A = Σ_{b∈A} x_b under the tree posterior, which is Markov from the root down: given a node's
+free coordinates φ_v, its children's φ_c are its subtree messages (covariance Φ_c, ``gls_tree.
+subtree_covariances``) conditioned on their sum, so Cov(φ_c, φ_c' | φ_v) = δ_cc'Φ_c - Φ_cΦ̄⁻¹Φ_c' and
+E(φ_c | φ_v) is linear with coefficient Φ_cΦ̄⁻¹M.  Hence, for the part s_A(v) of s_A under v, given φ_v:
+mean T_v φ_v and covariance V_v, with, up the tree (B = Σ_c T_cΦ_c):
+
+    leaf in A: T = N, V = 0;   T_v = B Φ̄⁻¹ M;   V_v = Σ_c (V_c + T_cΦ_cT_cᵀ) - B Φ̄⁻¹ Bᵀ;   Q(A) = V_r + T_rΦ_rT_rᵀ
+
+summed over the roots r (M = N_cᵀN_v maps free bases; invariants only shrink them).  Only the (node, area)
+pairs with a leaf of the area below are carried: O(Σ_A |A and its ancestors| · K³) per subspace, independent of
+the data, so the variances of any number of variables then cost one rotation and a small product each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+import scipy.sparse as sp
+
+from postprocess.gls import GlsLevel, GlsResult, check_identifiable, gls_structure, subspace_blocks
+from postprocess.gls_algebra import AxisBasis, Subset, apply_axes, gather
+from postprocess.gls_tree import children_matrix, subtree_covariances
+
+CHUNK = 4096  # variables rotated at a time (a chunk's rotated cube is CHUNK × C floats)
+
+
+@dataclass(frozen=True)
+class AreaTerms:
+    """Per subspace S, every area's Q_S(A) (n_areas, K_S, K_S), and the shape and axis bases that rotate a
+    variable's weights into the same coordinates.  Data-free: the same for every release of one design."""
+
+    shape: tuple[int, ...]
+    bases: tuple[AxisBasis, ...]
+    subsets: tuple[Subset, ...]
+    blocks: tuple[np.ndarray, ...]
+
+    @property
+    def n_areas(self) -> int:
+        return self.blocks[0].shape[0]
+
+
+def _leaf_areas(leaf_area: np.ndarray, n_areas: int, n_leaves: int) -> np.ndarray:
+    """Check an area assignment: one integer per leaf, in [0, n_areas) or -1 (in no area)."""
+    if isinstance(n_areas, bool) or not isinstance(n_areas, int | np.integer) or n_areas < 0:
+        raise ValueError("n_areas must be a non-negative integer")
+    leaf_area = np.asarray(leaf_area)
+    if leaf_area.ndim != 1 or len(leaf_area) != n_leaves:
+        raise ValueError(f"leaf_area must be one-dimensional with one entry per leaf of the lowest level "
+                         f"({n_leaves} leaves)")
+    if len(leaf_area) and not np.issubdtype(leaf_area.dtype, np.integer):
+        raise ValueError("leaf_area must hold integers (area numbers, -1 for a leaf in no area)")
+    if len(leaf_area) and (leaf_area.min() < -1 or leaf_area.max() >= n_areas):
+        raise ValueError("leaf_area must hold area numbers in [0, n_areas) or -1 for a leaf in no area")
+    return leaf_area.astype(np.int64)
+
+
+def _weights(weights: np.ndarray, cells: int) -> np.ndarray:
+    """Check the variables' weights: finite, (n_vars, C)."""
+    weights = np.asarray(weights, dtype=float)
+    if weights.ndim != 2 or weights.shape[1] != cells:
+        raise ValueError(f"weights must be (n_vars, {cells}): one row of weights over the detailed cells per "
+                         "variable")
+    if not np.isfinite(weights).all():
+        raise ValueError("weights must be finite")
+    return weights
+
+
+def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray], frees: list[np.ndarray],
+                 parents: Sequence[np.ndarray], leaf_area: np.ndarray, n_areas: int) -> np.ndarray:
+    """Q_S(A) (n_areas, K, K) on one subspace: the up recursion of the module docstring over (node, area) pairs."""
+    k = frees[0].shape[0]
+    out = np.zeros((n_areas, k, k))
+    nodes = np.flatnonzero(leaf_area >= 0)
+    if not len(nodes):
+        return out
+    areas = leaf_area[nodes]
+    lowest = frees[-1]
+    t = np.broadcast_to(lowest, (len(nodes), *lowest.shape))  # s = x = N φ at a leaf of the area
+    v = np.zeros((len(nodes), k, k))
+    for i in range(len(phi) - 1, 0, -1):
+        t_phi = t @ phi[i][nodes]  # T_c Φ_c
+        own = v + t_phi @ np.swapaxes(t, 1, 2)  # V_c + T_c Φ_c T_cᵀ
+        pairs, inverse = np.unique(parents[i][nodes] * n_areas + areas, return_inverse=True)
+        family = children_matrix(inverse.ravel(), len(pairs))  # sums a (node, area)'s children pairs
+        b = _sum(family, t_phi)
+        nodes, areas = pairs // n_areas, pairs % n_areas
+        gain = b @ bar_inv[i - 1][nodes]  # B Φ̄⁻¹
+        t = gain @ (frees[i].T @ frees[i - 1])
+        v = _sum(family, own) - gain @ np.swapaxes(b, 1, 2)
+    final = v + t @ phi[0][nodes] @ np.swapaxes(t, 1, 2)
+    return _sum(children_matrix(areas, n_areas), final)
+
+
+def _sum(matrix: sp.csr_matrix, values: np.ndarray) -> np.ndarray:
+    flat = values.reshape(values.shape[0], -1)
+    return np.asarray(matrix @ flat).reshape((matrix.shape[0], *values.shape[1:]))
+
+
+def area_terms(levels: Sequence[GlsLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int
+               ) -> AreaTerms:
+    """The data-free terms of every area's exact variance (``area_variances``), for the GLS of ``levels``.
+
+    ``leaf_area[b]`` is the area of leaf b of the lowest level, in [0, n_areas), or -1 for a leaf in no area.
+    Raises ``ValueError`` on malformed inputs, as ``solve_gls`` does on the levels (unidentifiable cells,
+    invariants that are not nested)."""
+    frame = gls_structure(levels, shape)
+    leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
+    blocks = []
+    for subset in frame.subsets:
+        infos, pins = subspace_blocks(levels, frame.bases, subset)
+        frees = [p.free for p in pins]
+        check_identifiable(infos[-1], frees[-1], subset)
+        phi, bar_inv = subtree_covariances(infos, frees, frame.children, frame.sizes[-1])
+        blocks.append(_area_blocks(phi, bar_inv, frees, frame.parents, leaf_area, int(n_areas)))
+    return AreaTerms(frame.shape, tuple(frame.bases), tuple(frame.subsets), tuple(blocks))
+
+
+def area_variances(terms: AreaTerms, weights: np.ndarray) -> np.ndarray:
+    """(n_areas, n_vars) exact variances of the areas' GLS estimates of every variable, Var(Σ_{b∈A} f_v·x̂_b).
+
+    ``weights`` (n_vars, C) holds one variable per row: its weight on every detailed cell (C order over the
+    shape), e.g. 0/1 for a table variable.  Σ_S tr(r_Sᵀ Q_S(A) r_S), r_S the E_S part of the rotated row."""
+    weights = _weights(weights, prod(terms.shape))
+    out = np.zeros((terms.n_areas, weights.shape[0]))
+    rotations = [basis.rotation.T for basis in terms.bases]
+    for start in range(0, weights.shape[0], CHUNK):
+        chunk = weights[start:start + CHUNK]
+        cube = apply_axes(chunk.reshape(len(chunk), *terms.shape), rotations)
+        for subset, q in zip(terms.subsets, terms.blocks, strict=True):
+            r = gather(cube, terms.bases, subset)  # (n_vars, K, D)
+            gram = np.einsum("vkd,vld->vkl", r, r).reshape(len(chunk), -1)
+            out[:, start:start + len(chunk)] += q.reshape(len(q), gram.shape[1]) @ gram.T
+    return np.maximum(out, 0.0)  # exact zeros (invariants) may come out as -1e-16
+
+
+def area_estimates(result: GlsResult, leaf_area: np.ndarray, n_areas: int, weights: np.ndarray) -> np.ndarray:
+    """(n_areas, n_vars) GLS estimates Σ_{b∈A} f_v·x̂_b (the estimator is linear: the sum of the leaves')."""
+    leaves = result.estimates[-1]
+    leaf_area = _leaf_areas(leaf_area, n_areas, leaves.shape[0])
+    weights = _weights(weights, leaves.shape[1])
+    inside = np.flatnonzero(leaf_area >= 0)
+    member = sp.csr_matrix((np.ones(len(inside)), (leaf_area[inside], inside)), shape=(n_areas, leaves.shape[0]))
+    return np.asarray(member @ leaves) @ weights.T
