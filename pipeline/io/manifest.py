@@ -182,5 +182,23 @@ def report_markdown(manifest: dict[str, Any], allocations: tuple[QueryAllocation
         lines.append(f"| {level['name']} | {_up(level_rho(allocations, level['name']))} | "
                      f"{level.get('nodes', '')} | {diag.get('problems', '')} | {violation:.2g} | "
                      f"{float(diag.get('seconds_total') or 0):.2f} |")
+    lines += expected_errors_markdown(manifest.get("expected_errors") or {})
     lines += ["", "## Not protected", ""] + [f"- {n}" for n in manifest["not_protected"]] + [""]
     return "\n".join(lines)
+
+
+def expected_errors_markdown(errors: dict[str, Any]) -> list[str]:
+    """The report's table of the main P.L. 94-171 counts' expected error per summary level (rounded up)."""
+    if not errors:
+        return []
+    names = list(errors["variables"])
+    lines = ["", "## Expected error of the main P.L. 94-171 counts", "",
+             "Standard error in persons of each count's GLS estimate (the linear unbiased fit of every measurement), "
+             "root mean square over the level's areas; known from the design alone. The GLS estimate is within 1.96 "
+             "standard errors of the truth 95% of the time; the published counts are measured to be as accurate or "
+             "more (docs/areas.md). For areas of your own: `censusdp areas`.", "",
+             "| level | " + " | ".join(f"{n} {errors['variables'][n]}" for n in names) + " |",
+             "|---" * (len(names) + 1) + "|"]
+    for level, row in errors["levels"].items():
+        lines.append(f"| {level} | " + " | ".join(round_text(row[n], up=True, places=1) for n in names) + " |")
+    return lines

@@ -271,6 +271,7 @@ def publish(run: ReleaseRun) -> Path:
                          else f"measurements/{lv.name}.parquet" for lv in config.levels},
         "tables": {lv.name: f"tables/{lv.name}.parquet" for lv in config.levels},
         "summary_tables": run.summary_tables,
+        "expected_errors": run.expected_errors,
         "reconciliation": run.diagnostics,
         "ledger": ledger_section(run),
         **run.manifest_extra,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from pipeline.io.summary_tables import write_summary_tables
+from pipeline.release.expected_errors import expected_errors
 from pipeline.release.run import ReleaseRun, stage_output
 
 log = logging.getLogger("censusdp")
@@ -23,3 +24,4 @@ def tabulate(run: ReleaseRun) -> None:
         run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, run.schema, names,
                                                                 tree.geoids, counts)
         log.info("summary tables %s written for %d levels", tables.value, len(names))
+    run.expected_errors = expected_errors(run)

@@ -154,3 +154,15 @@ def test_perry_county_plan_gets_p_table_variables(tmp_path: Path, capsys: pytest
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert Path(out).parent == run_dir / "areas" and manifest["run_id"] in pq.read_schema(out).metadata[
         b"censusdp.run_id"].decode()
+    # the report's expected errors: per level, the RMS over nodes of the per-node GLS standard errors
+    run = load_run(run_dir)
+    result = solve_gls(gls_levels(run), run.config.schema.shape)
+    cenrace = run.config.schema.names.index("cenrace")
+    errors = manifest["expected_errors"]["levels"]
+    for level, spec in enumerate(run.config.levels):
+        total = np.sqrt(result.variance(level, QuerySpec(())).mean())
+        white = np.sqrt(result.variance(level, QuerySpec((cenrace,)))[:, 0].mean())
+        assert errors[spec.name]["P1_001N"] == pytest.approx(total if total > 1e-6 else 0.0, rel=1e-6, abs=1e-9)
+        assert errors[spec.name]["P1_003N"] == pytest.approx(white, rel=1e-6)
+    report = (run_dir / "report.md").read_text()
+    assert "## Expected error of the main P.L. 94-171 counts" in report and "| P1_001N total |" in report
