@@ -105,11 +105,25 @@ def main() -> None:
     pl.DataFrame({"GEOID": run.tree.geoids[-1][inside], "DISTRICT": plan[inside].astype(str)}).write_csv(
         folder / "plan.csv")
     started = time.perf_counter()
-    out = write_areas(run_dir, folder / "plan.csv")
+    out, _ = write_areas(run_dir, folder / "plan.csv")
     print(f"censusdp areas, {len(np.unique(plan[inside]))} areas x {pl.read_parquet(out)['variable'].n_unique()} "
           f"variables over {n} blocks: {time.perf_counter() - started:.1f} s")
+    summary_table_accuracy(Path(data) / "microdata.parquet", run_dir)
     coverage(run, {"runs of blocks": plan, "whole tracts": ancestors(run, run.tree.depth - 1, run.tree.depth - 3),
                    "across tracts and counties": crossing_plan(run, rng, args.areas // 4)}, args.draws, out)
+
+
+def summary_table_accuracy(truth: Path, run_dir: Path) -> None:
+    """``censusdp evaluate``'s mean absolute error of each P table over its variables, per level."""
+    from pipeline.evaluate.compare import evaluate
+
+    metrics = evaluate(truth, run_dir).filter(pl.col("query").str.contains(r"^P\d$") & (pl.col("metric") == "mae")
+                                              & (pl.col("group") == "all"))
+    table = metrics.pivot(on="method", index=["level", "query"], values="value")
+    print("\n| level | table | published (reconciled) | GLS estimate | bottom-up baseline |\n|---|---|---|---|---|")
+    for row in table.iter_rows(named=True):
+        print(f"| {row['level']} | {row['query']} | {row['reconciled']:.3f} | {row['gls']:.3f} | "
+              f"{row['bottom_up']:.3f} |")
 
 
 def coverage(run, plans: dict[str, np.ndarray], draws: int, published_file: Path) -> None:  # type: ignore[no-untyped-def]

@@ -4,6 +4,7 @@ run's public outputs (no microdata, no budget: Thm 19.25).  Above both ``pipelin
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,20 @@ def add_areas(sub: Any) -> None:
     p.add_argument("--area-column", help="the area id column (default: the other of two columns)")
     p.add_argument("--query", action="append", default=[], metavar="QUERY",
                    help="also every cell of this query (e.g. 'hispanic * cenrace'); repeatable")
+    p.add_argument("--skip-unknown-blocks", action="store_true", help="skip rows whose code is not a block of the "
+                   "release (a Census file lists every block; a release without a geography file has only the "
+                   "populated ones) and say how many, instead of refusing the file")
     p.add_argument("--out", help="output Parquet (default: RUN_DIR/areas/<FILE stem>.parquet)")
     p.set_defaults(handler=cmd_areas)
 
 
 def cmd_areas(args: Any) -> int:
     """Handler: write the areas table, print its path."""
-    print(write_areas(Path(args.run_dir), Path(args.assign), out=Path(args.out) if args.out else None,
-                      queries=args.query, block_column=args.block_column, area_column=args.area_column))
+    path, assignment = write_areas(Path(args.run_dir), Path(args.assign), out=Path(args.out) if args.out else None,
+                                   queries=args.query, block_column=args.block_column, area_column=args.area_column,
+                                   skip_unknown=args.skip_unknown_blocks)
+    if assignment.skipped:
+        print(f"censusdp: skipped {assignment.skipped} rows of {args.assign} whose code is not a block of the "
+              "release", file=sys.stderr)
+    print(path)
     return 0

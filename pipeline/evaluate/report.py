@@ -6,11 +6,12 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.config.model import SummaryTables
 from pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS
 from pipeline.evaluate.plots import METHOD_NAME
+from pipeline.io.summary_tables import table_variables
 
 METHODS = ("noisy", "reconciled", "gls", "bottom_up")
-SUMMARY_TABLE_NAMES = ("P1", "P2", "P3", "P4", "P5", "H1")
 
 
 def _cell(value: float | None) -> str:
@@ -42,7 +43,8 @@ def _by_bin(metrics: pl.DataFrame, level: str, group: str, bins: tuple[str, ...]
 
 def _summary_tables(metrics: pl.DataFrame, run: dict[str, Any]) -> list[str]:
     """Per summary table (P1 ...), the mean absolute error over its variables by level."""
-    tables = [t for t in dict.fromkeys(metrics["query"].to_list()) if t in SUMMARY_TABLE_NAMES]
+    names = {v.table for tables in SummaryTables for v in table_variables(tables)}
+    tables = [t for t in dict.fromkeys(metrics["query"].to_list()) if t in names]
     lines = []
     for table in tables:
         lines += [f"## Summary table {table}: mean absolute error over its variables by level", "",

@@ -27,6 +27,7 @@ class Assignment:
     path: Path
     area_ids: tuple[str, ...]
     leaf_area: np.ndarray
+    skipped: int = 0  # rows whose code is not a block of the release (only with skip_unknown)
 
     @property
     def n_areas(self) -> int:
@@ -43,7 +44,7 @@ def _read(path: Path) -> pl.DataFrame:
         separator = "|" if "|" in head and "," not in head else ","
         return pl.read_csv(path, infer_schema=False, separator=separator)
     except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as error:
-        raise InputError(str(path), f"cannot be read as {'Parquet' if path.suffix == '.parquet' else 'CSV'} "
+        raise InputError(str(path), f"cannot be read as {'Parquet' if path.suffix.lower() == '.parquet' else 'CSV'} "
                                     f"({type(error).__name__})") from None
 
 
@@ -64,11 +65,13 @@ def _columns(frame: pl.DataFrame, path: Path, block: str | None, area: str | Non
 
 
 def read_assignment(path: Path, blocks: np.ndarray, *, block_column: str | None = None,
-                    area_column: str | None = None) -> Assignment:
+                    area_column: str | None = None, skip_unknown: bool = False) -> Assignment:
     """The assignment of the release's lowest-level units ``blocks`` (sorted codes) to areas.
 
     One ``InputError`` naming file, column and row for: an unreadable or empty file, a missing column or value,
-    a code that is not a block of the release, a block listed twice, a block in two areas."""
+    a code that is not a block of the release (unless ``skip_unknown``: a Census block assignment file lists
+    every block, a release made without a geography file only the populated ones; the skipped rows are
+    counted), a block listed twice, a block in two areas."""
     path = Path(path)
     frame = _read(path)
     if frame.height == 0:
@@ -84,20 +87,25 @@ def read_assignment(path: Path, blocks: np.ndarray, *, block_column: str | None 
     codes = codes.astype(str)
     index = np.searchsorted(blocks, codes)
     known = (index < len(blocks)) & (blocks[np.minimum(index, len(blocks) - 1)] == codes)
-    if not known.all():
+    if not known.all() and not skip_unknown:
         row = int(np.flatnonzero(~known)[0])
-        raise InputError(str(path), f"{str(codes[row])!r} is not a block of the release", column=block, row=row + 1,
-                         category=InputProblem.GEOGRAPHY)
+        raise InputError(str(path), f"{str(codes[row])!r} is not a block of the release (a release made without a "
+                         "geography file has only its populated blocks: --skip-unknown-blocks)", column=block,
+                         row=row + 1, category=InputProblem.GEOGRAPHY)
+    skipped = int((~known).sum())
+    codes, ids, index = codes[known], ids[known], index[known]
+    rows = np.flatnonzero(known)  # the file's row of every kept entry
     order = np.argsort(index, kind="stable")
     repeated = np.flatnonzero(index[order][1:] == index[order][:-1])
     if len(repeated):
         first, second = sorted((int(order[repeated[0]]), int(order[repeated[0] + 1])))
+        first_row, second_row = int(rows[first]) + 1, int(rows[second]) + 1
         same = ids[first] == ids[second]
-        problem = (f"block {str(codes[second])!r} is listed twice (rows {first + 1} and {second + 1})" if same else
-                   f"block {str(codes[second])!r} is in two areas ({ids[first]!r} at row {first + 1}, {ids[second]!r} "
-                   f"at row {second + 1})")
-        raise InputError(str(path), problem, column=block, row=second + 1, category=InputProblem.DUPLICATE)
+        problem = (f"block {str(codes[second])!r} is listed twice (rows {first_row} and {second_row})" if same else
+                   f"block {str(codes[second])!r} is in two areas ({ids[first]!r} at row {first_row}, {ids[second]!r} "
+                   f"at row {second_row})")
+        raise InputError(str(path), problem, column=block, row=second_row, category=InputProblem.DUPLICATE)
     area_ids, area_index = np.unique(ids.astype(str), return_inverse=True)
     leaf_area = np.full(len(blocks), -1, dtype=np.int64)
     leaf_area[index] = area_index
-    return Assignment(path=path, area_ids=tuple(str(a) for a in area_ids), leaf_area=leaf_area)
+    return Assignment(path=path, area_ids=tuple(str(a) for a in area_ids), leaf_area=leaf_area, skipped=skipped)

@@ -192,11 +192,16 @@ def expected_errors_markdown(errors: dict[str, Any]) -> list[str]:
     if not errors:
         return []
     names = list(errors["variables"])
+    published = ("This release used full-information reconciliation; in benchmarks, such releases' published P1-P5 "
+                 "counts had a smaller mean absolute error than these GLS estimates at the county level and below "
+                 "(BENCHMARKS.md, \"Areas of your own\")." if errors.get("reconciliation") == "full_information" else
+                 "This release reconciled level by level: its published counts fit each level's own measurements and "
+                 "can be less accurate than these estimates.")
     lines = ["", "## Expected error of the main P.L. 94-171 counts", "",
-             "Standard error in persons of each count's GLS estimate (the linear unbiased fit of every measurement), "
-             "root mean square over the level's areas; known from the design alone. The GLS estimate is within 1.96 "
-             "standard errors of the truth 95% of the time; the published counts are measured to be as accurate or "
-             "more (docs/areas.md). For areas of your own: `censusdp areas`.", "",
+             "Standard error in persons of each count's GLS estimate (the linear unbiased fit of every measurement, "
+             "`censusdp uncertainty`), root mean square over the level's areas; known from the design alone. The GLS "
+             f"estimate is within 1.96 standard errors of the truth 95% of the time. {published} For areas of your "
+             "own: `censusdp areas` (docs/areas.md).", "",
              "| level | " + " | ".join(f"{n} {errors['variables'][n]}" for n in names) + " |",
              "|---" * (len(names) + 1) + "|"]
     for level, row in errors["levels"].items():

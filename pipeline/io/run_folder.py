@@ -115,7 +115,8 @@ class LoadedRun:
         return self.sparse_table(level).toarray()
 
     def sparse_table(self, level: int) -> sp.csr_matrix:
-        """The published table of a level as sparse int64 counts (n_nodes, n_cells): a nation's blocks fit."""
+        """The published table of a level as sparse int64 counts (n_nodes, n_cells): memory follows its non-zero
+        cells, not nodes × cells."""
         schema = self.config.schema
         name = self.config.levels[level].name
         frame = pq.read_table(self.run_dir / "tables" / f"{name}.parquet")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -78,14 +79,14 @@ def write_dictionary(directory: Path, variables: Sequence[Variable]) -> Path:
 
 
 def write_summary_tables(directory: Path, tables: SummaryTables, schema: Schema, level_names: Sequence[str],
-                         geoids: Sequence[np.ndarray], counts: Sequence[sp.spmatrix]) -> dict[str, str]:
-    """Every level's table of one set and its dictionary under ``directory/<set>/``; returns name -> path
-    relative to ``directory``'s parent (for the manifest)."""
+                         geoids: Sequence[np.ndarray], counts: Sequence[sp.spmatrix]) -> dict[str, Any]:
+    """Every level's table of one set and its dictionary under ``directory/<set>/``; returns, for the manifest,
+    ``{"dictionary": path, "levels": {level: path}}``, paths relative to ``directory``'s parent."""
     variables = table_variables(tables)
     matrix = variable_matrix(schema, variables)
     folder = directory / tables.value
-    out = {"dictionary": str(write_dictionary(folder, variables).relative_to(directory.parent))}
+    levels = {}
     for name, level_geoids, level_counts in zip(level_names, geoids, counts, strict=True):
         path = write_summary_table(folder / f"{name}.parquet", level_geoids, level_counts, variables, matrix)
-        out[name] = str(path.relative_to(directory.parent))
-    return out
+        levels[name] = str(path.relative_to(directory.parent))
+    return {"dictionary": str(write_dictionary(folder, variables).relative_to(directory.parent)), "levels": levels}

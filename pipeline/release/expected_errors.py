@@ -4,8 +4,9 @@ For each level and each of ``MAIN_VARIABLES``, the root mean square over the lev
 error of the node's GLS estimate (``postprocess.gls_areas``: a node is the area of the blocks below it).  It
 depends on the design only (the tree, every query's σ², which queries are invariant), not on the data or the
 noise, so it is known before anyone reads the tables.  It is the error of the GLS estimate, the linear unbiased
-fit of every measurement; the published counts add non-negativity and are measured to be as accurate or more
-(BENCHMARKS.md, docs/areas.md).
+fit of every measurement (``estimates/``), not of the published counts: with full-information reconciliation
+those were measured to be more accurate above and at the blocks (BENCHMARKS.md, "Areas of your own"); with
+``level_by_level`` each level fits its own measurements only and may be less accurate (the report says which).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def expected_errors(run: ReleaseRun) -> dict[str, Any]:
                 node = tree.parent[level][node]
     except ValueError as error:  # public: a design problem (unidentifiable cells), never a data value
         log.warning("expected errors not computed: %s", error)
+        run.warnings.append(f"the report's expected errors were not computed: {error}")
         return {}
     return {"variables": {v.name: MAIN_VARIABLES[v.name] for v in variables},
+            "reconciliation": str(run.config.reconciliation_method),
             "levels": {spec.name: out[spec.name] for spec in run.config.levels}}

@@ -72,7 +72,7 @@ class ReleaseRun:
     noisy: dict[int, list[list[np.ndarray]]] = field(default_factory=dict)
     targets: dict[int, list[QueryMeasurement]] = field(default_factory=dict)  # GLS estimates (full information)
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
-    summary_tables: dict[str, dict[str, str]] = field(default_factory=dict)  # set -> level -> path (tabulate)
+    summary_tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> dictionary, level paths
     expected_errors: dict[str, Any] = field(default_factory=dict)  # main P.L. counts' standard errors (tabulate)
     warnings: list[str] = field(default_factory=list)
     measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)

@@ -71,3 +71,13 @@ def test_an_empty_or_missing_file_is_refused(tmp_path: Path) -> None:
         read_assignment(tmp_path / "nothing.csv", BLOCKS)
     with pytest.raises(InputError, match="has no rows|cannot be read"):
         read_assignment(write(tmp_path, ""), BLOCKS)
+
+
+def test_unknown_blocks_can_be_skipped_and_counted(tmp_path: Path) -> None:
+    """A Census file lists every block; a release without a geography file has only the populated ones."""
+    path = write(tmp_path, "GEOID,area\n449990101001000,1\n440010101001000,1\n440010101001000,2\n")
+    with pytest.raises(InputError, match=r"in two areas \('1' at row 2, '2' at row 3\)"):
+        read_assignment(path, BLOCKS, skip_unknown=True)  # rows keep their numbers in the file
+    plan = read_assignment(write(tmp_path, "GEOID,area\n449990101001000,1\n440010101001000,1\n"), BLOCKS,
+                           skip_unknown=True)
+    assert plan.skipped == 1 and plan.leaf_area.tolist() == [0, -1, -1, -1]

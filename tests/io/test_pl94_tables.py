@@ -139,8 +139,8 @@ def test_files_have_census_geoids_int64_columns_and_a_dictionary(tmp_path: Path)
     counts = [sp.csr_matrix(rng.integers(0, 3, (len(g), SCHEMA.n_cells))) for g in geoids]
     paths = write_summary_tables(tmp_path / "tables", SummaryTables.PL94, SCHEMA, ["us", "state", "county"],
                                  geoids, counts)
-    assert paths == {"dictionary": "tables/pl94/dictionary.csv", "us": "tables/pl94/us.parquet",
-                     "state": "tables/pl94/state.parquet", "county": "tables/pl94/county.parquet"}
+    assert paths == {"dictionary": "tables/pl94/dictionary.csv", "levels": {
+        "us": "tables/pl94/us.parquet", "state": "tables/pl94/state.parquet", "county": "tables/pl94/county.parquet"}}
     county = pl.read_parquet(tmp_path / "tables" / "pl94" / "county.parquet")
     assert county.columns == ["GEOID", *(v.name for v in VARIABLES)]
     assert county["GEOID"].to_list() == ["44001", "44003"] and county["P1_001N"].dtype == pl.Int64

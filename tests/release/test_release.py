@@ -123,9 +123,9 @@ def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path, capsys: 
 
 def check_pl94_tables(run_dir: Path, manifest: dict, levels: list[tuple[str, int]]) -> None:
     """tables/pl94: one row per node with its Census GEOID, P1_001N the node's total in the detailed table."""
-    assert set(manifest["summary_tables"]["pl94"]) == {"dictionary", *(name for name, _ in levels)}
+    assert set(manifest["summary_tables"]["pl94"]["levels"]) == {name for name, _ in levels}
     for name, width in levels:
-        wide = pl.read_parquet(run_dir / manifest["summary_tables"]["pl94"][name])
+        wide = pl.read_parquet(run_dir / manifest["summary_tables"]["pl94"]["levels"][name])
         detailed = pl.read_parquet(run_dir / "tables" / f"{name}.parquet").group_by("geoid").agg(pl.col("count").sum())
         geoids = {g or "US": c for g, c in detailed.iter_rows()}
         assert wide.height >= len(geoids) and set(wide["GEOID"].str.len_chars()) == {width or 2}

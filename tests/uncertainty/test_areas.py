@@ -23,7 +23,7 @@ from postprocess.gls_areas import area_estimates, area_terms, area_variances
 from tests.helpers.releases import cli, release_dir
 from tests.helpers.tiny import TINY_TOML, require_shared_data, tiny_microdata
 
-COLUMNS = ["area", "variable", "published", "estimate", "std_error", "ci_low", "ci_high"]
+COLUMNS = ["area", "variable", "published", "estimate", "std_error", "ci_low", "ci_high", "published_error_bound"]
 
 
 @pytest.fixture
@@ -106,6 +106,8 @@ def test_the_areas_table_agrees_with_the_published_tables(tiny_run: Path, capsys
     assert (got["published"] == got["count"]).all()
     assert ((got["ci_low"] < got["estimate"]) & (got["estimate"] < got["ci_high"])).all()
     np.testing.assert_allclose(got["ci_high"] - got["estimate"], 1.959963984540054 * got["std_error"], rtol=1e-12)
+    bound = np.maximum((got["published"] - got["ci_low"]).abs(), (got["ci_high"] - got["published"]).abs())
+    np.testing.assert_allclose(got["published_error_bound"], bound, rtol=1e-12)
 
 
 def test_an_area_that_is_a_whole_district_gets_that_district_s_gls_figures(tiny_run: Path) -> None:
@@ -129,6 +131,9 @@ def test_bad_plans_fail_with_one_line_and_write_nothing(tiny_run: Path, capsys: 
     assert code != 0 and "'9999' is not a block of the release" in err and "row 2" in err
     assert len([line for line in err.splitlines() if line.strip()]) == 1
     assert not (tiny_run / "areas").exists()
+    code, out, err = cli(capsys, "areas", str(tiny_run), "--assign", str(plan), "--skip-unknown-blocks")
+    assert code == 0 and "skipped 1 rows" in err
+    assert pl.read_parquet(out)["area"].to_list() == ["a"]
 
 
 @pytest.mark.slow
@@ -166,3 +171,14 @@ def test_perry_county_plan_gets_p_table_variables(tmp_path: Path, capsys: pytest
         assert errors[spec.name]["P1_003N"] == pytest.approx(white, rel=1e-6)
     report = (run_dir / "report.md").read_text()
     assert "## Expected error of the main P.L. 94-171 counts" in report and "| P1_001N total |" in report
+    assert "used full-information reconciliation" in report
+    # a free re-run level by level writes its own tables and says its published counts may be less accurate
+    code, out, err = cli(capsys, "postprocess", str(run_dir), "--reconciliation", "level_by_level", "--ledger",
+                         str(tmp_path / "ledger.sqlite"))
+    assert code == 0, err
+    rerun = Path(out.splitlines()[-1])
+    again = json.loads((rerun / "manifest.json").read_text())
+    assert again["postprocess_of"] == manifest["run_id"] and again["expected_errors"]["levels"] == errors
+    assert "reconciled level by level" in (rerun / "report.md").read_text()
+    block = pl.read_parquet(rerun / again["summary_tables"]["pl94"]["levels"]["block"])
+    assert block["P1_001N"].sum() == 10588 and block.height == blocks.height
