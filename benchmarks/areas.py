@@ -30,10 +30,9 @@ from real_data import release
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.evaluate.compare import true_histograms
 from pipeline.io.run_folder import load_run
-from pipeline.release.measure import noisy_answers
 from pipeline.synth.population import write_synthetic
 from pipeline.uncertainty.areas import area_variables, write_areas
-from pipeline.uncertainty.gls import gls_levels
+from pipeline.uncertainty.gls import gls_levels, redrawn_measurements
 from postprocess.gls import solve_gls
 from postprocess.gls_areas import area_estimates, area_terms, area_variances
 
@@ -151,10 +150,7 @@ def coverage(run, plans: dict[str, np.ndarray], draws: int, published_file: Path
     rng = seeded_random_source(20261202)  # benchmark only: fresh measurements of the truth
     started = time.perf_counter()
     for _ in range(draws):
-        noisy = [[(q.query, q.sigma2, noisy_answers(run.config.schema.marginal(q.query, truth[level]), q.mechanism,
-                                                     q.sigma2, q.scale, rng))
-                  for q in run.level_noise(level)] for level in range(run.tree.depth)]
-        result = solve_gls(gls_levels(run, noisy), shape)
+        result = solve_gls(gls_levels(run, redrawn_measurements(run, truth, rng)), shape)
         for kind, leaf in plans.items():
             estimate = area_estimates(result, leaf, int(leaf.max()) + 1, variables.weights)
             held = np.abs(estimate - trues[kind]) <= Z * sds[kind]

@@ -27,8 +27,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.config.schema import DETAILED, TOTAL, Query
+from pipeline.dp.random_source import RandomSource
 from pipeline.io.run_folder import LoadedRun, load_run
 from pipeline.release.full_information import gls_problem, spec_of
+from pipeline.release.measure import noisy_answers
 from pipeline.release.run import ReleaseRun, stage_output
 from postprocess.gls import GlsLevel, GlsResult, interval, solve_gls
 
@@ -39,6 +41,18 @@ def gls_levels(run: LoadedRun, noisy: list[list[tuple[Query, Fraction, np.ndarra
     """The GLS problem of a run: its measurements (or ``noisy``, the same structure) and its invariants."""
     measured = noisy if noisy is not None else [run.measurements(level) for level in range(run.tree.depth)]
     return gls_problem(run.config.schema, run.tree.parent, measured, run.invariants)
+
+
+def redrawn_measurements(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource
+                         ) -> list[list[tuple[Query, Fraction, np.ndarray]]]:
+    """Fresh noisy answers of ``truth`` (dense histograms per level) to every level x query, each with the
+    release's own mechanism and public parameters (``release.measure.noisy_answers``): the distribution of
+    another release's measurements, for coverage checks (``gls_levels(run, noisy=...)``).  Evaluation only: it
+    needs the truth."""
+    schema = run.config.schema
+    return [[(q.query, q.sigma2, noisy_answers(schema.marginal(q.query, truth[level]), q.mechanism, q.sigma2,
+                                               q.scale, rng))
+             for q in run.level_noise(level)] for level in range(run.tree.depth)]
 
 
 def gls_estimates(run: LoadedRun) -> GlsResult:

@@ -15,9 +15,8 @@ from pipeline.dp.random_source import seeded_random_source
 from pipeline.evaluate.compare import true_histograms
 from pipeline.io.assignments import read_assignment
 from pipeline.io.run_folder import LoadedRun, load_run
-from pipeline.release.measure import noisy_answers
 from pipeline.uncertainty.areas import LABEL, area_table, area_variables
-from pipeline.uncertainty.gls import gls_levels
+from pipeline.uncertainty.gls import gls_levels, redrawn_measurements
 from postprocess.gls import QuerySpec, solve_gls
 from postprocess.gls_areas import area_estimates, area_terms, area_variances
 from tests.helpers.releases import cli, release_dir
@@ -69,10 +68,7 @@ def test_areas_cover_the_truth_95_percent_for_every_kind(tiny_run: Path) -> None
     inside_half = dict(inside)
     replicates = 300
     for _ in range(replicates):
-        noisy = [[(q.query, q.sigma2, noisy_answers(run.config.schema.marginal(q.query, truth[level]), q.mechanism,
-                                                     q.sigma2, q.scale, rng))
-                  for q in run.level_noise(level)] for level in range(run.tree.depth)]
-        result = solve_gls(gls_levels(run, noisy), shape)
+        result = solve_gls(gls_levels(run, redrawn_measurements(run, truth, rng)), shape)
         for kind, leaf in assignments.items():
             error = np.abs(area_estimates(result, leaf, int(leaf.max()) + 1, variables.weights) - true[kind])
             counted = sd[kind] > 1e-6  # an exact value (an empty area) is no test of the interval
