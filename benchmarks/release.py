@@ -36,7 +36,8 @@ def main() -> None:
         folder = Path(tmp)
         os.environ["CENSUSDP_LEDGER"] = str(folder / "ledger.sqlite")  # never the installation's ledger
         started = time.perf_counter()
-        micro, geo = write_synthetic(args.persons, args.seed, folder / "data")
+        files = write_synthetic(args.persons, args.seed, folder / "data")
+        micro, geo = files.microdata, files.geography
         synth_s = time.perf_counter() - started
         text = preset_text(args.preset).replace('path = "microdata.parquet"', f'path = "{micro}"')
         text = text.replace('cap_rho = ', 'cap_rho = "1000" # ')

@@ -50,7 +50,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def add_synth(sub: Sub) -> None:
-    p = sub.add_parser("synth", help="write a synthetic state: microdata.parquet and geography.parquet")
+    p = sub.add_parser("synth", help="write a synthetic state: microdata.parquet, geography.parquet and units.parquet")
     p.add_argument("--persons", type=int, required=True, help="number of persons (1,000 to 10,000,000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic population (default 0)")
     p.add_argument("--out", required=True, help="output directory")
@@ -61,11 +61,12 @@ def cmd_synth(args: argparse.Namespace) -> int:
     from pipeline.synth.population import write_synthetic
 
     try:
-        micro, geo = write_synthetic(args.persons, args.seed, Path(args.out))
+        files = write_synthetic(args.persons, args.seed, Path(args.out))
     except ValueError as error:
         raise CensusDPError(str(error)) from None
-    print(micro)
-    print(geo)
+    print(files.microdata)
+    print(files.geography)
+    print(files.units)
     return 0
 
 
@@ -174,10 +175,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     data = out / "data"
     if data.exists():
         shutil.rmtree(data)
-    micro, geo = write_synthetic(args.persons, 2020, data)
+    files = write_synthetic(args.persons, 2020, data)
     config = out / "pl94.toml"
-    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
-    text = text.replace('geography = "geography.parquet"', f'geography = "{geo}"')
+    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{files.microdata}"')
+    text = text.replace('geography = "geography.parquet"', f'geography = "{files.geography}"')
+    text = text.replace('path = "units.parquet"', f'path = "{files.units}"')
     if not os.environ.get(LEDGER_ENV):
         # synthetic data, regenerated on every demo: its own throw-away ledger, so that re-running the demo is
         # not refused by (and does not clutter) the installation's ledger, which is for real data

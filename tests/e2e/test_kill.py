@@ -44,7 +44,8 @@ def check_runs_folder(runs: Path, levels: list[str]) -> int:
 
 @pytest.mark.slow
 def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> None:
-    micro, geo = write_synthetic(20_000, 4, tmp_path / "data")
+    files = write_synthetic(20_000, 4, tmp_path / "data")
+    micro, geo = files.microdata, files.geography
     from pipeline.cli.commands import preset_text
 
     text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
@@ -126,7 +127,8 @@ sys.exit(main(sys.argv[3:]))
 @pytest.mark.parametrize("stage", ["measure", "after-complete", "reconcile", "publish", "after-rename"])
 def test_sigkill_at_a_chosen_stage(stage: str, tmp_path: Path) -> None:
     """The kill lands where the test chose (the run itself says so), and each outcome is the right one."""
-    micro, geo = write_synthetic(5_000, 4, tmp_path / "data")
+    files = write_synthetic(5_000, 4, tmp_path / "data")
+    micro, geo = files.microdata, files.geography
     from pipeline.cli.commands import preset_text
 
     text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
