@@ -21,6 +21,7 @@ from fractions import Fraction
 from types import SimpleNamespace
 
 import mpmath as mp
+import numpy as np
 import pytest
 from flint import arb, ctx, fmpz_poly
 
@@ -198,3 +199,19 @@ def test_moments_are_the_mean_and_variance_of_the_lattice_loss() -> None:
     """LATTICE's losses 4/3 .. -4/3 with weights 1..5 (normalised): mean -4/9, variance 56/81 (by hand)."""
     mean, variance = _moments(LATTICE)
     assert mean == pytest.approx(-4 / 9, rel=1e-12) and variance == pytest.approx(56 / 81, rel=1e-12)
+
+
+@pytest.mark.parametrize("delta", [0.5, 1e-2, 1e-5, 1e-9, 1e-12])
+def test_propose_is_the_segment_before_the_first_grid_point_that_meets_delta(delta: float) -> None:
+    """The float proposal p: grid point p + 1 meets delta and grid point p does not (the bound decreases along
+    the grid, so p + 1 is the first that meets it), unless p is 0."""
+    curve = privacy_curve([GaussianNoise(Fraction(7, 2)), GaussianNoise(Fraction(20))], cells=2)
+    masses = np.array([float(c) for c in curve.masses]) * 2.0**-BITS
+    grid = (curve.offset + np.arange(len(masses))) * float(curve.step)
+
+    def bound(k: int) -> float:
+        return curve.infinite * 2.0**-BITS + float(np.sum(masses[k:] * -np.expm1(grid[k] - grid[k:])))
+
+    proposed = curve._propose(delta)
+    assert 0 <= proposed < len(masses) and bound(proposed + 1) <= delta
+    assert proposed == 0 or bound(proposed) > delta
