@@ -76,7 +76,7 @@ def units_raw(raw: dict[str, Any], source: str) -> dict[str, Any]:
     table: dict[str, Any] = {
         **shared,
         "input": {INPUT_KEYS[key]: units[key] for key in INPUT_KEYS if key in units},
-        # the summary tables are read from the persons' schema; the units' (H1) are not published yet
+        # the summary tables are written from the persons' run; H1 joins them from the units' counts
         "output": {key: value for key, value in raw.get("output", {}).items() if key != "tables"},
         "budget": {"rho": units["rho"], "level_shares": units.get("level_shares", budget.get("level_shares")),
                    **{key: budget[key] for key in ("delta", "neighbouring") if key in budget}},
@@ -84,8 +84,11 @@ def units_raw(raw: dict[str, Any], source: str) -> dict[str, Any]:
                            SHARED_POSTPROCESS}, **postprocess},
         **{key: units[key] for key in SCHEMA_KEYS if key in units},
     }
-    if "geography" in raw.get("input", {}):  # the same blocks: empty ones may hold vacant units
-        table["input"]["geography"] = raw["input"]["geography"]
+    if "geography" not in raw.get("input", {}):  # each file alone would give a tree of its own populated blocks
+        raise ConfigError(source, "input.geography", "a release with a [units] universe needs the geography file: "
+                          "both universes are tabulated on its one tree of blocks (or release the persons only: "
+                          "--no-units)")
+    table["input"]["geography"] = raw["input"]["geography"]  # the same blocks: empty ones may hold vacant units
     return copy.deepcopy(table)
 
 

@@ -98,7 +98,7 @@ def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path, capsys: 
     text = text.replace('# path = "..."', f'path = "{tmp_path / "ledger.sqlite"}"')  # not beside shared data
     (tmp_path / "pl94.toml").write_text(text)
     run_dir = release_dir(capsys, tmp_path / "pl94.toml", "--microdata", str(shared_data), "--format", "mdf-pl94",
-                          seed=SEED)
+                          "--no-units", seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     levels = [(lv["name"], lv["width"]) for lv in manifest["levels"]]
     assert [n for n, _ in levels] == ["us", "state", "county", "tract", "block_group", "block"]
