@@ -96,8 +96,9 @@ def validate_inputs(run: ReleaseRun) -> None:
     if problem is not None:  # raised here, outside the handler, so no trace of the detailed error travels on
         run.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
         geography = f" --geography {config.input.geography}" if config.input.geography else ""
-        raise InputRejectedError(problem, f"censusdp check {config.source} --microdata {config.input.path} "
-                                          f"--format {config.input.format}{geography}")
+        files = (f"--microdata {config.input.path} --format {config.input.format}" if run.main else
+                 f"--units {config.input.path}")  # the units universe's file: check reads it with the persons'
+        raise InputRejectedError(problem, f"censusdp check {config.source} {files}{geography}")
     order = np.argsort(unit_index, kind="stable")
     run.row_units, run.row_cells = unit_index[order], cells[order]
     n_persons = len(order)
@@ -275,9 +276,12 @@ def abandon(run: ReleaseRun) -> None:
     """A failed run publishes nothing.  Its charge stays (never refunded) and is marked failed; if every
     measurement was saved, the temporary folder is kept so ``release --resume RUN_ID`` can finish it without
     drawing noise again; otherwise it is removed."""
+    reason = run.failure_reason or (run.units.failure_reason if run.units is not None else None)
     if run.ledger is not None:
-        run.ledger.set_status(run.run_id, ChargeStatus.FAILED, run.failure_reason or FailureReason.RUN_ERROR.value)
+        run.ledger.set_status(run.run_id, ChargeStatus.FAILED, reason or FailureReason.RUN_ERROR.value)
     run.input_files = run.row_units = run.row_cells = None
+    if run.units is not None:  # the units' confidential arrays go too
+        run.units.input_files = run.units.row_units = run.units.row_cells = None
     if run.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
         log.warning("run %s failed after its measurements were saved: finish it with --resume %s",
                     run.run_id, run.run_id)

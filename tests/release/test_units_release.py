@@ -135,3 +135,19 @@ def test_a_rerun_and_a_resume_carry_the_units(synthetic: Path, tmp_path: Path, c
     assert manifest["units"]["measurements"]["block"] == str(final / "units" / "measurements" / "block.parquet")
     h1 = pl.read_parquet(rerun / "tables" / "pl94" / "block.parquet")["H1_001N"]
     assert h1.to_list() == pl.read_parquet(final / "tables" / "pl94" / "block.parquet")["H1_001N"].to_list()
+
+
+def test_a_bad_unit_value_is_a_charged_failure_naming_a_category_only(synthetic: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    units = pl.read_parquet(synthetic / "units.parquet")
+    secret = "999"  # a value outside the domain, after the charge: its row and value must not be told
+    units.with_columns(pl.when(pl.int_range(pl.len()) == 17).then(pl.lit(secret)).otherwise(pl.col("GQTYPE"))
+                       .alias("GQTYPE")).write_parquet(tmp_path / "bad-units.parquet")
+    config_path = configure(tmp_path, synthetic)
+    code, out, err = release(capsys, config_path, "--units", str(tmp_path / "bad-units.parquet"))
+    assert code != 0 and "after the budget was charged" in err and "--units" in err
+    assert secret not in err and "row 18" not in err
+    config = load_config(config_path)
+    charges = PrivacyLedger(config.ledger.location).charges("units-state")
+    assert [(c.status, c.reason.split(":")[0]) for c in charges] == [("failed", "input-validation")]
+    assert not any(p.name[0] != "." for p in (tmp_path / "runs").iterdir())  # nothing published
