@@ -61,7 +61,7 @@ from pipeline.release.runner import make_runner
 from pipeline.release.support import merge_reports
 from pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
 from pipeline.release.tasks import chunk_tasks
-from pipeline.release.universes import units_markdown, units_section
+from pipeline.release.universes import units_markdown, units_section, with_disagreements
 from postprocess import QueryInvariant
 
 log = logging.getLogger("censusdp")
@@ -237,7 +237,7 @@ def publish(run: ReleaseRun) -> Path:
         "summary_tables": run.summary_tables,
         "expected_errors": run.expected_errors,
         "reconciliation": run.diagnostics,
-        **({"units": units_section(run.units)} if run.units is not None else {}),
+        **({"units": with_disagreements(units_section(run.units), run)} if run.units is not None else {}),
         "ledger": ledger_section(run),
         **run.manifest_extra,
     }

@@ -67,6 +67,18 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     dictionary = pl.read_csv(run_dir / "tables" / "pl94" / "dictionary.csv")
     assert dictionary.filter(pl.col("table") == "H1")["universe"].to_list() == ["Housing units"] * 3
     assert "## Housing-unit universe" in (run_dir / "report.md").read_text()
+    # where the independently reconciled universes disagree, counted from the published tables themselves
+    people = pl.read_parquet(run_dir / "tables" / "block.parquet")
+    households = dict(people.filter(pl.col("hhgq") == "0").group_by("geoid").agg(pl.col("count").sum()).iter_rows())
+    occupied = dict(unit_table.filter((pl.col("hhgq") == "0") & (pl.col("occupancy") == "1"))
+                    .group_by("geoid").agg(pl.col("count").sum()).iter_rows())
+    disagree = manifest["units"]["disagreements"]
+    assert disagree["blocks with household persons and no occupied housing unit"] == len(
+        set(households) - set(occupied))
+    assert disagree["blocks with occupied housing units and no household persons"] == len(
+        set(occupied) - set(households))
+    assert disagree["blocks with more occupied housing units than household persons"] == sum(
+        c > households.get(g, 0) for g, c in occupied.items())
 
 
 def test_the_units_file_belongs_to_the_dataset_too(synthetic: Path, tmp_path: Path,
