@@ -14,6 +14,7 @@ from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.cli import main
 from pipeline.config.load import load_config
 from pipeline.errors import ConfigError
+from pipeline.evaluate.compare import evaluate
 from pipeline.release import stages
 from pipeline.synth.population import write_synthetic
 from tests.helpers.releases import cli, release, release_dir
@@ -67,6 +68,15 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     dictionary = pl.read_csv(run_dir / "tables" / "pl94" / "dictionary.csv")
     assert dictionary.filter(pl.col("table") == "H1")["universe"].to_list() == ["Housing units"] * 3
     assert "## Housing-unit universe" in (run_dir / "report.md").read_text()
+    # censusdp evaluate: H1 against the true unit file, recomputed here at the nation from the raw units
+    metrics = evaluate(synthetic / "microdata.parquet", run_dir)
+    h1 = metrics.filter((pl.col("query") == "H1") & (pl.col("metric") == "mae") & (pl.col("group") == "all"))
+    assert set(h1["method"]) == {"reconciled", "gls"} and set(h1["level"]) == {lv.name for lv in config.levels}
+    raw = pl.read_parquet(synthetic / "units.parquet").filter(pl.col("GQTYPE") == "000")
+    true = [raw.height, raw.filter(pl.col("VACS") == "0").height, raw.filter(pl.col("VACS") != "0").height]
+    nation = pl.read_parquet(run_dir / "tables" / "pl94" / "us.parquet").select("H1_001N", "H1_002N", "H1_003N").row(0)
+    found = h1.filter((pl.col("level") == "us") & (pl.col("method") == "reconciled"))["value"].to_list()
+    assert found == pytest.approx([np.mean(np.abs(np.array(nation) - np.array(true)))])
     # where the independently reconciled universes disagree, counted from the published tables themselves
     people = pl.read_parquet(run_dir / "tables" / "block.parquet")
     households = dict(people.filter(pl.col("hhgq") == "0").group_by("geoid").agg(pl.col("count").sum()).iter_rows())
