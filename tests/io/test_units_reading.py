@@ -3,6 +3,7 @@ configuration like any), and the Census 2020 MDF unit layout (``mdf-units``) wit
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -34,13 +35,14 @@ MDF_CODES = ["011050105001001"] * 4 + ["011050105002003"] * 3
 
 def units_config(folder: Path, preset: str = "pl94", fmt: str = "parquet", path: str = "units.parquet"
                  ) -> ReleaseConfig:
-    """The preset's units universe reading ``folder/path`` (no geography file: the units' own blocks)."""
-    text = "\n".join(line for line in preset_text(preset).splitlines() if not line.startswith("geography = "))
+    """The preset's units universe reading ``folder/path`` (reading the records alone needs no geography file, but
+    a configuration with units names one)."""
+    text = preset_text(preset)
     text = text.replace('format = "parquet"                  # parquet | csv | mdf-units', f'format = "{fmt}" #')
     (folder / "c.toml").write_text(text.replace('path = "units.parquet"', f'path = "{path}"'))
     units = load_config(folder / "c.toml").units
     assert units is not None and units.input.format == fmt
-    return units
+    return dataclasses.replace(units, input=dataclasses.replace(units.input, geography=None))  # the records alone
 
 
 def test_a_hand_written_mdf_unit_file(tmp_path: Path) -> None:
@@ -70,11 +72,11 @@ def test_the_pl94_mdf_unit_file_with_hh_status(tmp_path: Path) -> None:
         'column = "OCC"', 'column = "HH_STATUS"').replace('mapping = { o = "1", v = "2" }',
                                                           'mapping = { "0" = "1", "1" = "1", "2" = "2" }')
     levels = "[[levels]]\nname = \"unit\"\nwidth = 4"
-    text = text.replace(levels, "[[levels]]\nname = \"unit\"\nwidth = 15").replace('geography = "geography.parquet"',
-                                                                                  "")
+    text = text.replace(levels, "[[levels]]\nname = \"unit\"\nwidth = 15")
     (tmp_path / "c.toml").write_text(text)
     units = load_config(tmp_path / "c.toml").units
     assert units is not None
+    units = dataclasses.replace(units, input=dataclasses.replace(units.input, geography=None))  # the records alone
     rows = ["MUD|1|44|007|000100|1|1001|2|1", "MUD|1|44|007|000100|1|1001|2|2", "MUD|1|44|007|000100|1|1001|4|0"]
     (tmp_path / "units.csv").write_text("SCHEMA_TYPE_CODE|SCHEMA_BUILD_ID|TABBLKST|TABBLKCOU|TABTRACTCE|TABBLKGRPCE|"
                                         "TABBLK|RTYPE|HH_STATUS\n" + "\n".join(rows) + "\n")
