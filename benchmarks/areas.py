@@ -120,7 +120,7 @@ def summary_table_accuracy(truth: Path, run_dir: Path) -> None:
     """``censusdp evaluate``'s mean absolute error of each P table over its variables, per level."""
     from pipeline.evaluate.compare import evaluate
 
-    metrics = evaluate(truth, run_dir).filter(pl.col("query").str.contains(r"^P\d$") & (pl.col("metric") == "mae")
+    metrics = evaluate(truth, run_dir).filter(pl.col("query").str.contains(r"^[PH]\d$") & (pl.col("metric") == "mae")
                                               & (pl.col("group") == "all"))
     table = metrics.pivot(on="method", index=["level", "query"], values="value")
     print("\n| level | table | published (reconciled) | GLS estimate | bottom-up baseline |\n|---|---|---|---|---|")

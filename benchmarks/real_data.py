@@ -15,7 +15,8 @@ LEVEL_ORDER = ["us", "state", "county", "tract", "block_group", "block"]
 
 
 def release(data: Path, preset: str, folder: Path, seed: int) -> Path:
-    """One release of ``preset`` on ``data`` (seeded test noise, ledger and runs in ``folder``, cap raised)."""
+    """One release of ``preset`` on ``data`` (seeded test noise, ledger and runs in ``folder``, cap raised); with
+    the units universe when ``data`` has a ``units.parquet`` (synthetic data), else the persons only."""
     config = folder / f"{preset}.toml"
     text = preset_text(preset).replace('path = "microdata.parquet"', f'path = "{data / "microdata.parquet"}"')
     text = text.replace('geography = "geography.parquet"', f'geography = "{data / "geography.parquet"}"')
@@ -24,7 +25,11 @@ def release(data: Path, preset: str, folder: Path, seed: int) -> Path:
     text = text.replace('cap_rho = ', 'cap_rho = "1000" # ').replace('cap_epsilon = ', 'cap_rho = "1000" # ')
     config.write_text(text.replace('protected_microdata = true', 'protected_microdata = false'))
     before = set((folder / "runs").glob("*")) if (folder / "runs").exists() else set()
-    assert main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", str(seed)]) == 0
+    units = data / "units.parquet"
+    text = config.read_text().replace('path = "units.parquet"', f'path = "{units}"')
+    config.write_text(text)
+    extra = [] if units.exists() else ["--no-units"]  # the real data (ri2010) has no unit file
+    assert main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", str(seed), *extra]) == 0
     (run_dir,) = set((folder / "runs").glob("*")) - before
     return run_dir
 

@@ -9,6 +9,7 @@ driver's peak RSS and the detailed cells reconciled per second at each level.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import resource
 import tempfile
@@ -19,7 +20,6 @@ from pipeline.cli.commands import preset_text
 from pipeline.config.load import load_config
 from pipeline.dp.random_source import system_random_source
 from pipeline.release import stages
-from pipeline.release.runner import make_runner
 from pipeline.synth.population import write_synthetic
 
 
@@ -31,46 +31,51 @@ def main() -> None:
     parser.add_argument("--preset", default="pl94")
     parser.add_argument("--reconciliation", choices=["full_information", "level_by_level"], default=None,
                         help="override the preset's postprocess.reconciliation")
+    parser.add_argument("--no-units", action="store_true", help="the persons only (the preset's [units] left out)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         os.environ["CENSUSDP_LEDGER"] = str(folder / "ledger.sqlite")  # never the installation's ledger
         started = time.perf_counter()
-        micro, geo = write_synthetic(args.persons, args.seed, folder / "data")
+        files = write_synthetic(args.persons, args.seed, folder / "data")
         synth_s = time.perf_counter() - started
-        text = preset_text(args.preset).replace('path = "microdata.parquet"', f'path = "{micro}"')
+        text = preset_text(args.preset).replace('path = "microdata.parquet"', f'path = "{files.microdata}"')
+        text = text.replace('path = "units.parquet"', f'path = "{files.units}"')
         text = text.replace('cap_rho = ', 'cap_rho = "1000" # ')
-        (folder / "config.toml").write_text(text.replace('geography = "geography.parquet"', f'geography = "{geo}"'))
-        overrides = {"postprocess.reconciliation": args.reconciliation} if args.reconciliation else {}
+        (folder / "config.toml").write_text(text.replace('geography = "geography.parquet"',
+                                                         f'geography = "{files.geography}"'))
+        overrides: dict[str, object] = {}
+        if args.reconciliation:
+            overrides["postprocess.reconciliation"] = args.reconciliation
+        if args.no_units:
+            overrides["units"] = None
         config = load_config(folder / "config.toml", overrides)
+        config = dataclasses.replace(config, runner=args.runner)
         timings: dict[str, float] = {}
 
-        def timed(name: str, fn, *a) -> None:  # noqa: ANN001
+        def timed(stage: stages.Stage, function, call_args: tuple) -> object:  # noqa: ANN001
+            run, rest = call_args[0], call_args[1:]
+            level = f" {config.levels[rest[0]].name}" if rest else ""
+            name = f"{stage.name}{'' if run.main else ' (units)'}{level}"
             t = time.perf_counter()
-            fn(*a)
+            result = function(*call_args)
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
+            return result
 
         run = stages.start_release(config, folder / "runs", system_random_source())
-        runner = make_runner(args.runner)
-        timed("read files", stages.read_files, run)
-        timed("fingerprint + ledger charge", stages.charge, run)
-        timed("validate + tree", stages.validate_inputs, run)
-        assert run.tree is not None
-        nodes = {lv.name: run.tree.n_nodes(i) for i, lv in enumerate(config.levels)}
-        for level, spec in enumerate(config.levels):
-            timed(f"measure {spec.name}", stages.measure, run, level)
-        timed("estimate (GLS)", stages.estimate, run)
-        for level, spec in enumerate(config.levels):
-            timed(f"reconcile {spec.name}", stages.reconcile, run, level, runner)
-        timed("publish", stages.publish, run)
-        runner.close()
+        stages.run_stages(run, call=timed)
+        tree = run.tree
+        assert tree is not None
+        nodes = {lv.name: tree.n_nodes(i) for i, lv in enumerate(config.levels)}
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     n_cells = config.schema.n_cells
-    print(f"persons={args.persons:,} preset={args.preset} reconciliation={config.reconciliation_method} "
+    print(f"persons={args.persons:,} preset={args.preset} units={config.units is not None} "
+          f"reconciliation={config.reconciliation_method} "
           f"runner={args.runner} nodes={nodes} synth={synth_s:.1f}s")
     print("| stage | seconds | detailed cells/s |\n|---|---|---|")
     for name, seconds in timings.items():
-        level = name.split(" ", 1)[1] if name.startswith(("reconcile ", "measure ")) else None
+        persons_level = name.startswith(("reconcile ", "measure ")) and "(units)" not in name
+        level = name.split(" ")[-1] if persons_level else None  # the rate counts the persons' detailed cells
         rate = f"{nodes[level] * n_cells / seconds:,.0f}" if level in nodes and seconds > 0 else ""
         print(f"| {name} | {seconds:.2f} | {rate} |")
     print(f"| total release | {sum(timings.values()):.2f} |")

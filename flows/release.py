@@ -34,16 +34,20 @@ STAGE_TASKS = {stage.name: task(type_only_errors(getattr(stages, stage.function)
 def call_as_task(stage: stages.Stage, function: Any, args: tuple[Any, ...]) -> Any:
     """Run a stage as its Prefect task (a per-level one named after its level), in this process."""
     stage_task = STAGE_TASKS[stage.name]
+    universe = "" if args[0].main else f"-{args[0].config.universe}"  # the units universe's tasks say so
     if stage.per_level:
         run, level = args[0], args[1]
-        stage_task = stage_task.with_options(task_run_name=f"{stage.name}-{run.config.levels[level].name}")
+        stage_task = stage_task.with_options(task_run_name=f"{stage.name}{universe}-{run.config.levels[level].name}")
+    elif universe:
+        stage_task = stage_task.with_options(task_run_name=f"{stage.name}{universe}")
     return stage_task(*args)
 
 
 @flow(name="censusdp-release", persist_result=False, log_prints=False, validate_parameters=True)
 def release_flow(config_path: str, out_dir: str | None = None, microdata: str | None = None,
                  geography: str | None = None, fmt: str | None = None, rho: str | int | float | None = None,
-                 runner: str | None = None, insecure_seed: int | None = None) -> str:
+                 runner: str | None = None, insecure_seed: int | None = None, units: str | None = None,
+                 no_units: bool = False) -> str:
     """Release one dataset: returns the path of the published run directory.
 
     With a Dask runner, each reconcile task maps its chunks on a Dask client (workers import no Prefect, so
@@ -54,8 +58,8 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
         # a deployment parameter alone must not switch off the CSPRNG: only the CLI's --insecure-seed flag
         raise CensusDPError("insecure_seed is for tests only: pass --insecure-seed on the censusdp command line")
     with hardened_prefect():  # again here: a deployment run may come from a worker that never entered them
-        return _release(load_release_config(config_path, microdata, geography, fmt, rho, runner), out_dir,
-                        insecure_seed)
+        return _release(load_release_config(config_path, microdata, geography, fmt, rho, runner, units, no_units),
+                        out_dir, insecure_seed)
 
 
 def _release(config: ReleaseConfig, out_dir: str | None, insecure_seed: int | None) -> str:

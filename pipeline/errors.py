@@ -45,12 +45,13 @@ class InputProblem(StrEnum):
 
     FILE = "file"                    # missing, unreadable
     COLUMN = "column"                # a required column missing, of the wrong type, or duplicated
-    EMPTY = "empty"                  # no person records
+    EMPTY = "empty"                  # no person (or unit) records
     MISSING_VALUE = "missing-value"  # a null or empty value
     GEOCODE = "geocode"              # a geocode of the wrong width or form
     DOMAIN = "domain"                # a value outside an attribute's domain
     GEOGRAPHY = "geography"          # a unit not in the geography file, or a malformed geography file
     DUPLICATE = "duplicate"          # a unit listed twice in the geography file
+    LAYOUT = "layout"                # a record that breaks its layout's rules (an MDF unit's RTYPE against GQTYPE)
 
     @property
     def depends_on_values(self) -> bool:

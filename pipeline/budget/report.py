@@ -44,7 +44,18 @@ def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
         "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
                        for i in config.invariants],
         "comparison": comparison_rows(allocations, delta, pld_epsilon=pld),
+        **({"units": _units_budget(config.units, delta)} if config.units is not None else {}),
     }
+
+
+def _units_budget(units: Any, delta: float) -> dict[str, Any]:
+    """The housing-unit universe's own allocation; the ledger charges its rho with the persons'."""
+    from pipeline.budget.allocation import allocate
+
+    return {**conversion(units.budget.rho, delta),
+            "allocation": [{"level": a.level, "query": a.query, "rho": float(a.rho), "sigma2": float(a.sigma2)}
+                           for a in allocate(units)],
+            "invariants": [{"query": i.query.name, "levels": list(i.levels)} for i in units.invariants]}
 
 
 def render_text(report: dict[str, Any]) -> str:
@@ -67,6 +78,15 @@ def render_text(report: dict[str, Any]) -> str:
                   f"{'method':<44}{'theorem':<28}{'epsilon':>12}{'delta':>11}"]
         for row in report["comparison"]:
             lines.append(f"{row['method']:<44}{row['theorem']:<28}{row['epsilon']:>12.4f}{row['delta']:>11.2g}")
+    if "units" in report:
+        units = report["units"]
+        total = Fraction(report["rho_exact"]) + Fraction(units["rho_exact"])
+        lines += ["", f"housing-unit universe ([units]): rho = {units['rho_exact']} ({units['rho']:.6g}), "
+                  f"epsilon_cks20 = {units['epsilon_cks20']:.6f}; a release charges {total} in all", "",
+                  f"{'level':<14}{'query':<34}{'rho':>12}{'sigma2':>14}"]
+        lines += [f"{a['level']:<14}{a['query']:<34}{a['rho']:>12.5g}{a['sigma2']:>14.5g}" for a in units["allocation"]]
+        lines += [f"invariant (NOT protected): {inv['query']} at {', '.join(inv['levels'])}"
+                  for inv in units["invariants"]]
     return "\n".join(lines)
 
 

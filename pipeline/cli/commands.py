@@ -50,7 +50,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def add_synth(sub: Sub) -> None:
-    p = sub.add_parser("synth", help="write a synthetic state: microdata.parquet and geography.parquet")
+    p = sub.add_parser("synth", help="write a synthetic state: microdata.parquet, geography.parquet and units.parquet")
     p.add_argument("--persons", type=int, required=True, help="number of persons (1,000 to 10,000,000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic population (default 0)")
     p.add_argument("--out", required=True, help="output directory")
@@ -61,11 +61,12 @@ def cmd_synth(args: argparse.Namespace) -> int:
     from pipeline.synth.population import write_synthetic
 
     try:
-        micro, geo = write_synthetic(args.persons, args.seed, Path(args.out))
+        files = write_synthetic(args.persons, args.seed, Path(args.out))
     except ValueError as error:
         raise CensusDPError(str(error)) from None
-    print(micro)
-    print(geo)
+    print(files.microdata)
+    print(files.geography)
+    print(files.units)
     return 0
 
 
@@ -74,6 +75,10 @@ def add_input_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microdata", help="microdata file (overrides input.path)")
     p.add_argument("--geography", help="geography file listing every lowest-level unit (overrides input.geography)")
     p.add_argument("--format", dest="fmt", choices=list(Format), help="microdata format")
+    units = p.add_mutually_exclusive_group()
+    units.add_argument("--units", help="the housing-unit file of the [units] universe (overrides units.path)")
+    units.add_argument("--no-units", action="store_true", help="release the persons only: the configuration's "
+                       "[units] universe is left out (not read, not charged)")
 
 
 def add_release(sub: Sub) -> None:
@@ -92,7 +97,7 @@ def add_release(sub: Sub) -> None:
 
 def run_release_command(config: str, out: str | None, microdata: str | None, geography: str | None,
                         fmt: str | None, rho: str | None, no_prefect: bool, insecure_seed: int | None,
-                        runner: str | None = None) -> Path:
+                        runner: str | None = None, units: str | None = None, no_units: bool = False) -> Path:
     from pipeline.config.options import insecure_seed_allowed, load_release_config, random_source
 
     if insecure_seed is not None:
@@ -104,7 +109,7 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
             from pipeline.release.stages import run_release
             from pipeline.uncertainty.gls import write_release_estimates
 
-            cfg = load_release_config(config, microdata, geography, fmt, rho, runner)
+            cfg = load_release_config(config, microdata, geography, fmt, rho, runner, units, no_units)
             root = Path(out).resolve() if out else cfg.output.dir
             return run_release(cfg, root, random_source(insecure_seed), write_estimates=write_release_estimates)
         from flows.release import release_flow
@@ -113,7 +118,7 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
         with hardened_prefect():  # before the flow call: the embedded server starts with the hardened settings
             return Path(release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
                                      geography=geography, fmt=fmt, rho=rho, runner=runner,
-                                     insecure_seed=insecure_seed))
+                                     insecure_seed=insecure_seed, units=units, no_units=no_units))
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -123,7 +128,8 @@ def cmd_release(args: argparse.Namespace) -> int:
         from pipeline.release.finish import resume_release
         from pipeline.uncertainty.gls import write_release_estimates
 
-        if args.rho or args.microdata or args.geography or args.fmt or args.insecure_seed is not None:
+        if (args.rho or args.microdata or args.geography or args.fmt or args.insecure_seed is not None
+                or args.units or args.no_units):
             raise CensusDPError("--resume finishes a run with the configuration its measurements were drawn with: "
                                 "only --out and --runner may be given")
         own = load_config(args.config)  # the user's own configuration says where the ledger is
@@ -132,7 +138,7 @@ def cmd_release(args: argparse.Namespace) -> int:
                              write_estimates=write_release_estimates))
         return 0
     run_dir = run_release_command(args.config, args.out, args.microdata, args.geography, args.fmt, args.rho,
-                                  args.no_prefect, args.insecure_seed, args.runner)
+                                  args.no_prefect, args.insecure_seed, args.runner, args.units, args.no_units)
     print(run_dir)
     print(f"censusdp: release finished in {time.monotonic() - started:.1f} s", file=sys.stderr)
     return 0
@@ -152,10 +158,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     from pipeline.config.options import load_release_config
     from pipeline.io.microdata import read_input_files, validated_rows
 
-    config = load_release_config(args.config, args.microdata, args.geography, args.fmt)
+    config = load_release_config(args.config, args.microdata, args.geography, args.fmt, units=args.units,
+                                 no_units=args.no_units)
     tree, unit_index, _ = validated_rows(read_input_files(config))
     levels = ", ".join(f"{lv.name} {tree.n_nodes(i):,}" for i, lv in enumerate(config.levels))
     print(f"censusdp check: {config.input.path}: valid ({len(unit_index):,} person records; units: {levels})")
+    if config.units is not None:  # the housing-unit universe's file, checked the same way
+        _, unit_rows, _ = validated_rows(read_input_files(config.units))
+        print(f"censusdp check: {config.units.input.path}: valid ({len(unit_rows):,} unit records)")
     return 0
 
 
@@ -174,10 +184,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     data = out / "data"
     if data.exists():
         shutil.rmtree(data)
-    micro, geo = write_synthetic(args.persons, 2020, data)
+    files = write_synthetic(args.persons, 2020, data)
     config = out / "pl94.toml"
-    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
-    text = text.replace('geography = "geography.parquet"', f'geography = "{geo}"')
+    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{files.microdata}"')
+    text = text.replace('geography = "geography.parquet"', f'geography = "{files.geography}"')
+    text = text.replace('path = "units.parquet"', f'path = "{files.units}"')
     if not os.environ.get(LEDGER_ENV):
         # synthetic data, regenerated on every demo: its own throw-away ledger, so that re-running the demo is
         # not refused by (and does not clutter) the installation's ledger, which is for real data

@@ -23,6 +23,8 @@ def add_evaluate(sub: Any) -> None:
     p.add_argument("--out", help="output folder (default: ./evaluation-<run id>, or ./evaluation-comparison for "
                    "several releases; never inside a run folder)")
     p.add_argument("--format", dest="fmt", choices=list(Format), help="format of --truth")
+    p.add_argument("--units-truth", help="the true unit file of a release with a units universe (default: the one "
+                   "its configuration names)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bottom-up baseline's noise (default 0)")
     p.add_argument("--diversity", help="attributes whose entropy bins areas (default: hispanic,cenrace)")
     p.set_defaults(handler=cmd_evaluate)
@@ -57,7 +59,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     diversity = tuple(a.strip() for a in args.diversity.split(",")) if args.diversity else None
     results = []
     for run_dir, run, target in zip(run_dirs, runs, targets, strict=True):
-        metrics = evaluate(Path(args.truth), run_dir, seed=args.seed, fmt=args.fmt, diversity=diversity)
+        metrics = evaluate(Path(args.truth), run_dir, seed=args.seed, fmt=args.fmt, diversity=diversity,
+                           units_truth=Path(args.units_truth) if args.units_truth else None)
         for path in write_evaluation(metrics, run, target):
             print(path)
         results.append((run, metrics))

@@ -23,6 +23,7 @@ from pipeline.config.model import (
     OutputConfig,
     ReleaseConfig,
     StrategyQuery,
+    Universe,
     check_nothing_else,
     check_runner,
     levels_and_schema_ok,
@@ -35,11 +36,12 @@ from pipeline.config.recodes import schema_with_recodes
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from pipeline.config.solver import check_solver_setting
 from pipeline.config.targets import pld_target
+from pipeline.config.units import check_units_budget, units_keys, units_raw
 from pipeline.errors import ConfigError, ExactNumberError
 from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA, parse_delta
 
 TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "recodes", "strategy", "invariants",
-            "structural_zeros", "ledger"}
+            "structural_zeros", "ledger", "units"}
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ReleaseConfig:
@@ -56,8 +58,11 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
     return parse_config(raw, source, base=path.resolve().parent)
 
 
-def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
-    check_nothing_else(raw, TOP_KEYS, source, "")
+def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Universe = Universe.PERSONS
+                 ) -> ReleaseConfig:
+    """A release configuration from its TOML table; with a ``[units]`` table, the units universe's too
+    (``pipeline.config.units``: the same rules, on a table built from the persons' shared ones)."""
+    check_nothing_else(raw, TOP_KEYS if universe is Universe.PERSONS else TOP_KEYS - {"units"}, source, "")
     levels = _levels(raw, source)
     schema = _schema(raw, source)
     budget = _budget(raw, source, levels)
@@ -82,13 +87,20 @@ def parse_config(raw: dict[str, Any], source: str, base: Path) -> ReleaseConfig:
     check_relation(budget, invariants, source)
     measured = {name: {e.query.name for e in entries} for name, entries in strategy.items()}
     reconciliation = parse_reconciliation(postprocess, source, levels, schema, measured)
-    input_config = _input(raw, source, base)
+    input_config = _input(raw, source, base, universe)
     ledger = _ledger(raw, source, base, budget.delta)
     output = _output(raw, source, base, schema)
+    units = None
+    if "units" in raw:  # last: the universe reuses the persons' tables, valid by now
+        table = units_raw(raw, source)
+        with units_keys(source):
+            units = parse_config(table, source, base, Universe.UNITS)
+        check_units_budget(budget.rho, units, ledger, source)
     return ReleaseConfig(
         source=source, input=input_config, ledger=ledger, output=output, levels=levels,
         schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
         solver=solver, runner=runner, chunk_cells=chunk_cells, reconciliation=reconciliation, raw=raw,
+        universe=universe, units=units,
     )
 
 
@@ -130,13 +142,16 @@ def _path(value: Any, base: Path, source: str, key: str) -> Path:
     return path if path.is_absolute() else base / path
 
 
-def _input(raw: dict[str, Any], source: str, base: Path) -> InputConfig:
+def _input(raw: dict[str, Any], source: str, base: Path, universe: Universe) -> InputConfig:
     table = require(raw, "input", dict, source, "")
     check_nothing_else(table, {"path", "format", "geocode_column", "geocode_columns", "geography"}, source,
                        "input.")
     fmt = table.get("format", "parquet")
-    if fmt not in list(Format):
-        raise ConfigError(source, "input.format", f"unknown format {fmt!r} (one of: {', '.join(Format)})")
+    if fmt in list(Format) and fmt not in universe.formats:
+        raise ConfigError(source, "input.format", f"{fmt} is not a layout of {universe.record} records (one of: "
+                          f"{', '.join(universe.formats)})")
+    if fmt not in universe.formats:
+        raise ConfigError(source, "input.format", f"unknown format {fmt!r} (one of: {', '.join(universe.formats)})")
     columns = table.get("geocode_columns", [])
     if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
         raise ConfigError(source, "input.geocode_columns", "expected a list of column names")

@@ -25,6 +25,31 @@ class Format(StrEnum):
     PARQUET = "parquet"
     CSV = "csv"
     MDF_PL94 = "mdf-pl94"  # the Census Bureau's PPMF / MDF person file (P.L. 94-171 attributes)
+    MDF_UNITS = "mdf-units"  # the Census Bureau's 2020 MDF unit file (RTYPE, GQTYPE, VACS or HH_STATUS)
+
+    @property
+    def is_mdf(self) -> bool:
+        """An MDF layout: the geocode is built from the TAB* columns, and the separator may be a pipe."""
+        return self in (Format.MDF_PL94, Format.MDF_UNITS)
+
+
+class Universe(StrEnum):
+    """What one record of a universe's microdata is: a release has a persons universe and may have a units one
+    (``[units]``, docs/units.md).  Each universe has its own schema, strategy, budget and file formats."""
+
+    PERSONS = "persons"
+    UNITS = "units"
+
+    @property
+    def formats(self) -> tuple[Format, ...]:
+        """The file formats its microdata may come in: the MDF person layout holds no units, and back."""
+        mdf = Format.MDF_PL94 if self is Universe.PERSONS else Format.MDF_UNITS
+        return (Format.PARQUET, Format.CSV, mdf)
+
+    @property
+    def record(self) -> str:
+        """What one row is, for messages ("contains no person records")."""
+        return "person" if self is Universe.PERSONS else "unit"
 
 
 class Neighbouring(StrEnum):
@@ -190,6 +215,10 @@ class ReleaseConfig:
     chunk_cells: int = DEFAULT_CHUNK_CELLS
     reconciliation: Reconciliation | None = None  # pipeline.config.passes; set by the loader
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as read: may hold a ledger password
+    universe: Universe = Universe.PERSONS
+    # the housing-unit universe ([units], pipeline.config.units): a full configuration of its own that shares the
+    # levels, geography, ledger, output and neighbouring relation; None when the release has persons only
+    units: ReleaseConfig | None = None
 
     def __repr__(self) -> str:  # the raw table and the ledger URL may hold secrets
         return f"ReleaseConfig(source={self.source!r})"
@@ -245,7 +274,7 @@ def levels_and_schema_ok(levels: tuple[Level, ...], source: str) -> None:
 
 __all__ = [
     "Accountant", "Attribute", "BudgetConfig", "InputConfig", "Invariant", "LedgerConfig", "OutputConfig",
-    "ReleaseConfig", "StrategyQuery", "parse_fraction",
+    "ReleaseConfig", "StrategyQuery", "Universe", "parse_fraction",
 ]
 
 

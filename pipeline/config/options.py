@@ -13,9 +13,16 @@ from pipeline.dp.random_source import RandomSource, seeded_random_source, system
 
 
 def release_overrides(microdata: str | None = None, geography: str | None = None, fmt: str | None = None,
-                      rho: str | int | float | None = None, runner: str | None = None) -> dict[str, Any]:
-    """Dotted-key overrides; paths given on the command line are made absolute (relative to the cwd)."""
+                      rho: str | int | float | None = None, runner: str | None = None, units: str | None = None,
+                      no_units: bool = False) -> dict[str, Any]:
+    """Dotted-key overrides; paths given on the command line are made absolute (relative to the cwd).
+    ``units``: the units universe's file (``units.path``); ``no_units``: release the persons only (the
+    ``[units]`` table is dropped, so nothing of it is read or charged)."""
     overrides: dict[str, Any] = {}
+    if no_units:
+        overrides["units"] = None
+    elif units is not None:
+        overrides["units.path"] = str(Path(units).resolve())
     if microdata is not None:
         overrides["input.path"] = str(Path(microdata).resolve())
     if geography is not None:
@@ -32,8 +39,9 @@ def release_overrides(microdata: str | None = None, geography: str | None = None
 
 def load_release_config(config_path: str, microdata: str | None = None, geography: str | None = None,
                         fmt: str | None = None, rho: str | int | float | None = None,
-                        runner: str | None = None) -> ReleaseConfig:
-    return load_config(config_path, release_overrides(microdata, geography, fmt, rho, runner))
+                        runner: str | None = None, units: str | None = None, no_units: bool = False
+                        ) -> ReleaseConfig:
+    return load_config(config_path, release_overrides(microdata, geography, fmt, rho, runner, units, no_units))
 
 
 _insecure_seed_allowed = False  # True only inside the CLI's --insecure-seed call (``insecure_seed_allowed``)

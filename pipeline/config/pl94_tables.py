@@ -7,7 +7,8 @@ so they are integer, non-negative and consistent with each other and with the de
 The race rows follow the 2020 Census order, which is also the order of the CENRACE codes 01-63: the non-empty
 sets of the six race categories by size, then in order (01 White alone ... 06 Some Other Race alone, 07 White;
 Black ..., 63 all six).  Variable names and labels are those of the 2020 redistricting data (labels in the
-Census API's ``!!`` form).  H1 needs the housing-unit universe and is not defined here.
+Census API's ``!!`` form).  H1 (occupancy status) is defined over the units universe's schema (``[units]``,
+docs/units.md): ``h1_variables`` and ``h1_schema_problem``; it is not published yet.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ REQUIRED = {
     VOTING_AGE: ("1", "2"),  # VOTING_AGE: 1 under 18, 2 18 years and over
     GQ_TYPE: tuple(str(t) for t in range(8)),  # GQTYPE_PL: 0 household, 1-4 institutional, 5-7 not
 }
+OCCUPANCY = "occupancy"
+# the units schema H1 reads: hhgq as the persons' (0 a housing unit, 1-7 a group-quarters facility of that type) and
+# occupancy with the P.L. 94-171 MDF unit file's HH_STATUS codes
+UNITS_REQUIRED = {GQ_TYPE: REQUIRED[GQ_TYPE], OCCUPANCY: ("1", "2")}  # 1 occupied, 2 vacant
+HOUSING_UNIT, OCCUPIED, VACANT = "0", "1", "2"
 GQ_TYPES = (("Institutionalized population", (("1", "Correctional facilities for adults"),
                                               ("2", "Juvenile facilities"),
                                               ("3", "Nursing facilities/Skilled-nursing facilities"),
@@ -117,14 +123,32 @@ def pl94_variables() -> tuple[Variable, ...]:
             *_group_quarters_table())
 
 
+def h1_variables() -> tuple[Variable, ...]:
+    """H1 (occupancy status) over the units schema: housing units (hhgq 0; group-quarters facilities are not
+    housing units), occupied and vacant."""
+    universe, housing = "Housing units", ((GQ_TYPE, (HOUSING_UNIT,)),)
+    return (Variable("H1", "H1_001N", "!!Total:", universe, housing),
+            Variable("H1", "H1_002N", "!!Total:!!Occupied", universe, (*housing, (OCCUPANCY, (OCCUPIED,)))),
+            Variable("H1", "H1_003N", "!!Total:!!Vacant", universe, (*housing, (OCCUPANCY, (VACANT,)))))
+
+
+def _schema_problem(schema: Schema, required: dict[str, tuple[str, ...]], tables_need: str) -> str | None:
+    for name, values in required.items():
+        if name not in schema.names:
+            return f"{tables_need} the attribute {name!r}"
+        if schema.attribute(name).values != values:
+            return f"{tables_need} {name!r} with the values {', '.join(values)}"
+    return None
+
+
 def pl94_schema_problem(schema: Schema) -> str | None:
     """Why these definitions cannot be read from ``schema`` (None when they can)."""
-    for name, values in REQUIRED.items():
-        if name not in schema.names:
-            return f"the P.L. 94-171 tables need the attribute {name!r}"
-        if schema.attribute(name).values != values:
-            return f"the P.L. 94-171 tables need {name!r} with the values {', '.join(values)}"
-    return None
+    return _schema_problem(schema, REQUIRED, "the P.L. 94-171 tables need")
+
+
+def h1_schema_problem(schema: Schema) -> str | None:
+    """Why H1 cannot be read from the units universe's ``schema`` (None when it can)."""
+    return _schema_problem(schema, UNITS_REQUIRED, "the P.L. 94-171 table H1 needs")
 
 
 def summary_tables(value: Any, schema: Schema, source: str) -> tuple[SummaryTables, ...]:

@@ -32,8 +32,8 @@ from pipeline.errors import InputError
 from pipeline.evaluate.metrics import LABEL, diversity_bin, entropy_bits, query_metrics
 from pipeline.io.histograms import all_level_histograms, lowest_histograms
 from pipeline.io.microdata import read_microdata
-from pipeline.io.run_folder import LoadedRun, load_run
-from pipeline.io.summary_tables import summary_counts, table_variables, variable_matrix
+from pipeline.io.run_folder import LoadedRun, load_run, units_of
+from pipeline.io.summary_tables import housing_variables, summary_counts, table_variables, variable_matrix
 from pipeline.uncertainty.gls import gls_estimates
 
 DIVERSITY_ATTRIBUTES = ("hispanic", "cenrace")
@@ -66,7 +66,7 @@ def diversity_attributes(run: LoadedRun, names: tuple[str, ...] | None) -> tuple
 
 
 def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = None,
-             diversity: tuple[str, ...] | None = None) -> pl.DataFrame:
+             diversity: tuple[str, ...] | None = None, units_truth: Path | None = None) -> pl.DataFrame:
     """The long-form metrics table of a run against its true microdata."""
     overrides: dict[str, Any] = {"input.path": str(Path(truth_path).resolve())}
     if fmt is not None:
@@ -95,7 +95,31 @@ def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = N
                     for row in query_metrics(true, found[method], cell_bins):
                         rows.append({"label": LABEL, "method": method, "level": spec.name, "query": name, **row})
         rows += summary_table_rows(run, level, truth[level], {m: e[level] for m, e in estimates.items()}, node_bins)
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows + housing_rows(run, units_truth))
+
+
+def housing_rows(run: LoadedRun, units_truth: Path | None) -> list[dict[str, Any]]:
+    """The housing tables (H1) of a run with a units universe, against its true unit file (the recorded one, or
+    ``units_truth``): the published (reconciled) and GLS figures, query = the table's name."""
+    units = units_of(run, units_truth)
+    if units is None:
+        return []
+    truth = true_histograms(units)
+    estimates = {"reconciled": [units.table(i) for i in range(units.tree.depth)], "gls": gls_estimates(units).estimates}
+    rows = []
+    for tables in run.config.output.tables:
+        variables = housing_variables(tables, units.config.schema)
+        if not variables:
+            continue
+        matrix = variable_matrix(units.config.schema, variables)
+        for level, spec in enumerate(units.config.levels):
+            true = summary_counts(truth[level], matrix)
+            bins = np.zeros(true.shape, dtype=np.int64)  # one diversity bin: H1 has no race
+            for method, values in estimates.items():
+                for row in query_metrics(true, summary_counts(values[level], matrix), bins):
+                    rows.append({"label": LABEL, "method": method, "level": spec.name, "query": variables[0].table,
+                                 **row})
+    return rows
 
 
 def summary_table_rows(run: LoadedRun, level: int, truth: np.ndarray, estimates: dict[str, np.ndarray],

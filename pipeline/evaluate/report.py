@@ -43,7 +43,7 @@ def _by_bin(metrics: pl.DataFrame, level: str, group: str, bins: tuple[str, ...]
 
 def _summary_tables(metrics: pl.DataFrame, run: dict[str, Any]) -> list[str]:
     """Per summary table (P1 ...), the mean absolute error over its variables by level."""
-    names = {v.table for tables in SummaryTables for v in table_variables(tables)}
+    names = {v.table for tables in SummaryTables for v in table_variables(tables)} | {"H1"}
     tables = [t for t in dict.fromkeys(metrics["query"].to_list()) if t in names]
     lines = []
     for table in tables:

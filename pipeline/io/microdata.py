@@ -16,6 +16,7 @@ Errors name the file, the column and the row (1-based, counting data rows after 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,12 +24,24 @@ import numpy as np
 import polars as pl
 
 from geography.tree import GeoTree, build_tree
-from pipeline.config.model import ReleaseConfig
+from pipeline.config.model import Format, ReleaseConfig
 from pipeline.errors import CensusDPError, InputError, InputProblem
 
 MDF_GEO_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
 MDF_GROUP_COLUMN = "TABBLKGRPCE"
 MDF_WIDTHS = {"TABBLKST": 2, "TABBLKCOU": 3, "TABTRACTCE": 6, "TABBLKGRPCE": 1, "TABBLK": 4}
+# The 2020 MDF unit layout (docs/units.md; the DAS production code's MDF_Unit validators): RTYPE 2 is a housing unit,
+# 4 a group-quarters facility.  The columns that must agree with it, where the file has them (the full unit file has
+# GQTYPE and VACS, the P.L. 94-171 one HH_STATUS): rows where they disagree, and the rule, as a message.
+MDF_RECORD_TYPE = "RTYPE"
+MDF_RECORD_TYPES = {"2": "housing unit", "4": "group quarters"}
+MDF_UNIT_RULES: dict[str, tuple[Callable[[pl.Series, pl.Series], pl.Series], str]] = {
+    "GQTYPE": (lambda gq, value: gq == (value == "000"),
+               "must be 000 for a housing unit (RTYPE 2) and a group-quarters type for group quarters (RTYPE 4)"),
+    "VACS": (lambda gq, value: gq & (value != "0"), "must be 0 for group quarters (RTYPE 4): they are never vacant"),
+    "HH_STATUS": (lambda gq, value: gq != (value == "0"),
+                  "must be 0 (not a housing unit) for group quarters (RTYPE 4) and only for them"),
+}
 GEOCODE = "__geocode"
 _TYPES = (pl.Null, pl.Utf8, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64,
           pl.Categorical)
@@ -50,7 +63,8 @@ class InputFiles:
 
 @dataclass(frozen=True)
 class Microdata:
-    """Validated person records reduced to what the release needs: unit code and detailed cell per row."""
+    """Validated records (persons, or units) reduced to what the release needs: unit code and detailed cell per
+    row."""
 
     path: str
     codes: pl.Series   # lowest-level unit code of every row (string)
@@ -62,7 +76,7 @@ class Microdata:
 
 def _separator(path: Path, fmt: str) -> str:
     first = path.open("r", errors="replace").readline()
-    return "|" if fmt == "mdf-pl94" and first.count("|") > first.count(",") else ","
+    return "|" if fmt in (Format.MDF_PL94, Format.MDF_UNITS) and first.count("|") > first.count(",") else ","
 
 
 def _unreadable(path: Path, fmt: str, error: Exception) -> InputError:
@@ -101,7 +115,7 @@ def read_body(path: Path, fmt: str) -> pl.DataFrame:
 
 def geocode_columns(config: ReleaseConfig) -> tuple[str, ...]:
     """The columns whose concatenation is a person's lowest-level unit code."""
-    if config.input.format == "mdf-pl94":
+    if config.input.format.is_mdf:
         return MDF_GEO_COLUMNS
     return config.input.geocode_columns or (config.input.geocode_column,)
 
@@ -118,8 +132,10 @@ def read_input_files(config: ReleaseConfig) -> InputFiles:
             raise InputError(str(path), "duplicate column name", column=column.split("_duplicated_")[0],
                              category=InputProblem.COLUMN)
     required = list(geocode_columns(config)) + [a.column for a in config.schema.attributes]
-    if fmt == "mdf-pl94":
+    if fmt.is_mdf:
         required.append(MDF_GROUP_COLUMN)
+    if fmt is Format.MDF_UNITS:
+        required.append(MDF_RECORD_TYPE)
     for name in dict.fromkeys(required):
         _check_type(header, name, path)
     geography, geo_format = None, None
@@ -148,8 +164,10 @@ def validate_input(files: InputFiles) -> tuple[Microdata, np.ndarray]:
     if path is None or frame is None:  # read_input_files refuses a configuration without a path
         raise CensusDPError("internal error: validating input files that were never read")
     if frame.height == 0:
-        raise InputError(str(path), "contains no person records", category=InputProblem.EMPTY)
+        raise InputError(str(path), f"contains no {config.universe.record} records", category=InputProblem.EMPTY)
     microdata = Microdata(path=str(path), codes=_geocodes(frame, config, path), cells=_cells(frame, config, path))
+    if config.input.format is Format.MDF_UNITS:
+        _check_unit_records(frame, path)
     width = config.levels[-1].width
     if files.geography is not None and config.input.geography is not None:
         units = _geography_units(files.geography, config.input.geography, width)
@@ -209,7 +227,7 @@ def _geocodes(frame: pl.DataFrame, config: ReleaseConfig, path: Path) -> pl.Seri
     width = config.levels[-1].width
     columns = geocode_columns(config)
     parts = [_column(frame, c, path) for c in columns]
-    if config.input.format == "mdf-pl94":
+    if config.input.format.is_mdf:
         group = _column(frame, MDF_GROUP_COLUMN, path)
         for part in [*parts, group]:
             bad = part.str.len_chars() != MDF_WIDTHS[part.name]
@@ -244,6 +262,24 @@ def _cells(frame: pl.DataFrame, config: ReleaseConfig, path: Path) -> np.ndarray
                              column=attribute.column, row=int(missing.arg_max()) + 1, category=InputProblem.DOMAIN)
         indices.append(index.to_numpy())
     return np.ravel_multi_index(tuple(indices), schema.shape).astype(np.int64)
+
+
+def _check_unit_records(frame: pl.DataFrame, path: Path) -> None:
+    """The MDF unit layout's own rules: every record a housing unit or group quarters, and the columns that
+    depend on which (``MDF_UNIT_RULES``) agreeing with it.  After the attribute checks: a value outside an
+    attribute's domain is reported as such first."""
+    record = _column(frame, MDF_RECORD_TYPE, path)
+    bad = ~record.is_in(list(MDF_RECORD_TYPES))
+    if bad.any():
+        raise InputError(str(path), "must be 2 (housing unit) or 4 (group quarters)", column=MDF_RECORD_TYPE,
+                         row=int(bad.arg_max()) + 1, category=InputProblem.DOMAIN)
+    gq = record == "4"
+    for column, (disagrees, rule) in MDF_UNIT_RULES.items():
+        if column in frame.columns:
+            bad = disagrees(gq, _column(frame, column, path))
+            if bad.any():
+                raise InputError(str(path), rule, column=column, row=int(bad.arg_max()) + 1,
+                                 category=InputProblem.LAYOUT)
 
 
 def _geography_units(frame: pl.DataFrame, path: Path, width: int) -> np.ndarray:

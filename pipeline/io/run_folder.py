@@ -8,6 +8,7 @@ configuration file's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from fractions import Fraction
@@ -130,6 +131,9 @@ class LoadedRun:
         return sp.csr_matrix((counts, (node, cells)), shape=(self.tree.n_nodes(level), schema.n_cells))
 
 
+UNITS_FOLDER = "units"  # release.run.UNITS_DIR: the units universe inside a run folder
+
+
 def load_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> LoadedRun:
     """Read a run folder's manifest, configuration, tree and invariants (no microdata is read)."""
     run_dir = Path(run_dir).resolve()
@@ -149,3 +153,18 @@ def load_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> LoadedRu
     return LoadedRun(run_dir=run_dir, manifest=manifest, config=config, tree=tree,
                      invariants=read_invariants(measurements_dir, config, tree), allocations=allocations,
                      measurements_dir=measurements_dir)
+
+
+def units_of(run: LoadedRun, truth: Path | None = None) -> LoadedRun | None:
+    """The run's housing-unit universe read back (``units/``), or None; ``truth``: another units file to read
+    as its microdata (``censusdp evaluate``)."""
+    units = run.config.units
+    folder = run.run_dir / UNITS_FOLDER
+    if units is None or not folder.is_dir():
+        return None
+    if truth is not None:
+        units = dataclasses.replace(units, input=dataclasses.replace(units.input, path=Path(truth).resolve()))
+    measurements = folder / "measurements"
+    return LoadedRun(run_dir=folder, manifest=run.manifest.get("units", {}), config=units, tree=run.tree,
+                     invariants=read_invariants(measurements, units, run.tree), allocations=allocate(units),
+                     measurements_dir=measurements)

@@ -25,6 +25,7 @@ from pipeline.errors import CensusDPError
 from pipeline.io.measurements import measurements_digest, read_chunk_plan, read_invariants, read_lowest_geoids
 from pipeline.io.run_folder import read_record
 from pipeline.release import stages
+from pipeline.release.run import UNITS_DIR, attach_units
 
 
 class RecordedSource:
@@ -63,7 +64,17 @@ def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
 
 
 def _reconcile_and_publish(run: stages.ReleaseRun, measurements: Path) -> Path:
-    return stages.run_stages(run, stages.FROM_MEASUREMENTS, prepare=lambda r: load_measured(r, measurements))
+    """The stages from the GLS on, for every universe: the units' measurements lie in ``units/measurements``
+    beside the persons' folder."""
+    if run.units is not None:
+        run.units.measurements_dir = measurements.parent / UNITS_DIR / "measurements"
+
+    def prepare(loaded: stages.ReleaseRun) -> None:
+        load_measured(loaded, measurements)
+        if loaded.units is not None:
+            load_measured(loaded.units, loaded.units.measurements_dir or measurements)
+
+    return stages.run_stages(run, stages.FROM_MEASUREMENTS, prepare=prepare)
 
 
 def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | None = None,
@@ -148,7 +159,7 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
     if str(charge.rho) != marker["rho_exact"]:
         raise CensusDPError(f"cannot resume run {run_id}: its measurements spent rho {marker['rho_exact']} but the "
                             f"ledger charged {charge.rho}")
-    for leftover in ("tables", "microdata.parquet", "manifest.json", "report.md"):
+    for leftover in ("tables", "microdata.parquet", "manifest.json", "report.md", f"{UNITS_DIR}/tables"):
         path = work_dir / leftover
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     recorded = RecordedSource(marker["random_source"]["name"], _vouched(charge, work_dir / "measurements"))
@@ -156,5 +167,8 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
                             final_dir=out_root / run_id, work_dir=work_dir, allocations=allocate(config),
                             started_at=marker.get("started_at", ""), write_estimates=write_estimates)
     run.ledger, run.dataset = ledger, charge.dataset
+    attach_units(run)
+    if run.units is not None:
+        run.units.ledger, run.units.dataset = ledger, charge.dataset
     run.manifest_extra = {"resumed": True}
     return _reconcile_and_publish(run, work_dir / "measurements")

@@ -39,6 +39,8 @@ class Published:
     shares_png: bytes
 
 
+UNITS_DIR = "units"  # the units universe's measurements and tables, inside the run folder
+
 # Writes GLS estimates (uncertainty/, a later layer) from the run as held in memory and its manifest.
 EstimatesWriter = Callable[["ReleaseRun", dict[str, Any]], object]
 
@@ -83,6 +85,10 @@ class ReleaseRun:
     # GLS estimates of the run folder (uncertainty/, above this layer): injected by the caller when configured
     write_estimates: EstimatesWriter | None = None
     published: Published | None = None  # set by publish
+    # the housing-unit universe ([units]): a run of its own in work_dir/units, charged, validated and published
+    # with this one; main is False for it (no ledger record of its own, no complete marker, no publish)
+    units: ReleaseRun | None = None
+    main: bool = True
 
     def __repr__(self) -> str:
         return f"ReleaseRun(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"
@@ -97,6 +103,15 @@ class ReleaseRun:
         budget = self.config.budget
         return composed_rho(self.allocations, sensitivity2_squared=budget.sensitivity2_squared,
                             sensitivity1=budget.sensitivity1)
+
+    @property
+    def charged_rho(self) -> Fraction:
+        """What the ledger charges for the release: every universe's spent rho (zCDP composition, Thm 19.37(i))."""
+        return self.spent_rho + (self.units.spent_rho if self.units is not None else Fraction(0))
+
+    def universes(self) -> list[ReleaseRun]:
+        """The runs a per-universe stage calls, units first: the persons' run writes the complete marker last."""
+        return [self.units, self] if self.units is not None else [self]
 
     def level_allocations(self, level: int) -> list[QueryAllocation]:
         name = self.config.levels[level].name
@@ -127,5 +142,17 @@ def start_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_
         raise CensusDPError(f"{final_dir}: a run with this id already exists")
     work_dir = out_root / f".{run_id}.partial"
     work_dir.mkdir()
-    return ReleaseRun(config=config, rng=rng, run_id=run_id, final_dir=final_dir, work_dir=work_dir,
-                      allocations=allocations, started_at=mf.now(), write_estimates=write_estimates)
+    run = ReleaseRun(config=config, rng=rng, run_id=run_id, final_dir=final_dir, work_dir=work_dir,
+                     allocations=allocations, started_at=mf.now(), write_estimates=write_estimates)
+    attach_units(run)
+    return run
+
+
+def attach_units(run: ReleaseRun) -> None:
+    """The units universe's run (``[units]``), sharing the random source, id and timing, in ``work_dir/units``."""
+    if run.config.units is None:
+        return
+    (run.work_dir / UNITS_DIR).mkdir(exist_ok=True)
+    run.units = ReleaseRun(config=run.config.units, rng=run.rng, run_id=run.run_id,
+                           final_dir=run.final_dir / UNITS_DIR, work_dir=run.work_dir / UNITS_DIR,
+                           allocations=allocate(run.config.units), started_at=run.started_at, main=False)

@@ -32,17 +32,17 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.budget.ledger.charges import ChargeStatus, FailureReason, PrivacyLedger, config_digest, config_hash
-from pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
+from pipeline.budget.ledger.charges import ChargeStatus, FailureReason
+from pipeline.config.ledger_location import public_config_raw
 from pipeline.config.model import ReleaseConfig
 from pipeline.dp.random_source import RandomSource
 from pipeline.errors import InputError, InputProblem, InputRejectedError
 from pipeline.io import manifest as mf
-from pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
 from pipeline.io.measurements import LevelMeasurementWriter, measurements_digest, write_invariants
 from pipeline.io.microdata import read_input_files, validated_rows
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
+from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
 from pipeline.release.chunks import level_chunks
 from pipeline.release.full_information import ReconciliationMethod, estimate  # noqa: F401 - a stage (STAGES)
 from pipeline.release.measure import level_invariants, measure_level
@@ -61,6 +61,7 @@ from pipeline.release.runner import make_runner
 from pipeline.release.support import merge_reports
 from pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
 from pipeline.release.tasks import chunk_tasks
+from pipeline.release.universes import units_markdown, units_section, with_disagreements
 from postprocess import QueryInvariant
 
 log = logging.getLogger("censusdp")
@@ -75,46 +76,6 @@ def read_files(run: ReleaseRun) -> None:
     release without a charge.  No value is looked at.
     """
     run.input_files = read_input_files(run.config)
-
-
-def charge(run: ReleaseRun) -> None:
-    """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn.
-
-    The dataset is found by the data's keyed content fingerprints (``pipeline.io.fingerprint``): the same data
-    under another path, name, format or row order is charged to the dataset it was first charged to, whatever
-    ``ledger.dataset`` says.  Refused (BudgetExceededError, nothing drawn, nothing published) if it would pass
-    the dataset's lifetime cap.  Once charged it is never refunded, even if the run fails later: composition
-    (Thm 19.37(i)) counts every noisy measurement drawn, and noise may already have been drawn when a failure
-    happens.
-    """
-    stage_output(run.input_files, "the input files (read_files)")
-    config = run.config
-    refuse_legacy_ledger(config.input.path, config.ledger.location)
-    prepare_location(config.ledger.location)
-    ledger = PrivacyLedger(config.ledger.location)
-    key = ledger.fingerprint_key()
-    fingerprints = data_fingerprints(run.input_files, key)
-    rho = run.spent_rho
-    run.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict the noise
-    entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,
-                                  config.budget.delta, config_digest(config.raw), run.rng.publishable)
-    run.ledger, run.dataset = ledger, entry.dataset
-    if entry.dataset != config.ledger.dataset:
-        run.warnings.append(f"the data is dataset {entry.dataset!r} in the ledger (the configuration names "
-                            f"{config.ledger.dataset!r}): charged to {entry.dataset!r}, under its lifetime cap")
-        log.warning(run.warnings[-1])
-    log.info("charged rho = %s to dataset %s (remaining %s)", rho, entry.dataset, ledger.remaining(entry.dataset))
-
-
-def _layout(config: ReleaseConfig) -> str:
-    """A digest of what decides which count each draw lands on: the configuration as applied (not its solver or
-    runner), the geography file and the code version (``pipeline.io.fingerprint.seeded_noise_secret``)."""
-    placement = public_config_raw(config.raw)
-    for setting in ("solver", "runner"):
-        placement.get("postprocess", {}).pop(setting, None)
-    geography = config.input.geography
-    return (f"{config_hash(json.dumps(placement, sort_keys=True, default=str).encode())}:"
-            f"{config_hash(geography.read_bytes()) if geography else '-'}:{mf.code_version()}")
 
 
 def validate_inputs(run: ReleaseRun) -> None:
@@ -135,8 +96,9 @@ def validate_inputs(run: ReleaseRun) -> None:
     if problem is not None:  # raised here, outside the handler, so no trace of the detailed error travels on
         run.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
         geography = f" --geography {config.input.geography}" if config.input.geography else ""
-        raise InputRejectedError(problem, f"censusdp check {config.source} --microdata {config.input.path} "
-                                          f"--format {config.input.format}{geography}")
+        files = (f"--microdata {config.input.path} --format {config.input.format}" if run.main else
+                 f"--units {config.input.path}")  # the units universe's file: check reads it with the persons'
+        raise InputRejectedError(problem, f"censusdp check {config.source} {files}{geography}")
     order = np.argsort(unit_index, kind="stable")
     run.row_units, run.row_cells = unit_index[order], cells[order]
     n_persons = len(order)
@@ -203,11 +165,13 @@ def measure(run: ReleaseRun, level: int) -> None:
         run.row_units = run.row_cells = None  # every level is measured: the microdata is no longer needed
         per_level = [(lv.name, tree.geoids[i], run.invariants[i]) for i, lv in enumerate(config.levels)]
         write_invariants(run.work_dir / "measurements", per_level)
+        if not run.main:  # the units universe: the persons' run, measured after it, records and marks both
+            return
         if run.ledger is not None:  # the charge now names what it bought
             run.ledger.record_measurements(run.run_id, measurements_digest(run.work_dir / "measurements"))
         # from here on the run can be finished with --resume without drawing noise again
         marker = {"run_id": run.run_id, "started_at": run.started_at, "config_source": config.source,
-                  "config_raw": public_config_raw(config.raw), "rho_exact": str(run.spent_rho),
+                  "config_raw": public_config_raw(config.raw), "rho_exact": str(run.charged_rho),
                   "random_source": {"name": run.rng.name, "publishable": run.rng.publishable}}
         (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
@@ -273,14 +237,17 @@ def publish(run: ReleaseRun) -> Path:
         "summary_tables": run.summary_tables,
         "expected_errors": run.expected_errors,
         "reconciliation": run.diagnostics,
+        **({"units": with_disagreements(units_section(run.units), run)} if run.units is not None else {}),
         "ledger": ledger_section(run),
         **run.manifest_extra,
     }
     mf.write_manifest(run.work_dir / "manifest.json", manifest)
     shares_png = budget_shares_png(manifest)
     (run.work_dir / SHARES_PLOT).write_bytes(shares_png)
-    report = (mf.report_markdown(manifest, run.allocations)
-              + f"\n![budget shares by level and query]({SHARES_PLOT})\n")
+    report = mf.report_markdown(manifest, run.allocations)
+    if run.units is not None:
+        report += units_markdown(manifest["units"], str(run.charged_rho))
+    report += f"\n![budget shares by level and query]({SHARES_PLOT})\n"
     (run.work_dir / "report.md").write_text(report)
     if config.output.estimates and run.write_estimates is not None:  # required at start_release
         run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
@@ -302,16 +269,19 @@ def ledger_section(run: ReleaseRun) -> dict[str, Any] | None:
     dataset = run.dataset or run.config.ledger.dataset
     return {"location": run.ledger.location, "dataset": dataset, "configured_dataset": run.config.ledger.dataset,
             "cap_rho": str(run.ledger.datasets()[dataset]), "remaining_rho": str(run.ledger.remaining(dataset)),
-            "charged": True}
+            "charged": True, "charged_rho": str(run.charged_rho)}
 
 
 def abandon(run: ReleaseRun) -> None:
     """A failed run publishes nothing.  Its charge stays (never refunded) and is marked failed; if every
     measurement was saved, the temporary folder is kept so ``release --resume RUN_ID`` can finish it without
     drawing noise again; otherwise it is removed."""
+    reason = run.failure_reason or (run.units.failure_reason if run.units is not None else None)
     if run.ledger is not None:
-        run.ledger.set_status(run.run_id, ChargeStatus.FAILED, run.failure_reason or FailureReason.RUN_ERROR.value)
+        run.ledger.set_status(run.run_id, ChargeStatus.FAILED, reason or FailureReason.RUN_ERROR.value)
     run.input_files = run.row_units = run.row_cells = None
+    if run.units is not None:  # the units' confidential arrays go too
+        run.units.input_files = run.units.row_units = run.units.row_cells = None
     if run.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
         log.warning("run %s failed after its measurements were saved: finish it with --resume %s",
                     run.run_id, run.run_id)
@@ -328,16 +298,17 @@ class Stage:
     function: str
     per_level: bool = False  # called once per level, top-down: function(run, level[, runner])
     needs_runner: bool = False  # also given the chunk runner (local or Dask)
+    per_universe: bool = False  # also called on the units universe's run (ReleaseRun.universes)
 
 
 # The one stage sequence: the plain run, the Prefect flow, post-processing re-runs and --resume iterate it.
 STAGES = (
-    Stage("read-files", "read_files"),
+    Stage("read-files", "read_files", per_universe=True),
     Stage("charge-ledger", "charge"),
-    Stage("validate-values", "validate_inputs"),
-    Stage("measure", "measure", per_level=True),
-    Stage("estimate", "estimate"),
-    Stage("reconcile", "reconcile", per_level=True, needs_runner=True),
+    Stage("validate-values", "validate_inputs", per_universe=True),
+    Stage("measure", "measure", per_level=True, per_universe=True),
+    Stage("estimate", "estimate", per_universe=True),
+    Stage("reconcile", "reconcile", per_level=True, needs_runner=True, per_universe=True),
     Stage("tabulate", "tabulate"),
     Stage("publish", "publish"),
 )
@@ -364,11 +335,12 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
         runner = make_runner(run.config.runner)
         for stage in stages:
             function = globals()[stage.function]  # looked up now, so a replaced stage function is the one run
-            if not stage.per_level:
-                result = call(stage, function, (run,))
-                continue
-            for level in range(len(run.config.levels)):
-                result = call(stage, function, (run, level, runner) if stage.needs_runner else (run, level))
+            for target in run.universes() if stage.per_universe else [run]:
+                if not stage.per_level:
+                    result = call(stage, function, (target,))
+                    continue
+                for level in range(len(run.config.levels)):
+                    result = call(stage, function, (target, level, runner) if stage.needs_runner else (target, level))
         return result
     except BaseException:
         abandon(run)

@@ -20,8 +20,11 @@ def tabulate(run: ReleaseRun) -> None:
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     names = [lv.name for lv in run.config.levels]
     counts = [run.counts[level] for level in range(len(names))]
+    units = None
+    if run.units is not None:  # the same tree: the units universe's housing tables (H1) join the same files
+        units = (run.units.schema, [run.units.counts[level] for level in range(len(names))])
     for tables in run.config.output.tables:
         run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, run.schema, names,
-                                                                tree.geoids, counts)
+                                                                tree.geoids, counts, units)
         log.info("summary tables %s written for %d levels", tables.value, len(names))
     run.expected_errors = expected_errors(run)

@@ -5,21 +5,25 @@
 tabulation block per 35 persons of which a quarter or so are empty, heavy-tailed block sizes,
 group quarters (about 3% of persons) concentrated in a few blocks with one facility type each, and
 race / ethnicity mixes that vary by county and tract. Everything is vectorised numpy; 10 million
-persons fit comfortably in memory.
+persons fit comfortably in memory.  ``synthesize_state`` adds the housing units and group-quarters facilities
+those persons live in (``pipeline.synth.units``), drawn after the persons from a stream of their own, so the
+persons of a seed are the same with or without them.
 
 This is test data, not a privacy mechanism: it uses numpy's ordinary generator on purpose.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from pipeline.synth.geo import build_blocks
+from pipeline.synth.geo import Blocks, build_blocks
 from pipeline.synth.people import group_quarters, person_attributes, place_facilities
+from pipeline.synth.units import gq_code_values, synthesize_units
 
 MIN_PERSONS = 1_000
 MAX_PERSONS = 10_000_000
@@ -29,6 +33,26 @@ GQTYPE_VALUES = tuple(str(i) for i in range(8))
 VOTING_AGE_VALUES = ("1", "2")
 CENHISP_VALUES = ("1", "2")
 CENRACE_VALUES = tuple(f"{i:02d}" for i in range(1, 64))
+UNITS_COLUMNS = ("geocode", "RTYPE", "GQTYPE", "VACS")  # the 2020 MDF unit layout's codes (pipeline.synth.units)
+UNITS_STREAM = 1  # the units' generator is seeded with (seed, UNITS_STREAM): the persons' draws stay as they were
+
+
+@dataclass(frozen=True)
+class SyntheticState:
+    """A synthetic state: persons, every block, and the units (housing units and facilities) of those blocks."""
+
+    microdata: pl.DataFrame
+    geography: pl.DataFrame
+    units: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class SyntheticFiles:
+    """Where ``write_synthetic`` put them."""
+
+    microdata: Path
+    geography: Path
+    units: Path
 
 
 def _validate(persons: int, seed: int) -> None:
@@ -65,6 +89,34 @@ def synthesize(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     Raises:
         ValueError: if ``persons`` is out of range or ``seed`` is negative.
     """
+    microdata, geography, _ = _persons(persons, seed)
+    return microdata, geography
+
+
+def synthesize_state(persons: int, seed: int) -> SyntheticState:
+    """``synthesize``'s persons and blocks (the same for the same arguments) and their units.
+
+    ``units``: one row per housing unit or occupied group-quarters facility, sorted by geocode, with Utf8 columns
+    ``geocode`` (a block of ``geography``), ``RTYPE`` ("2" housing unit, "4" group quarters), ``GQTYPE`` ("000"
+    for a housing unit, else the detailed group-quarters code, whose first digit is the persons' GQTYPE_PL) and
+    ``VACS`` ("0" occupied or a facility, "1".."7" vacant).  Per block, occupied housing units are households of
+    the block's household persons, and there is one facility per group-quarters type its persons live in.
+    """
+    microdata, geography, (blocks, person_block, gqtype) = _persons(persons, seed)
+    rng = np.random.default_rng([int(seed), UNITS_STREAM])  # test-only: synthetic data, not privacy noise
+    units = synthesize_units(rng, person_block, gqtype, blocks.tract_index, blocks.n_tracts)
+    block_geocodes = geography.get_column("geocode")
+    frame = pl.DataFrame([
+        _lookup(block_geocodes, units.block).alias("geocode"),
+        _lookup(("2", "4"), (units.rtype == 4).view(np.uint8)).alias("RTYPE"),
+        _lookup(gq_code_values(), units.gq_code).alias("GQTYPE"),
+        _lookup(tuple(str(v) for v in range(8)), units.vacancy).alias("VACS"),
+    ])
+    return SyntheticState(microdata=microdata, geography=geography, units=frame)
+
+
+def _persons(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, tuple[Blocks, np.ndarray, np.ndarray]]:
+    """Persons and blocks, and what the units are drawn from: the blocks, each person's block and GQ type."""
     _validate(persons, seed)
     rng = np.random.default_rng(int(seed))  # test-only: synthetic data, not privacy noise
 
@@ -92,19 +144,23 @@ def synthesize(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
         ]
     )
     geography = block_geocodes.to_frame()
-    return microdata, geography
+    return microdata, geography, (blocks, person_block, gqtype)
 
 
-def write_synthetic(persons: int, seed: int, out_dir: Path) -> tuple[Path, Path]:
-    """Write ``out_dir/microdata.parquet`` and ``out_dir/geography.parquet``; return both paths.
+
+
+def write_synthetic(persons: int, seed: int, out_dir: Path) -> SyntheticFiles:
+    """Write ``out_dir/microdata.parquet``, ``out_dir/geography.parquet`` and ``out_dir/units.parquet``
+    (``synthesize_state``); return their paths.
 
     ``out_dir`` (and its parents) are created if needed; existing files are overwritten.
     """
-    microdata, geography = synthesize(persons, seed)
+    state = synthesize_state(persons, seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    micro_path = out / "microdata.parquet"
-    geo_path = out / "geography.parquet"
-    microdata.write_parquet(micro_path)
-    geography.write_parquet(geo_path)
-    return micro_path, geo_path
+    files = SyntheticFiles(microdata=out / "microdata.parquet", geography=out / "geography.parquet",
+                           units=out / "units.parquet")
+    state.microdata.write_parquet(files.microdata)
+    state.geography.write_parquet(files.geography)
+    state.units.write_parquet(files.units)
+    return files

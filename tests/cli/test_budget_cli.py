@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,16 @@ def test_optimize_is_a_subcommand(tiny_release: Path, capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit) as info:  # argparse: --weights is required
         main(["budget", "optimize", str(tiny_release)])
     assert info.value.code == 2 and "--weights" in capsys.readouterr().err
+
+
+def test_a_preset_shows_its_units_universe_and_the_total_charged(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["init", "--preset", "pl94-2020", "--out", str(tmp_path / "p.toml")]) == 0
+    capsys.readouterr()
+    code, out, _ = run(capsys, "budget", str(tmp_path / "p.toml"), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["units"]["rho_exact"] == "11417641/152349649"
+    assert {a["query"] for a in report["units"]["allocation"]} == {"detailed", "occupancy"}
+    code, text, _ = run(capsys, "budget", str(tmp_path / "p.toml"))
+    total = Fraction(report["rho_exact"]) + Fraction("11417641/152349649")
+    assert f"a release charges {total} in all" in text and "invariant (NOT protected): hhgq at us" in text

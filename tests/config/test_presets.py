@@ -10,6 +10,8 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.cli.commands import preset_names, preset_text
+from pipeline.config.load import load_config
+from pipeline.config.model import Format, ReleaseConfig, Universe
 
 F = Fraction
 RHO_2020 = F(293764, 114921)
@@ -55,3 +57,69 @@ def test_budget_of_pl94_2020_is_the_production_allocation(tmp_path: Path, capsys
     assert sum(F(a["rho_exact"]) for a in rows.values()) == RHO_2020
     assert report["invariants"] == [{"query": "total", "levels": ["us", "state"], "protected": False}]
     assert abs(report["epsilon_cks20"] - 17.14) < 0.01  # the production certificate's epsilon at delta 1e-10
+
+
+# The 2020 production housing-unit run ("P.L. 94-171 Redistricting Data US Units", configuration unit_US.ini as
+# printed in docs/certificates/DAS-PL94171-PRODUCTION-RUN1A-202106241420-US-Units.certificate.pdf of
+# uscensusbureau/DAS_2020_Redistricting_Production_Code): global_scale and geolevel_budget_prop
+UNITS_RHO_2020 = 1 / F(12343, 3379) ** 2
+UNITS_LEVEL_SHARES_2020 = {"us": F(1, 205), "state": F(1, 205), "county": F(7, 82), "tract": F(364, 1025),
+                           "block_group": F(1759, 4100), "block": F(99, 820)}
+LEVELS = ["us", "state", "county", "tract", "block_group", "block"]
+
+
+def preset_config(tmp_path: Path, name: str) -> ReleaseConfig:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(preset_text(name))
+    return load_config(path)
+
+
+@pytest.mark.parametrize("name", ["pl94", "pl94-2020"])
+def test_both_presets_have_a_units_universe(tmp_path: Path, name: str) -> None:
+    config = preset_config(tmp_path, name)
+    units = config.units
+    assert units is not None and units.universe is Universe.UNITS
+    assert units.input.path == tmp_path / "units.parquet" and units.input.format is Format.PARQUET
+    assert units.input.geography == config.input.geography and units.levels == config.levels
+    assert [(a.name, a.column, a.values) for a in units.schema.attributes] == [
+        ("hhgq", "GQTYPE", tuple(str(t) for t in range(8))), ("occupancy", "VACS", ("1", "2"))]
+    for level in LEVELS:
+        entries = units.strategy[level]
+        assert [e.query.name for e in entries] == ["detailed", "occupancy"] and sum(e.share for e in entries) == 1
+    # housing units and facilities by type exact everywhere (not protected); facilities are never vacant
+    assert [(i.query.name, i.levels) for i in units.invariants] == [("hhgq", tuple(LEVELS))]
+    assert units.structural_zeros == ({"hhgq": tuple(str(t) for t in range(1, 8)), "occupancy": ("2",)},)
+    assert units.budget.rho < config.budget.rho / 20  # small next to the persons' (docs/units.md)
+    assert config.ledger.cap_rho >= config.budget.rho + units.budget.rho  # the ledger is charged both
+
+
+@pytest.mark.parametrize("name", ["pl94", "pl94-2020"])
+def test_units_mappings_follow_the_mdf_codes(tmp_path: Path, name: str) -> None:
+    """GQTYPE: "000" a housing unit, else the first digit of the detailed code, 7 for 7 and above (the rule the
+    production reader checks its table against, cef_2020_dhcp_reader.hhgq_recode); VACS: 0 occupied, 1-7 vacant."""
+    units = preset_config(tmp_path, name).units
+    assert units is not None
+    hhgq = units.schema.attribute("hhgq").mapping
+    assert hhgq["000"] == "0" and len(hhgq) == 30
+    assert all(label == str(min(int(code) // 100, 7)) for code, label in hhgq.items() if code != "000")
+    assert {label for label in hhgq.values()} == {str(t) for t in range(8)}
+    assert units.schema.attribute("occupancy").mapping == {"0": "1", **{str(v): "2" for v in range(1, 8)}}
+
+
+def test_pl94_2020_units_are_the_production_housing_unit_run(tmp_path: Path) -> None:
+    from pipeline.dp.accounting import epsilon_cks20
+
+    config = preset_config(tmp_path, "pl94-2020")
+    units = config.units
+    assert units is not None
+    assert units.budget.rho == UNITS_RHO_2020 == F(11417641, 152349649)
+    assert units.budget.level_shares == UNITS_LEVEL_SHARES_2020 and sum(UNITS_LEVEL_SHARES_2020.values()) == 1
+    assert abs(epsilon_cks20(units.budget.rho, 1e-10) - 2.47) < 0.01  # the certificate's "h1 2.47"
+    assert config.ledger.cap_rho == RHO_2020 + UNITS_RHO_2020
+    assert units.level_passes("block").rounding == ()  # production rounds the cells in one pass
+
+
+def test_pl94_units_take_the_persons_level_shares(tmp_path: Path) -> None:
+    config = preset_config(tmp_path, "pl94")
+    assert config.units is not None and config.units.budget.rho == F(3, 40)
+    assert config.units.budget.level_shares == config.budget.level_shares

@@ -42,12 +42,17 @@ def check_runs_folder(runs: Path, levels: list[str]) -> int:
     return complete
 
 
+CHARGED = Fraction(64, 25) + Fraction(3, 40)  # the pl94 preset's persons and units universes, in one charge
+
+
 @pytest.mark.slow
 def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> None:
-    micro, geo = write_synthetic(20_000, 4, tmp_path / "data")
+    files = write_synthetic(20_000, 4, tmp_path / "data")
+    micro, geo = files.microdata, files.geography
     from pipeline.cli.commands import preset_text
 
-    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
+    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"').replace(
+        'path = "units.parquet"', f'path = "{files.units}"')  # the units universe rides along
     text = text.replace('geography = "geography.parquet"', f'geography = "{geo}"').replace(
         'cap_rho = "10.24"', 'cap_rho = "1000"')
     config = tmp_path / "pl94.toml"
@@ -71,7 +76,7 @@ def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> Non
     ledger = PrivacyLedger(default_ledger_location())  # the installation's, in this test's user data directory
     charges = ledger.charges()
     assert ledger.spent("pl94-state") == sum((c.rho for c in charges), Fraction(0))
-    assert all(c.rho == Fraction(64, 25) for c in charges)
+    assert all(c.rho == CHARGED for c in charges)
     published = {c.run_id for c in charges if c.status == "published"}
     visible = {entry.name for entry in runs.iterdir() if not entry.name.startswith(".")}
     # the folder is renamed into place before the ledger says "published" (a kill in between leaves "charged")
@@ -126,10 +131,12 @@ sys.exit(main(sys.argv[3:]))
 @pytest.mark.parametrize("stage", ["measure", "after-complete", "reconcile", "publish", "after-rename"])
 def test_sigkill_at_a_chosen_stage(stage: str, tmp_path: Path) -> None:
     """The kill lands where the test chose (the run itself says so), and each outcome is the right one."""
-    micro, geo = write_synthetic(5_000, 4, tmp_path / "data")
+    files = write_synthetic(5_000, 4, tmp_path / "data")
+    micro, geo = files.microdata, files.geography
     from pipeline.cli.commands import preset_text
 
-    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
+    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"').replace(
+        'path = "units.parquet"', f'path = "{files.units}"')  # the units universe rides along
     config = tmp_path / "pl94.toml"
     config.write_text(text.replace('geography = "geography.parquet"', f'geography = "{geo}"'))
     (tmp_path / "driver.py").write_text(DRIVER)
@@ -147,7 +154,7 @@ def test_sigkill_at_a_chosen_stage(stage: str, tmp_path: Path) -> None:
     assert process.wait(timeout=60) == -signal.SIGKILL
     runs, levels = tmp_path / "runs", ["us", "state", "county", "tract", "block_group", "block"]
     (charge,) = PrivacyLedger(default_ledger_location()).charges()
-    assert charge.rho == Fraction(64, 25), "the charge is never refunded"
+    assert charge.rho == CHARGED, "the charge is never refunded"
     if stage == "after-rename":  # the run is out; only the ledger's status lags behind
         assert check_runs_folder(runs, levels) == 1 and charge.status == "charged"
         return

@@ -53,7 +53,8 @@ def test_perry_county_pl94_2020_release_has_gls(tmp_path: Path, capsys: pytest.C
     text = config.read_text().replace('geography = "geography.parquet"', "").replace(
         "estimates = false", "estimates = true").replace("protected_microdata = true", "protected_microdata = false")
     config.write_text(text.replace('# path = "..."', f'path = "{tmp_path / "ledger.sqlite"}"'))
-    run_dir = release_dir(capsys, config, "--microdata", str(shared_data), "--format", "mdf-pl94", seed=11)
+    run_dir = release_dir(capsys, config, "--microdata", str(shared_data), "--format", "mdf-pl94", "--no-units",
+                          seed=11)
     us = pl.read_parquet(run_dir / "estimates" / "queries" / "us.parquet")
     total = us.filter(pl.col("query") == "total")
     assert total["estimate"].to_list() == pytest.approx([10588]) and total["std_error"].to_list() == pytest.approx(

@@ -99,6 +99,49 @@ adult = ["0"]
 """
 
 
+# A housing-unit universe for the tiny release (docs/units.md), appended to TINY_TOML once formatted: kind 0 is a
+# housing unit and 1 a facility (exact at every level, the lowest included), never vacant (a structural zero).
+TINY_UNITS_TOML = """
+[units]
+path = "units.csv"
+format = "csv"
+rho = "1/2"
+
+[[units.attributes]]
+name = "kind"
+column = "KIND"
+values = ["0", "1"]
+
+[[units.attributes]]
+name = "occupancy"
+column = "OCC"
+values = ["1", "2"]
+mapping = { o = "1", v = "2" }
+
+[units.strategy.root]
+detailed = "1"
+
+[units.strategy.region]
+detailed = "1/2"
+occupancy = "1/2"
+
+[units.strategy.district]
+detailed = "1"
+
+[units.strategy.unit]
+detailed = "1/4"
+occupancy = "3/4"
+
+[[units.invariants]]
+query = "kind"
+levels = ["root", "region", "district", "unit"]
+
+[[units.structural_zeros]]
+kind = ["1"]
+occupancy = ["2"]
+"""
+
+
 def tiny_microdata(seed: int = 1, persons: int = 3000) -> tuple[pl.DataFrame, pl.DataFrame]:
     rng = np.random.default_rng(seed)  # test-only
     units = [f"{r}{d}{u:02d}" for r in "12" for d in "123" for u in range(12)]

@@ -98,7 +98,7 @@ def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path, capsys: 
     text = text.replace('# path = "..."', f'path = "{tmp_path / "ledger.sqlite"}"')  # not beside shared data
     (tmp_path / "pl94.toml").write_text(text)
     run_dir = release_dir(capsys, tmp_path / "pl94.toml", "--microdata", str(shared_data), "--format", "mdf-pl94",
-                          seed=SEED)
+                          "--no-units", seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     levels = [(lv["name"], lv["width"]) for lv in manifest["levels"]]
     assert [n for n, _ in levels] == ["us", "state", "county", "tract", "block_group", "block"]
@@ -109,7 +109,7 @@ def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path, capsys: 
     assert people.height == 10588
     assert {"TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK", "CENRACE"} <= set(people.columns)
     assert any("populated is NOT protected" in note for note in manifest["not_protected"])
-    config = load_config(tmp_path / "pl94.toml")
+    config = load_config(tmp_path / "pl94.toml", {"units": None})  # as released: --no-units
     assert manifest["privacy"]["rho_exact"] == str(config.budget.rho)
     check_pl94_tables(run_dir, manifest, levels)
     if preset == "pl94-2020":  # the hhinstlevels recode is measured like any query; nobody under 18 in a nursing home

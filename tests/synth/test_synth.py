@@ -14,6 +14,7 @@ from pipeline.synth.population import (
     CENRACE_VALUES,
     MICRODATA_COLUMNS,
     synthesize,
+    synthesize_state,
     write_synthetic,
 )
 
@@ -159,11 +160,13 @@ def test_values_inside_domains(synthetic: tuple[pl.DataFrame, pl.DataFrame]) -> 
 
 def test_write_synthetic_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "nested" / "out"
-    micro_path, geo_path = write_synthetic(5_000, 9, out)
-    assert micro_path == out / "microdata.parquet" and geo_path == out / "geography.parquet"
+    files = write_synthetic(5_000, 9, out)
+    assert (files.microdata, files.geography, files.units) == (out / "microdata.parquet", out / "geography.parquet",
+                                                               out / "units.parquet")
     microdata, geography = synthesize(5_000, 9)
-    assert pl.read_parquet(micro_path).equals(microdata)
-    assert pl.read_parquet(geo_path).equals(geography)
+    assert pl.read_parquet(files.microdata).equals(microdata)
+    assert pl.read_parquet(files.geography).equals(geography)
+    assert pl.read_parquet(files.units).equals(synthesize_state(5_000, 9).units)
 
 
 @pytest.mark.parametrize(

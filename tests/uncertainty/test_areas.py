@@ -141,7 +141,8 @@ def test_perry_county_plan_gets_p_table_variables(tmp_path: Path, capsys: pytest
     assert main(["init", "--preset", "pl94", "--out", str(tmp_path / "pl94.toml")]) == 0
     text = (tmp_path / "pl94.toml").read_text().replace('geography = "geography.parquet"', "")
     (tmp_path / "pl94.toml").write_text(text.replace('# path = "..."', f'path = "{tmp_path / "ledger.sqlite"}"'))
-    run_dir = release_dir(capsys, tmp_path / "pl94.toml", "--microdata", str(shared_data), "--format", "mdf-pl94")
+    run_dir = release_dir(capsys, tmp_path / "pl94.toml", "--microdata", str(shared_data), "--format", "mdf-pl94",
+                          "--no-units")
     blocks = pl.read_parquet(run_dir / "tables" / "pl94" / "block.parquet")
     plan = blocks.select("GEOID", "P1_001N").with_columns(DISTRICT=(pl.int_range(pl.len()) % 4).cast(pl.String))
     plan.select("GEOID", "DISTRICT").write_csv(tmp_path / "plan.csv", separator="|")

@@ -110,9 +110,9 @@ def test_mdf_and_parquet_of_the_same_file_share_a_budget(tmp_path: Path, capsys:
     (tmp_path / "parquet.toml").write_text(as_parquet.replace('cap_rho = "10.24"', 'cap_rho = "4"')
                                            .replace('dataset = "pl94-state"', 'dataset = "perry-parquet"'))
     first = release(capsys, tmp_path / "pl94.toml", "--microdata", str(SHARED_DATA), "--format", "mdf-pl94",
-                    "--rho", "2")
+                    "--no-units", "--rho", "2")
     assert first[0] == 0, first[2]
-    code, _, err = release(capsys, tmp_path / "parquet.toml", "--microdata", str(parquet), "--rho", "3")
+    code, _, err = release(capsys, tmp_path / "parquet.toml", "--microdata", str(parquet), "--no-units", "--rho", "3")
     assert code != 0 and "dataset 'pl94-state'" in err and "exceeds the remaining budget" in err  # 2 + 3 > 4
 
 

@@ -1,0 +1,124 @@
+"""The housing-unit universe: the optional ``[units]`` table of a release configuration (docs/units.md).
+
+    [units]
+    path = "units.parquet"              # relative to the configuration file, like input.path
+    format = "parquet"                  # parquet | csv | mdf-units (the Census 2020 MDF unit layout)
+    geocode_column = "geocode"          # or geocode_columns = [...]; ignored for mdf-units, which builds it
+    rho = "0.075"                       # the units' zCDP budget (exact); a release is charged persons' + units'
+    level_shares = { us = "1/6", ... }  # optional: by default the persons' [budget.level_shares]
+    [[units.attributes]]                # the units' schema, as [[attributes]] (mapping tables included)
+    [[units.recodes]]                   # optional, as [[recodes]]
+    [units.strategy.<level>]            # as [strategy.<level>]: every level, shares summing to 1
+    [[units.invariants]]                # optional, as [[invariants]]
+    [[units.structural_zeros]]          # optional, as [[structural_zeros]]
+    [units.postprocess]                 # optional: reconciliation, rounding, passes, as in [postprocess]
+
+The universe shares what belongs to the release rather than to a schema: the levels, the geography file, the
+ledger (one dataset, one cap), the output folder, delta and the neighbouring relation, and the solver, runner and
+chunk size.  So that nothing is parsed by a second set of rules, ``units_raw`` builds a whole configuration table
+for the universe (the persons' shared tables plus the ``[units]`` values, under the persons' key names) and the
+loader runs the same ``parse_config`` on it; ``units_keys`` turns the keys its errors name back into the user's
+(``strategy.block`` -> ``units.strategy.block``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from fractions import Fraction
+from typing import Any
+
+from pipeline.config.model import LedgerConfig, Neighbouring, ReleaseConfig, check_nothing_else
+from pipeline.errors import ConfigError
+
+# [units] keys -> the key of the universe's own configuration table they become (``None``: a table of their own)
+INPUT_KEYS = {"path": "path", "format": "format", "geocode_column": "geocode_column",
+              "geocode_columns": "geocode_columns"}
+SCHEMA_KEYS = ("attributes", "recodes", "strategy", "invariants", "structural_zeros")
+POSTPROCESS_KEYS = {"reconciliation", "rounding", "passes"}  # they name the universe's queries
+SHARED_POSTPROCESS = ("solver", "runner", "chunk_cells")  # the machine's settings: the release's, for both
+UNITS_KEYS = {*INPUT_KEYS, *SCHEMA_KEYS, "rho", "level_shares", "postprocess"}
+
+# the universe's key as parse_config names it -> the user's key (longest first: input.geocode_columns before ...)
+_TRANSLATED = (
+    ("budget.rho", "units.rho"), ("budget.level_shares", "units.level_shares"),
+    *((f"input.{key}", f"units.{key}") for key in sorted(INPUT_KEYS, key=len, reverse=True)),
+    *((key, f"units.{key}") for key in SCHEMA_KEYS),
+    *((f"postprocess.{key}", f"units.postprocess.{key}") for key in sorted(POSTPROCESS_KEYS)),
+)
+
+
+def units_raw(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """The units universe's configuration table, from a persons' table that has a ``[units]`` table and has
+    already been parsed (so its shared tables are valid); ``ConfigError`` naming a ``units.`` key otherwise."""
+    units = raw["units"]
+    if not isinstance(units, dict):
+        raise ConfigError(source, "units", "expected a table ([units])")
+    check_nothing_else(units, UNITS_KEYS, source, "units.")
+    if "rho" not in units:
+        raise ConfigError(source, "units.rho", "missing: the units' zCDP budget, an exact number such as \"0.075\" "
+                          "(a release is charged the persons' rho plus this one)")
+    postprocess = units.get("postprocess", {})
+    if not isinstance(postprocess, dict):
+        raise ConfigError(source, "units.postprocess", "expected a table ([units.postprocess])")
+    for key in postprocess:
+        if key not in POSTPROCESS_KEYS:
+            raise ConfigError(source, f"units.postprocess.{key}", f"unknown key (allowed: "
+                              f"{', '.join(sorted(POSTPROCESS_KEYS))}; the solver, runner and chunk size are the "
+                              "release's, in [postprocess])")
+    budget = raw["budget"]
+    if units.get("invariants") and budget.get("neighbouring") == Neighbouring.ADD_REMOVE:
+        # check_relation would say so under the persons' key names; the user's are these
+        raise ConfigError(source, "units.invariants", "published exactly, they cannot hold with budget.neighbouring "
+                          "= \"add-remove\" (an exact count reveals every addition or removal); use \"replace-one\"")
+    shared = copy.deepcopy({key: raw[key] for key in ("levels", "ledger") if key in raw})
+    table: dict[str, Any] = {
+        **shared,
+        "input": {INPUT_KEYS[key]: units[key] for key in INPUT_KEYS if key in units},
+        # the summary tables are written from the persons' run; H1 joins them from the units' counts
+        "output": {key: value for key, value in raw.get("output", {}).items() if key != "tables"},
+        "budget": {"rho": units["rho"], "level_shares": units.get("level_shares", budget.get("level_shares")),
+                   **{key: budget[key] for key in ("delta", "neighbouring") if key in budget}},
+        "postprocess": {**{key: value for key, value in raw.get("postprocess", {}).items() if key in
+                           SHARED_POSTPROCESS}, **postprocess},
+        **{key: units[key] for key in SCHEMA_KEYS if key in units},
+    }
+    if "geography" not in raw.get("input", {}):  # each file alone would give a tree of its own populated blocks
+        raise ConfigError(source, "input.geography", "a release with a [units] universe needs the geography file: "
+                          "both universes are tabulated on its one tree of blocks (or release the persons only: "
+                          "--no-units)")
+    table["input"]["geography"] = raw["input"]["geography"]  # the same blocks: empty ones may hold vacant units
+    return copy.deepcopy(table)
+
+
+def translate_key(key: str) -> str | None:
+    """The user's key for a key of the universe's table, or None for a key the universe shares with the release."""
+    for ours, theirs in _TRANSLATED:
+        if key == ours or key.startswith((f"{ours}.", f"{ours}[")):
+            return theirs + key[len(ours):]
+    return None
+
+
+@contextmanager
+def units_keys(source: str) -> Iterator[None]:
+    """Errors raised while the universe's table is parsed name the user's keys (``units.strategy.block``); an error
+    at a shared key (``postprocess.solver``, ``ledger.cap_rho``) keeps its key and says it is the units'."""
+    try:
+        yield
+    except ConfigError as error:
+        if error.source != source:
+            raise
+        key = translate_key(error.key)
+        if key is None:
+            raise ConfigError(source, error.key, f"in the [units] universe: {error.problem}") from None
+        raise ConfigError(source, key, error.problem) from None
+
+
+def check_units_budget(persons_rho: Fraction, units: ReleaseConfig, ledger: LedgerConfig, source: str) -> None:
+    """Both universes are charged to the one dataset: a release whose persons' and units' rho together pass the
+    lifetime cap could never run, so it is refused when the configuration loads."""
+    total = persons_rho + units.budget.rho
+    if total > ledger.cap_rho:
+        raise ConfigError(source, "units.rho", f"the persons' rho plus the units' ({total}) is more than the "
+                          f"dataset's lifetime cap ledger.cap_rho ({ledger.cap_rho}): a release charges both")

@@ -1,0 +1,60 @@
+"""The ``charge`` stage: the release's rho charged to its data's dataset before any noise is drawn."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from pipeline.budget.ledger.charges import PrivacyLedger, config_digest, config_hash
+from pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
+from pipeline.config.model import ReleaseConfig
+from pipeline.io import manifest as mf
+from pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
+from pipeline.release.run import ReleaseRun, stage_output
+
+log = logging.getLogger("censusdp")
+
+
+def charge(run: ReleaseRun) -> None:
+    """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn.
+
+    The dataset is found by the data's keyed content fingerprints (``pipeline.io.fingerprint``): the same data
+    under another path, name, format or row order is charged to the dataset it was first charged to, whatever
+    ``ledger.dataset`` says.  Refused (BudgetExceededError, nothing drawn, nothing published) if it would pass
+    the dataset's lifetime cap.  Once charged it is never refunded, even if the run fails later: composition
+    (Thm 19.37(i)) counts every noisy measurement drawn, and noise may already have been drawn when a failure
+    happens.
+    """
+    stage_output(run.input_files, "the input files (read_files)")
+    config = run.config
+    refuse_legacy_ledger(config.input.path, config.ledger.location)
+    prepare_location(config.ledger.location)
+    ledger = PrivacyLedger(config.ledger.location)
+    key = ledger.fingerprint_key()
+    fingerprints = data_fingerprints(run.input_files, key)
+    if run.units is not None:  # the units file is the dataset's too: either file finds it, one charge for both
+        units_files = stage_output(run.units.input_files, "the units' input files (read_files)")
+        fingerprints |= {f"units-{kind}": digest for kind, digest in data_fingerprints(units_files, key).items()}
+    rho = run.charged_rho
+    run.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict the noise
+    entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,
+                                  config.budget.delta, config_digest(config.raw), run.rng.publishable)
+    run.ledger, run.dataset = ledger, entry.dataset
+    if run.units is not None:
+        run.units.ledger, run.units.dataset = ledger, entry.dataset
+    if entry.dataset != config.ledger.dataset:
+        run.warnings.append(f"the data is dataset {entry.dataset!r} in the ledger (the configuration names "
+                            f"{config.ledger.dataset!r}): charged to {entry.dataset!r}, under its lifetime cap")
+        log.warning(run.warnings[-1])
+    log.info("charged rho = %s to dataset %s (remaining %s)", rho, entry.dataset, ledger.remaining(entry.dataset))
+
+
+def _layout(config: ReleaseConfig) -> str:
+    """A digest of what decides which count each draw lands on: the configuration as applied (not its solver or
+    runner), the geography file and the code version (``pipeline.io.fingerprint.seeded_noise_secret``)."""
+    placement = public_config_raw(config.raw)
+    for setting in ("solver", "runner"):
+        placement.get("postprocess", {}).pop(setting, None)
+    geography = config.input.geography
+    return (f"{config_hash(json.dumps(placement, sort_keys=True, default=str).encode())}:"
+            f"{config_hash(geography.read_bytes()) if geography else '-'}:{mf.code_version()}")

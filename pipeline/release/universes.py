@@ -1,0 +1,91 @@
+"""What a release with a units universe (``[units]``) adds to its manifest and report: public values only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from pipeline.config.pl94_tables import GQ_TYPE, h1_schema_problem, h1_variables
+from pipeline.config.schema import Schema
+from pipeline.exact import round_text
+from pipeline.io import manifest as mf
+from pipeline.io.summary_tables import summary_counts, variable_matrix
+from pipeline.release.run import UNITS_DIR, ReleaseRun
+
+
+def units_section(units: ReleaseRun) -> dict[str, Any]:
+    """The units universe's own guarantee, allocation, invariants (not protected), files and diagnostics."""
+    config = units.config
+    levels = [lv.name for lv in config.levels]
+    measured = Path(units.measurements_dir) if units.measurements_dir else None
+    return {
+        "privacy": mf.privacy_section(config, units.spent_rho, units.allocations),
+        "allocation": mf.allocation_section(units.allocations, sensitivity1=config.budget.sensitivity1),
+        "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
+                       for i in config.invariants],
+        "not_protected": mf.not_protected(config),
+        "warnings": units.warnings,
+        "measurements": {name: str(measured / f"{name}.parquet") if measured else
+                         f"{UNITS_DIR}/measurements/{name}.parquet" for name in levels},
+        "tables": {name: f"{UNITS_DIR}/tables/{name}.parquet" for name in levels},
+        "reconciliation": units.diagnostics,
+    }
+
+
+def with_disagreements(section: dict[str, Any], run: ReleaseRun) -> dict[str, Any]:
+    """The units section with the count of blocks where the published universes disagree."""
+    return {**section, "disagreements": disagreements(run)}
+
+
+OCCUPIED_VARIABLE = "H1_002N"  # occupied housing units
+
+
+def _by_type(schema: Schema, counts: sp.spmatrix) -> np.ndarray:
+    """(nodes, GQ types) sums of a level's published (sparse) counts over everything but ``hhgq``."""
+    cells = np.arange(schema.n_cells)
+    kind = np.unravel_index(cells, schema.shape)[schema.names.index(GQ_TYPE)]
+    by_type = sp.csr_matrix((np.ones(schema.n_cells, dtype=np.int64), (cells, kind)),
+                            shape=(schema.n_cells, schema.shape[schema.names.index(GQ_TYPE)]))
+    return np.asarray((counts @ by_type).toarray())
+
+
+def disagreements(run: ReleaseRun) -> dict[str, int]:
+    """How many blocks' published persons and units disagree (the universes are reconciled independently; nothing
+    links them yet, docs/units.md): public counts of public tables.  Empty when the schemas are not P.L.'s."""
+    units = run.units
+    if units is None or GQ_TYPE not in run.schema.names or h1_schema_problem(units.schema) is not None:
+        return {}
+    lowest = len(run.config.levels) - 1
+    people = _by_type(run.schema, run.counts[lowest])  # persons per GQ type (0: households)
+    facilities = _by_type(units.schema, units.counts[lowest])  # units per type (0: housing units)
+    occupied_units = [v for v in h1_variables() if v.name == OCCUPIED_VARIABLE]
+    occupied = summary_counts(units.counts[lowest], variable_matrix(units.schema, occupied_units))[:, 0]
+    households = people[:, 0]
+    return {"blocks with household persons and no occupied housing unit": int(((households > 0) & (occupied == 0))
+                                                                              .sum()),
+            "blocks with occupied housing units and no household persons": int(((occupied > 0) & (households == 0))
+                                                                               .sum()),
+            "blocks with more occupied housing units than household persons": int((occupied > households).sum()),
+            "blocks with persons of a group-quarters type and no facility of that type":
+                int(((people[:, 1:] > 0) & (facilities[:, 1:] == 0)).any(axis=1).sum())}
+
+
+def units_markdown(section: dict[str, Any], charged_rho: str) -> str:
+    """The report's section on the units universe: its rho, what the ledger charged, its queries' noise."""
+    privacy = section["privacy"]
+    lines = ["", "## Housing-unit universe", "",
+             f"- Budget: rho = {privacy['rho_exact']} zCDP (epsilon = "
+             f"{round_text(privacy['epsilon'], up=True, places=4)} at delta = {privacy['delta']:g}, CKS20), "
+             f"charged to the ledger with the persons' rho: {charged_rho} in all",
+             "- Tables: `units/tables/<level>.parquet`; H1 joins the P.L. 94-171 tables", "",
+             "| level | query | rho | sigma² |", "|---|---|---|---|"]
+    lines += [f"| {a['level']} | {a['query']} | {round_text(a['rho'], up=True, places=6)} | "
+              f"{round_text(a['sigma2'], up=False, significant=6, strip=True)} |" for a in section["allocation"]]
+    if section.get("disagreements"):
+        lines += ["", "Persons and units are reconciled independently (docs/units.md); where they disagree:", ""]
+        lines += [f"- {name}: {count}" for name, count in section["disagreements"].items()]
+    lines += ["", "Not protected:", ""] + [f"- {n}" for n in section["not_protected"]] + [""]
+    return "\n".join(lines)

@@ -1,0 +1,175 @@
+"""A release with the housing-unit universe: one charge for both, H1 beside P1-P5, re-runs and --resume."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.budget.ledger.charges import PrivacyLedger
+from pipeline.cli import main
+from pipeline.config.load import load_config
+from pipeline.errors import ConfigError
+from pipeline.evaluate.compare import evaluate
+from pipeline.release import stages
+from pipeline.synth.population import write_synthetic
+from tests.helpers.releases import cli, release, release_dir
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("units-data")
+    write_synthetic(4000, 3, data)
+    return data
+
+
+def configure(folder: Path, data: Path, dataset: str = "units-state") -> Path:
+    """The pl94 preset (with its [units] universe) on the synthetic state (the test's installation ledger)."""
+    config = folder / "pl94.toml"
+    assert main(["init", "--preset", "pl94", "--out", str(config)]) == 0
+    text = config.read_text()
+    for name in ("microdata", "geography", "units"):
+        text = text.replace(f'"{name}.parquet"', f'"{data / f"{name}.parquet"}"')
+    config.write_text(text.replace('dataset = "pl94-state"', f'dataset = "{dataset}"'))
+    return config
+
+
+def true_housing_units(data: Path) -> dict[str, int]:
+    units = pl.read_parquet(data / "units.parquet").filter(pl.col("GQTYPE") == "000")
+    return dict(units.group_by("geocode").len().iter_rows())
+
+
+def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    config_path = configure(tmp_path, synthetic)
+    config = load_config(config_path)
+    assert config.units is not None
+    run_dir = release_dir(capsys, config_path)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    persons, units = Fraction(manifest["privacy"]["rho_exact"]), Fraction(manifest["units"]["privacy"]["rho_exact"])
+    assert (persons, units) == (config.budget.rho, config.units.budget.rho)
+    assert Fraction(manifest["ledger"]["charged_rho"]) == persons + units
+    assert PrivacyLedger(config.ledger.location).spent("units-state") == persons + units
+    assert {e["query"] for e in manifest["units"]["allocation"]} == {"detailed", "occupancy"}
+    assert any("invariant hhgq" in note for note in manifest["units"]["not_protected"])
+    blocks = pl.read_parquet(run_dir / "tables" / "pl94" / "block.parquet")
+    assert {"P1_001N", "P5_010N", "H1_001N", "H1_002N", "H1_003N"} <= set(blocks.columns)
+    assert (blocks["H1_002N"] + blocks["H1_003N"] == blocks["H1_001N"]).all()
+    housing = true_housing_units(synthetic)  # invariant at every level: exact, and NOT protected
+    published = {g: c for g, c in blocks.select("GEOID", "H1_001N").iter_rows() if c}
+    assert published == housing
+    unit_table = pl.read_parquet(run_dir / "units" / "tables" / "block.parquet")
+    assert unit_table.filter(pl.col("hhgq") == "0")["count"].sum() == sum(housing.values())
+    assert unit_table.filter((pl.col("hhgq") != "0") & (pl.col("occupancy") == "2")).height == 0  # GQ never vacant
+    dictionary = pl.read_csv(run_dir / "tables" / "pl94" / "dictionary.csv")
+    assert dictionary.filter(pl.col("table") == "H1")["universe"].to_list() == ["Housing units"] * 3
+    assert "## Housing-unit universe" in (run_dir / "report.md").read_text()
+    # censusdp evaluate: H1 against the true unit file, recomputed here at the nation from the raw units
+    metrics = evaluate(synthetic / "microdata.parquet", run_dir)
+    h1 = metrics.filter((pl.col("query") == "H1") & (pl.col("metric") == "mae") & (pl.col("group") == "all"))
+    assert set(h1["method"]) == {"reconciled", "gls"} and set(h1["level"]) == {lv.name for lv in config.levels}
+    raw = pl.read_parquet(synthetic / "units.parquet").filter(pl.col("GQTYPE") == "000")
+    true = [raw.height, raw.filter(pl.col("VACS") == "0").height, raw.filter(pl.col("VACS") != "0").height]
+    nation = pl.read_parquet(run_dir / "tables" / "pl94" / "us.parquet").select("H1_001N", "H1_002N", "H1_003N").row(0)
+    found = h1.filter((pl.col("level") == "us") & (pl.col("method") == "reconciled"))["value"].to_list()
+    assert found == pytest.approx([np.mean(np.abs(np.array(nation) - np.array(true)))])
+    # where the independently reconciled universes disagree, counted from the published tables themselves
+    people = pl.read_parquet(run_dir / "tables" / "block.parquet")
+    households = dict(people.filter(pl.col("hhgq") == "0").group_by("geoid").agg(pl.col("count").sum()).iter_rows())
+    occupied = dict(unit_table.filter((pl.col("hhgq") == "0") & (pl.col("occupancy") == "1"))
+                    .group_by("geoid").agg(pl.col("count").sum()).iter_rows())
+    disagree = manifest["units"]["disagreements"]
+    assert disagree["blocks with household persons and no occupied housing unit"] == len(
+        set(households) - set(occupied))
+    assert disagree["blocks with occupied housing units and no household persons"] == len(
+        set(occupied) - set(households))
+    assert disagree["blocks with more occupied housing units than household persons"] == sum(
+        c > households.get(g, 0) for g, c in occupied.items())
+
+
+def test_the_units_file_belongs_to_the_dataset_too(synthetic: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Changed persons with the same units file is still the dataset: the budget follows either file."""
+    config_path = configure(tmp_path, synthetic)
+    release_dir(capsys, config_path)
+    people = pl.read_parquet(synthetic / "microdata.parquet")
+    people.slice(1).write_parquet(tmp_path / "fewer.parquet")  # another persons file
+    (tmp_path / "other").mkdir()
+    other = configure(tmp_path / "other", synthetic, dataset="looks-new")  # the same installation ledger
+    code, out, err = release(capsys, other, "--microdata", str(tmp_path / "fewer.parquet"))
+    assert code == 0, err
+    manifest = json.loads((Path(out.splitlines()[-1]) / "manifest.json").read_text())
+    assert manifest["ledger"]["dataset"] == "units-state"  # found by the units file's fingerprint
+    assert any("charged to 'units-state'" in w for w in manifest["warnings"])
+
+
+def test_no_units_releases_the_persons_only(synthetic: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    config_path = configure(tmp_path, synthetic)
+    run_dir = release_dir(capsys, config_path, "--no-units")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert "units" not in manifest and not (run_dir / "units").exists()
+    assert Fraction(manifest["ledger"]["charged_rho"]) == Fraction(manifest["privacy"]["rho_exact"])
+    assert "H1_001N" not in pl.read_parquet(run_dir / "tables" / "pl94" / "block.parquet").columns
+
+
+def test_units_need_the_geography_file(synthetic: Path, tmp_path: Path) -> None:
+    config_path = configure(tmp_path, synthetic)
+    text = "\n".join(x for x in config_path.read_text().splitlines() if not x.startswith("geography = "))
+    config_path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(config_path)
+    assert caught.value.key == "input.geography" and "--no-units" in str(caught.value)
+    assert load_config(config_path, {"units": None}).units is None
+
+
+def test_a_rerun_and_a_resume_carry_the_units(synthetic: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    config_path = configure(tmp_path, synthetic)
+    real = stages.reconcile
+
+    def crash_in_the_units(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
+        if not run.main and level == 3:
+            raise RuntimeError("simulated crash")
+        real(run, level, runner)
+
+    monkeypatch.setattr(stages, "reconcile", crash_in_the_units)
+    code, _, _ = release(capsys, config_path)
+    assert code != 0
+    partial = next((tmp_path / "runs").iterdir())
+    run_id = partial.name[1: -len(".partial")]
+    noisy_before = pl.read_parquet(partial / "units" / "measurements" / "block.parquet")["noisy_value"].to_numpy()
+    monkeypatch.setattr(stages, "reconcile", real)
+    code, out, err = cli(capsys, "release", str(config_path), "--resume", run_id)
+    assert code == 0, err
+    final = Path(out)
+    noisy_after = pl.read_parquet(final / "units" / "measurements" / "block.parquet")["noisy_value"].to_numpy()
+    assert np.array_equal(noisy_before, noisy_after)  # the units' noise is not drawn twice either
+    assert "H1_001N" in pl.read_parquet(final / "tables" / "pl94" / "block.parquet").columns
+    code, out, err = cli(capsys, "postprocess", str(final))
+    assert code == 0, err
+    rerun = Path(out.splitlines()[-1])
+    manifest = json.loads((rerun / "manifest.json").read_text())
+    assert manifest["units"]["measurements"]["block"] == str(final / "units" / "measurements" / "block.parquet")
+    h1 = pl.read_parquet(rerun / "tables" / "pl94" / "block.parquet")["H1_001N"]
+    assert h1.to_list() == pl.read_parquet(final / "tables" / "pl94" / "block.parquet")["H1_001N"].to_list()
+
+
+def test_a_bad_unit_value_is_a_charged_failure_naming_a_category_only(synthetic: Path, tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    units = pl.read_parquet(synthetic / "units.parquet")
+    secret = "999"  # a value outside the domain, after the charge: its row and value must not be told
+    units.with_columns(pl.when(pl.int_range(pl.len()) == 17).then(pl.lit(secret)).otherwise(pl.col("GQTYPE"))
+                       .alias("GQTYPE")).write_parquet(tmp_path / "bad-units.parquet")
+    config_path = configure(tmp_path, synthetic)
+    code, out, err = release(capsys, config_path, "--units", str(tmp_path / "bad-units.parquet"))
+    assert code != 0 and "after the budget was charged" in err and "--units" in err
+    assert secret not in err and "row 18" not in err
+    config = load_config(config_path)
+    charges = PrivacyLedger(config.ledger.location).charges("units-state")
+    assert [(c.status, c.reason.split(":")[0]) for c in charges] == [("failed", "input-validation")]
+    assert not any(p.name[0] != "." for p in (tmp_path / "runs").iterdir())  # nothing published
