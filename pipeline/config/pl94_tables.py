@@ -8,7 +8,7 @@ The race rows follow the 2020 Census order, which is also the order of the CENRA
 sets of the six race categories by size, then in order (01 White alone ... 06 Some Other Race alone, 07 White;
 Black ..., 63 all six).  Variable names and labels are those of the 2020 redistricting data (labels in the
 Census API's ``!!`` form).  H1 (occupancy status) is defined over the units universe's schema (``[units]``,
-docs/units.md): ``h1_variables`` and ``h1_schema_problem``; it is not published yet.
+docs/units.md): ``h1_variables`` and ``h1_schema_problem``; published with the units universe.
 """
 
 from __future__ import annotations

@@ -74,10 +74,11 @@ def guarantee(config: ReleaseConfig, rho: Fraction) -> str:
     exact invariants shrink the protected set further: two datasets whose invariant values differ are told apart
     with certainty, so the bound holds only among datasets that share those values.
     """
+    record = "person" if config.universe.record == "person" else "housing unit"  # the universe's unit of privacy
     if config.budget.neighbouring == "add-remove":
-        pairs = "datasets that differ by adding or removing one person's record (add-remove)"
+        pairs = f"datasets that differ by adding or removing one {record}'s record (add-remove)"
     else:
-        pairs = "datasets of the same size that differ in one person's record (replace-one)"
+        pairs = f"datasets of the same size that differ in one {record}'s record (replace-one)"
     sentence = f"rho-zCDP (rho = {rho}) for every pair of {pairs}"
     if config.invariants:
         listed = "; ".join(f"{i.query.name} at {', '.join(i.levels)}" for i in config.invariants)
@@ -95,7 +96,7 @@ def privacy_section(config: ReleaseConfig, rho: Fraction,
     pld = ({"epsilon_pld": epsilon_pld_of(allocations, delta, cells=config.budget.sensitivity2_squared)}
            if allocations is not None else {})
     return {
-        "unit": "person",
+        "unit": "person" if config.universe.record == "person" else "housing unit",
         "neighbouring": config.budget.neighbouring,
         "guarantee": guarantee(config, rho),
         "sensitivity_l2_squared": config.budget.sensitivity2_squared,

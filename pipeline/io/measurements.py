@@ -156,10 +156,14 @@ def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> di
 
 
 def measurements_digest(directory: Path) -> str:
-    """SHA-256 of every Parquet file of a measurements folder (names and bytes, in name order)."""
+    """SHA-256 of every Parquet file of a measurements folder (names and bytes, in name order), then of the
+    units universe's beside it (``../units/measurements``), if the run has one: the ledger vouches for both."""
     digest = hashlib.sha256()
-    for path in sorted(directory.glob("*.parquet")):
-        digest.update(f"{path.name}\n{path.stat().st_size}\n".encode())
+    units = directory.parent / "units" / "measurements"
+    files = [(path.name, path) for path in sorted(directory.glob("*.parquet"))]
+    files += [(f"units/{path.name}", path) for path in sorted(units.glob("*.parquet"))] if units.is_dir() else []
+    for name, path in files:
+        digest.update(f"{name}\n{path.stat().st_size}\n".encode())
         with path.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)

@@ -66,13 +66,14 @@ def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
 def _reconcile_and_publish(run: stages.ReleaseRun, measurements: Path) -> Path:
     """The stages from the GLS on, for every universe: the units' measurements lie in ``units/measurements``
     beside the persons' folder."""
-    if run.units is not None:
-        run.units.measurements_dir = measurements.parent / UNITS_DIR / "measurements"
+    units_measurements = measurements.parent / UNITS_DIR / "measurements"
+    if run.units is not None and run.measurements_dir is not None:  # a re-run names the folder it read
+        run.units.measurements_dir = units_measurements
 
     def prepare(loaded: stages.ReleaseRun) -> None:
         load_measured(loaded, measurements)
         if loaded.units is not None:
-            load_measured(loaded.units, loaded.units.measurements_dir or measurements)
+            load_measured(loaded.units, units_measurements)
 
     return stages.run_stages(run, stages.FROM_MEASUREMENTS, prepare=prepare)
 

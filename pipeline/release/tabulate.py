@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+
+from pipeline.errors import CensusDPError
 from pipeline.io.summary_tables import write_summary_tables
 from pipeline.release.expected_errors import expected_errors
 from pipeline.release.run import ReleaseRun, stage_output
@@ -22,6 +25,10 @@ def tabulate(run: ReleaseRun) -> None:
     counts = [run.counts[level] for level in range(len(names))]
     units = None
     if run.units is not None:  # the same tree: the units universe's housing tables (H1) join the same files
+        units_tree = stage_output(run.units.tree, "the units' geography")
+        if any(not np.array_equal(a, b) for a, b in zip(tree.geoids, units_tree.geoids, strict=True)):
+            raise CensusDPError("the units universe's blocks are not the persons' (its measurements were drawn on "
+                                "another geography): nothing was published")
         units = (run.units.schema, [run.units.counts[level] for level in range(len(names))])
     for tables in run.config.output.tables:
         run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, run.schema, names,

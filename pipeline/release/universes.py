@@ -32,6 +32,7 @@ def units_section(units: ReleaseRun) -> dict[str, Any]:
                          f"{UNITS_DIR}/measurements/{name}.parquet" for name in levels},
         "tables": {name: f"{UNITS_DIR}/tables/{name}.parquet" for name in levels},
         "reconciliation": units.diagnostics,
+        "combined": COMBINED,
     }
 
 
@@ -40,6 +41,10 @@ def with_disagreements(section: dict[str, Any], run: ReleaseRun) -> dict[str, An
     return {**section, "disagreements": disagreements(run)}
 
 
+COMBINED = ("the ledger charges the persons' rho plus the units' (zCDP composition, Thm 19.37(i)); each universe's "
+            "guarantee is for one record of its own kind. One person's change can also change the occupancy of up "
+            "to two housing-unit records, so for a person the units' share counts up to four times (group privacy, "
+            "rho scales with the square of the distance): a per-person bound is rho_persons + 4 rho_units")
 OCCUPIED_VARIABLE = "H1_002N"  # occupied housing units
 
 
@@ -80,6 +85,7 @@ def units_markdown(section: dict[str, Any], charged_rho: str) -> str:
              f"- Budget: rho = {privacy['rho_exact']} zCDP (epsilon = "
              f"{round_text(privacy['epsilon'], up=True, places=4)} at delta = {privacy['delta']:g}, CKS20), "
              f"charged to the ledger with the persons' rho: {charged_rho} in all",
+             f"- Combined: {section['combined']}",
              "- Tables: `units/tables/<level>.parquet`; H1 joins the P.L. 94-171 tables", "",
              "| level | query | rho | sigma² |", "|---|---|---|---|"]
     lines += [f"| {a['level']} | {a['query']} | {round_text(a['rho'], up=True, places=6)} | "

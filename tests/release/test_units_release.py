@@ -15,6 +15,7 @@ from pipeline.cli import main
 from pipeline.config.load import load_config
 from pipeline.errors import ConfigError
 from pipeline.evaluate.compare import evaluate
+from pipeline.io.measurements import measurements_digest
 from pipeline.release import stages
 from pipeline.synth.population import write_synthetic
 from tests.helpers.releases import cli, release, release_dir
@@ -150,6 +151,18 @@ def test_a_rerun_and_a_resume_carry_the_units(synthetic: Path, tmp_path: Path, c
     noisy_after = pl.read_parquet(final / "units" / "measurements" / "block.parquet")["noisy_value"].to_numpy()
     assert np.array_equal(noisy_before, noisy_after)  # the units' noise is not drawn twice either
     assert "H1_001N" in pl.read_parquet(final / "tables" / "pl94" / "block.parquet").columns
+    resumed = json.loads((final / "manifest.json").read_text())
+    assert resumed["units"]["measurements"]["block"] == "units/measurements/block.parquet"  # inside the run
+    assert resumed["units"]["privacy"]["unit"] == "housing unit" and "housing unit's record" in resumed["units"][
+        "privacy"]["guarantee"] and "rho_persons + 4 rho_units" in resumed["units"]["combined"]
+    # the ledger vouches for both universes' measurements: one digest over both folders
+    digest = measurements_digest(final / "measurements")
+    with (final / "units" / "measurements" / "block.parquet").open("ab") as handle:
+        handle.write(b"\0")
+    assert measurements_digest(final / "measurements") != digest
+    (final / "units" / "measurements" / "block.parquet").write_bytes(
+        (final / "units" / "measurements" / "block.parquet").read_bytes()[:-1])
+    assert measurements_digest(final / "measurements") == digest
     code, out, err = cli(capsys, "postprocess", str(final))
     assert code == 0, err
     rerun = Path(out.splitlines()[-1])
