@@ -126,6 +126,11 @@ def allocation_section(allocations: tuple[QueryAllocation, ...], *, sensitivity1
              "expected_abs_error": a.expected_abs_error} for a in allocations]
 
 
+def invariants_section(config: ReleaseConfig) -> list[dict[str, Any]]:
+    """Every invariant of a universe: published exactly, so never protected."""
+    return [{"query": i.query.name, "levels": list(i.levels), "protected": False} for i in config.invariants]
+
+
 def not_protected(config: ReleaseConfig) -> list[str]:
     notes = [f"invariant {i.query.name} at {', '.join(i.levels)}: published exactly" for i in config.invariants]
     if config.input.geography is None:

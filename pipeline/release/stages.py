@@ -226,8 +226,7 @@ def publish(run: ReleaseRun) -> Path:
                    for i, lv in enumerate(config.levels)],
         "privacy": mf.privacy_section(config, rho, run.allocations),
         "allocation": mf.allocation_section(run.allocations, sensitivity1=config.budget.sensitivity1),
-        "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
-                       for i in config.invariants],
+        "invariants": mf.invariants_section(config),
         "not_protected": mf.not_protected(config),
         "random_source": {"name": run.rng.name, "publishable": run.rng.publishable},
         "warnings": run.warnings,

@@ -24,8 +24,7 @@ def units_section(units: ReleaseRun) -> dict[str, Any]:
     return {
         "privacy": mf.privacy_section(config, units.spent_rho, units.allocations),
         "allocation": mf.allocation_section(units.allocations, sensitivity1=config.budget.sensitivity1),
-        "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
-                       for i in config.invariants],
+        "invariants": mf.invariants_section(config),
         "not_protected": mf.not_protected(config),
         "warnings": units.warnings,
         "measurements": {name: str(measured / f"{name}.parquet") if measured else
