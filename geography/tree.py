@@ -51,6 +51,20 @@ class GeoTree:
         counts = np.bincount(self.ancestor_of_units(level), minlength=self.n_nodes(level))
         return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
+    def subtree(self, level: int, start: int, stop: int) -> tuple[GeoTree, tuple[int, ...]]:
+        """Nodes [start, stop) of ``level`` and all their descendants, as a tree of levels ``level`` and below (its
+        root level holds those nodes), and each of those levels' first node in this tree: node j of the subtree's
+        level i is node ``first[i] + j`` of level ``level + i`` here."""
+        geoids, parents, first = [self.geoids[level][start:stop]], [np.zeros(0, dtype=np.int64)], [start]
+        for below in range(level + 1, self.depth):
+            offsets = self.child_offsets(below)
+            lo, hi = int(offsets[start]), int(offsets[stop])
+            geoids.append(self.geoids[below][lo:hi])
+            parents.append(self.parent[below][lo:hi] - start)
+            first.append(lo)
+            start, stop = lo, hi
+        return GeoTree(levels=self.levels[level:], geoids=tuple(geoids), parent=tuple(parents)), tuple(first)
+
     def lowest_index(self, codes: np.ndarray) -> np.ndarray:
         """Index of each lowest-level code in the tree; -1 where the code is not a unit of the tree."""
         lowest = self.geoids[-1]

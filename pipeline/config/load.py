@@ -18,6 +18,7 @@ from pipeline.config.model import (
     Format,
     InputConfig,
     LedgerConfig,
+    MeasureOn,
     Mechanism,
     Neighbouring,
     OutputConfig,
@@ -71,8 +72,8 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
     invariants = parse_invariants(raw, source, levels, schema)
     zeros = parse_structural_zeros(raw, source, schema)
     postprocess = raw.get("postprocess", {})
-    check_nothing_else(postprocess, {"solver", "runner", "chunk_cells", "reconciliation", "rounding", "passes"},
-                       source, "postprocess.")
+    check_nothing_else(postprocess, {"solver", "runner", "measure_on", "chunk_cells", "reconciliation", "rounding",
+                                     "passes"}, source, "postprocess.")
     solver = postprocess.get("solver", "auto")
     if not isinstance(solver, str):
         raise ConfigError(source, "postprocess.solver", "expected a string")
@@ -81,6 +82,9 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
         runner = check_runner(str(postprocess.get("runner", "local")))
     except ValueError as error:
         raise ConfigError(source, "postprocess.runner", str(error)) from None
+    measure_on = postprocess.get("measure_on", MeasureOn.WORKERS.value)
+    if measure_on not in {m.value for m in MeasureOn}:
+        raise ConfigError(source, "postprocess.measure_on", f"expected one of {', '.join(m.value for m in MeasureOn)}")
     chunk_cells = postprocess.get("chunk_cells", DEFAULT_CHUNK_CELLS)
     if not isinstance(chunk_cells, int) or isinstance(chunk_cells, bool) or chunk_cells < 1:
         raise ConfigError(source, "postprocess.chunk_cells", "expected a positive integer")
@@ -99,7 +103,8 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
     return ReleaseConfig(
         source=source, input=input_config, ledger=ledger, output=output, levels=levels,
         schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
-        solver=solver, runner=runner, chunk_cells=chunk_cells, reconciliation=reconciliation, raw=raw,
+        solver=solver, runner=runner, measure_on=MeasureOn(measure_on), chunk_cells=chunk_cells,
+        reconciliation=reconciliation, raw=raw,
         universe=universe, units=units,
     )
 

@@ -198,6 +198,13 @@ class LedgerConfig:
         return f"LedgerConfig(location={redact_url(self.location)!r}, dataset={self.dataset!r})"
 
 
+class MeasureOn(StrEnum):
+    """Where a run with a Dask runner reads its records and draws its noise (``postprocess.measure_on``)."""
+
+    WORKERS = "workers"  # the group tasks run on the workers (they read confidential records: docs/dask.md)
+    DRIVER = "driver"  # in the driver's process; the workers only reconcile
+
+
 @dataclass(frozen=True)
 class ReleaseConfig:
     source: str
@@ -212,6 +219,7 @@ class ReleaseConfig:
     structural_zeros: tuple[dict[str, tuple[str, ...]], ...] = ()
     solver: str = "auto"
     runner: str = "local"
+    measure_on: MeasureOn = MeasureOn.WORKERS
     chunk_cells: int = DEFAULT_CHUNK_CELLS
     reconciliation: Reconciliation | None = None  # pipeline.config.passes; set by the loader
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as read: may hold a ledger password

@@ -37,7 +37,8 @@ INPUT_KEYS = {"path": "path", "format": "format", "geocode_column": "geocode_col
               "geocode_columns": "geocode_columns"}
 SCHEMA_KEYS = ("attributes", "recodes", "strategy", "invariants", "structural_zeros")
 POSTPROCESS_KEYS = {"reconciliation", "rounding", "passes"}  # they name the universe's queries
-SHARED_POSTPROCESS = ("solver", "runner", "chunk_cells")  # the machine's settings: the release's, for both
+# the machine's settings: the release's, for both
+SHARED_POSTPROCESS = ("solver", "runner", "measure_on", "chunk_cells")
 UNITS_KEYS = {*INPUT_KEYS, *SCHEMA_KEYS, "rho", "level_shares", "postprocess"}
 
 # the universe's key as parse_config names it -> the user's key (longest first: input.geocode_columns before ...)

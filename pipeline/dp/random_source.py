@@ -167,6 +167,29 @@ def system_random_source() -> RandomSource:
     )
 
 
+def substream_key(source: RandomSource, label: str) -> bytes | None:
+    """The key of an independent stream for one chunk of a release's noise (``label`` names the chunk), or None.
+
+    A publishable source never hands key material on: None means "draw from a fresh ``system_random_source()``",
+    the OS CSPRNG of whichever process measures the chunk (a Dask worker keys its own from ``os.urandom``), and
+    chunks' streams are independent because each key is fresh OS entropy.  A test source returns
+    HMAC-SHA256(32 bytes it draws, label): the same seed and plan give every chunk the same stream on the driver
+    and on any worker, so a driver-only and a Dask run of one seeded release are bit-equal (tests only)."""
+    if source.publishable:
+        return None
+    return hmac.new(source.uniform_uint64(4).tobytes(), label.encode(), hashlib.sha256).digest()
+
+
+def substream_source(key: bytes | None) -> RandomSource:
+    """The source of one chunk (``substream_key``): the OS CSPRNG for None, else a seeded stream (TESTS ONLY)."""
+    if key is None:
+        return system_random_source()
+    if not isinstance(key, bytes) or len(key) != 32:
+        raise ValueError("a substream key is 32 bytes")
+    return _AesCtrSource(key, name="seeded AES-256-CTR substream (TEST ONLY, not publishable)", publishable=False,
+                         rekey_from_os=False)
+
+
 def seeded_random_source(seed: int) -> RandomSource:
     """A deterministic AES-256-CTR stream keyed by SHA-256(str(seed)). TESTS ONLY: never publishable."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):

@@ -77,6 +77,19 @@ class LevelMeasurementWriter:
             self.row_groups += 1
         return first
 
+    def append_file(self, part: Path) -> int:
+        """Append every row group of a part file written by another ``LevelMeasurementWriter`` of this level (a
+        Dask worker's), unchanged; returns the index of its first row group here."""
+        first = self.row_groups
+        parquet = pq.ParquetFile(part)
+        for group in range(parquet.metadata.num_row_groups):
+            table = parquet.read_row_group(group)
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self.path, table.schema)
+            self._writer.write_table(table, row_group_size=max(1, table.num_rows))
+            self.row_groups += 1
+        return first
+
     def close(self) -> Path:
         if self._writer is not None:
             self._writer.close()

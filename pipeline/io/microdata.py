@@ -16,7 +16,7 @@ Errors name the file, the column and the row (1-based, counting data rows after 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,9 +56,46 @@ class InputFiles:
     geography: pl.DataFrame | None
     unreadable: InputError | None = None  # a body that did not parse: reported after the charge
 
+    @property
+    def parts(self) -> tuple[InputPart, ...]:
+        path = self.config.input.path
+        return (InputPart(path),) if path is not None else ()
+
     def __repr__(self) -> str:  # never show records
         rows = None if self.microdata is None else self.microdata.height
         return f"InputFiles(rows={rows}, geography={self.geography is not None})"
+
+
+@dataclass(frozen=True)
+class InputPart:
+    """One file of the input: its path and its partition value (hive folders ``name=value``), None if none."""
+
+    path: Path
+    partition: str | None = None
+
+
+@dataclass(frozen=True)
+class EncodedBatch:
+    """Validated records of one batch (confidential): unit index among the given lowest-level units, detailed cell."""
+
+    units: np.ndarray
+    cells: np.ndarray
+
+    def __repr__(self) -> str:
+        return f"EncodedBatch(rows={len(self.cells)})"
+
+
+def encoded_rows(files: InputFiles, part: int, lowest_geoids: np.ndarray) -> Iterator[EncodedBatch]:
+    """Every value check of one part, then its records encoded against ``lowest_geoids`` (a record whose unit is
+    not among them is an error)."""
+    microdata, _ = validate_input(files)
+    source = str(files.config.input.geography) if files.config.input.geography else "(the microdata itself)"
+    yield EncodedBatch(lowest_index_of_rows(microdata, lowest_geoids, source), microdata.cells)
+
+
+def geography_units(files: InputFiles) -> np.ndarray:
+    """The sorted lowest-level units of the geography file (or, without one, of the microdata)."""
+    return validate_input(files)[1]
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def _layout(config: ReleaseConfig) -> str:
     """A digest of what decides which count each draw lands on: the configuration as applied (not its solver or
     runner), the geography file and the code version (``pipeline.io.fingerprint.seeded_noise_secret``)."""
     placement = public_config_raw(config.raw)
-    for setting in ("solver", "runner"):
+    for setting in ("solver", "runner", "measure_on"):
         placement.get("postprocess", {}).pop(setting, None)
     geography = config.input.geography
     return (f"{config_hash(json.dumps(placement, sort_keys=True, default=str).encode())}:"

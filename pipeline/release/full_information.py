@@ -108,10 +108,8 @@ def estimate(run: ReleaseRun) -> None:
     measured = []
     for level, spec in enumerate(config.levels):
         queries = [(a.query, a.sigma2) for a in run.level_allocations(level)]
-        if level in run.noisy:  # this process drew them: not read back from the files it wrote
-            values = [np.concatenate(parts) for parts in zip(*run.noisy.pop(level), strict=True)]
-        else:  # a re-run or a resume: the saved measurements
-            values = level_measurements(directory / f"{spec.name}.parquet", run.chunk_plan[level], schema, queries)
+        # read back chunk by chunk: holding every level's noisy answers from measure would not bound memory
+        values = level_measurements(directory / f"{spec.name}.parquet", run.chunk_plan[level], schema, queries)
         measured.append([(schema.parse_query(q), s2, v) for (q, s2), v in zip(queries, values, strict=True)])
     result = solve_tree(schema, [tree.parent[level] for level in range(tree.depth)], measured, run.invariants)
     for level, targets in enumerate(tree_targets(config, result, measured)):

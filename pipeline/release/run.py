@@ -13,7 +13,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import scipy.sparse as sp
 
 from geography.tree import GeoTree
@@ -64,14 +63,10 @@ class ReleaseRun:
     allocations: tuple[QueryAllocation, ...]
     started_at: str
     tree: GeoTree | None = None
-    input_files: InputFiles | None = None  # confidential: the files as read, until they are validated
-    row_units: np.ndarray | None = None  # confidential: each person's unit index, sorted
-    row_cells: np.ndarray | None = None  # confidential: each person's detailed cell, in the same order
+    input_files: InputFiles | None = None  # the input files (paths, checked at file level) until measured
     chunk_plan: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (start, stop, row group)
     invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)  # published exactly
     counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
-    # noisy answers as measure drew them, per level and chunk (full information: the GLS reads them from memory)
-    noisy: dict[int, list[list[np.ndarray]]] = field(default_factory=dict)
     targets: dict[int, list[QueryMeasurement]] = field(default_factory=dict)  # GLS estimates (full information)
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     summary_tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> dictionary, level paths

@@ -26,26 +26,32 @@ import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import scipy.sparse as sp
 
+from geography.tree import build_tree
 from pipeline.budget.ledger.charges import ChargeStatus, FailureReason
 from pipeline.config.ledger_location import public_config_raw
-from pipeline.config.model import ReleaseConfig
+from pipeline.config.model import MeasureOn, ReleaseConfig
 from pipeline.dp.random_source import RandomSource
 from pipeline.errors import InputError, InputProblem, InputRejectedError
 from pipeline.io import manifest as mf
-from pipeline.io.measurements import LevelMeasurementWriter, measurements_digest, write_invariants
-from pipeline.io.microdata import read_input_files, validated_rows
+from pipeline.io.measurements import measurements_digest, write_invariants
+from pipeline.io.microdata import geography_units, read_input_files
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
 from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
-from pipeline.release.chunks import level_chunks
 from pipeline.release.full_information import ReconciliationMethod, estimate  # noqa: F401 - a stage (STAGES)
-from pipeline.release.measure import level_invariants, measure_level
+from pipeline.release.measuring import (
+    PARTS_DIR,
+    level_plans_of,
+    plan_measurement,
+    run_measurement,
+    validate_group,
+)
 from pipeline.release.only_child import only_child_levels
 from pipeline.release.reconcile_chunk import reconcile_chunk
 from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
@@ -62,7 +68,6 @@ from pipeline.release.support import merge_reports
 from pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
 from pipeline.release.tasks import chunk_tasks
 from pipeline.release.universes import units_markdown, units_section, with_disagreements
-from postprocess import QueryInvariant
 
 log = logging.getLogger("censusdp")
 COMPLETE_MARKER = "complete.json"
@@ -78,102 +83,103 @@ def read_files(run: ReleaseRun) -> None:
     run.input_files = read_input_files(run.config)
 
 
-def validate_inputs(run: ReleaseRun) -> None:
-    """Value-level checks, after the charge; then build the tree and sort persons by unit.
+def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
+    """Value-level checks, after the charge and before any noise: build the tree, then check every record, group by
+    group where the measurement will run (``release.measuring``), nothing kept.
 
     A value-level failure is a charged failure (``InputRejectedError``): the message and the ledger record
     its category only, so nobody who may start releases learns a row or a value, and a refusal is never free.
+    Every group is checked even after a failure, so how long a failing run takes does not say where the failure is.
     """
     stage_output(run.ledger, "the ledger charge (charge)")
     config, files = run.config, stage_output(run.input_files, "the input files (read_files)")
-    run.input_files = None
     problem: InputProblem | None = None
     try:
-        run.tree, unit_index, cells = validated_rows(files)
+        run.tree = build_tree(config.levels, geography_units(files))
     except InputError as error:
         problem = error.category
-    del files
-    if problem is not None:  # raised here, outside the handler, so no trace of the detailed error travels on
-        run.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
-        geography = f" --geography {config.input.geography}" if config.input.geography else ""
-        files = (f"--microdata {config.input.path} --format {config.input.format}" if run.main else
-                 f"--units {config.input.path}")  # the units universe's file: check reads it with the persons'
-        raise InputRejectedError(problem, f"censusdp check {config.source} {files}{geography}")
-    order = np.argsort(unit_index, kind="stable")
-    run.row_units, run.row_cells = unit_index[order], cells[order]
-    n_persons = len(order)
-    del cells, unit_index, order
-    # Def. 19.6 pitfall: delta must be much smaller than 1/n.  n is compared only when it is public (the root
-    # total is an invariant): otherwise the warning itself would disclose a bit about the data
-    root_total_public = any(i.query.attributes == () and config.levels[0].name in i.levels
-                            for i in config.invariants)
-    if not root_total_public:
-        run.warnings.append("delta was not checked against 1/n: the population size is not public (no total "
-                            "invariant at the root); make sure delta is much smaller than 1/n")
-    elif config.budget.delta >= 1 / n_persons:
-        run.warnings.append("delta is not much smaller than 1/n for this dataset: choose a smaller delta")
-        log.warning(run.warnings[-1])
+    except ValueError:  # the geography's own structure (codes that do not nest): public, but named by category
+        problem = InputProblem.GEOGRAPHY
+    if problem is None:
+        assert run.tree is not None
+        try:
+            plan = plan_measurement(run.tree, files, level_plans_of(config, run.allocations), None,
+                                    config.universe.value, config.chunk_cells, None)
+        except InputError as error:
+            problem = error.category
+        else:
+            place = runner if runner is not None and _on_workers(run, runner) else make_runner("local")
+            for found in place.map(validate_group, plan.groups):
+                problem = problem or found
+    if problem is not None:  # raised here, outside any handler, so no trace of the detailed error travels on
+        _reject(run, problem)
     sizes = ", ".join(f"{lv.name}={run.tree.n_nodes(i)}" for i, lv in enumerate(config.levels))
     log.info("geography tree built: %s nodes", sizes)
 
 
-def chunk_histograms(run: ReleaseRun, ancestors: np.ndarray, unit_offsets: np.ndarray, start: int,
-                     stop: int) -> np.ndarray:
-    """Dense detailed histograms of nodes [start, stop) of a level (confidential); ``ancestors`` and
-    ``unit_offsets`` are the level's ``tree.ancestor_of_units`` and ``tree.unit_offsets``, computed once."""
-    row_units = stage_output(run.row_units, "the validated rows (validate_inputs)")
-    row_cells = stage_output(run.row_cells, "the validated rows (validate_inputs)")
-    n_cells = run.schema.n_cells
-    first, last = np.searchsorted(row_units, [unit_offsets[start], unit_offsets[stop]])
-    nodes = ancestors[row_units[first:last]] - start
-    flat = np.bincount(nodes * n_cells + row_cells[first:last], minlength=(stop - start) * n_cells)
-    return flat.reshape(stop - start, n_cells)
-
-
-def measure(run: ReleaseRun, level: int) -> None:
-    """Draw the noisy measurements of one level, chunk by chunk, and write them (with its invariants)."""
-    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+def _reject(run: ReleaseRun, problem: InputProblem) -> None:
     config = run.config
-    name = config.levels[level].name
-    allocations = run.level_allocations(level)
-    rhos = [a.rho for a in allocations]
-    invariant_queries = [i.query.name for i in config.invariants if name in i.levels]
-    chunks = level_chunks(tree, level, run.schema.n_cells, config.chunk_cells)
-    log.info("level %s: drawing noise for %d queries on %d nodes (%d chunks)", name, len(allocations),
-             tree.n_nodes(level), len(chunks))
-    writer = LevelMeasurementWriter(run.work_dir / "measurements", name)
-    plan, invariant_parts = [], []
-    keep = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION  # the estimate stage's input
-    kept: list[list[np.ndarray]] = []
-    ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
-    for start, stop in chunks:
-        histograms = chunk_histograms(run, ancestors, unit_offsets, start, stop)
-        noisy = measure_level(run.schema, histograms, allocations, run.rng)
-        plan.append((start, stop, writer.write_chunk(tree.geoids[level][start:stop], noisy, rhos)))
-        if keep:
-            kept.append([m.noisy for m in noisy])
-        invariant_parts.append(level_invariants(run.schema, histograms, invariant_queries))
-        del histograms, noisy
-    writer.close()
-    run.chunk_plan[level] = plan
-    if keep:
-        run.noisy[level] = kept  # replaces any earlier draw of the level, as its file does
-    run.invariants[level] = [
-        QueryInvariant(name=parts[0].name, matrix=parts[0].matrix, values=np.concatenate([p.values for p in parts]))
-        for parts in zip(*invariant_parts, strict=True)]
-    if level == tree.depth - 1:
-        run.row_units = run.row_cells = None  # every level is measured: the microdata is no longer needed
-        per_level = [(lv.name, tree.geoids[i], run.invariants[i]) for i, lv in enumerate(config.levels)]
-        write_invariants(run.work_dir / "measurements", per_level)
-        if not run.main:  # the units universe: the persons' run, measured after it, records and marks both
-            return
-        if run.ledger is not None:  # the charge now names what it bought
-            run.ledger.record_measurements(run.run_id, measurements_digest(run.work_dir / "measurements"))
-        # from here on the run can be finished with --resume without drawing noise again
-        marker = {"run_id": run.run_id, "started_at": run.started_at, "config_source": config.source,
-                  "config_raw": public_config_raw(config.raw), "rho_exact": str(run.charged_rho),
-                  "random_source": {"name": run.rng.name, "publishable": run.rng.publishable}}
-        (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
+    run.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
+    geography = f" --geography {config.input.geography}" if config.input.geography else ""
+    files = (f"--microdata {config.input.path} --format {config.input.format}" if run.main else
+             f"--units {config.input.path}")  # the units universe's file: check reads it with the persons'
+    raise InputRejectedError(problem, f"censusdp check {config.source} {files}{geography}")
+
+
+def _on_workers(run: ReleaseRun, runner: Any) -> bool:
+    """Whether this run's records are read and its noise drawn on the runner's Dask workers."""
+    return runner is not None and runner.name != "local" and run.config.measure_on is MeasureOn.WORKERS
+
+
+def _warn_delta(run: ReleaseRun) -> None:
+    """Def. 19.6 pitfall: delta must be much smaller than 1/n.  n is compared only when it is public (the root
+    total is an invariant, read from its published value): otherwise the warning itself would disclose a bit."""
+    config = run.config
+    total = next((i.query.name for i in config.invariants
+                  if i.query.attributes == () and config.levels[0].name in i.levels), None)
+    values = [i.values for i in run.invariants.get(0, []) if i.name == total]
+    if total is None or not values:
+        run.warnings.append("delta was not checked against 1/n: the population size is not public (no total "
+                            "invariant at the root); make sure delta is much smaller than 1/n")
+    elif config.budget.delta >= Fraction(1, max(1, int(values[0].sum()))):
+        run.warnings.append("delta is not much smaller than 1/n for this dataset: choose a smaller delta")
+        log.warning(run.warnings[-1])
+
+
+def measure(run: ReleaseRun, runner: Any = None) -> None:
+    """Draw every level's noisy measurements, group by group and chunk by chunk (``release.measuring``: on the
+    driver, or on the Dask workers), and write them with the invariants."""
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    files = stage_output(run.input_files, "the input files (read_files)")
+    config = run.config
+    on_workers = _on_workers(run, runner)
+    level_plans = level_plans_of(config, run.allocations)
+    log.info("measuring %d levels (%s)", tree.depth, "on the Dask workers" if on_workers else "on the driver")
+    try:
+        plan = plan_measurement(tree, files, level_plans, run.rng, config.universe.value, config.chunk_cells,
+                                run.work_dir / PARTS_DIR if on_workers else None)
+        measured = run_measurement(plan, level_plans, tree, run.work_dir / "measurements", runner, on_workers)
+    except InputError as error:  # checked before any noise; a file changed since: still category only
+        problem = error.category
+    else:
+        problem = None
+    if problem is not None:
+        _reject(run, problem)
+    run.input_files = None  # every record is measured: the inputs are no longer needed
+    run.chunk_plan.update(measured.chunk_plan)
+    run.invariants.update(measured.invariants)
+    _warn_delta(run)
+    per_level = [(lv.name, tree.geoids[i], run.invariants[i]) for i, lv in enumerate(config.levels)]
+    write_invariants(run.work_dir / "measurements", per_level)
+    if not run.main:  # the units universe: the persons' run, measured after it, records and marks both
+        return
+    if run.ledger is not None:  # the charge now names what it bought
+        run.ledger.record_measurements(run.run_id, measurements_digest(run.work_dir / "measurements"))
+    # from here on the run can be finished with --resume without drawing noise again
+    marker = {"run_id": run.run_id, "started_at": run.started_at, "config_source": config.source,
+              "config_raw": public_config_raw(config.raw), "rho_exact": str(run.charged_rho),
+              "random_source": {"name": run.rng.name, "publishable": run.rng.publishable}}
+    (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
 
 def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
@@ -278,9 +284,9 @@ def abandon(run: ReleaseRun) -> None:
     reason = run.failure_reason or (run.units.failure_reason if run.units is not None else None)
     if run.ledger is not None:
         run.ledger.set_status(run.run_id, ChargeStatus.FAILED, reason or FailureReason.RUN_ERROR.value)
-    run.input_files = run.row_units = run.row_cells = None
-    if run.units is not None:  # the units' confidential arrays go too
-        run.units.input_files = run.units.row_units = run.units.row_cells = None
+    run.input_files = None
+    if run.units is not None:
+        run.units.input_files = None
     if run.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
         log.warning("run %s failed after its measurements were saved: finish it with --resume %s",
                     run.run_id, run.run_id)
@@ -304,8 +310,8 @@ class Stage:
 STAGES = (
     Stage("read-files", "read_files", per_universe=True),
     Stage("charge-ledger", "charge"),
-    Stage("validate-values", "validate_inputs", per_universe=True),
-    Stage("measure", "measure", per_level=True, per_universe=True),
+    Stage("validate-values", "validate_inputs", needs_runner=True, per_universe=True),
+    Stage("measure", "measure", needs_runner=True, per_universe=True),
     Stage("estimate", "estimate", per_universe=True),
     Stage("reconcile", "reconcile", per_level=True, needs_runner=True, per_universe=True),
     Stage("tabulate", "tabulate"),
@@ -336,7 +342,7 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
             function = globals()[stage.function]  # looked up now, so a replaced stage function is the one run
             for target in run.universes() if stage.per_universe else [run]:
                 if not stage.per_level:
-                    result = call(stage, function, (target,))
+                    result = call(stage, function, (target, runner) if stage.needs_runner else (target,))
                     continue
                 for level in range(len(run.config.levels)):
                     result = call(stage, function, (target, level, runner) if stage.needs_runner else (target, level))

@@ -27,6 +27,7 @@ import pytest
 from pipeline.config.load import load_config
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.histograms import all_level_histograms, lowest_histograms
+from pipeline.io.microdata import validated_rows
 from pipeline.release import stages
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
@@ -74,9 +75,10 @@ def noise_samples(config_path: Path, reps: int) -> tuple[dict[tuple[str, str], l
     stages.read_files(run)
     stages.charge(run)
     stages.validate_inputs(run)
-    assert run.tree is not None and run.row_units is not None and run.row_cells is not None
-    lowest = lowest_histograms(run.row_units, run.row_cells, run.tree.n_nodes(run.tree.depth - 1),
-                               config.schema.n_cells)
+    assert run.tree is not None and run.input_files is not None
+    files = run.input_files
+    _, row_units, row_cells = validated_rows(files)
+    lowest = lowest_histograms(row_units, row_cells, run.tree.n_nodes(run.tree.depth - 1), config.schema.n_cells)
     truth = all_level_histograms(run.tree, lowest)
     samples: dict[tuple[str, str], list[np.ndarray]] = {}
 
@@ -90,17 +92,12 @@ def noise_samples(config_path: Path, reps: int) -> tuple[dict[tuple[str, str], l
             samples.setdefault((name, allocation.query), []).append(noisy - true)
 
     depth = len(config.levels)
-    for rep in range(reps):
+    for rep in range(reps):  # every draw measures every level: the lowest is kept LOWEST_REPS times
         run.rng = seeded_random_source(1000 + rep)
-        for level in range(depth - 1):
-            stages.measure(run, level)
+        run.input_files = files  # measuring releases the inputs: put them back between draws
+        stages.measure(run)
+        for level in range(depth if rep < LOWEST_REPS else depth - 1):
             collect(level)
-    rows = (run.row_units, run.row_cells)  # measuring the lowest level releases them: put them back between draws
-    for rep in range(LOWEST_REPS):
-        run.rng = seeded_random_source(10 + rep)
-        run.row_units, run.row_cells = rows
-        stages.measure(run, depth - 1)
-        collect(depth - 1)
     stages.estimate(run)
     for level in range(depth):
         stages.reconcile(run, level)

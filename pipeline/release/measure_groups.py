@@ -1,0 +1,201 @@
+"""Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers.
+
+The input is read group by group: a group is the nodes of one *partition level* whose records sit in their own
+files (a Parquet dataset partitioned by state: ``microdata/state=01/...``, one group per state), or, for a single
+file or a dataset without partition folders, the whole tree (one group at the root).  A group's task reads only its
+files, batch by batch (``pipeline.io.microdata.encoded_rows``: every value check), keeps one int64 key per record
+(unit x cells + cell, sorted), and measures every level from the partition level down, chunk by chunk (chunks of
+whole parents inside the group): histogram, exact noise (``release.measure.measure_level``), written at once.  What
+the levels above the partition level need from a group is its total histogram (confidential): it is summed into
+those levels' nodes by ``measure_upper``, which runs where the groups ran (on Dask, worker to worker: the driver
+never holds it).  Memory per task: 8 bytes per record of the group, plus one chunk's dense histograms and noise.
+
+Every chunk draws from its own stream (``pipeline.dp.random_source.substream_key``): in production the OS CSPRNG
+of the process that measures it; with a test seed, a stream keyed from the run's seeded source and the chunk's
+label, so a driver-only and a Dask run of the same seeded release publish the same tables, bit for bit.
+
+Guarantee: unchanged from ``release.measure`` (Thm 19.37(iii) with CKS20 Thm 4 per query and level; nodes are
+disjoint, Prop. 19.30).  Which process draws a chunk's noise does not change its distribution; the streams are
+independent (fresh OS keys, or distinct HMAC labels under one test key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from geography.tree import GeoTree
+from pipeline.budget.allocation import QueryAllocation
+from pipeline.config.schema import Schema
+from pipeline.dp.random_source import substream_source
+from pipeline.errors import InputError, InputProblem
+from pipeline.io.measurements import LevelMeasurementWriter
+from pipeline.io.microdata import InputFiles, encoded_rows
+from pipeline.release.chunks import level_chunks
+from pipeline.release.measure import level_invariants, measure_level
+from postprocess import QueryInvariant, QueryMeasurement
+
+LevelPlan = tuple[str, tuple[QueryAllocation, ...], tuple[str, ...]]  # level name, its allocations, invariant queries
+
+
+@dataclass(frozen=True)
+class GroupTask:
+    """One group: nodes [start, stop) of level ``level`` (the partition level) and their subtrees.  Public values
+    only (file paths, the subtree, the allocation, chunk keys of a test source); the worker reads the records."""
+
+    index: int
+    level: int
+    subtree: GeoTree  # the group's nodes and their descendants
+    first: tuple[int, ...]  # each subtree level's first node in the whole tree
+    files: InputFiles  # the release's inputs (paths and configuration); ``parts`` are this group's
+    parts: tuple[int, ...]  # indices into files.parts holding this group's records
+    levels: tuple[LevelPlan, ...]  # per subtree level
+    chunks: tuple[tuple[tuple[int, int], ...], ...]  # per subtree level: node ranges (subtree indices)
+    keys: tuple[tuple[bytes | None, ...], ...]  # per subtree level and chunk: its noise stream (None: OS CSPRNG)
+    out_dir: str | None  # where a worker writes its measurement parts; None: the caller's writers (the driver)
+    chunk_cells: int
+
+    def __repr__(self) -> str:
+        return f"GroupTask(index={self.index}, level={self.level}, nodes={self.first[0]}+{self.subtree.n_nodes(0)})"
+
+
+@dataclass(frozen=True)
+class GroupMeasured:
+    """What a group's task hands back: public values only (the total histogram travels separately)."""
+
+    index: int
+    parts: tuple[str | None, ...]  # per subtree level: the part file written (None: written to the caller's writers)
+    plans: tuple[tuple[tuple[int, int, int], ...], ...]  # per subtree level: (start, stop, row group), whole-tree nodes
+    invariants: tuple[tuple[QueryInvariant, ...], ...]  # per subtree level: values of the group's nodes, published
+
+
+class InputCategoryError(InputError):
+    """A value check failed inside a measurement task: only the category leaves the task (the row and file stay
+    with the curator's ``censusdp check``)."""
+
+    def __init__(self, category: InputProblem) -> None:
+        super().__init__("(input)", "a value check failed", category=category)
+
+
+def group_keys(files: InputFiles, task: GroupTask) -> np.ndarray:
+    """Sorted int64 keys (unit index in the subtree x cells + cell) of every record of the group (confidential)."""
+    n_cells = files.config.schema.n_cells
+    lowest = task.subtree.geoids[-1]
+    blocks = []
+    for part in task.parts:
+        for batch in encoded_rows(files, part, lowest):
+            blocks.append(batch.units.astype(np.int64) * n_cells + batch.cells)
+    keys = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+    keys.sort()
+    return keys
+
+
+def chunk_histograms(keys: np.ndarray, unit_offsets: np.ndarray, ancestors: np.ndarray, start: int, stop: int,
+                     n_cells: int) -> np.ndarray:
+    """Dense detailed histograms (stop - start, n_cells) of nodes [start, stop) of a level (confidential).
+    ``unit_offsets`` and ``ancestors`` are that level's ``unit_offsets`` and ``ancestor_of_units`` in the subtree."""
+    lo, hi = np.searchsorted(keys, [unit_offsets[start] * n_cells, unit_offsets[stop] * n_cells])
+    units, cells = np.divmod(keys[lo:hi], n_cells)
+    nodes = ancestors[units] - start
+    flat = np.bincount(nodes * n_cells + cells, minlength=(stop - start) * n_cells)
+    return flat.reshape(stop - start, n_cells)
+
+
+def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | None = None
+                  ) -> tuple[GroupMeasured, np.ndarray]:
+    """Measure every level of one group (see the module docstring); returns the public result and the group's
+    total detailed histogram (confidential: for ``measure_upper`` only).  A failed value check raises
+    ``InputCategoryError`` (its category only)."""
+    files, schema = task.files, task.files.config.schema
+    try:
+        keys = group_keys(files, task)
+    except InputError as error:  # the row and file stay here: raised outside the handler, category only
+        category = error.category
+    else:
+        category = None
+    if category is not None:
+        raise InputCategoryError(category)
+    n_cells, tree = schema.n_cells, task.subtree
+    parts: list[str | None] = []
+    plans, invariants = [], []
+    for level, (name, allocations, invariant_queries) in enumerate(task.levels):
+        writer, part = _writer(task, name, writers)
+        parts.append(part)
+        rhos = [a.rho for a in allocations]
+        ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
+        plan, level_invariants_parts = [], []
+        for (start, stop), key in zip(task.chunks[level], task.keys[level], strict=True):
+            histograms = chunk_histograms(keys, unit_offsets, ancestors, start, stop, n_cells)
+            noisy = measure_level(schema, histograms, allocations, substream_source(key))
+            row_group = writer.write_chunk(tree.geoids[level][start:stop], noisy, rhos)
+            offset = task.first[level]
+            plan.append((offset + start, offset + stop, row_group))
+            level_invariants_parts.append(level_invariants(schema, histograms, invariant_queries))
+            del histograms, noisy
+        if part is not None:
+            writer.close()
+        plans.append(tuple(plan))
+        invariants.append(tuple(_joined(level_invariants_parts, invariant_queries)))
+    total = np.bincount(keys % n_cells, minlength=n_cells).astype(np.int64)
+    return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants)), total
+
+
+def _writer(task: GroupTask, name: str, writers: dict[str, LevelMeasurementWriter] | None
+            ) -> tuple[LevelMeasurementWriter, str | None]:
+    if writers is not None:
+        return writers[name], None
+    if task.out_dir is None:
+        raise ValueError("a group task needs the caller's writers or an output folder")
+    writer = LevelMeasurementWriter(Path(task.out_dir) / f"{task.index:06d}", name)
+    return writer, str(writer.path)
+
+
+def _joined(parts: Sequence[list[QueryInvariant]], names: Sequence[str]) -> Iterator[QueryInvariant]:
+    for index, _ in enumerate(names):
+        pieces = [p[index] for p in parts]
+        yield QueryInvariant(name=pieces[0].name, matrix=pieces[0].matrix,
+                             values=np.concatenate([p.values for p in pieces]))
+
+
+@dataclass(frozen=True)
+class UpperTask:
+    """The levels above the partition level: their tree (levels 0..p-1 of the whole tree), each group's ancestor
+    node at every one of those levels, chunks and keys as ``GroupTask``'s."""
+
+    tree: GeoTree
+    group_ancestors: tuple[np.ndarray, ...]  # per upper level: each group's node
+    schema: Schema
+    levels: tuple[LevelPlan, ...]
+    chunks: tuple[tuple[tuple[int, int], ...], ...]
+    keys: tuple[tuple[bytes | None, ...], ...]
+
+
+UpperChunk = tuple[list[QueryMeasurement], list[QueryInvariant]]
+
+
+def measure_upper(task: UpperTask, totals: Sequence[np.ndarray]) -> list[list[UpperChunk]]:
+    """Noisy measurements of every level above the partition level from the groups' total histograms; returns per
+    level and chunk (noisy answers per query, their σ², the chunk's invariants).  Public output only."""
+    schema = task.schema
+    stacked = np.stack(totals) if totals else np.zeros((0, schema.n_cells), dtype=np.int64)
+    out = []
+    for level, (_, allocations, invariant_queries) in enumerate(task.levels):
+        histograms_all = np.zeros((task.tree.n_nodes(level), schema.n_cells), dtype=np.int64)
+        np.add.at(histograms_all, task.group_ancestors[level], stacked)
+        level_out = []
+        for (start, stop), key in zip(task.chunks[level], task.keys[level], strict=True):
+            histograms = histograms_all[start:stop]
+            noisy = measure_level(schema, histograms, allocations, substream_source(key))
+            level_out.append((noisy, level_invariants(schema, histograms, invariant_queries)))
+        out.append(level_out)
+        del histograms_all
+    return out
+
+
+def subtree_chunks(tree: GeoTree, n_cells: int, chunk_cells: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Every level's chunks of whole parents, inside one (sub)tree."""
+    return tuple(tuple(level_chunks(tree, level, n_cells, chunk_cells)) for level in range(tree.depth))
+

@@ -1,0 +1,208 @@
+"""The measure stage's plan and its two places: the driver (in process) or the Dask workers.
+
+``plan_measurement`` turns the tree and the input files into group tasks (``release.measure_groups``) and the task
+of the levels above the partition level; ``run_measurement`` runs them and writes every level's measurement file in
+node order (row groups per chunk and query, ``io.measurements``), returning each level's chunk plan and invariants.
+
+Where the noise is drawn (``postprocess.measure_on``, effective with a Dask runner):
+- ``workers`` (the default with Dask): a group's task reads its records on a worker, histograms and draws noise there
+  from the worker's own OS CSPRNG, writes its measurements to a part file in the run folder and returns public values
+  only; the groups' total histograms go worker to worker into the upper levels' task.  The driver plans, collects
+  the public parts into the level files and publishes.  The trust boundary moves: every worker reads confidential
+  records (docs/dask.md).
+- ``driver``: the same tasks run in the driver's process, one after another; workers only reconcile.
+"""
+
+from __future__ import annotations
+
+import operator
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from geography.tree import GeoTree
+from pipeline.budget.allocation import QueryAllocation, allocations_of
+from pipeline.config.model import ReleaseConfig
+from pipeline.dp.random_source import RandomSource, substream_key
+from pipeline.errors import InputError, InputProblem
+from pipeline.io.measurements import LevelMeasurementWriter
+from pipeline.io.microdata import InputFiles, encoded_rows
+from pipeline.release.measure_groups import (
+    GroupMeasured,
+    GroupTask,
+    InputCategoryError,
+    LevelPlan,
+    UpperTask,
+    measure_group,
+    measure_upper,
+    subtree_chunks,
+)
+from postprocess import QueryInvariant
+
+PARTS_DIR = "measure-parts"  # inside the run's temporary folder; removed once collected
+
+
+@dataclass(frozen=True)
+class MeasurementPlan:
+    partition_level: int
+    groups: tuple[GroupTask, ...]
+    upper: UpperTask | None
+
+
+def partition_level(tree: GeoTree, files: InputFiles) -> int:
+    """The level whose nodes the input's partition folders name (``state=01``: the level of width 2), or 0 (one
+    group: the whole tree) for a single file, a dataset without partition folders, or partition values of mixed or
+    unknown widths."""
+    values = [part.partition for part in files.parts]
+    if not values or any(v is None for v in values):
+        return 0
+    widths = {len(v) for v in values if v is not None}
+    if len(widths) != 1:
+        return 0
+    width = widths.pop()
+    return next((i for i, level in enumerate(tree.levels) if i > 0 and level.width == width), 0)
+
+
+def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[LevelPlan], rng: RandomSource | None,
+                     universe: str, chunk_cells: int, parts_dir: Path | None) -> MeasurementPlan:
+    """Every group's task and the upper levels' task, with each chunk's noise stream key (drawn here, in one fixed
+    order, so the plan is the same wherever the tasks run; ``rng`` None: no keys, a plan for validation only)."""
+    p = partition_level(tree, files)
+    n_cells = files.config.schema.n_cells
+    by_node: dict[int, list[int]] = {}
+    for index, part in enumerate(files.parts):
+        node = 0
+        if p > 0:
+            node = int(np.searchsorted(tree.geoids[p], part.partition))
+            if node >= tree.n_nodes(p) or tree.geoids[p][node] != part.partition:
+                raise InputError(str(part.path), "its partition folder names no unit of the geography",
+                                 category=InputProblem.GEOGRAPHY)
+        by_node.setdefault(node, []).append(index)
+    upper = None
+    if p > 0:
+        upper_tree = GeoTree(levels=tree.levels[:p], geoids=tree.geoids[:p], parent=tree.parent[:p])
+        chunks = subtree_chunks(upper_tree, n_cells, chunk_cells)
+        keys = _keys(rng, universe, level_plans[:p], chunks, (0,) * p)
+        ancestors, node = [], np.arange(tree.n_nodes(p))
+        for level in range(p - 1, -1, -1):
+            node = tree.parent[level + 1][node]
+            ancestors.insert(0, node)
+        upper = UpperTask(tree=upper_tree, group_ancestors=tuple(ancestors), schema=files.config.schema,
+                          levels=tuple(level_plans[:p]), chunks=chunks, keys=keys)
+    groups = []
+    for index, node in enumerate(range(tree.n_nodes(p)) if p > 0 else [0]):
+        subtree, first = tree.subtree(p, node, node + 1) if p > 0 else tree.subtree(0, 0, tree.n_nodes(0))
+        chunks = subtree_chunks(subtree, n_cells, chunk_cells)
+        groups.append(GroupTask(index=index, level=p, subtree=subtree, first=first, files=files,
+                                parts=tuple(by_node.get(node, [])), levels=tuple(level_plans[p:]), chunks=chunks,
+                                keys=_keys(rng, universe, level_plans[p:], chunks, first),
+                                out_dir=str(parts_dir) if parts_dir is not None else None, chunk_cells=chunk_cells))
+    return MeasurementPlan(p, tuple(groups), upper)
+
+
+def _keys(rng: RandomSource | None, universe: str, levels: Sequence[LevelPlan],
+          chunks: Sequence[Sequence[tuple[int, int]]], first: Sequence[int]) -> tuple[tuple[bytes | None, ...], ...]:
+    return tuple(tuple(substream_key(rng, f"{universe}:{name}:{offset + start}") if rng is not None else None
+                       for start, _ in level_chunks)
+                 for (name, _, _), level_chunks, offset in zip(levels, chunks, first, strict=True))
+
+
+def validate_group(task: GroupTask) -> InputProblem | None:
+    """Every value check of a group's records, nothing kept: the category of the first failure, or None.  Runs
+    before any noise, where the group's measurement will run."""
+    try:
+        for part in task.parts:
+            for _ in encoded_rows(task.files, part, task.subtree.geoids[-1]):
+                pass
+    except InputError as error:
+        return error.category
+    return None
+
+
+@dataclass
+class Measured:
+    """What the driver keeps of a measurement: per level, the chunk plan and the invariants (public)."""
+
+    chunk_plan: dict[int, list[tuple[int, int, int]]]
+    invariants: dict[int, list[QueryInvariant]]
+
+
+def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tree: GeoTree, directory: Path,
+                    runner: Any, on_workers: bool) -> Measured:
+    """Run the plan's tasks (on the runner's workers, or here) and write every level's file in node order."""
+    writers = {name: LevelMeasurementWriter(directory, name) for name, _, _ in level_plans}
+    p = plan.partition_level
+    plans: dict[int, list[tuple[int, int, int]]] = {level: [] for level in range(tree.depth)}
+    invariant_parts: dict[int, list[tuple[QueryInvariant, ...]]] = {level: [] for level in range(tree.depth)}
+    try:
+        if on_workers:
+            results, upper = dask_measure(runner.client, plan.groups, plan.upper)
+        else:
+            results, upper = _on_driver(plan, writers)
+        for measured in results:
+            for offset, level_plan in enumerate(measured.plans):
+                level = p + offset
+                name = level_plans[level][0]
+                rows = level_plan
+                part = measured.parts[offset]
+                if part is not None:  # a worker's part file: its row groups appended to the level's file
+                    first = writers[name].append_file(Path(part))
+                    rows = tuple((start, stop, first + row_group) for start, stop, row_group in level_plan)
+                plans[level].extend(rows)
+                invariant_parts[level].append(measured.invariants[offset])
+        for level, chunks in enumerate(upper() if upper is not None else []):
+            name, allocations, _ = level_plans[level]
+            rhos = [a.rho for a in allocations]
+            for (start, stop), (noisy, chunk_invariants) in zip(plan.upper.chunks[level], chunks, strict=True):
+                row_group = writers[name].write_chunk(tree.geoids[level][start:stop], noisy, rhos)
+                plans[level].append((start, stop, row_group))
+                invariant_parts[level].append(tuple(chunk_invariants))
+    finally:
+        for writer in writers.values():
+            writer.close()
+        if plan.groups and plan.groups[0].out_dir is not None:
+            shutil.rmtree(plan.groups[0].out_dir, ignore_errors=True)
+    invariants = {level: [QueryInvariant(name=pieces[0].name, matrix=pieces[0].matrix,
+                                         values=np.concatenate([piece.values for piece in pieces]))
+                          for pieces in zip(*parts, strict=True)]
+                  for level, parts in invariant_parts.items()}
+    return Measured(plans, invariants)
+
+
+def _on_driver(plan: MeasurementPlan, writers: dict[str, LevelMeasurementWriter]) -> tuple[list[GroupMeasured], Any]:
+    results, totals = [], []
+    for task in plan.groups:
+        measured, total = measure_group(task, writers)
+        results.append(measured)
+        totals.append(total)
+    upper = plan.upper
+    return results, (lambda: measure_upper(upper, totals)) if upper is not None else None
+
+
+def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | None) -> tuple[list[GroupMeasured], Any]:
+    """The groups' tasks on the workers; the public half of each result comes back, the total histograms stay on
+    the workers and go straight into the upper levels' task."""
+    futures = [client.submit(measure_group, task, pure=False) for task in groups]
+    public = [client.submit(operator.itemgetter(0), future, pure=False) for future in futures]
+    totals = [client.submit(operator.itemgetter(1), future, pure=False) for future in futures]
+    upper_future = client.submit(measure_upper, upper, totals, pure=False) if upper is not None else None
+    results = []
+    try:
+        for future in public:
+            results.append(future.result())
+    except InputCategoryError:
+        for future in (*futures, *public, *totals):
+            future.cancel()
+        raise
+    del futures, totals
+    return results, (upper_future.result if upper_future is not None else None)
+
+
+def level_plans_of(config: ReleaseConfig, allocations: Sequence[QueryAllocation]) -> list[LevelPlan]:
+    """Per level: its name, its queries' allocations and the queries published exactly there (invariants)."""
+    return [(spec.name, tuple(allocations_of(allocations, spec.name)),
+             tuple(i.query.name for i in config.invariants if spec.name in i.levels)) for spec in config.levels]
