@@ -20,7 +20,7 @@ from pipeline.cli.commands import preset_text
 from pipeline.config.load import load_config
 from pipeline.dp.random_source import system_random_source
 from pipeline.release import stages
-from pipeline.synth.population import write_synthetic
+from pipeline.synth.population import SyntheticFiles, write_synthetic
 
 
 def main() -> None:
@@ -32,12 +32,16 @@ def main() -> None:
     parser.add_argument("--reconciliation", choices=["full_information", "level_by_level"], default=None,
                         help="override the preset's postprocess.reconciliation")
     parser.add_argument("--no-units", action="store_true", help="the persons only (the preset's [units] left out)")
+    parser.add_argument("--data", type=Path, help="use a synthetic dataset already written (censusdp synth): its "
+                        "microdata and units (files or partitioned folders) and geography.parquet; the peak RSS "
+                        "then is the release's alone")
+    parser.add_argument("--chunk-cells", type=int, help="override postprocess.chunk_cells")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         os.environ["CENSUSDP_LEDGER"] = str(folder / "ledger.sqlite")  # never the installation's ledger
         started = time.perf_counter()
-        files = write_synthetic(args.persons, args.seed, folder / "data")
+        files = _existing(args.data) if args.data else write_synthetic(args.persons, args.seed, folder / "data")
         synth_s = time.perf_counter() - started
         text = preset_text(args.preset).replace('path = "microdata.parquet"', f'path = "{files.microdata}"')
         text = text.replace('path = "units.parquet"', f'path = "{files.units}"')
@@ -49,6 +53,8 @@ def main() -> None:
             overrides["postprocess.reconciliation"] = args.reconciliation
         if args.no_units:
             overrides["units"] = None
+        if args.chunk_cells:
+            overrides["postprocess.chunk_cells"] = args.chunk_cells
         config = load_config(folder / "config.toml", overrides)
         config = dataclasses.replace(config, runner=args.runner)
         timings: dict[str, float] = {}
@@ -80,6 +86,12 @@ def main() -> None:
         print(f"| {name} | {seconds:.2f} | {rate} |")
     print(f"| total release | {sum(timings.values()):.2f} |")
     print(f"peak RSS: {peak_gb:.2f} GB")
+
+
+def _existing(folder: Path) -> SyntheticFiles:
+    def either(name: str) -> Path:
+        return folder / name if (folder / name).is_dir() else folder / f"{name}.parquet"
+    return SyntheticFiles(microdata=either("microdata"), geography=folder / "geography.parquet", units=either("units"))
 
 
 if __name__ == "__main__":

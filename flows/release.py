@@ -50,8 +50,9 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
                  no_units: bool = False) -> str:
     """Release one dataset: returns the path of the published run directory.
 
-    With a Dask runner, each reconcile task maps its chunks on a Dask client (workers import no Prefect, so
-    no ephemeral server is started per worker; they receive file locations and public values only).
+    With a Dask runner, the validate and measure tasks run the input's group tasks on the workers (they read the
+    confidential records there, unless ``postprocess.measure_on = "driver"``: docs/dask.md) and each reconcile task
+    maps its chunks on the same client; workers import no Prefect, so no ephemeral server is started per worker.
     ``rho`` may be a number as `prefect deployment run ... -p rho=1.5` sends it (read as the decimal written).
     """
     if insecure_seed is not None and not insecure_seed_is_allowed():

@@ -41,12 +41,12 @@ def leak_dataset(folder: Path) -> Path:
     return folder / "config.toml"
 
 
-# `censusdp release` (the same main()) with the measure stage's helper wrapped: it notes the Prefect settings in
+# `censusdp release` (the same main()) with the measure stage's helper (measure_groups.measure_level) wrapped: it notes the Prefect settings in
 # force while a task runs (public booleans only), so removing the hardening fails the test even though every
 # task also asks for no persistence itself
 SPY_DRIVER = """
 import json, sys
-import pipeline.release.stages as stages
+import pipeline.release.measure_groups as stages
 from prefect.settings import get_current_settings
 from pipeline.cli import main
 original, seen = stages.measure_level, []

@@ -20,7 +20,7 @@ from pipeline.dp.noise import sample_discrete_gaussian
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.errors import CensusDPError
 from pipeline.io.run_folder import load_run
-from pipeline.release import stages
+from pipeline.release import measure_groups, stages
 from pipeline.synth.population import synthesize
 from pipeline.uncertainty.bootstrap import bootstrap_intervals
 from pipeline.uncertainty.gls import gls_estimates, write_estimates
@@ -81,7 +81,7 @@ def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytes
     measurements and invariants as the release held them in memory, before anything was written."""
     drawn: dict[str, list[list[QueryMeasurement]]] = {}  # per level name: one list of measurements per chunk
     held: list[stages.ReleaseRun] = []
-    real_measure, real_publish = stages.measure_level, stages.publish
+    real_measure, real_publish = measure_groups.measure_level, stages.publish
 
     def measure_level(schema, histograms, allocations, rng):  # the real one, keeping what it drew
         out = real_measure(schema, histograms, allocations, rng)
@@ -92,7 +92,7 @@ def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytes
         held.append(run)
         return real_publish(run)
 
-    monkeypatch.setattr(stages, "measure_level", measure_level)
+    monkeypatch.setattr(measure_groups, "measure_level", measure_level)
     monkeypatch.setattr(stages, "publish", publish)
     run_dir = release_dir(capsys, tiny_release)
     assert not (run_dir / "estimates").exists()  # nothing written until write_estimates is called
