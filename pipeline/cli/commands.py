@@ -50,18 +50,34 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def add_synth(sub: Sub) -> None:
-    p = sub.add_parser("synth", help="write a synthetic state: microdata.parquet, geography.parquet and units.parquet")
-    p.add_argument("--persons", type=int, required=True, help="number of persons (1,000 to 10,000,000)")
+    p = sub.add_parser("synth", help="write a synthetic state (microdata.parquet, geography.parquet, units.parquet), "
+                                      "or with --states a nation partitioned by state")
+    p.add_argument("--persons", type=int, required=True,
+                   help="number of persons (1,000 to 10,000,000; with --states up to 1,000,000,000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic population (default 0)")
+    p.add_argument("--states", type=int,
+                   help="write a nation of the first K states by FIPS code (51: the 50 states and DC), persons "
+                        "shared as in the 2020 census: microdata/state=SS/part-NNNN.parquet, units/ likewise and "
+                        "geography.parquet")
+    p.add_argument("--piece-persons", type=int,
+                   help="with --states: largest piece drawn at once, which bounds the memory (default 5,000,000)")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(handler=cmd_synth)
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
+    from pipeline.synth.nation import PIECE_PERSONS, write_synthetic_nation
     from pipeline.synth.population import write_synthetic
 
+    if args.states is None and args.piece_persons is not None:
+        raise CensusDPError("--piece-persons needs --states")
     try:
-        files = write_synthetic(args.persons, args.seed, Path(args.out))
+        if args.states is None:
+            files = write_synthetic(args.persons, args.seed, Path(args.out))
+        else:
+            piece_persons = PIECE_PERSONS if args.piece_persons is None else args.piece_persons
+            files = write_synthetic_nation(args.persons, args.seed, Path(args.out), states=args.states,
+                                           piece_persons=piece_persons)
     except ValueError as error:
         raise CensusDPError(str(error)) from None
     print(files.microdata)

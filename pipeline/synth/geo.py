@@ -13,7 +13,10 @@ from numpy.random import Generator  # synthetic data only: never privacy noise
 from numpy.typing import NDArray
 
 STATE_FIPS = 1
-"""State code of every synthetic block ("01")."""
+"""State code of a single synthetic state's blocks ("01"); a nation's states pass their own (``build_blocks``)."""
+
+MAX_COUNTIES = 500
+"""County codes are odd numbers of three digits, 1..999, so a state has at most 500 counties."""
 
 MEAN_TRACT_POP = 4000.0
 """Target mean tract population (real tracts: about 1,200-8,000 people, optimum 4,000)."""
@@ -45,6 +48,7 @@ class Blocks:
         tract_index: index 0..n_tracts-1 of each block's tract (non-decreasing).
         households: household (non-group-quarters) persons in each block.
         n_tracts: number of tracts.
+        state: state FIPS code of every block.
     """
 
     county: NDArray[np.int64]
@@ -53,6 +57,7 @@ class Blocks:
     tract_index: NDArray[np.int64]
     households: NDArray[np.int64]
     n_tracts: int
+    state: int = STATE_FIPS
 
     @property
     def n_blocks(self) -> int:
@@ -61,7 +66,7 @@ class Blocks:
 
     def geocode_numbers(self) -> NDArray[np.int64]:
         """15-digit block GEOIDs as integers (state * 10**13 + county * 10**10 + tract * 10**4 + block)."""
-        return STATE_FIPS * 10**13 + self.county * 10**10 + self.tract * 10**4 + self.block
+        return self.state * 10**13 + self.county * 10**10 + self.tract * 10**4 + self.block
 
 
 def _rank_within(groups: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -105,16 +110,29 @@ def sample_ragged(
     return np.minimum(idx, last_positive[rows])
 
 
-def build_blocks(rng: Generator, household_persons: int) -> Blocks:
+def build_blocks(
+    rng: Generator,
+    household_persons: int,
+    *,
+    state: int = STATE_FIPS,
+    county_base: int = 0,
+    max_counties: int = MAX_COUNTIES,
+) -> Blocks:
     """Lay out counties, tracts, block groups and blocks and place ``household_persons`` in them.
 
     Tract populations vary lognormally around :data:`MEAN_TRACT_POP`; counties get a heavy-tailed
     number of tracts; each tract has 1-4 block groups; each block group about
     ``population / PERSONS_PER_BLOCK`` blocks, a tract-dependent share of which are uninhabited; the
     others receive persons in proportion to lognormal weights (heavy-tailed block sizes).
+
+    A state generated in pieces gives each piece its own range of counties: this piece's are the
+    county numbers ``county_base .. county_base + max_counties - 1`` (code ``2 * number + 1``), at most
+    ``max_counties`` of them, so pieces never share a block. The defaults leave a single state as it was.
     """
+    if county_base < 0 or max_counties < 1 or county_base + max_counties > MAX_COUNTIES:
+        raise ValueError(f"counties {county_base}..{county_base + max_counties - 1} are outside 0..{MAX_COUNTIES - 1}")
     n_tracts = max(1, round(household_persons / MEAN_TRACT_POP))
-    n_counties = min(n_tracts, max(1, round(2.0 * np.sqrt(n_tracts))))
+    n_counties = min(n_tracts, max(1, round(2.0 * np.sqrt(n_tracts))), max_counties)
 
     # Tract populations (exact total), and tracts assigned to counties: one each, the rest heavy-tailed.
     tract_w = np.clip(rng.lognormal(0.0, 0.35, n_tracts), 0.35, 1.9)
@@ -123,7 +141,7 @@ def build_blocks(rng: Generator, household_persons: int) -> Blocks:
     extra = rng.choice(n_counties, size=n_tracts - n_counties, p=county_w / county_w.sum())
     tract_county = np.sort(np.r_[np.arange(n_counties), extra]).astype(np.int64)
     tract_code = (_rank_within(tract_county) + 1) * 100
-    county_code = 2 * tract_county + 1
+    county_code = 2 * (county_base + tract_county) + 1
 
     # Block groups: 1-4 per tract.
     n_bg = np.clip(np.rint(tract_pop / BLOCK_GROUP_POP + rng.uniform(-0.5, 0.5, n_tracts)), 1, 4)
@@ -158,4 +176,5 @@ def build_blocks(rng: Generator, household_persons: int) -> Blocks:
         tract_index=blk_tract,
         households=households,
         n_tracts=n_tracts,
+        state=state,
     )

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from pipeline.synth.geo import Blocks, build_blocks
+from pipeline.synth.geo import MAX_COUNTIES, STATE_FIPS, Blocks, build_blocks
 from pipeline.synth.people import group_quarters, person_attributes, place_facilities
 from pipeline.synth.units import gq_code_values, synthesize_units
 
@@ -102,26 +102,54 @@ def synthesize_state(persons: int, seed: int) -> SyntheticState:
     ``VACS`` ("0" occupied or a facility, "1".."7" vacant).  Per block, occupied housing units are households of
     the block's household persons, and there is one facility per group-quarters type its persons live in.
     """
-    microdata, geography, (blocks, person_block, gqtype) = _persons(persons, seed)
+    microdata, geography, drawn = _persons(persons, seed)
     rng = np.random.default_rng([int(seed), UNITS_STREAM])  # test-only: synthetic data, not privacy noise
-    units = synthesize_units(rng, person_block, gqtype, blocks.tract_index, blocks.n_tracts)
+    return SyntheticState(microdata=microdata, geography=geography, units=draw_units(rng, geography, drawn))
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What the units are drawn from: the blocks, each person's block index (sorted) and GQ type."""
+
+    blocks: Blocks
+    person_block: NDArray[np.int64]
+    gqtype: NDArray[np.int8]
+
+
+def draw_units(rng: np.random.Generator, geography: pl.DataFrame, drawn: Drawn) -> pl.DataFrame:
+    """The units frame (``synthesize_state``) of persons ``drawn`` in the blocks of ``geography``, from ``rng``."""
+    units = synthesize_units(rng, drawn.person_block, drawn.gqtype, drawn.blocks.tract_index, drawn.blocks.n_tracts)
     block_geocodes = geography.get_column("geocode")
-    frame = pl.DataFrame([
+    return pl.DataFrame([
         _lookup(block_geocodes, units.block).alias("geocode"),
         _lookup(("2", "4"), (units.rtype == 4).view(np.uint8)).alias("RTYPE"),
         _lookup(gq_code_values(), units.gq_code).alias("GQTYPE"),
         _lookup(tuple(str(v) for v in range(8)), units.vacancy).alias("VACS"),
     ])
-    return SyntheticState(microdata=microdata, geography=geography, units=frame)
 
 
-def _persons(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, tuple[Blocks, np.ndarray, np.ndarray]]:
-    """Persons and blocks, and what the units are drawn from: the blocks, each person's block and GQ type."""
+def _persons(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, Drawn]:
+    """A single state's persons and blocks (state "01", seeded with ``seed`` alone), and what its units need."""
     _validate(persons, seed)
-    rng = np.random.default_rng(int(seed))  # test-only: synthetic data, not privacy noise
+    return draw_persons(np.random.default_rng(int(seed)), persons)  # test-only: synthetic data, not privacy noise
 
+
+def draw_persons(
+    rng: np.random.Generator,
+    persons: int,
+    *,
+    state: int = STATE_FIPS,
+    county_base: int = 0,
+    max_counties: int = MAX_COUNTIES,
+) -> tuple[pl.DataFrame, pl.DataFrame, Drawn]:
+    """(microdata, geography, drawn) of ``persons`` persons in state ``state``, drawn from ``rng``.
+
+    ``county_base`` and ``max_counties`` give the range of county numbers to use (``build_blocks``): a state made
+    in pieces gives each piece its own range. Both frames are sorted by geocode.
+    """
     gq_type, gq_size = group_quarters(rng, persons)
-    blocks = build_blocks(rng, persons - int(gq_size.sum()))
+    blocks = build_blocks(rng, persons - int(gq_size.sum()), state=state, county_base=county_base,
+                          max_counties=max_counties)
     gq_block = place_facilities(rng, gq_type.shape[0], blocks.n_blocks)
 
     # Persons in geocode order: household persons block by block, group-quarters persons merged in.
@@ -144,9 +172,7 @@ def _persons(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, tuple
         ]
     )
     geography = block_geocodes.to_frame()
-    return microdata, geography, (blocks, person_block, gqtype)
-
-
+    return microdata, geography, Drawn(blocks=blocks, person_block=person_block, gqtype=gqtype)
 
 
 def write_synthetic(persons: int, seed: int, out_dir: Path) -> SyntheticFiles:

@@ -1,0 +1,165 @@
+"""A synthetic nation (the 50 states and DC, up to a few hundred million persons) written in bounded memory.
+
+``write_synthetic_nation(persons, seed, out_dir)`` shares the persons among the states by their 2020 census
+populations (``pipeline.synth.states``) and makes each state with the single-state generator
+(``pipeline.synth.population.draw_persons``), in pieces of at most ``piece_persons`` persons. A piece is drawn,
+written and dropped before the next one starts, so the peak memory is that of one piece, whatever the nation's
+size. It writes, under ``out_dir``::
+
+    microdata/state=SS/part-NNNN.parquet   persons of piece NNNN of state SS (FIPS), sorted by geocode
+    units/state=SS/part-NNNN.parquet       the units of the same piece, sorted by geocode
+    geography.parquet                      every block of the nation, sorted (one row group per piece)
+
+Pieces of a state have disjoint county ranges, in piece order, so every part holds whole counties, the part
+names sort in geocode order and no block belongs to two pieces. Each piece draws from its own streams, seeded
+with ``(seed, state, piece, 1)`` (persons) and ``(seed, state, piece, 2)`` (units): a state's data depends on
+the seed, its FIPS code, its person count and the piece size only.
+
+This is test data, not a privacy mechanism: it uses numpy's ordinary generator on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.synth.geo import MAX_COUNTIES
+from pipeline.synth.population import MAX_PERSONS, MIN_PERSONS, SyntheticFiles, draw_persons, draw_units
+from pipeline.synth.states import N_STATES, apportion
+
+PIECE_PERSONS = 5_000_000
+"""Default largest piece: about 1.5 GB at the peak (BENCHMARKS.md, "Synthetic nation")."""
+
+MAX_NATION_PERSONS = 1_000_000_000
+
+PERSONS_STREAM = 1  # last word of a piece's seed: never 0, as trailing zeros would alias shorter seeds
+UNITS_STREAM = 2
+
+GEOGRAPHY_SCHEMA = pa.schema([pa.field("geocode", pa.string())])
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One piece of a state: the ``index``-th (0-based) of its pieces, with ``persons`` persons and county
+    numbers ``county_base .. county_base + max_counties - 1``."""
+
+    state: int
+    index: int
+    persons: int
+    county_base: int
+    max_counties: int
+
+    @property
+    def state_code(self) -> str:
+        """Two-digit state FIPS, as in geocodes and partition names."""
+        return f"{self.state:02d}"
+
+    @property
+    def part_name(self) -> str:
+        """File name of the piece's part, in each of microdata/ and units/."""
+        return f"part-{self.index:04d}.parquet"
+
+
+def plan_nation(persons: int, states: int = N_STATES, piece_persons: int = PIECE_PERSONS) -> list[Piece]:
+    """Every piece of the nation, in geocode order (state by state, pieces in county order).
+
+    A state of ``n`` persons is cut into ``ceil(n / piece_persons)`` pieces of equal size give or take one; its
+    500 county numbers are shared equally among them.
+
+    Raises:
+        ValueError: if persons, states or piece_persons is out of range, or a state would need more pieces than
+            it has counties.
+    """
+    for name, value in (("persons", persons), ("states", states), ("piece_persons", piece_persons)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not MIN_PERSONS <= persons <= MAX_NATION_PERSONS:
+        raise ValueError(f"persons must be between {MIN_PERSONS:,} and {MAX_NATION_PERSONS:,}, got {persons:,}")
+    if not 1 <= piece_persons <= MAX_PERSONS:
+        raise ValueError(f"piece_persons must be between 1 and {MAX_PERSONS:,}, got {piece_persons:,}")
+    pieces = []
+    for state, n in apportion(int(persons), int(states)):
+        k = -(-n // piece_persons)
+        if n < 1 or k > MAX_COUNTIES:
+            raise ValueError(f"state {state:02d} would have {n:,} persons in {k:,} pieces: choose a larger "
+                             f"piece size or a total for which every state has 1 to {MAX_COUNTIES} pieces")
+        width = MAX_COUNTIES // k
+        pieces += [Piece(state=state, index=i, persons=n // k + (i < n % k), county_base=i * width,
+                         max_counties=width) for i in range(k)]
+    return pieces
+
+
+def write_synthetic_nation(
+    persons: int,
+    seed: int,
+    out_dir: Path,
+    states: int = N_STATES,
+    piece_persons: int = PIECE_PERSONS,
+    on_piece: Callable[[Piece], None] | None = None,
+) -> SyntheticFiles:
+    """Write a synthetic nation of exactly ``persons`` persons under ``out_dir`` (layout in the module docstring).
+
+    Args:
+        persons: number of persons, 1,000 to 1,000,000,000, shared among the states as in 2020.
+        seed: non-negative seed; the output is a deterministic function of all the arguments.
+        out_dir: created if needed. Part files already under its microdata/ and units/ are removed first, so
+            the dataset is exactly what this call wrote; geography.parquet is overwritten.
+        states: the first ``states`` states by FIPS code (1 to 51; 51 is the 50 states and DC).
+        piece_persons: largest number of persons drawn at once (the memory bound).
+        on_piece: called after each piece is written (progress).
+
+    Returns:
+        ``SyntheticFiles`` whose ``microdata`` and ``units`` are the partitioned folders and ``geography`` the file.
+
+    Raises:
+        ValueError: if an argument is out of range (``plan_nation``) or the seed is negative.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    plan = plan_nation(persons, states, piece_persons)
+    out = Path(out_dir)
+    files = SyntheticFiles(microdata=out / "microdata", geography=out / "geography.parquet", units=out / "units")
+    for folder in (files.microdata, files.units):
+        _clear_parts(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(files.geography, GEOGRAPHY_SCHEMA, compression="zstd") as geography_writer:
+        for piece in plan:
+            _write_piece(piece, int(seed), files, geography_writer)
+            if on_piece is not None:
+                on_piece(piece)
+    return files
+
+
+def _write_piece(piece: Piece, seed: int, files: SyntheticFiles, geography_writer: pq.ParquetWriter) -> None:
+    """Draw one piece, write its microdata and units parts and append its blocks to the geography."""
+    # test-only: synthetic data, not privacy noise
+    rng = np.random.default_rng([seed, piece.state, piece.index, PERSONS_STREAM])
+    microdata, geography, drawn = draw_persons(rng, piece.persons, state=piece.state,
+                                               county_base=piece.county_base, max_counties=piece.max_counties)
+    partition = f"state={piece.state_code}"
+    (files.microdata / partition).mkdir(parents=True, exist_ok=True)
+    microdata.write_parquet(files.microdata / partition / piece.part_name)
+    del microdata
+    units_rng = np.random.default_rng([seed, piece.state, piece.index, UNITS_STREAM])
+    units = draw_units(units_rng, geography, drawn)
+    del drawn
+    (files.units / partition).mkdir(parents=True, exist_ok=True)
+    units.write_parquet(files.units / partition / piece.part_name)
+    del units
+    geography_writer.write_table(geography.to_arrow().cast(GEOGRAPHY_SCHEMA))
+
+
+def _clear_parts(folder: Path) -> None:
+    """Remove the part files (and then-empty state folders) an earlier nation left in ``folder``; nothing else."""
+    if not folder.is_dir():
+        return
+    for part in folder.glob("state=*/part-*.parquet"):
+        part.unlink()
+    for partition in folder.glob("state=*"):
+        if partition.is_dir() and not any(partition.iterdir()):
+            partition.rmdir()
