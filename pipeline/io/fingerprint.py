@@ -6,8 +6,11 @@ parts merged) is the same dataset and must not start a fresh lifetime cap.  A re
 its charge, keyed digests (key: 32 random bytes kept in the ledger, ``PrivacyLedger.fingerprint_key``) of a
 canonical form of the microdata's rows, every part of a dataset folder together.  A row's canonical text is every
 column of a text, number or date type in name order, ``name=value`` (dates and times as their integer form, a
-missing value as NUL); a hive column of a part's path counts as the column it stands for (``pipeline.io.parts``),
-so a dataset and the file it was split from read the same rows.  Kinds:
+missing value as NUL), the columns the files hold: a hive segment of a part's path (``state=01/``) is a label,
+left out, so a dataset and the file it was split into parts from give the same digest.  Where a part's file
+lacks the column a hive segment names (a writer moved the column into the path), a second digest of the same
+kind, ``<kind>-with-paths``, counts the segment as that column: the same rows as a file that has it.  Both are
+recorded, so either layout finds the data.  Kinds:
 
 - ``rows-set`` (streamed, batch by batch, part by part): the sum modulo 2^256 of HMAC-SHA256(k, row text) over
   every row, a keyed multiset hash (Clarke et al., MSet-Add-Hash; k derived from the key for this kind), then
@@ -18,7 +21,8 @@ so a dataset and the file it was split from read the same rows.  Kinds:
   counts, or of the raw lines.  Ledgers written before the streamed kinds existed record only these: a release
   computes them too while the ledger holds a dataset whose fingerprints lack a streamed kind
   (``PrivacyLedger.needs_legacy_fingerprints``), and records both, so the upgrade never makes known data look new
-  and each old dataset needs one release (or ``censusdp ledger bind``-free charge) to carry the new kind.
+  and after one release of each old dataset the streamed kind is on record (then the legacy kinds are no longer
+  computed).  The ``-with-paths`` variant is computed for the legacy kinds too.
 
 It does not depend on the configuration at all, so no choice of geocode columns, attributes, mappings or levels
 makes the same file look new; and matching needs the whole dataset's content, so a crafted file of one's own
@@ -48,6 +52,7 @@ _NULL = "\x00"  # stands for a missing value; cannot occur in CSV text read by t
 _FIELD, _ROW = "\x1f", "\n"
 _BATCH = 200_000
 _MODULUS = 1 << 256
+WITH_PATHS = "-with-paths"  # the variant of a kind that counts a part's path-only hive columns
 
 
 class FingerprintKind(StrEnum):
@@ -104,11 +109,18 @@ def row_texts(frame: pl.DataFrame) -> pl.Series:
 
 def _streamed(files: InputFiles, key: bytes, batch_rows: int) -> dict[str, str]:
     try:
-        digest = MultisetDigest(key, FingerprintKind.ROWS_SET)
+        digest, with_paths = (MultisetDigest(key, FingerprintKind.ROWS_SET) for _ in range(2))
+        path_columns = False
         for part in files.parts:
-            for frame in read_batches(part, files.format, batch_rows):
-                digest.add(text.encode() for text in row_texts(frame).to_list())
-        return {digest.kind.value: digest.hexdigest()}
+            for frame in read_batches(part, files.format, batch_rows, hive=False):
+                texts = [text.encode() for text in row_texts(frame).to_list()]
+                digest.add(texts)
+                full = with_hive(frame, part)
+                path_columns |= full.width > frame.width
+                with_paths.add(texts if full.width == frame.width else
+                               (text.encode() for text in row_texts(full).to_list()))
+        return {digest.kind.value: digest.hexdigest()} | (
+            {f"{digest.kind.value}{WITH_PATHS}": with_paths.hexdigest()} if path_columns else {})
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # noqa: BLE001 - a body that does not parse, a polars panic: fall back, never refuse
@@ -127,9 +139,12 @@ def legacy_fingerprints(files: InputFiles, key: bytes) -> dict[str, str]:
     of every part's rows together, else ``lines``.  For a single file exactly the digest earlier releases
     recorded."""
     try:
-        frames = [with_hive(read_body(part.path, files.format), part) for part in files.parts]
-        frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
-        return {FingerprintKind.ROWS.value: _rows_digest(frame, key)}
+        frames = [read_body(part.path, files.format) for part in files.parts]
+        full = [with_hive(frame, part) for frame, part in zip(frames, files.parts, strict=True)]
+        digests = {FingerprintKind.ROWS.value: _rows_digest(_concat(frames), key)}
+        if any(f.width != g.width for f, g in zip(frames, full, strict=True)):
+            digests[f"{FingerprintKind.ROWS.value}{WITH_PATHS}"] = _rows_digest(_concat(full), key)
+        return digests
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # noqa: BLE001 - e.g. a polars panic on an odd value: fall back, never refuse
@@ -138,6 +153,10 @@ def legacy_fingerprints(files: InputFiles, key: bytes) -> dict[str, str]:
     for line in sorted(line for part in files.parts for line in part.path.read_bytes().splitlines()[1:]):
         mac.update(line + _ROW.encode())
     return {FingerprintKind.LINES.value: mac.hexdigest()}
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
 
 
 def _rows_digest(frame: pl.DataFrame, key: bytes) -> str:
@@ -166,7 +185,7 @@ def seeded_noise_secret(key: bytes, fingerprints: dict[str, str], release: str) 
     release's noise, and the same noise never lands on two different layouts of the same data (subtracting
     two such releases would cancel it); only an identical release repeats it, which reveals nothing new.  The
     legacy kinds are left out: whether a release computes them depends on the ledger, not on the release."""
-    legacy = {FingerprintKind.ROWS.value, FingerprintKind.LINES.value}
+    streamed = {FingerprintKind.ROWS_SET.value, FingerprintKind.LINES_SET.value}
     material = "".join(f"{k}={v};" for k, v in sorted(fingerprints.items())
-                       if k.removeprefix("units-") not in legacy) + release
+                       if k.removeprefix("units-").removesuffix(WITH_PATHS) in streamed) + release
     return hmac.new(key, f"censusdp-seeded-noise-v2:{material}".encode(), hashlib.sha256).digest()

@@ -147,8 +147,10 @@ def with_hive(frame: pl.DataFrame, part: InputPart) -> pl.DataFrame:
     return frame.with_columns(missing) if missing else frame
 
 
-def read_batches(part: InputPart, fmt: Format | str, batch_rows: int) -> Iterator[pl.DataFrame]:
-    """The part's rows in order, at most ``batch_rows`` per frame (hive columns added).  The reader streams: it
+def read_batches(part: InputPart, fmt: Format | str, batch_rows: int, *, hive: bool = True
+                 ) -> Iterator[pl.DataFrame]:
+    """The part's rows in order, at most ``batch_rows`` per frame (with ``hive``, the hive columns the file lacks
+    added).  The reader streams: it
     holds a batch and its own buffers (a Parquet row group's pages, a CSV block), never the whole file.  A body
     that does not parse raises ``unreadable`` (a FILE problem that depends on values: after the charge)."""
     if batch_rows < 1:
@@ -162,7 +164,8 @@ def read_batches(part: InputPart, fmt: Format | str, batch_rows: int) -> Iterato
         for batch in scan.collect_batches(chunk_size=batch_rows, maintain_order=True, lazy=True):
             # the reader's chunk size is a target: cut anything larger, so a batch never exceeds batch_rows
             for start in range(0, batch.height, batch_rows):
-                yield with_hive(batch.slice(start, batch_rows), part)
+                piece = batch.slice(start, batch_rows)
+                yield with_hive(piece, part) if hive else piece
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except InputError:
