@@ -181,29 +181,27 @@ def validated_rows(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> tuple[
         tree = build_tree(config.levels, units)
     except ValueError as error:
         raise InputError(source, str(error), category=InputProblem.GEOGRAPHY) from None
-    unit_parts, cell_parts = [], []
-    for index in range(len(files.parts)):
-        for batch in encoded_rows(files, index, tree.geoids[-1], batch_rows=batch_rows):
-            unit_parts.append(batch.units)
-            cell_parts.append(batch.cells)
-    if not cell_parts or sum(len(c) for c in cell_parts) == 0:
+    unit_index, cells = _all_rows(files, tree.geoids[-1], batch_rows)
+    return tree, unit_index, cells
+
+
+def _all_rows(files: InputFiles, lowest_geoids: np.ndarray, batch_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every part's encoded records, concatenated (int64); EMPTY if there is none."""
+    batches = [b for index in range(len(files.parts))
+               for b in encoded_rows(files, index, lowest_geoids, batch_rows=batch_rows)]
+    if sum(len(b.cells) for b in batches) == 0:
         raise _empty(files)
-    return tree, np.concatenate(unit_parts).astype(np.int64), np.concatenate(cell_parts).astype(np.int64)
+    return (np.concatenate([b.units for b in batches]).astype(np.int64),
+            np.concatenate([b.cells for b in batches]).astype(np.int64))
 
 
 def validate_input(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> tuple[Microdata, np.ndarray]:
     """Value-level checks; returns the microdata (every record's unit code and cell) and the sorted lowest-level
     units of the geography file (or, without one, those of the microdata)."""
     units = geography_units(files, batch_rows=batch_rows)
-    unit_parts, cell_parts = [], []
-    for index in range(len(files.parts)):
-        for batch in encoded_rows(files, index, units, batch_rows=batch_rows):
-            unit_parts.append(batch.units)
-            cell_parts.append(batch.cells)
-    if not cell_parts or sum(len(c) for c in cell_parts) == 0:
-        raise _empty(files)
-    codes = pl.Series("__geocode", units[np.concatenate(unit_parts)], dtype=pl.Utf8)
-    return Microdata(path=str(files.path), codes=codes, cells=np.concatenate(cell_parts).astype(np.int64)), units
+    unit_index, cells = _all_rows(files, units, batch_rows)
+    return Microdata(path=str(files.path), codes=pl.Series("__geocode", units[unit_index], dtype=pl.Utf8),
+                     cells=cells), units
 
 
 def read_microdata(config: ReleaseConfig) -> Microdata:

@@ -42,6 +42,30 @@ class InputPart:
     path: Path
     partition: str | None = None
     hive: tuple[tuple[str, str], ...] = ()
+    identity: tuple[int, ...] = ()  # the file's inode, size and times when listed (``check_unchanged``)
+
+
+def _identity(path: Path) -> tuple[int, ...]:
+    # no device number: a worker mounting the same file system may see another one; ctime cannot be set back
+    info = path.stat()
+    return info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+class ChangedFileError(InputError):
+    """A part changed after it was listed: never a fallback's cue, always a refusal (a FILE problem)."""
+
+
+def check_unchanged(part: InputPart) -> None:
+    """The part is the file it was when listed: the fingerprint charged, the rows checked and the rows measured
+    are then one content (a file swapped between the charge and the measurement would spend another dataset's
+    budget).  Every reader checks before and after it reads."""
+    try:
+        same = not part.identity or _identity(part.path) == part.identity
+    except OSError:
+        same = False
+    if not same:
+        raise ChangedFileError(str(part.path), "changed while the release was reading it (the data must stay as "
+                               "it was charged)", category=InputProblem.FILE)
 
 
 def _file_error(path: Path, problem: str) -> InputError:
@@ -53,7 +77,7 @@ def discover_parts(path: Path, fmt: Format) -> tuple[InputPart, ...]:
     if not path.exists():
         raise _file_error(path, "no such file")
     if path.resolve().is_file():
-        return (InputPart(path),)
+        return (InputPart(path, identity=_identity(path)),)
     if not path.resolve().is_dir():
         raise _file_error(path, "not a file or a folder")
     if fmt is not Format.PARQUET:
@@ -79,8 +103,8 @@ def _part(path: Path, relative: Path) -> InputPart:
     folders = relative.parts[:-1]
     hive = tuple((s.split("=", 1)[0], s.split("=", 1)[1]) for s in folders if "=" in s and not s.startswith("="))
     if hive:
-        return InputPart(path, "".join(value for _, value in hive), hive)
-    return InputPart(path, folders[0] if folders else None)
+        return InputPart(path, "".join(value for _, value in hive), hive, _identity(path))
+    return InputPart(path, folders[0] if folders else None, identity=_identity(path))
 
 
 def _refuse_identical(parts: tuple[InputPart, ...]) -> None:
@@ -155,6 +179,7 @@ def read_batches(part: InputPart, fmt: Format | str, batch_rows: int, *, hive: b
     that does not parse raises ``unreadable`` (a FILE problem that depends on values: after the charge)."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be >= 1")
+    check_unchanged(part)
     source = str(part.path.resolve())
     try:
         if fmt == "parquet":
@@ -166,6 +191,7 @@ def read_batches(part: InputPart, fmt: Format | str, batch_rows: int, *, hive: b
             for start in range(0, batch.height, batch_rows):
                 piece = batch.slice(start, batch_rows)
                 yield with_hive(piece, part) if hive else piece
+        check_unchanged(part)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except InputError:

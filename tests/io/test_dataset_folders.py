@@ -227,3 +227,28 @@ def test_the_units_of_a_dataset_without_a_geography_file(tiny_release: Path) -> 
     write_hive_dataset(micro, folder, "region", pl.col("geocode").str.slice(0, 1), parts=3)
     files = folder_files(tiny_release, folder, **{"input.geography": None})
     assert geography_units(files, batch_rows=11).tolist() == sorted(micro["geocode"].unique().to_list())
+
+
+def test_a_part_swapped_after_it_was_listed_is_never_read(tiny_release: Path) -> None:
+    """The fingerprint charged and the rows measured are one content: a part replaced (in place, or by another
+    file under its name) after ``read_input_files`` is refused by every reader, the fingerprint's included."""
+    from pipeline.io.fingerprint import data_fingerprints
+    from pipeline.io.parts import ChangedFileError
+
+    folder = tiny_release.parent / "microdata"
+    written = write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "region",
+                                 pl.col("geocode").str.slice(0, 1))
+    for swap in ("in place", "renamed over"):
+        files = folder_files(tiny_release, folder)
+        replacement = pl.read_parquet(written[1]).head(5)
+        if swap == "in place":
+            replacement.write_parquet(written[1])
+        else:
+            replacement.write_parquet(folder / "other.tmp")
+            os.replace(folder / "other.tmp", written[1])
+        for legacy in (False, True):
+            with pytest.raises(ChangedFileError):
+                data_fingerprints(files, bytes(32), legacy=legacy)
+        with pytest.raises(InputError, match="changed while the release was reading it") as caught:
+            validated_rows(files)
+        assert caught.value.path == str(written[1]) and caught.value.category is InputProblem.FILE
