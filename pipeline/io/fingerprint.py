@@ -119,20 +119,39 @@ def row_texts(frame: pl.DataFrame) -> pl.Series:
     return frame.select(pl.concat_str(fields, separator=_FIELD).alias("row")).to_series()
 
 
+def has_path_columns(files: InputFiles) -> bool:
+    """Whether some part's path names a hive column its file lacks (then ``-with-paths`` digests are due)."""
+    return any(name not in read_header(part.path, files.format) for part in files.parts for name, _ in part.hive)
+
+
+def part_digests(files: InputFiles, part_index: int, key: bytes, *, with_paths: bool,
+                 batch_rows: int = BATCH_ROWS) -> tuple[MultisetDigest, MultisetDigest | None]:
+    """One part's ``rows-set`` digest (and, with ``with_paths``, its ``-with-paths`` one), streamed: the parts'
+    digests ``merge`` into the dataset's, in any order (so a worker may compute its partition's).  Raises where
+    the part does not read (``data_fingerprints`` then falls back to ``lines-set``)."""
+    part = files.parts[part_index]
+    digest = MultisetDigest(key, FingerprintKind.ROWS_SET)
+    variant = MultisetDigest(key, FingerprintKind.ROWS_SET) if with_paths else None
+    for frame in read_batches(part, files.format, batch_rows, hive=False):
+        texts = row_texts(frame).cast(pl.Binary).to_list()
+        digest.add(texts)
+        if variant is not None:
+            full = with_hive(frame, part)
+            variant.add(texts if full.width == frame.width else row_texts(full).cast(pl.Binary).to_list())
+    return digest, variant
+
+
 def _streamed(files: InputFiles, key: bytes, batch_rows: int) -> dict[str, str]:
     try:
-        digest, with_paths = (MultisetDigest(key, FingerprintKind.ROWS_SET) for _ in range(2))
-        path_columns = any(name not in read_header(part.path, files.format) for part in files.parts
-                           for name, _ in part.hive)  # the variant needs every part's rows: decided up front
-        for part in files.parts:
-            for frame in read_batches(part, files.format, batch_rows, hive=False):
-                texts = row_texts(frame).cast(pl.Binary).to_list()
-                digest.add(texts)
-                if path_columns:
-                    full = with_hive(frame, part)
-                    with_paths.add(texts if full.width == frame.width else row_texts(full).cast(pl.Binary).to_list())
+        with_paths = has_path_columns(files)  # the variant needs every part's rows: decided up front
+        digest, variant = MultisetDigest(key, FingerprintKind.ROWS_SET), MultisetDigest(key, FingerprintKind.ROWS_SET)
+        for index in range(len(files.parts)):
+            part, part_variant = part_digests(files, index, key, with_paths=with_paths, batch_rows=batch_rows)
+            digest.merge(part)
+            if part_variant is not None:
+                variant.merge(part_variant)
         return {digest.kind.value: digest.hexdigest()} | (
-            {f"{digest.kind.value}{WITH_PATHS}": with_paths.hexdigest()} if path_columns else {})
+            {f"{digest.kind.value}{WITH_PATHS}": variant.hexdigest()} if with_paths else {})
     except (KeyboardInterrupt, SystemExit, ChangedFileError):
         raise
     except BaseException:  # noqa: BLE001 - a body that does not parse, a polars panic: fall back, never refuse

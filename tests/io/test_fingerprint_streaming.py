@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.config.load import load_config
-from pipeline.io.fingerprint import FingerprintKind, MultisetDigest, data_fingerprints, row_texts
+from pipeline.io.fingerprint import FingerprintKind, MultisetDigest, data_fingerprints, part_digests, row_texts
 from pipeline.io.microdata import InputFiles, read_input_files
 from tests.helpers.datasets import write_hive_dataset
 
@@ -77,6 +77,14 @@ def test_partial_digests_merge_to_the_whole(tiny_release: Path) -> None:
     assert parts.hexdigest() == whole.hexdigest()
     with pytest.raises(ValueError, match="one kind"):
         parts.merge(MultisetDigest(KEY, FingerprintKind.LINES_SET))
+    folder = tiny_release.parent / "by-region"
+    write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "region",
+                       pl.col("geocode").str.slice(0, 1))
+    files = files_at(tiny_release, folder)
+    merged = MultisetDigest(KEY, FingerprintKind.ROWS_SET)
+    for index in reversed(range(len(files.parts))):  # as workers would, in any order
+        merged.merge(part_digests(files, index, KEY, with_paths=False, batch_rows=50)[0])
+    assert merged.hexdigest() == whole.hexdigest() == data_fingerprints(files, KEY)["rows-set"]
 
 
 def test_the_legacy_kinds_of_a_dataset_are_those_of_its_file(tiny_release: Path) -> None:

@@ -16,7 +16,7 @@ from pipeline.io.fingerprint import legacy_fingerprints
 from pipeline.io.microdata import read_input_files
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.ledgers import raw_rows
-from tests.helpers.releases import release
+from tests.helpers.releases import cli, release
 from tests.helpers.tiny import TINY_TOML
 
 
@@ -43,3 +43,22 @@ def test_a_ledger_of_legacy_fingerprints_charges_the_same_data_after_the_upgrade
     code, _, err = release(capsys, tiny_release, "--microdata", str(folder))
     assert code != 0 and "dataset 'tiny'" in err and "exceeds the remaining budget" in err, err
     assert len(old.charges()) == 2 and set(old.datasets()) == {"tiny"}
+
+
+def test_a_dataset_folder_binds_a_dataset_of_before_fingerprints(
+        tiny_release: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``censusdp ledger bind`` reads a dataset folder like a release does; the file it was split from is then
+    charged to the bound dataset."""
+    installation_ledger.parent.mkdir(parents=True, exist_ok=True)
+    old = PrivacyLedger(installation_ledger)  # a dataset charged before fingerprints existed
+    old.ensure_dataset("old", Fraction(6))
+    old.charge("old", "old-run", Fraction(4), 1e-10, "cd" * 32, True)
+    folder = tiny_release.parent / "by-region"
+    write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "region",
+                       pl.col("geocode").str.slice(0, 1))
+    code, _, err = cli(capsys, "ledger", "bind", "old", str(tiny_release), "--microdata", str(folder))
+    assert code == 0, err
+    kinds = sorted(k for (k,) in raw_rows(installation_ledger, "SELECT kind FROM censusdp_fingerprints"))
+    assert kinds == ["rows-set", "rows-set-with-paths"]
+    code, _, err = release(capsys, tiny_release)  # the single file: 4 + 4 > 6 on 'old'
+    assert code != 0 and "dataset 'old'" in err and "exceeds the remaining budget" in err, err
