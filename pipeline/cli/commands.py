@@ -88,7 +88,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 def add_input_options(p: argparse.ArgumentParser) -> None:
     """The input files of a release or a check, overriding the configuration's."""
-    p.add_argument("--microdata", help="microdata file (overrides input.path)")
+    p.add_argument("--microdata", help="microdata file or Parquet dataset folder (overrides input.path)")
     p.add_argument("--geography", help="geography file listing every lowest-level unit (overrides input.geography)")
     p.add_argument("--format", dest="fmt", choices=list(Format), help="microdata format")
     units = p.add_mutually_exclusive_group()

@@ -37,7 +37,7 @@ def add_ledger(sub: Sub) -> None:
                               "record that a microdata file is that dataset's data")
     bind.add_argument("dataset", help="the dataset id in the ledger")
     bind.add_argument("config", help="a release configuration that reads the file (TOML)")
-    bind.add_argument("--microdata", help="microdata file (overrides input.path)")
+    bind.add_argument("--microdata", help="microdata file or Parquet dataset folder (overrides input.path)")
     bind.add_argument("--format", dest="fmt", help="microdata format (overrides input.format)")
     bind.set_defaults(handler=cmd_ledger_bind)
 
@@ -58,7 +58,9 @@ def cmd_ledger_bind(args: argparse.Namespace) -> int:
 
     ledger = PrivacyLedger(resolve_location(args.ledger))
     config = load_release_config(args.config, args.microdata, None, args.fmt)
-    ledger.bind(args.dataset, data_fingerprints(read_input_files(config), ledger.fingerprint_key()))
+    files = read_input_files(config)
+    ledger.bind(args.dataset, data_fingerprints(files, ledger.fingerprint_key(),
+                                                legacy=ledger.needs_legacy_fingerprints()))
     left = ledger.unbound_datasets()
     print(f"censusdp ledger: {config.input.path} is dataset {args.dataset!r} in {ledger.location}"
           + (f"; still to bind: {', '.join(left)}" if left else ""))

@@ -1,19 +1,35 @@
 """Keyed fingerprints of a dataset's content, so that the ledger charges the same data to the same budget.
 
 The budget belongs to the people in the data, not to a file: a copy in another folder, under another name,
-converted between CSV and Parquet, or with its rows shuffled is the same dataset and must not start a fresh
-lifetime cap.  A release therefore computes, before its charge, an HMAC-SHA256 digest (key: 32 random bytes
-kept in the ledger, ``PrivacyLedger.fingerprint_key``) of a canonical form of the microdata *file*:
+converted between CSV and Parquet, with its rows shuffled, or split into a dataset folder's parts (or one folder's
+parts merged) is the same dataset and must not start a fresh lifetime cap.  A release therefore computes, before
+its charge, keyed digests (key: 32 random bytes kept in the ledger, ``PrivacyLedger.fingerprint_key``) of a
+canonical form of the microdata's rows, every part of a dataset folder together.  A row's canonical text is every
+column of a text, number or date type in name order, ``name=value`` (dates and times as their integer form, a
+missing value as NUL), the columns the files hold: a hive segment of a part's path (``state=01/``) is a label,
+left out, so a dataset and the file it was split into parts from give the same digest.  Where a part's file
+lacks the column a hive segment names (a writer moved the column into the path), a second digest of the same
+kind, ``<kind>-with-paths``, counts the segment as that column: the same rows as a file that has it.  Both are
+recorded, so either layout finds the data.  Kinds:
 
-- ``rows``: the sorted multiset of its rows, every column of a text, number or date type included (columns
-  in name order, each value as text).  It does not depend on the configuration at all, so no choice of
-  geocode columns, attributes, mappings or levels makes the same file look new; and matching it needs the
-  whole file's content, so a crafted file of one's own cannot test a guess about a few people;
-- ``lines`` (only for a CSV whose body does not parse, or a value with no text form): the sorted multiset of
-  the file's raw lines.
+- ``rows-set`` (streamed, batch by batch, part by part): the sum modulo 2^256 of a keyed 256-bit MAC of every
+  row's text (keyed BLAKE2b, k = HMAC-SHA256(key, the kind's name)): a keyed multiset hash (Clarke et al.,
+  MSet-Add-Hash), then HMAC-SHA256'd once more so that a digest on record is no sum that could be combined with
+  another;
+- ``lines-set`` (only where ``rows-set`` cannot be computed: a CSV body that does not parse, a value with no
+  text form): the same sum over the parts' raw lines, each part's first line left out;
+- ``rows`` and ``lines`` (legacy, whole dataset in memory): the sorted multiset of the rows' text with their
+  counts, or of the raw lines.  Ledgers written before the streamed kinds existed record only these: a release
+  computes them too while the ledger holds a dataset whose fingerprints lack a streamed kind
+  (``PrivacyLedger.needs_legacy_fingerprints``), and records both, so the upgrade never makes known data look new
+  and after one release of each old dataset the streamed kind is on record (then the legacy kinds are no longer
+  computed).  The ``-with-paths`` variant is computed for the legacy kinds too.
 
-Fingerprints are computed before any value is validated, so computing them never fails on bad values (which
-would turn a refusal into a free query).  Without the key a digest reveals nothing about the content.
+It does not depend on the configuration at all, so no choice of geocode columns, attributes, mappings or levels
+makes the same file look new; and matching needs the whole dataset's content, so a crafted file of one's own
+cannot test a guess about a few people.  Fingerprints are computed before any value is validated, and computing
+them never fails on bad values (which would turn a refusal into a free query): a kind that cannot be computed
+falls back to the next.  Without the key a digest reveals nothing about the content.
 
 What it cannot catch: a subset or a sample of the data, a copy with records added, removed or edited, with
 columns renamed, added or dropped, values re-coded (``01`` written as ``1``), or a ledger other than the
@@ -24,41 +40,170 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Iterable
 from enum import StrEnum
 
+import numpy as np
 import polars as pl
 
-from pipeline.errors import CensusDPError
-from pipeline.io.microdata import InputFiles
+from pipeline.io.microdata import BATCH_ROWS, InputFiles
+from pipeline.io.parts import (
+    ChangedFileError,
+    InputPart,
+    check_unchanged,
+    read_batches,
+    read_body,
+    read_header,
+    with_hive,
+)
 
 _NULL = "\x00"  # stands for a missing value; cannot occur in CSV text read by this package
 _FIELD, _ROW = "\x1f", "\n"
 _BATCH = 200_000
+_MODULUS = 1 << 256
+WITH_PATHS = "-with-paths"  # the variant of a kind that counts a part's path-only hive columns
 
 
 class FingerprintKind(StrEnum):
-    ROWS = "rows"
-    LINES = "lines"
+    ROWS_SET = "rows-set"
+    LINES_SET = "lines-set"
+    ROWS = "rows"  # legacy
+    LINES = "lines"  # legacy
 
 
-def data_fingerprints(files: InputFiles, key: bytes) -> dict[str, str]:
-    """The keyed fingerprints of the microdata file (kind -> hex digest), independent of path and row order."""
-    frame = files.microdata
-    if frame is not None:
-        try:
-            return {FingerprintKind.ROWS.value: _rows_digest(frame, key)}
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException:  # noqa: BLE001 - e.g. a polars panic on an odd value: fall back, never refuse
-            pass
-    # a body that does not parse (or a value with no text form): its raw lines, in order-free form
-    path = files.config.input.path
-    if path is None:  # read_input_files refuses a configuration without one
-        raise CensusDPError("internal error: fingerprinting input files that were never read")
+def data_fingerprints(files: InputFiles, key: bytes, *, legacy: bool = False,
+                      batch_rows: int = BATCH_ROWS) -> dict[str, str]:
+    """The keyed fingerprints of the microdata (kind -> hex digest), independent of path, parts and row order:
+    ``rows-set`` (else ``lines-set``), and with ``legacy`` also ``rows`` (else ``lines``) as releases before the
+    streamed kinds computed them."""
+    fingerprints = _streamed(files, key, batch_rows)
+    if legacy:
+        fingerprints |= legacy_fingerprints(files, key)
+    return fingerprints
+
+
+class MultisetDigest:
+    """A keyed multiset hash, added to batch by batch (``add``), mergeable across workers (``merge``)."""
+
+    def __init__(self, key: bytes, kind: FingerprintKind) -> None:
+        self.kind = kind
+        self._key = _mac(key, kind).digest()  # this kind's own key: digests of two kinds never combine
+        self._total = 0
+
+    def add(self, items: Iterable[bytes]) -> None:
+        # keyed BLAKE2b (RFC 7693's MAC mode, a PRF under the key): a fresh keyed hash per row, 4 to 8 times
+        # cheaper in Python than HMAC-SHA256's per-call key setup
+        blake2b, key = hashlib.blake2b, self._key
+        macs = b"".join(blake2b(item, key=key, digest_size=32).digest() for item in items)
+        if macs:  # 8 big-endian 32-bit limbs per MAC, summed exactly in 64 bits (a batch is far below 2^32 rows)
+            limbs = np.frombuffer(macs, dtype=">u4").reshape(-1, 8).sum(axis=0, dtype=np.uint64)
+            self._total = (self._total + sum(int(s) << (32 * (7 - i)) for i, s in enumerate(limbs))) % _MODULUS
+
+    def merge(self, other: MultisetDigest) -> None:
+        if other.kind is not self.kind or other._key != self._key:
+            raise ValueError("only digests of one kind under one key merge")
+        self._total = (self._total + other._total) % _MODULUS
+
+    def hexdigest(self) -> str:
+        return hmac.new(self._key, b"total:" + self._total.to_bytes(32, "big"), hashlib.sha256).hexdigest()
+
+
+def row_texts(frame: pl.DataFrame) -> pl.Series:
+    """Every row's canonical text (the module docstring); nested or binary columns have no text form: left out
+    (a configuration never reads them)."""
+    names = sorted(c for c, t in frame.schema.items() if not (t.is_nested() or t in (pl.Binary, pl.Object)))
+    columns = [pl.col(n).to_physical() if frame.schema[n].is_temporal() else pl.col(n) for n in names]
+    fields = [pl.lit(f"{n}=") + c.cast(pl.Utf8).fill_null(_NULL) for n, c in zip(names, columns, strict=True)]
+    if not fields:
+        return pl.Series("row", [""] * frame.height, dtype=pl.Utf8)
+    return frame.select(pl.concat_str(fields, separator=_FIELD).alias("row")).to_series()
+
+
+def has_path_columns(files: InputFiles) -> bool:
+    """Whether some part's path names a hive column its file lacks (then ``-with-paths`` digests are due)."""
+    return any(name not in read_header(part.path, files.format) for part in files.parts for name, _ in part.hive)
+
+
+def part_digests(files: InputFiles, part_index: int, key: bytes, *, with_paths: bool,
+                 batch_rows: int = BATCH_ROWS) -> tuple[MultisetDigest, MultisetDigest | None]:
+    """One part's ``rows-set`` digest (and, with ``with_paths``, its ``-with-paths`` one), streamed: the parts'
+    digests ``merge`` into the dataset's, in any order (so a worker may compute its partition's).  Raises where
+    the part does not read (``data_fingerprints`` then falls back to ``lines-set``)."""
+    part = files.parts[part_index]
+    digest = MultisetDigest(key, FingerprintKind.ROWS_SET)
+    variant = MultisetDigest(key, FingerprintKind.ROWS_SET) if with_paths else None
+    for frame in read_batches(part, files.format, batch_rows, hive=False):
+        texts = row_texts(frame).cast(pl.Binary).to_list()
+        digest.add(texts)
+        if variant is not None:
+            full = with_hive(frame, part)
+            variant.add(texts if full.width == frame.width else row_texts(full).cast(pl.Binary).to_list())
+    return digest, variant
+
+
+def _streamed(files: InputFiles, key: bytes, batch_rows: int) -> dict[str, str]:
+    try:
+        with_paths = has_path_columns(files)  # the variant needs every part's rows: decided up front
+        digest, variant = MultisetDigest(key, FingerprintKind.ROWS_SET), MultisetDigest(key, FingerprintKind.ROWS_SET)
+        for index in range(len(files.parts)):
+            part, part_variant = part_digests(files, index, key, with_paths=with_paths, batch_rows=batch_rows)
+            digest.merge(part)
+            if part_variant is not None:
+                variant.merge(part_variant)
+        return {digest.kind.value: digest.hexdigest()} | (
+            {f"{digest.kind.value}{WITH_PATHS}": variant.hexdigest()} if with_paths else {})
+    except (KeyboardInterrupt, SystemExit, ChangedFileError):
+        raise
+    except BaseException:  # noqa: BLE001 - a body that does not parse, a polars panic: fall back, never refuse
+        pass
+    lines = MultisetDigest(key, FingerprintKind.LINES_SET)
+    for part in files.parts:
+        check_unchanged(part)
+        with part.path.open("rb") as handle:
+            handle.readline()  # the header (a CSV's), left out as the legacy kind leaves it out
+            for block in iter(lambda: handle.readlines(1 << 24), []):
+                lines.add(line.rstrip(b"\r\n") for line in block)
+        check_unchanged(part)
+    return {lines.kind.value: lines.hexdigest()}
+
+
+def legacy_fingerprints(files: InputFiles, key: bytes) -> dict[str, str]:
+    """The kinds recorded before the streamed ones, computed as they were (the whole dataset in memory): ``rows``
+    of every part's rows together, else ``lines``.  For a single file exactly the digest earlier releases
+    recorded."""
+    try:
+        frames = [_whole(part, files.format) for part in files.parts]
+        full = [with_hive(frame, part) for frame, part in zip(frames, files.parts, strict=True)]
+        digests = {FingerprintKind.ROWS.value: _rows_digest(_concat(frames), key)}
+        if any(f.width != g.width for f, g in zip(frames, full, strict=True)):
+            digests[f"{FingerprintKind.ROWS.value}{WITH_PATHS}"] = _rows_digest(_concat(full), key)
+        return digests
+    except (KeyboardInterrupt, SystemExit, ChangedFileError):
+        raise
+    except BaseException:  # noqa: BLE001 - e.g. a polars panic on an odd value: fall back, never refuse
+        pass
     mac = _mac(key, FingerprintKind.LINES)
-    for line in sorted(path.read_bytes().splitlines()[1:]):
+    for line in sorted(line for part in files.parts for line in _bytes(part).splitlines()[1:]):
         mac.update(line + _ROW.encode())
     return {FingerprintKind.LINES.value: mac.hexdigest()}
+
+
+def _whole(part: InputPart, fmt: str) -> pl.DataFrame:
+    check_unchanged(part)
+    frame = read_body(part.path, fmt)
+    check_unchanged(part)
+    return frame
+
+
+def _bytes(part: InputPart) -> bytes:
+    check_unchanged(part)
+    content = part.path.read_bytes()
+    check_unchanged(part)
+    return content
+
+
+def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
 
 
 def _rows_digest(frame: pl.DataFrame, key: bytes) -> str:
@@ -85,6 +230,9 @@ def seeded_noise_secret(key: bytes, fingerprints: dict[str, str], release: str) 
     fingerprint and ``release``, a digest of everything else that decides which count each draw lands on (the
     configuration as applied, the geography file, the code version).  So the seed alone never reveals a
     release's noise, and the same noise never lands on two different layouts of the same data (subtracting
-    two such releases would cancel it); only an identical release repeats it, which reveals nothing new."""
-    material = "".join(f"{k}={v};" for k, v in sorted(fingerprints.items())) + release
+    two such releases would cancel it); only an identical release repeats it, which reveals nothing new.  The
+    legacy kinds are left out: whether a release computes them depends on the ledger, not on the release."""
+    streamed = {FingerprintKind.ROWS_SET.value, FingerprintKind.LINES_SET.value}
+    material = "".join(f"{k}={v};" for k, v in sorted(fingerprints.items())
+                       if k.removeprefix("units-").removesuffix(WITH_PATHS) in streamed) + release
     return hmac.new(key, f"censusdp-seeded-noise-v2:{material}".encode(), hashlib.sha256).digest()

@@ -31,10 +31,14 @@ def charge(run: ReleaseRun) -> None:
     prepare_location(config.ledger.location)
     ledger = PrivacyLedger(config.ledger.location)
     key = ledger.fingerprint_key()
-    fingerprints = data_fingerprints(run.input_files, key)
+    # the legacy (whole file in memory) kinds too while some dataset on record has only those: else that data,
+    # fingerprinted with the streamed kinds alone, would look new and start a fresh lifetime cap
+    legacy = ledger.needs_legacy_fingerprints()
+    fingerprints = data_fingerprints(run.input_files, key, legacy=legacy)
     if run.units is not None:  # the units file is the dataset's too: either file finds it, one charge for both
         units_files = stage_output(run.units.input_files, "the units' input files (read_files)")
-        fingerprints |= {f"units-{kind}": digest for kind, digest in data_fingerprints(units_files, key).items()}
+        fingerprints |= {f"units-{kind}": digest
+                         for kind, digest in data_fingerprints(units_files, key, legacy=legacy).items()}
     rho = run.charged_rho
     run.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict the noise
     entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,

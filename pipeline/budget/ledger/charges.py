@@ -23,21 +23,26 @@ import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from pipeline.budget.ledger.fingerprints import HEX as _HEX
+from pipeline.budget.ledger.fingerprints import ID as _ID
+from pipeline.budget.ledger.fingerprints import check_fingerprints as _check_fingerprints
+from pipeline.budget.ledger.fingerprints import needs_legacy
+from pipeline.budget.ledger.fingerprints import now as _now
+from pipeline.budget.ledger.fingerprints import record_fingerprints as _record_fingerprints
+from pipeline.budget.ledger.fingerprints import refuse_while_unbound as _refuse_while_unbound
+from pipeline.budget.ledger.fingerprints import unbound as _unbound
 from pipeline.budget.ledger.store import SQL, Store, open_store
 from pipeline.config.ledger_location import public_config_raw
 from pipeline.dp.accounting import compose_zcdp, epsilon_cks20
 from pipeline.errors import CensusDPError
 from pipeline.exact import parse_rational
 
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
 ID_PATTERN = _ID  # dataset and run ids; a run folder is named by its run id (cli/evaluate checks with it)
-_HEX = re.compile(r"[0-9a-f]{8,128}")
 _FINGERPRINT_KEY = "fingerprint_key"
 
 
@@ -201,6 +206,12 @@ class PrivacyLedger:
         with self._store.transaction(write=False) as sql:
             return _unbound(sql)
 
+    def needs_legacy_fingerprints(self) -> bool:
+        """Whether a release must compute the legacy fingerprint kinds too: some dataset's fingerprints were all
+        recorded before the streamed kinds existed (``pipeline.io.fingerprint``), so only a legacy kind finds it."""
+        with self._store.transaction(write=False) as sql:
+            return needs_legacy(sql)
+
     def fingerprint_key(self) -> bytes:
         """The ledger's secret key for content fingerprints (32 random bytes, made once, never changed)."""
         with self._store.transaction() as sql:
@@ -328,39 +339,6 @@ class PrivacyLedger:
 _REASON = re.compile(r"[a-z-]{1,40}(:[a-z-]{1,40})?")
 
 
-CURRENT_KINDS = ("rows", "lines")  # pipeline.io.fingerprint.FingerprintKind: older kinds never match
-
-
-def _unbound(sql: SQL) -> list[str]:
-    return [d for (d,) in sql(
-        "SELECT id FROM censusdp_datasets d WHERE NOT EXISTS (SELECT 1 FROM censusdp_fingerprints f "
-        f"WHERE f.dataset = d.id AND f.kind IN ({', '.join(repr(k) for k in CURRENT_KINDS)})) AND EXISTS "
-        "(SELECT 1 FROM censusdp_charges c WHERE c.dataset = d.id AND c.rho <> '0/1') ORDER BY id")]
-
-
-def _check_fingerprints(fingerprints: Mapping[str, str]) -> None:
-    for kind, digest in fingerprints.items():
-        if not isinstance(digest, str) or not _HEX.fullmatch(digest) or not _ID.fullmatch(kind):
-            raise CensusDPError("ledger: a fingerprint must be a kind and a lowercase hex digest")
-
-
-def _record_fingerprints(sql: SQL, fingerprints: Mapping[str, str], dataset: str, first_run: str) -> None:
-    """Bind each fingerprint to ``dataset`` unless it is bound already (never re-pointed: see the triggers)."""
-    for kind, digest in fingerprints.items():
-        sql("INSERT INTO censusdp_fingerprints (fingerprint, kind, dataset, first_run, created) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO NOTHING", (digest, kind, dataset, first_run, _now()))
-
-
-def _refuse_while_unbound(sql: SQL) -> None:
-    """Data that matches no fingerprint may not be charged while the ledger holds datasets charged before
-    fingerprints existed: any of them could be this very data under another name or id."""
-    unbound = _unbound(sql)
-    if unbound:
-        raise CensusDPError(f"ledger: datasets charged before this ledger kept fingerprints ({', '.join(unbound)}) "
-                            "must first be bound to their data by a data curator (censusdp ledger bind DATASET "
-                            "CONFIG --microdata FILE); nothing was charged")
-
-
 def _positive_cap(cap_rho: Fraction | int | str) -> Fraction:
     cap = parse_rational(cap_rho, "ledger: cap rho")
     if cap <= 0:
@@ -382,7 +360,3 @@ def _check_id(value: str, name: str) -> None:
 def _frac(value: Fraction) -> str:
     """The stored form of an exact budget: always "p/q"."""
     return f"{value.numerator}/{value.denominator}"
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")

@@ -4,6 +4,7 @@ content fingerprints, no credential in any written file, and a charge durable be
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from fractions import Fraction
 from pathlib import Path
@@ -216,15 +217,19 @@ def test_the_charge_is_committed_before_the_first_noise_draw(tiny_release: Path,
 
 def test_a_folder_of_copies_is_not_new_data(tiny_release: Path, installation_ledger: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    """A folder (or a pattern) would read several files as one dataset: k copies, k times the counts."""
-    folder = tiny_release.parent / "copies"
-    folder.mkdir()
+    """A dataset folder of links to one file, or of copies of it, would read each person k times (k times the
+    counts, under a fingerprint never charged): refused at file level, uncharged; so is a pattern."""
+    links, copies = tiny_release.parent / "links", tiny_release.parent / "copies"
+    links.mkdir()
+    copies.mkdir()
     for name in ("a.parquet", "b.parquet"):
-        (folder / name).symlink_to(tiny_release.parent / "microdata.parquet")
+        (links / name).symlink_to(tiny_release.parent / "microdata.parquet")
+        shutil.copy(tiny_release.parent / "microdata.parquet", copies / name)
     tiny_release.write_text(TINY_TOML.format(rho="4").replace('dataset = "tiny"', 'dataset = "tiny-v2"'))
-    for target in (folder, folder / "*.parquet"):
+    for target, refusal in ((links, "a.parquet: a symbolic link"), (copies, "b.parquet: has the same bytes as"),
+                            (links / "*.parquet", "no such file")):
         code, _, err = release(capsys, tiny_release, "--microdata", str(target))
-        assert code != 0 and ("not a file" in err or "no such file" in err), err
+        assert code != 0 and refusal in err, err
     assert not installation_ledger.exists() or PrivacyLedger(installation_ledger).charges() == []
 
 

@@ -1,0 +1,179 @@
+"""Value-level checks of one batch of microdata rows, and its encoding to (lowest-level unit, detailed cell).
+
+Every check looks at the whole batch before any error is raised, and the error reported is the one of the
+earliest bad row (ties: the first check in the order below, the order the checks were always made in).  So the
+row an error names does not depend on how a file is cut into batches: a streamed read reports exactly what one
+read of the whole file reports.  Checks, in order: missing values of the geocode columns; MDF code widths and the
+block group; the geocode's width and form; per attribute, missing values and the domain; the MDF unit layout
+(record type and the columns that depend on it); the unit listed among the geography's units (when a list is
+given).  Errors name the file, the column and the 1-based row within the file; values are never quoted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pipeline.config.model import Format, ReleaseConfig
+from pipeline.errors import InputError, InputProblem
+
+MDF_GEO_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
+MDF_GROUP_COLUMN = "TABBLKGRPCE"
+MDF_WIDTHS = {"TABBLKST": 2, "TABBLKCOU": 3, "TABTRACTCE": 6, "TABBLKGRPCE": 1, "TABBLK": 4}
+# The 2020 MDF unit layout (docs/units.md; the DAS production code's MDF_Unit validators): RTYPE 2 is a housing unit,
+# 4 a group-quarters facility.  The columns that must agree with it, where the file has them (the full unit file has
+# GQTYPE and VACS, the P.L. 94-171 one HH_STATUS): rows where they disagree, and the rule, as a message.
+MDF_RECORD_TYPE = "RTYPE"
+MDF_RECORD_TYPES = {"2": "housing unit", "4": "group quarters"}
+MDF_UNIT_RULES: dict[str, tuple[Callable[[pl.Series, pl.Series], pl.Series], str]] = {
+    "GQTYPE": (lambda gq, value: gq == (value == "000"),
+               "must be 000 for a housing unit (RTYPE 2) and a group-quarters type for group quarters (RTYPE 4)"),
+    "VACS": (lambda gq, value: gq & (value != "0"), "must be 0 for group quarters (RTYPE 4): they are never vacant"),
+    "HH_STATUS": (lambda gq, value: gq != (value == "0"),
+                  "must be 0 (not a housing unit) for group quarters (RTYPE 4) and only for them"),
+}
+TYPES = (pl.Null, pl.Utf8, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64,
+         pl.Categorical)
+
+
+def geocode_columns(config: ReleaseConfig) -> tuple[str, ...]:
+    """The columns whose concatenation is a record's lowest-level unit code."""
+    if config.input.format.is_mdf:
+        return MDF_GEO_COLUMNS
+    return config.input.geocode_columns or (config.input.geocode_column,)
+
+
+def check_type(schema: dict[str, pl.DataType], name: str, path: Path) -> None:
+    """A required column is present and of a usable type (text or integers; Null, the type of a column whose
+    values are all missing, is left for the value checks)."""
+    if name not in schema:
+        raise InputError(str(path), "missing column", column=name, category=InputProblem.COLUMN)
+    if schema[name] not in TYPES:
+        raise InputError(str(path), f"has type {schema[name]}, expected text or integers", column=name,
+                         category=InputProblem.COLUMN)
+
+
+class FirstProblem:
+    """The earliest bad row seen so far among the checks of a batch (ties: the check seen first)."""
+
+    def __init__(self, path: Path, offset: int) -> None:
+        self.path, self.offset = path, offset
+        self.row: int | None = None
+        self.error: tuple[str, str | None, InputProblem] | None = None
+
+    def see(self, bad: pl.Series, problem: str, column: str, category: InputProblem) -> None:
+        bad = bad.fill_null(False)  # a missing value is its own check's problem, never another's
+        if bad.any():
+            row = int(bad.arg_max())
+            if self.row is None or row < self.row:
+                self.row, self.error = row, (problem, column, category)
+
+    def raise_any(self) -> None:
+        if self.row is not None and self.error is not None:
+            problem, column, category = self.error
+            raise InputError(str(self.path), problem, column=column, row=self.offset + self.row + 1,
+                             category=category)
+
+
+def _text(frame: pl.DataFrame, name: str, path: Path, problems: FirstProblem) -> pl.Series:
+    """A required column as text, its missing values (null or blank) seen as problems."""
+    check_type(dict(frame.schema), name, path)
+    series = frame.get_column(name).cast(pl.Utf8)
+    problems.see(series.is_null() | (series.str.strip_chars() == ""), "missing value", name,
+                 InputProblem.MISSING_VALUE)
+    return series
+
+
+def _geocodes(frame: pl.DataFrame, config: ReleaseConfig, path: Path, problems: FirstProblem) -> pl.Series:
+    width = config.levels[-1].width
+    columns = geocode_columns(config)
+    parts = [_text(frame, c, path, problems) for c in columns]
+    if config.input.format.is_mdf:
+        group = _text(frame, MDF_GROUP_COLUMN, path, problems)
+        for part in [*parts, group]:
+            problems.see(part.str.len_chars() != MDF_WIDTHS[part.name],
+                         f"code must have {MDF_WIDTHS[part.name]} characters", part.name, InputProblem.GEOCODE)
+        problems.see(parts[-1].str.slice(0, 1) != group, "block group does not match the first digit of TABBLK",
+                     MDF_GROUP_COLUMN, InputProblem.GEOCODE)
+    codes = parts[0]
+    for part in parts[1:]:
+        codes = codes + part
+    name = "+".join(columns)
+    problems.see(codes.str.len_chars() != width, f"geocode must have {width} characters (the lowest level's width)",
+                 name, InputProblem.GEOCODE)
+    if width:
+        problems.see(~codes.str.contains(r"^[0-9A-Za-z]+$"),
+                     "malformed geocode (only letters and digits are allowed)", name, InputProblem.GEOCODE)
+    return codes
+
+
+def _indices(frame: pl.DataFrame, config: ReleaseConfig, path: Path, problems: FirstProblem) -> list[pl.Series]:
+    indices = []
+    for attribute in config.schema.attributes:
+        series = _text(frame, attribute.column, path, problems)
+        index = series.replace_strict(attribute.source_to_index(), default=None, return_dtype=pl.Int64)
+        problems.see(index.is_null() & series.is_not_null(), f"value outside the domain of attribute "
+                     f"{attribute.name}", attribute.column, InputProblem.DOMAIN)
+        indices.append(index)
+    return indices
+
+
+def _unit_records(frame: pl.DataFrame, path: Path, problems: FirstProblem) -> None:
+    """The MDF unit layout's own rules: every record a housing unit or group quarters, and the columns that
+    depend on which (``MDF_UNIT_RULES``) agreeing with it."""
+    record = _text(frame, MDF_RECORD_TYPE, path, problems)
+    problems.see(~record.is_in(list(MDF_RECORD_TYPES)) & record.is_not_null(),
+                 "must be 2 (housing unit) or 4 (group quarters)", MDF_RECORD_TYPE, InputProblem.DOMAIN)
+    gq = record == "4"
+    for column, (disagrees, rule) in MDF_UNIT_RULES.items():
+        if column in frame.columns:
+            problems.see(disagrees(gq, _text(frame, column, path, problems)), rule, column, InputProblem.LAYOUT)
+
+
+def encode_batch(frame: pl.DataFrame, config: ReleaseConfig, path: Path, offset: int,
+                 lowest_geoids: np.ndarray | None = None, geography_source: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """Check every value of a batch (rows ``offset + 1 ...`` of ``path``) and encode it: the rows' lowest-level
+    unit codes (a string array; their indices into ``lowest_geoids`` when it is given, sorted) and detailed cells
+    (int64).  Raises the ``InputError`` of the earliest bad row."""
+    problems = FirstProblem(path, offset)
+    codes = _geocodes(frame, config, path, problems)
+    indices = _indices(frame, config, path, problems)
+    if config.input.format is Format.MDF_UNITS:
+        _unit_records(frame, path, problems)
+    code_array = codes.fill_null("").to_numpy().astype(np.str_)
+    units: np.ndarray = code_array
+    if lowest_geoids is not None:
+        if len(lowest_geoids):
+            position = np.minimum(np.searchsorted(lowest_geoids, code_array), len(lowest_geoids) - 1)
+            found = lowest_geoids[position] == code_array
+        else:
+            position, found = np.zeros(len(code_array), dtype=np.int64), np.zeros(len(code_array), dtype=bool)
+        problems.see(pl.Series(~found), f"geocode is not a unit of the geography file {geography_source}",
+                     "geocode", InputProblem.GEOGRAPHY)
+        units = position
+    problems.raise_any()
+    cells = (np.ravel_multi_index(tuple(i.to_numpy() for i in indices), config.schema.shape).astype(np.int64)
+             if indices else np.zeros(frame.height, dtype=np.int64))
+    return units, cells
+
+
+def geography_units(frame: pl.DataFrame, path: Path, width: int) -> np.ndarray:
+    """The geography file's list of every lowest-level unit (column ``geocode``), as a sorted unique string
+    array."""
+    if frame.height == 0:
+        raise InputError(str(path), "lists no geography units", category=InputProblem.GEOGRAPHY)
+    problems = FirstProblem(path, 0)
+    codes = _text(frame, "geocode", path, problems)
+    problems.raise_any()
+    bad = codes.str.len_chars() != width
+    if bad.any():
+        raise InputError(str(path), f"geocode must have {width} characters", column="geocode",
+                         row=int(bad.arg_max()) + 1, category=InputProblem.GEOGRAPHY)
+    dup = codes.is_duplicated()
+    if dup.any():
+        raise InputError(str(path), "duplicate geocode", column="geocode", row=int(dup.arg_max()) + 1,
+                         category=InputProblem.DUPLICATE)
+    return np.sort(codes.to_numpy().astype(np.str_))

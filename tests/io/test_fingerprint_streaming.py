@@ -1,0 +1,122 @@
+"""The streamed fingerprint (``rows-set``): the same rows give the same digest however they are stored (one file,
+a dataset folder, shuffled, split differently, CSV or Parquet, any batch size); other rows give another; bad
+values never make it fail.  The legacy kinds are the earlier releases' digests, for a dataset folder too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.config.load import load_config
+from pipeline.io.fingerprint import FingerprintKind, MultisetDigest, data_fingerprints, part_digests, row_texts
+from pipeline.io.microdata import InputFiles, read_input_files
+from tests.helpers.datasets import write_hive_dataset
+
+KEY = bytes(range(32))
+
+
+def files_at(config: Path, path: Path, fmt: str = "parquet") -> InputFiles:
+    return read_input_files(load_config(config, {"input.path": str(path), "input.format": fmt}))
+
+
+def test_one_file_a_dataset_and_shuffled_rows_share_the_digest(tiny_release: Path) -> None:
+    folder = tiny_release.parent
+    micro = pl.read_parquet(folder / "microdata.parquet")
+    original = data_fingerprints(files_at(tiny_release, folder / "microdata.parquet"), KEY)
+    assert set(original) == {"rows-set"}
+    write_hive_dataset(micro, folder / "by-region", "region", pl.col("geocode").str.slice(0, 1))
+    write_hive_dataset(micro.sample(fraction=1.0, shuffle=True, seed=3), folder / "by-adult", "ADULT", parts=3)
+    write_hive_dataset(micro.with_columns(R=pl.col("geocode").str.slice(0, 1)), folder / "path-only", "R",
+                       keep_column=False)  # R's values in the path only: the same rows as a file with R
+    micro.with_columns(R=pl.col("geocode").str.slice(0, 1)).write_parquet(folder / "with-r.parquet")
+    micro.sample(fraction=1.0, shuffle=True, seed=1).write_csv(folder / "shuffled.csv")
+    by_region = data_fingerprints(files_at(tiny_release, folder / "by-region"), KEY)
+    assert by_region["rows-set"] == original["rows-set"]  # "region" is a label of the path, no column of the rows
+    assert set(by_region) == {"rows-set", "rows-set-with-paths"}
+    assert data_fingerprints(files_at(tiny_release, folder / "by-adult"), KEY, batch_rows=13) == original
+    assert data_fingerprints(files_at(tiny_release, folder / "shuffled.csv", "csv"), KEY, batch_rows=101) == original
+    path_only = data_fingerprints(files_at(tiny_release, folder / "path-only"), KEY)
+    with_r = data_fingerprints(files_at(tiny_release, folder / "with-r.parquet"), KEY)["rows-set"]
+    assert path_only == {"rows-set": original["rows-set"], "rows-set-with-paths": with_r} and with_r != original[
+        "rows-set"]  # either layout of the data finds it
+    assert data_fingerprints(files_at(tiny_release, folder / "microdata.parquet"), bytes(32)) != original  # keyed
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(row=st.integers(0, 2999), column=st.sampled_from(["geocode", "COLOUR", "ADULT"]),
+       change=st.sampled_from(["edit", "drop", "duplicate"]))
+def test_a_changed_row_changes_the_digest(tiny_release: Path, row: int, column: str, change: str) -> None:
+    path = tiny_release.parent / "microdata.parquet"
+    micro = pl.read_parquet(path)
+    original = data_fingerprints(files_at(tiny_release, path), KEY)
+    if change == "edit":
+        values = micro[column].to_list()
+        values[row] = values[row] + "x"
+        changed = micro.with_columns(pl.Series(column, values))
+    elif change == "drop":
+        changed = pl.concat([micro.slice(0, row), micro.slice(row + 1)])
+    else:
+        changed = pl.concat([micro, micro.slice(row, 1)])
+    changed.write_parquet(tiny_release.parent / "changed.parquet")
+    assert data_fingerprints(files_at(tiny_release, tiny_release.parent / "changed.parquet"), KEY) != original
+
+
+def test_partial_digests_merge_to_the_whole(tiny_release: Path) -> None:
+    """Per-partition digests (on workers) merged on the driver are the digest of all rows."""
+    texts = [t.encode() for t in row_texts(pl.read_parquet(tiny_release.parent / "microdata.parquet")).to_list()]
+    whole, parts = MultisetDigest(KEY, FingerprintKind.ROWS_SET), MultisetDigest(KEY, FingerprintKind.ROWS_SET)
+    whole.add(texts)
+    for start in range(0, len(texts), 700):
+        piece = MultisetDigest(KEY, FingerprintKind.ROWS_SET)
+        piece.add(reversed(texts[start:start + 700]))
+        parts.merge(piece)
+    assert parts.hexdigest() == whole.hexdigest()
+    with pytest.raises(ValueError, match="one kind"):
+        parts.merge(MultisetDigest(KEY, FingerprintKind.LINES_SET))
+    folder = tiny_release.parent / "by-region"
+    write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "region",
+                       pl.col("geocode").str.slice(0, 1))
+    files = files_at(tiny_release, folder)
+    merged = MultisetDigest(KEY, FingerprintKind.ROWS_SET)
+    for index in reversed(range(len(files.parts))):  # as workers would, in any order
+        merged.merge(part_digests(files, index, KEY, with_paths=False, batch_rows=50)[0])
+    assert merged.hexdigest() == whole.hexdigest() == data_fingerprints(files, KEY)["rows-set"]
+
+
+def test_the_legacy_kinds_of_a_dataset_are_those_of_its_file(tiny_release: Path) -> None:
+    """A ledger of earlier releases knows the file by its legacy ``rows`` digest: the same rows split into a
+    dataset folder must find it too (else splitting the file would start a fresh budget)."""
+    folder = tiny_release.parent
+    micro = pl.read_parquet(folder / "microdata.parquet")
+    write_hive_dataset(micro, folder / "by-region", "region", pl.col("geocode").str.slice(0, 1))
+    single = data_fingerprints(files_at(tiny_release, folder / "microdata.parquet"), KEY, legacy=True)
+    assert set(single) == {"rows-set", "rows"}
+    by_region = data_fingerprints(files_at(tiny_release, folder / "by-region"), KEY, legacy=True)
+    assert (by_region["rows-set"], by_region["rows"]) == (single["rows-set"], single["rows"])
+    with_r = micro.with_columns(R=pl.col("geocode").str.slice(0, 1))
+    with_r.write_parquet(folder / "with-r.parquet")
+    write_hive_dataset(with_r, folder / "path-only", "R", keep_column=False)
+    path_only = data_fingerprints(files_at(tiny_release, folder / "path-only"), KEY, legacy=True)
+    assert path_only["rows"] == single["rows"] and path_only["rows-with-paths"] == data_fingerprints(
+        files_at(tiny_release, folder / "with-r.parquet"), KEY, legacy=True)["rows"]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_fingerprints_never_fail_on_bad_values(tiny_release: Path, legacy: bool) -> None:
+    csv = tiny_release.parent / "micro.csv"
+    csv.write_text("geocode,COLOUR,ADULT\n1101,r,1\n1102,\"g,1\n")
+    kinds = data_fingerprints(files_at(tiny_release, csv, "csv"), KEY, legacy=legacy)
+    assert set(kinds) == ({"lines-set", "lines"} if legacy else {"lines-set"})
+    reordered = tiny_release.parent / "reordered.csv"
+    reordered.write_text("geocode,COLOUR,ADULT\n1102,\"g,1\n1101,r,1\n")
+    assert data_fingerprints(files_at(tiny_release, reordered, "csv"), KEY, legacy=legacy) == kinds
+    path = tiny_release.parent / "microdata.parquet"
+    frame = pl.read_parquet(path)
+    days = [0] * frame.height
+    days[5] = 10**8  # a date polars cannot write as text
+    frame.with_columns(pl.Series("BIRTH", days, dtype=pl.Int32).cast(pl.Date)).write_parquet(path)
+    assert data_fingerprints(files_at(tiny_release, path), KEY, legacy=legacy)
