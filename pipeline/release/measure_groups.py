@@ -70,6 +70,9 @@ class GroupMeasured:
     parts: tuple[str | None, ...]  # per subtree level: the part file written (None: written to the caller's writers)
     plans: tuple[tuple[tuple[int, int, int], ...], ...]  # per subtree level: (start, stop, row group), whole-tree nodes
     invariants: tuple[tuple[QueryInvariant, ...], ...]  # per subtree level: values of the group's nodes, published
+    # below the root, the partition level's noisy answers: its parents' families span groups, so the caller writes
+    # that level in chunks of whole families (``plans[0]`` and ``parts[0]`` are then empty)
+    top: tuple[QueryMeasurement, ...] = ()
 
 
 class InputCategoryError(InputError):
@@ -120,9 +123,10 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
         raise InputCategoryError(category)
     n_cells, tree = schema.n_cells, task.subtree
     parts: list[str | None] = []
-    plans, invariants = [], []
+    plans, invariants, top = [], [], []
     for level, (name, allocations, invariant_queries) in enumerate(task.levels):
-        writer, part = _writer(task, name, writers)
+        returned = level == 0 and task.level > 0  # the partition level below the root: handed back, not written
+        writer, part = (None, None) if returned else _writer(task, name, writers)
         parts.append(part)
         rhos = [a.rho for a in allocations]
         ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
@@ -130,17 +134,23 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
         for (start, stop), key in zip(task.chunks[level], task.keys[level], strict=True):
             histograms = chunk_histograms(keys, unit_offsets, ancestors, start, stop, n_cells)
             noisy = measure_level(schema, histograms, allocations, substream_source(key))
+            level_invariants_parts.append(level_invariants(schema, histograms, invariant_queries))
+            del histograms
+            if writer is None:
+                top.append(noisy)
+                continue
             row_group = writer.write_chunk(tree.geoids[level][start:stop], noisy, rhos)
             offset = task.first[level]
             plan.append((offset + start, offset + stop, row_group))
-            level_invariants_parts.append(level_invariants(schema, histograms, invariant_queries))
-            del histograms, noisy
-        if part is not None:
+            del noisy
+        if part is not None and writer is not None:
             writer.close()
         plans.append(tuple(plan))
         invariants.append(tuple(_joined(level_invariants_parts, invariant_queries)))
     total = np.bincount(keys % n_cells, minlength=n_cells).astype(np.int64)
-    return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants)), total
+    top_joined = tuple(QueryMeasurement(name=q[0].name, matrix=q[0].matrix, sigma2=q[0].sigma2,
+                                        noisy=np.concatenate([m.noisy for m in q])) for q in zip(*top, strict=True))
+    return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants), top_joined), total
 
 
 def _writer(task: GroupTask, name: str, writers: dict[str, LevelMeasurementWriter] | None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import operator
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from pipeline.dp.random_source import RandomSource, substream_key
 from pipeline.errors import InputError, InputProblem
 from pipeline.io.measurements import LevelMeasurementWriter
 from pipeline.io.microdata import InputFiles, encoded_rows
+from pipeline.release.chunks import level_chunks
 from pipeline.release.measure_groups import (
     GroupMeasured,
     GroupTask,
@@ -111,16 +112,17 @@ def _keys(rng: RandomSource | None, universe: str, levels: Sequence[LevelPlan],
                  for (name, _, _), level_chunks, offset in zip(levels, chunks, first, strict=True))
 
 
-def validate_group(task: GroupTask) -> InputProblem | None:
-    """Every value check of a group's records, nothing kept: the category of the first failure, or None.  Runs
-    before any noise, where the group's measurement will run."""
+def validate_group(task: GroupTask) -> tuple[InputProblem | None, bool]:
+    """Every value check of a group's records, nothing kept: the category of the first failure (or None), and
+    whether the group has any record.  Runs before any noise, where the group's measurement will run."""
+    seen = False
     try:
         for part in task.parts:
-            for _ in encoded_rows(task.files, part, task.subtree.geoids[-1]):
-                pass
+            for batch in encoded_rows(task.files, part, task.subtree.geoids[-1]):
+                seen = seen or len(batch.cells) > 0
     except InputError as error:
-        return error.category
-    return None
+        return error.category, seen
+    return None, seen
 
 
 @dataclass
@@ -132,7 +134,7 @@ class Measured:
 
 
 def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tree: GeoTree, directory: Path,
-                    runner: Any, on_workers: bool) -> Measured:
+                    runner: Any, on_workers: bool, n_cells: int, chunk_cells: int) -> Measured:
     """Run the plan's tasks (on the runner's workers, or here) and write every level's file in node order."""
     writers = {name: LevelMeasurementWriter(directory, name) for name, _, _ in level_plans}
     p = plan.partition_level
@@ -143,7 +145,10 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
             results, upper = dask_measure(runner.client, plan.groups, plan.upper)
         else:
             results, upper = _on_driver(plan, writers)
+        tops = []
         for measured in results:
+            if measured.top:
+                tops.append(measured.top)
             for offset, level_plan in enumerate(measured.plans):
                 level = p + offset
                 name = level_plans[level][0]
@@ -154,6 +159,13 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
                     rows = tuple((start, stop, first + row_group) for start, stop, row_group in level_plan)
                 plans[level].extend(rows)
                 invariant_parts[level].append(measured.invariants[offset])
+        if tops:  # the partition level, in chunks of whole families (its nodes' answers came back one by one)
+            name, allocations, _ = level_plans[p]
+            for start, stop in level_chunks(tree, p, n_cells, chunk_cells):
+                noisy = [replace(q[0], noisy=np.concatenate([t[i].noisy for t in tops[start:stop]]))
+                         for i, q in enumerate(zip(*tops[start:stop], strict=True))]
+                row_group = writers[name].write_chunk(tree.geoids[p][start:stop], noisy, [a.rho for a in allocations])
+                plans[p].append((start, stop, row_group))
         for level, chunks in enumerate(upper() if upper is not None else []):
             name, allocations, _ = level_plans[level]
             rhos = [a.rho for a in allocations]

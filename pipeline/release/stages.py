@@ -109,8 +109,11 @@ def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
             problem = error.category
         else:
             place = runner if runner is not None and _on_workers(run, runner) else make_runner("local")
-            for found in place.map(validate_group, plan.groups):
-                problem = problem or found
+            any_record = False
+            for found, seen in place.map(validate_group, plan.groups):
+                problem, any_record = problem or found, any_record or seen
+            if problem is None and not any_record:
+                problem = InputProblem.EMPTY
     if problem is not None:  # raised here, outside any handler, so no trace of the detailed error travels on
         _reject(run, problem)
     sizes = ", ".join(f"{lv.name}={run.tree.n_nodes(i)}" for i, lv in enumerate(config.levels))
@@ -158,7 +161,8 @@ def measure(run: ReleaseRun, runner: Any = None) -> None:
     try:
         plan = plan_measurement(tree, files, level_plans, run.rng, config.universe.value, config.chunk_cells,
                                 run.work_dir / PARTS_DIR if on_workers else None)
-        measured = run_measurement(plan, level_plans, tree, run.work_dir / "measurements", runner, on_workers)
+        measured = run_measurement(plan, level_plans, tree, run.work_dir / "measurements", runner, on_workers,
+                                   config.schema.n_cells, config.chunk_cells)
     except InputError as error:  # checked before any noise; a file changed since: still category only
         problem = error.category
     else:

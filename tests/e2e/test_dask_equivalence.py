@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from pipeline.cli import main
+from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.tiny import REPO
 
 SMALL_CHUNKS = '[output]\ndir = "runs"\n\n[postprocess]\nchunk_cells = 60'  # several chunks per level
@@ -54,3 +55,48 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, tmp_path: Pa
                           text=True, timeout=600)
     assert flow.returncode == 0, flow.stderr[-3000:]
     assert tables(Path(flow.stdout.strip().splitlines()[-1])) == local
+
+
+# `censusdp release` with the driver's readers of records made to fail: with measurement on the workers (spawned
+# processes, which import the real ones) the release still publishes, so the driver never read a record to
+# validate or measure (the keyed fingerprint of the charge is the driver's only pass over the data, docs/dask.md)
+NO_RECORDS_ON_DRIVER = """
+import sys
+import pipeline.release.measure_groups as groups
+import pipeline.release.measuring as measuring
+from pipeline.cli import main
+def refuse(*args, **kwargs):
+    raise RuntimeError("the driver read records")
+groups.group_keys = refuse
+measuring.encoded_rows = refuse
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_partitioned_release_measured_on_the_workers_publishes_the_driver_only_tables(
+        tiny_release: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 14: a dataset partitioned by region, measured group by group on a LocalCluster's workers (each chunk
+    from its own seeded stream), publishes exactly the tables of the same release measured on the driver only."""
+    folder = tmp_path / "partitioned"
+    write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "region",
+                       pl.col("geocode").str.slice(0, 1))
+    tiny_release.write_text(tiny_release.read_text().replace('[output]\ndir = "runs"', SMALL_CHUNKS))
+    local = tables(released(tiny_release, capsys, "--microdata", str(folder)))
+    whole_file = tables(released(tiny_release, capsys))  # one group: other chunks, other streams, same schema
+    assert len(local) == 4 and local.keys() == whole_file.keys()
+    driver_config = tmp_path / "driver.toml"
+    driver_config.write_text(tiny_release.read_text().replace("chunk_cells = 60", 'chunk_cells = 60\nmeasure_on = '
+                                                                '"driver"'))
+    assert tables(released(driver_config, capsys, "--microdata", str(folder), "--runner", "dask-local:2")) == local
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    on_workers = subprocess.run([sys.executable, "-c", NO_RECORDS_ON_DRIVER, "-q", "release", str(tiny_release),
+                                 "--no-prefect", "--insecure-seed", "21", "--microdata", str(folder), "--runner",
+                                 "dask-local:2"], env=env, capture_output=True, text=True, timeout=600,
+                                cwd=tmp_path)
+    assert on_workers.returncode == 0, on_workers.stderr[-3000:]
+    assert tables(Path(on_workers.stdout.strip().splitlines()[-1])) == local
+    failing = subprocess.run([sys.executable, "-c", NO_RECORDS_ON_DRIVER, "-q", "release", str(driver_config),
+                              "--no-prefect", "--insecure-seed", "21", "--microdata", str(folder), "--runner",
+                              "dask-local:2"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert failing.returncode != 0  # the spy works: measuring on the driver reads records there

@@ -41,7 +41,8 @@ def leak_dataset(folder: Path) -> Path:
     return folder / "config.toml"
 
 
-# `censusdp release` (the same main()) with the measure stage's helper (measure_groups.measure_level) wrapped: it notes the Prefect settings in
+# `censusdp release` (the same main()) with the measure stage's helper (measure_groups.measure_level) wrapped: it
+# notes the Prefect settings in
 # force while a task runs (public booleans only), so removing the hardening fails the test even though every
 # task also asks for no persistence itself
 SPY_DRIVER = """
