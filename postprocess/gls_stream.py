@@ -14,7 +14,7 @@ chunk's noisy measurements and invariant values come from a callback, ``read(lev
 All intermediates are rotated cubes (n, C) (``postprocess.gls_algebra``: every subspace's block of a node is one
 slice of its rotated cube), kept in plain binary files under ``scratch`` read and written by range (never
 memory-mapped: touched pages of a map count in the resident set).  They are public values (post-processing of
-noisy measurements) and are removed by ``close``.
+noisy measurements) and are removed by ``close`` (or at garbage collection).
 
 Memory.  O(chunk): a handful of (chunk nodes, C) float cubes (the chunk's data, its invariants' least-norm
 solutions, the children sums, the estimate).  O(nodes × small), data-free, held for the stream's life: per
@@ -93,7 +93,7 @@ class StreamedGls:
             check_identifiable(infos[-1], pins[-1].free, subset)
             self._frames.append(subspace_frame(infos, pins, [level.parent for level in self.levels], self.sizes))
         self._scratch = Scratch(scratch, self.shape)
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(scratch), True)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._scratch.directory), True)
         try:
             self._up_pass()
             self._down_pass()
@@ -260,8 +260,8 @@ class StreamedGls:
 
 def solve_gls_streamed(levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, scratch: Path
                        ) -> StreamedGls:
-    """The exact GLS of ``solve_gls``, computed chunk by chunk with intermediates on disk under ``scratch``
-    (created; must not exist or be empty; removed by ``close``).  Both passes run here; the lowest level's
-    estimates are computed when asked for.  ``ValueError`` as ``solve_gls``, and on a plan that splits a family
-    or does not cover a level."""
+    """The exact GLS of ``solve_gls``, computed chunk by chunk with intermediates on disk in a folder of its own
+    under ``scratch`` (created if missing), removed by ``close`` or when the stream is garbage collected.  Both
+    passes run here; the lowest level's estimates are computed when asked for.  ``ValueError`` as
+    ``solve_gls``, and on a plan that splits a family or does not cover a level."""
     return StreamedGls(levels, shape, read, Path(scratch))

@@ -9,6 +9,7 @@ only: they are held per parent, never per lowest node.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
@@ -127,9 +128,9 @@ class Scratch:
 
     def __init__(self, directory: Path, shape: tuple[int, ...]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        if any(directory.iterdir()):
-            raise ValueError(f"the scratch directory {directory} is not empty")
-        self.directory, self.shape, self.cells = directory, shape, prod(shape)
+        # a folder of its own: a stale stream's clean-up (at garbage collection) never touches a newer one's files
+        self.directory = Path(tempfile.mkdtemp(prefix="gls-", dir=directory))
+        self.shape, self.cells = shape, prod(shape)
         self.rows: dict[tuple[str, int], int] = {}
 
     def path(self, kind: str, level: int) -> Path:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,7 +25,10 @@ from pipeline.dp.random_source import RandomSource
 from pipeline.errors import CensusDPError
 from pipeline.io import manifest as mf
 from pipeline.io.microdata import InputFiles
-from postprocess import QueryInvariant, QueryMeasurement
+from postprocess import QueryInvariant
+
+if TYPE_CHECKING:
+    from pipeline.release.full_information import LevelTargets
 
 T = TypeVar("T")
 
@@ -72,7 +75,7 @@ class ReleaseRun:
     counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
     # noisy answers as measure drew them, per level and chunk (full information: the GLS reads them from memory)
     noisy: dict[int, list[list[np.ndarray]]] = field(default_factory=dict)
-    targets: dict[int, list[QueryMeasurement]] = field(default_factory=dict)  # GLS estimates (full information)
+    targets: dict[int, LevelTargets] = field(default_factory=dict)  # GLS targets, made per chunk (full information)
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     summary_tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> dictionary, level paths
     expected_errors: dict[str, Any] = field(default_factory=dict)  # main P.L. counts' standard errors (tabulate)
