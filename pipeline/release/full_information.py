@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+import scipy.sparse as sp
 
 from pipeline.config.model import ReleaseConfig
 from pipeline.config.passes import LevelPasses, ReconciliationMethod
@@ -38,7 +39,7 @@ PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (
 GLS_SCRATCH = "gls_scratch"  # under the run's work_dir: the streamed GLS's intermediates, removed before publish
 
 __all__ = ["LevelTargets", "ReconciliationMethod", "discard_targets", "estimate", "gls_problem", "level_targets",
-           "solve_tree", "spec_of", "target_queries", "target_weight", "tree_targets"]
+           "solve_tree", "spec_of", "target_queries", "target_weight", "TargetTerm", "tree_targets"]
 
 Measured = Sequence[tuple[Query, Fraction, np.ndarray]]  # (query, σ², noisy answers (n_nodes, q_cells))
 
@@ -145,10 +146,22 @@ def estimate(run: ReleaseRun) -> None:
         own = {q.name: Fraction(s2) for q, s2 in allocated[level]} if level == last else {}
         terms = []
         for query in queries:
-            mean = stream.mean_variance(level, spec_of(schema, query), PINNED)
+            spec = spec_of(schema, query)
+            mean = stream.mean_variance(level, spec, PINNED)
             if mean is not None:
-                terms.append((query, own.get(query.name, target_weight(mean))))
-        run.targets[level] = LevelTargets(stream, level, schema, tuple(terms))
+                terms.append(TargetTerm(query.name, spec, schema.query_matrix(query),
+                                        own.get(query.name, target_weight(mean))))
+        run.targets[level] = LevelTargets(stream, level, schema.shape, tuple(terms))
+
+
+@dataclass(frozen=True)
+class TargetTerm:
+    """One target query of a level: its name, GLS spec, 0/1 matrix and weight σ²."""
+
+    name: str
+    spec: QuerySpec
+    matrix: sp.csr_matrix
+    sigma2: Fraction
 
 
 @dataclass(frozen=True)
@@ -158,15 +171,14 @@ class LevelTargets:
 
     stream: StreamedGls
     level: int
-    schema: Schema
-    terms: tuple[tuple[Query, Fraction], ...]
+    shape: tuple[int, ...]
+    terms: tuple[TargetTerm, ...]
 
     def chunk(self, start: int, stop: int) -> tuple[QueryMeasurement, ...]:
         """The targets of nodes [start, stop) (a chunk of the plan): the GLS estimates of every target query."""
         detailed = self.stream.estimate(self.level, start, stop)
-        return tuple(QueryMeasurement(name=q.name, matrix=self.schema.query_matrix(q), sigma2=sigma2,
-                                      noisy=answer(detailed, self.schema.shape, spec_of(self.schema, q)))
-                     for q, sigma2 in self.terms)
+        return tuple(QueryMeasurement(name=t.name, matrix=t.matrix, sigma2=t.sigma2,
+                                      noisy=answer(detailed, self.shape, t.spec)) for t in self.terms)
 
 
 def discard_targets(run: ReleaseRun) -> None:
