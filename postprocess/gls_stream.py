@@ -75,7 +75,7 @@ def _stand_in(level: StreamLevel) -> GlsLevel:
 
 class StreamedGls:
     """The GLS of a tree, solved level by level and chunk by chunk (see the module docstring); build it with
-    ``solve_gls_streamed``.  ``close`` (or the end of a ``with`` block) removes the scratch directory."""
+    ``solve_gls_streamed``.  ``close`` (or the end of a ``with`` block) removes its folder under ``scratch``."""
 
     def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, scratch: Path) -> None:
         self.shape = tuple(int(n) for n in shape)

@@ -2,7 +2,8 @@
 
 Top-down reconciliation of a level against its own noisy measurements ignores everything measured below it
 (and, for an only child, the measurements of its chain).  Here the exact GLS of the whole tree
-(``postprocess.gls``: every measurement of every level, the invariants, x_parent = Σ x_children) comes first;
+(``postprocess.gls``: every measurement of every level, the invariants, x_parent = Σ x_children; computed out of
+core by ``postprocess.gls_stream``, chunk by chunk from the level files) comes first;
 each level's least squares then fits, for every query of the level's strategy plus the total and the detailed
 cells, the GLS estimate of that query with weight 1/v, v the mean variance of the estimate's cells over the
 level's nodes (nodes pinned by an invariant left out; at the lowest level a measured query keeps its own σ²).
