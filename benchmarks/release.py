@@ -3,7 +3,8 @@
     python benchmarks/release.py --persons 100000 [--runner dask-local:2]
 
 Synthesises a state (pl94 preset), then times each stage of the release (without Prefect) and reports the
-driver's peak RSS and the detailed cells reconciled per second at each level.
+driver's peak RSS (overall, and after each stage: where it jumps, that stage set it) and the detailed cells
+reconciled per second at each level.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def main() -> None:
         config = load_config(folder / "config.toml", overrides)
         config = dataclasses.replace(config, runner=args.runner)
         timings: dict[str, float] = {}
+        peaks: dict[str, float] = {}  # the driver's peak RSS (GB) once the stage is done: where it jumps, that stage
 
         def timed(stage: stages.Stage, function, call_args: tuple) -> object:  # noqa: ANN001
             run, rest = call_args[0], call_args[1:]
@@ -66,6 +68,7 @@ def main() -> None:
             t = time.perf_counter()
             result = function(*call_args)
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
+            peaks[name] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
             return result
 
         run = stages.start_release(config, folder / "runs", system_random_source())
@@ -78,12 +81,12 @@ def main() -> None:
     print(f"persons={args.persons:,} preset={args.preset} units={config.units is not None} "
           f"reconciliation={config.reconciliation_method} "
           f"runner={args.runner} nodes={nodes} synth={synth_s:.1f}s")
-    print("| stage | seconds | detailed cells/s |\n|---|---|---|")
+    print("| stage | seconds | detailed cells/s | peak RSS after (GB) |\n|---|---|---|---|")
     for name, seconds in timings.items():
         persons_level = name.startswith(("reconcile ", "measure ")) and "(units)" not in name
         level = name.split(" ")[-1] if persons_level else None  # the rate counts the persons' detailed cells
         rate = f"{nodes[level] * n_cells / seconds:,.0f}" if level in nodes and seconds > 0 else ""
-        print(f"| {name} | {seconds:.2f} | {rate} |")
+        print(f"| {name} | {seconds:.2f} | {rate} | {peaks[name]:.2f} |")
     print(f"| total release | {sum(timings.values()):.2f} |")
     print(f"peak RSS: {peak_gb:.2f} GB")
 

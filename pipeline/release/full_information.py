@@ -2,7 +2,8 @@
 
 Top-down reconciliation of a level against its own noisy measurements ignores everything measured below it
 (and, for an only child, the measurements of its chain).  Here the exact GLS of the whole tree
-(``postprocess.gls``: every measurement of every level, the invariants, x_parent = Σ x_children) comes first;
+(``postprocess.gls``: every measurement of every level, the invariants, x_parent = Σ x_children; computed out of
+core by ``postprocess.gls_stream``, chunk by chunk from the level files) comes first;
 each level's least squares then fits, for every query of the level's strategy plus the total and the detailed
 cells, the GLS estimate of that query with weight 1/v, v the mean variance of the estimate's cells over the
 level's nodes (nodes pinned by an invariant left out; at the lowest level a measured query keeps its own σ²).
@@ -17,23 +18,29 @@ post-processing, no privacy cost (Thm 19.25).  Design and measured accuracy: doc
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+import scipy.sparse as sp
 
 from pipeline.config.model import ReleaseConfig
 from pipeline.config.passes import LevelPasses, ReconciliationMethod
 from pipeline.config.schema import DETAILED, TOTAL, Query, Schema
-from pipeline.release.only_child import level_measurements
+from pipeline.io.measurements import read_chunk
 from pipeline.release.run import ReleaseRun, stage_output
 from postprocess import QueryInvariant, QueryMeasurement
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, QuerySpec, solve_gls
+from postprocess.gls_algebra import answer
+from postprocess.gls_stream import StreamedGls, StreamLevel, solve_gls_streamed
 
 PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (no weight: the constraint holds it)
+GLS_SCRATCH = "gls_scratch"  # under the run's work_dir: the streamed GLS's intermediates, removed before publish
 
-__all__ = ["ReconciliationMethod", "estimate", "gls_problem", "level_targets", "solve_tree", "spec_of",
-           "target_queries", "tree_targets"]
+__all__ = ["LevelTargets", "ReconciliationMethod", "discard_targets", "estimate", "gls_problem", "level_targets",
+           "solve_tree", "spec_of", "target_queries", "target_weight", "TargetTerm", "tree_targets"]
 
 Measured = Sequence[tuple[Query, Fraction, np.ndarray]]  # (query, σ², noisy answers (n_nodes, q_cells))
 
@@ -75,6 +82,12 @@ def target_queries(schema: Schema, measured: Measured, passes: LevelPasses) -> l
     return [schema.parse_query(name) for name in dict.fromkeys(names)]
 
 
+def target_weight(mean_variance: float) -> Fraction:
+    """A target's σ² from the mean variance of its GLS estimate's free cells over the level.  A weight, not a
+    budget: any positive value keeps this post-processing; rounded for a compact Fraction."""
+    return max(Fraction(mean_variance).limit_denominator(1 << 40), Fraction(1, 1 << 40))
+
+
 def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequence[Query],
                   own_sigma2: Mapping[str, Fraction] | None = None) -> list[QueryMeasurement]:
     """The GLS estimates of ``queries`` at every node of a level, as least-squares terms weighted by the inverse
@@ -87,8 +100,7 @@ def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequen
         free = variance[variance > PINNED]
         if free.size == 0:
             continue
-        # a weight, not a budget: any positive value keeps this post-processing; rounded for a compact Fraction
-        sigma2 = max(Fraction(float(free.mean())).limit_denominator(1 << 40), Fraction(1, 1 << 40))
+        sigma2 = target_weight(float(free.mean()))
         if own_sigma2 and query.name in own_sigma2:
             sigma2 = own_sigma2[query.name]
         out.append(QueryMeasurement(name=query.name, matrix=schema.query_matrix(query),
@@ -97,23 +109,84 @@ def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequen
 
 
 def estimate(run: ReleaseRun) -> None:
-    """Stage: the tree's GLS from the run's noisy measurements, kept as every level's targets (``run.targets``).
-    Nothing to do with ``postprocess.reconciliation = "level_by_level"``."""
+    """Stage: the tree's GLS from the run's saved noisy measurements (``postprocess.gls_stream``: chunk by chunk,
+    intermediates in ``work_dir/gls_scratch``), kept as every level's targets (``run.targets``), which the
+    reconciliation's chunk tasks evaluate chunk by chunk.  Nothing to do with ``postprocess.reconciliation =
+    "level_by_level"``."""
     config = run.config
     if config.reconciliation_method is not ReconciliationMethod.FULL_INFORMATION:
         return
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    discard_targets(run)
     schema = run.schema
     directory = run.measurements_dir or run.work_dir / "measurements"
-    measured = []
+    allocated = [[(schema.parse_query(a.query), a.sigma2) for a in run.level_allocations(level)]
+                 for level in range(tree.depth)]
+    rows = [{(start, stop): first for start, stop, first in run.chunk_plan[level]} for level in range(tree.depth)]
+
+    def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        path = directory / f"{config.levels[level].name}.parquet"
+        noisy = read_chunk(path, rows[level][start, stop], [(stop - start, schema.query_cells(q))
+                                                            for q, _ in allocated[level]])
+        return noisy, [i.values[start:stop] for i in run.invariants.get(level, [])]
+
+    levels = [StreamLevel(parent=tree.parent[level],
+                          queries=[(spec_of(schema, q), float(s2)) for q, s2 in allocated[level]],
+                          invariants=[spec_of(schema, schema.parse_query(i.name))
+                                      for i in run.invariants.get(level, [])],
+                          chunks=[(start, stop) for start, stop, _ in run.chunk_plan[level]])
+              for level in range(tree.depth)]
+    scratch = run.work_dir / GLS_SCRATCH
+    shutil.rmtree(scratch, ignore_errors=True)  # a resumed run's leftovers
+    stream = solve_gls_streamed(levels, schema.shape, read, scratch)
+    last = tree.depth - 1
     for level, spec in enumerate(config.levels):
-        queries = [(a.query, a.sigma2) for a in run.level_allocations(level)]
-        # read back chunk by chunk: holding every level's noisy answers from measure would not bound memory
-        values = level_measurements(directory / f"{spec.name}.parquet", run.chunk_plan[level], schema, queries)
-        measured.append([(schema.parse_query(q), s2, v) for (q, s2), v in zip(queries, values, strict=True)])
-    result = solve_tree(schema, [tree.parent[level] for level in range(tree.depth)], measured, run.invariants)
-    for level, targets in enumerate(tree_targets(config, result, measured)):
-        run.targets[level] = targets
+        measured = [(q, s2, np.zeros((0, 0))) for q, s2 in allocated[level]]
+        queries = target_queries(schema, measured, config.level_passes(spec.name))
+        own = {q.name: Fraction(s2) for q, s2 in allocated[level]} if level == last else {}
+        terms = []
+        for query in queries:
+            spec = spec_of(schema, query)
+            mean = stream.mean_variance(level, spec, PINNED)
+            if mean is not None:
+                terms.append(TargetTerm(query.name, spec, schema.query_matrix(query),
+                                        own.get(query.name, target_weight(mean))))
+        run.targets[level] = LevelTargets(stream, level, schema.shape, tuple(terms))
+
+
+@dataclass(frozen=True)
+class TargetTerm:
+    """One target query of a level: its name, GLS spec, 0/1 matrix and weight σ²."""
+
+    name: str
+    spec: QuerySpec
+    matrix: sp.csr_matrix
+    sigma2: Fraction
+
+
+@dataclass(frozen=True)
+class LevelTargets:
+    """A level's GLS targets, made chunk by chunk: the streamed GLS and each target query with its weight σ²
+    (as ``tree_targets`` weighs them)."""
+
+    stream: StreamedGls
+    level: int
+    shape: tuple[int, ...]
+    terms: tuple[TargetTerm, ...]
+
+    def chunk(self, start: int, stop: int) -> tuple[QueryMeasurement, ...]:
+        """The targets of nodes [start, stop) (a chunk of the plan): the GLS estimates of every target query."""
+        detailed = self.stream.estimate(self.level, start, stop)
+        return tuple(QueryMeasurement(name=t.name, matrix=t.matrix, sigma2=t.sigma2,
+                                      noisy=answer(detailed, self.shape, t.spec)) for t in self.terms)
+
+
+def discard_targets(run: ReleaseRun) -> None:
+    """Forget the GLS targets and remove their scratch files (they must never be published); idempotent."""
+    for targets in run.targets.values():
+        targets.stream.close()
+    run.targets.clear()
+    shutil.rmtree(run.work_dir / GLS_SCRATCH, ignore_errors=True)
 
 
 def tree_targets(config: ReleaseConfig, result: GlsResult, measured: Sequence[Measured]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import scipy.sparse as sp
 
@@ -24,7 +24,10 @@ from pipeline.dp.random_source import RandomSource
 from pipeline.errors import CensusDPError
 from pipeline.io import manifest as mf
 from pipeline.io.microdata import InputFiles
-from postprocess import QueryInvariant, QueryMeasurement
+from postprocess import QueryInvariant
+
+if TYPE_CHECKING:
+    from pipeline.release.full_information import LevelTargets
 
 T = TypeVar("T")
 
@@ -67,7 +70,7 @@ class ReleaseRun:
     chunk_plan: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (start, stop, row group)
     invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)  # published exactly
     counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
-    targets: dict[int, list[QueryMeasurement]] = field(default_factory=dict)  # GLS estimates (full information)
+    targets: dict[int, LevelTargets] = field(default_factory=dict)  # GLS targets, made per chunk (full information)
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     summary_tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> dictionary, level paths
     expected_errors: dict[str, Any] = field(default_factory=dict)  # main P.L. counts' standard errors (tabulate)

@@ -44,7 +44,11 @@ from pipeline.io.microdata import geography_units, read_input_files
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
 from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
-from pipeline.release.full_information import ReconciliationMethod, estimate  # noqa: F401 - a stage (STAGES)
+from pipeline.release.full_information import (  # noqa: F401 - estimate: a stage (STAGES)
+    ReconciliationMethod,
+    discard_targets,
+    estimate,
+)
 from pipeline.release.measuring import (
     PARTS_DIR,
     level_plans_of,
@@ -289,8 +293,9 @@ def abandon(run: ReleaseRun) -> None:
     if run.ledger is not None:
         run.ledger.set_status(run.run_id, ChargeStatus.FAILED, reason or FailureReason.RUN_ERROR.value)
     run.input_files = None
-    if run.units is not None:
-        run.units.input_files = None
+    for universe in run.universes():
+        discard_targets(universe)  # the GLS scratch files (public, but never published)
+        universe.input_files = None
     if run.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
         log.warning("run %s failed after its measurements were saved: finish it with --resume %s",
                     run.run_id, run.run_id)

@@ -1,26 +1,60 @@
 """A level's reconciliation as chunk tasks: what each task carries (public values only) and how it is made.
 
 With full-information reconciliation (the default) a task carries the GLS targets of its nodes
-(``release.full_information``); with ``level_by_level`` it reads the level's own noisy measurements from their
-file, plus those of the only-child levels below (``release.only_child``).  Either way, it also carries the
-level's least-squares passes and the marginals rounded first (``pipeline.config.passes``).
+(``release.full_information``), computed when the task is made; with ``level_by_level`` it reads the level's own
+noisy measurements from their file, plus those of the only-child levels below (``release.only_child``).  Either
+way, it also carries the level's least-squares passes and the marginals rounded first (``pipeline.config.passes``).
+
+Tasks are made lazily, in chunk order, so only the runner's window of them is ever in memory.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import itertools
+from collections.abc import Iterator
 
 from pipeline.config.passes import ReconciliationMethod
 from pipeline.dp.random_source import system_random_source
+from pipeline.release.full_information import discard_targets
 from pipeline.release.only_child import chain_measurements
 from pipeline.release.reconcile_chunk import ChunkTask
 from pipeline.release.run import ReleaseRun, stage_output
 from pipeline.release.support import structural_zero_mask
 
 
-def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
-    """The level's reconciliation tasks: public values and file locations only."""
+class ChunkTasks:
+    """A level's tasks, made one at a time.  ``len`` is the number of chunks.  It may be walked twice in step,
+    as ``zip(tasks, runner.map(fn, tasks))`` does: both walks share one stream of tasks (``itertools.tee``),
+    which holds only the tasks one walk is ahead of the other; each task is made once.  A third walk is refused."""
+
+    def __init__(self, count: int, tasks: Iterator[ChunkTask]) -> None:
+        self._count = count
+        self._walks = list(itertools.tee(tasks, 2))
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[ChunkTask]:
+        if not self._walks:
+            raise RuntimeError("a level's chunk tasks can be walked at most twice (in step)")
+        return self._walks.pop(0)
+
+
+def chunk_tasks(run: ReleaseRun, level: int) -> ChunkTasks:
+    """The level's reconciliation tasks: public values and file locations only, made as they are walked.  With
+    full information, once the lowest level's last task is made the GLS's scratch files are removed."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    config = run.config
+    name = config.levels[level].name
+    full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
+    targets = run.targets.get(level) if full else None
+    if full and not (targets and targets.terms):
+        raise stage_output(None, f"the GLS targets of level {name} (the estimate stage)")
+    return ChunkTasks(len(run.chunk_plan[level]), _make_tasks(run, level, tree.depth - 1))
+
+
+def _make_tasks(run: ReleaseRun, level: int, lowest: int) -> Iterator[ChunkTask]:
+    tree = stage_output(run.tree, "the geography")
     config = run.config
     name = config.levels[level].name
     queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
@@ -30,13 +64,10 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
     # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
     tie_source = run.rng if run.rng.can_draw else system_random_source()
     full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
-    targets = run.targets.get(level, []) if full else []
-    if full and not targets:
-        raise stage_output(None, f"the GLS targets of level {name} (the estimate stage)")
+    targets = run.targets.get(level) if full else None
     # level_by_level: the only-child levels below measured the same nodes again
     chain = [] if full else chain_measurements(run, level)
     passes = config.level_passes(name)
-    tasks = []
     for start, stop, first in run.chunk_plan[level]:
         parent_counts = parent_index = None
         if level > 0:
@@ -44,14 +75,13 @@ def chunk_tasks(run: ReleaseRun, level: int) -> list[ChunkTask]:
             parent_counts = run.counts[level - 1][int(parents[0]): int(parents[-1]) + 1]
             parent_index = parents - parents[0]
         invariants = tuple((i.name, i.values[start:stop]) for i in run.invariants.get(level, []))
-        tasks.append(ChunkTask(level=name, start=start, stop=stop, measurements_path=path, first_row_group=first,
-                               queries=queries, schema=run.schema, parent_counts=parent_counts,
-                               parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
-                               solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),
-                               chain_measurements=tuple((label, q, s2, v[start:stop]) for label, q, s2, v in chain),
-                               targets=tuple(replace(t, noisy=t.noisy[start:stop]) for t in targets),
-                               passes=passes.l2, tolerance=float(passes.tolerance),
-                               rounding=tuple(q.name for q in passes.rounding)))
-    return tasks
-
-
+        yield ChunkTask(level=name, start=start, stop=stop, measurements_path=path, first_row_group=first,
+                        queries=queries, schema=run.schema, parent_counts=parent_counts,
+                        parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
+                        solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),
+                        chain_measurements=tuple((label, q, s2, v[start:stop]) for label, q, s2, v in chain),
+                        targets=targets.chunk(start, stop) if targets is not None else (),
+                        passes=passes.l2, tolerance=float(passes.tolerance),
+                        rounding=tuple(q.name for q in passes.rounding))
+    if full and level == lowest:  # every level's targets are made: the scratch files go before publish
+        discard_targets(run)

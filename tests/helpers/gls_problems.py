@@ -10,6 +10,7 @@ import numpy as np
 
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery
 from postprocess.gls_algebra import QuerySpec, answer
+from postprocess.gls_stream import Reader, StreamLevel
 from tests.helpers.gls_reference import aggregation, random_tree
 
 Recodes = dict[int, list[tuple[int, ...]]]
@@ -56,9 +57,12 @@ def random_spec(rng: np.random.Generator, shape: tuple[int, ...], recodes: Recod
     return QuerySpec(tuple(axes), tuple(groups))
 
 
-def make_problem(rng: np.random.Generator, depth: int, with_invariants: bool):
+def make_problem(rng: np.random.Generator, depth: int, with_invariants: bool, recoded: bool = True, most: int = 3):
+    """A random tree (1..``most`` children per node) with random queries (recodes unless ``recoded`` is False),
+    σ² and invariants on it: (shape, recodes, aggregation matrices, levels)."""
     shape, recodes = random_schema(rng)
-    parents = random_tree(rng, depth)
+    recodes = recodes if recoded else {}
+    parents = random_tree(rng, depth, most)
     g = aggregation(parents)
     truth = rng.integers(0, 20, size=(g[-1].shape[1], prod(shape))).astype(float)
     detailed = QuerySpec(tuple(range(len(shape))))
@@ -78,6 +82,29 @@ def make_problem(rng: np.random.Generator, depth: int, with_invariants: bool):
                       for s, deepest in invariant_specs if i <= deepest]
         levels.append(GlsLevel(parent=parent, queries=queries, invariants=invariants))
     return shape, recodes, g, levels
+
+
+def random_plan(rng: np.random.Generator, parent: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """Consecutive node ranges covering [0, n), cut at a random subset of the family boundaries."""
+    boundaries = [i for i in range(1, n) if len(parent) and parent[i] != parent[i - 1]]
+    cuts = [0, *(b for b in boundaries if rng.random() < 0.5), n]
+    return list(zip(cuts, cuts[1:], strict=False))
+
+
+def as_stream(rng: np.random.Generator, levels: list[GlsLevel]) -> tuple[list[StreamLevel], Reader]:
+    """The levels of ``solve_gls`` as ``solve_gls_streamed`` takes them, with random chunk plans, and a reader
+    that serves their data by node range."""
+    out = []
+    for i, level in enumerate(levels):
+        n = len(level.parent) if i else 1
+        out.append(StreamLevel(level.parent, [(q.spec, q.sigma2) for q in level.queries],
+                               [v.spec for v in level.invariants], random_plan(rng, level.parent, n)))
+
+    def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        return ([q.noisy[start:stop] for q in levels[level].queries],
+                [v.values[start:stop] for v in levels[level].invariants])
+
+    return out, read
 
 
 # --- the pl94-2020 shape in miniature: hhgq (8 values) grouped by hhinstlevels, votingage -----------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
@@ -11,7 +12,17 @@ import polars as pl
 import pytest
 
 from pipeline.io.run_folder import load_run
-from pipeline.release.full_information import PINNED, level_targets, solve_tree, target_queries, tree_targets
+from pipeline.release import tasks
+from pipeline.release.full_information import (
+    GLS_SCRATCH,
+    PINNED,
+    level_targets,
+    solve_tree,
+    target_queries,
+    tree_targets,
+)
+from pipeline.release.reconcile_chunk import ChunkTask
+from pipeline.release.run import ReleaseRun
 from pipeline.uncertainty.gls import gls_estimates
 from tests.helpers.releases import cli, release_dir
 
@@ -91,3 +102,37 @@ def test_a_partial_only_child_chain_informs_its_parent() -> None:
         fits.append(targets[0].noisy[0])
         assert np.allclose(result.estimates[1][0], result.estimates[2][0])  # the only child equals its parent
     assert np.all(fits[1] - fits[0] > 1)  # the child's measurements reached the parent's target
+
+
+def test_chunk_tasks_carry_the_in_memory_gls_targets_and_scratch_is_never_published(
+        tiny_release: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The estimate stage streams the GLS (``postprocess.gls_stream``); each chunk task's targets are what the
+    in-memory GLS (``solve_tree``, ``tree_targets``) gives for its nodes, and its scratch files are gone by publish."""
+    made: dict[int, list] = {}
+    plans: dict[int, list] = {}
+    scratch_seen: list[bool] = []
+    real = tasks._make_tasks
+
+    def spy(run: ReleaseRun, level: int, lowest: int) -> Iterator[ChunkTask]:
+        scratch_seen.append((run.work_dir / GLS_SCRATCH).is_dir())
+        plans[level] = [(a, b) for a, b, _ in run.chunk_plan[level]]
+        for task in real(run, level, lowest):
+            made.setdefault(level, []).append(task)
+            yield task
+
+    monkeypatch.setattr(tasks, "_make_tasks", spy)
+    run_dir = release_dir(capsys, tiny_release)
+    assert all(scratch_seen) and not (run_dir / GLS_SCRATCH).exists() and not list(run_dir.rglob("*.f64"))
+    run = load_run(run_dir)
+    measured = [[(q, s2, values) for q, s2, values in run.measurements(level)] for level in range(run.tree.depth)]
+    expected = tree_targets(run.config, solve_tree(run.config.schema, run.tree.parent, measured, run.invariants),
+                            measured)
+    assert sorted(made) == list(range(run.tree.depth))
+    for level, chunk in made.items():
+        assert [(t.start, t.stop) for t in chunk] == plans[level]
+        for task in chunk:
+            assert [t.name for t in task.targets] == [t.name for t in expected[level]]
+            for got, want in zip(task.targets, expected[level], strict=True):
+                assert float(got.sigma2) == pytest.approx(float(want.sigma2), rel=1e-9)
+                np.testing.assert_allclose(got.noisy, want.noisy[task.start:task.stop], rtol=1e-8, atol=1e-8)
+                assert (got.matrix != want.matrix).nnz == 0

@@ -1,0 +1,267 @@
+"""The exact GLS of ``postprocess.gls`` out of core: memory bounded by a chunk of nodes, not by the tree.
+
+Same model, same algebra, same two passes (``postprocess.gls_tree``); only the order of work changes.  Each level
+is processed in chunks of consecutive nodes that never split a parent's children (the caller's plan), and each
+chunk's noisy measurements and invariant values come from a callback, ``read(level, start, stop)``.
+
+- Up pass, lowest level first, chunk by chunk: rotate the chunk's data, solve every subspace's subtree estimate
+  z̃ (the chunk's children sums read back from scratch), write z̃ and add it into the parents' children sums.
+  Because a chunk holds whole families and families are consecutive, every file is written front to back.
+- Down pass, root first, chunk by chunk: x̂ = z̃ + N H Nᵀ(x̂_parent - Σz̃), the parents' rows read by range.
+  The lowest level is never stored: ``estimate`` of a lowest chunk re-reads its measurements (callback), redoes
+  its up step and applies the down step against the stored parents.
+
+All intermediates are rotated cubes (n, C) (``postprocess.gls_algebra``: every subspace's block of a node is one
+slice of its rotated cube), kept in plain binary files under ``scratch`` read and written by range (never
+memory-mapped: touched pages of a map count in the resident set).  They are public values (post-processing of
+noisy measurements) and are removed by ``close`` (or at garbage collection).
+
+Memory.  O(chunk): a handful of (chunk nodes, C) float cubes (the chunk's data, its invariants' least-norm
+solutions, the children sums, the estimate).  O(nodes × small), data-free, held for the stream's life: per
+subspace S and level above the lowest, every node's Φ, Φ̄⁻¹ and posterior covariance (K_S×K_S each; K_S = 1
+without recodes); at the lowest level those depend on the node's parent only (its own Φ is level-wide), so they
+are held per parent — nothing of size n_lowest except the parent index the caller passes.  Disk: at most two
+(n, C) float64 files per level above the lowest (z̃ and Σz̃ during the up pass; x̂ and, for the level above
+the lowest, Σz̃ afterwards).  Results agree with ``solve_gls`` to rounding (different summation order only).
+"""
+
+from __future__ import annotations
+
+import shutil
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, check_identifiable, subspace_blocks
+from postprocess.gls_algebra import (
+    QuerySpec,
+    axis_bases,
+    cell_variance,
+    gather,
+    least_norm_scale,
+    rotate_into,
+    scatter,
+    subsets,
+    unrotate,
+)
+from postprocess.gls_stream_frame import Scratch, SubspaceFrame, check_plan, subspace_frame
+from postprocess.gls_tree import _apply, _sum, children_matrix
+
+# read(level, start, stop) -> (noisy answers per query, invariant values per invariant), each (stop - start, q_cells)
+Reader = Callable[[int, int, int], tuple[Sequence[np.ndarray], Sequence[np.ndarray]]]
+
+
+@dataclass(frozen=True)
+class StreamLevel:
+    """One level, data-free: each node's parent index into the level above (sorted; empty at the root), the
+    measured queries with their σ², the invariants' queries, and the chunk plan: consecutive (start, stop) node
+    ranges covering the level, each ending on a parent boundary."""
+
+    parent: np.ndarray
+    queries: Sequence[tuple[QuerySpec, float]]
+    invariants: Sequence[QuerySpec]
+    chunks: Sequence[tuple[int, int]]
+
+
+def _stand_in(level: StreamLevel) -> GlsLevel:
+    """The level as ``postprocess.gls`` takes it, for its data-free parts (blocks, pins): no data."""
+    empty = np.zeros((0, 0))
+    return GlsLevel(level.parent, [GlsQuery(s.axes, float(s2), empty, s.groups) for s, s2 in level.queries],
+                    [GlsInvariant(s.axes, empty, s.groups) for s in level.invariants])
+
+
+class StreamedGls:
+    """The GLS of a tree, solved level by level and chunk by chunk (see the module docstring); build it with
+    ``solve_gls_streamed``.  ``close`` (or the end of a ``with`` block) removes its folder under ``scratch``."""
+
+    def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, scratch: Path) -> None:
+        self.shape = tuple(int(n) for n in shape)
+        self.levels = list(levels)
+        self.sizes = check_plan(self.levels, self.shape)
+        self._read = read
+        specs = [s for level in self.levels for s, _ in level.queries] + [s for level in self.levels
+                                                                           for s in level.invariants]
+        self.bases = axis_bases(self.shape, specs)
+        self.subsets = subsets(len(self.shape))
+        stand_ins = [_stand_in(level) for level in self.levels]
+        self._frames: list[SubspaceFrame] = []
+        for subset in self.subsets:
+            infos, pins = subspace_blocks(stand_ins, self.bases, subset)
+            check_identifiable(infos[-1], pins[-1].free, subset)
+            self._frames.append(subspace_frame(infos, pins, [level.parent for level in self.levels], self.sizes))
+        self._scratch = Scratch(scratch, self.shape)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._scratch.directory), True)
+        try:
+            self._up_pass()
+            self._down_pass()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def depth(self) -> int:
+        return len(self.levels)
+
+    # --- one chunk ---------------------------------------------------------------------------------------------
+
+    def _rotated(self, level: int, start: int, stop: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The chunk's b = Σ_q Q_qᵀ y_q/σ²_q and its invariants' least-norm solutions, rotated (n, n_1..n_m)."""
+        spec = self.levels[level]
+        noisy, values = self._read(level, start, stop)
+        if len(noisy) != len(spec.queries) or len(values) != len(spec.invariants):
+            raise ValueError(f"level {level}: the reader returned the wrong number of queries or invariants")
+        n = stop - start
+        cube = np.zeros((n, *self.shape))
+        for (query, sigma2), answers in zip(spec.queries, noisy, strict=True):
+            self._check_rows(level, query, answers, n)
+            rotate_into(cube, np.asarray(answers, dtype=float), query, self.bases, 1 / sigma2)
+        exact = []
+        for query, answers in zip(spec.invariants, values, strict=True):
+            self._check_rows(level, query, answers, n)
+            target = np.zeros((n, *self.shape))
+            rotate_into(target, np.asarray(answers, dtype=float), query, self.bases,
+                        least_norm_scale(query, self.shape))
+            exact.append(target)
+        return cube, exact
+
+    def _check_rows(self, level: int, query: QuerySpec, answers: np.ndarray, n: int) -> None:
+        if np.shape(answers) != (n, int(np.prod(query.cells(self.shape)))):
+            raise ValueError(f"level {level}: the reader's answers to the query on axes {query.axes} have the "
+                             "wrong shape")
+
+    def _up(self, level: int, start: int, stop: int, below: np.ndarray | None) -> np.ndarray:
+        """The chunk's subtree estimates z̃ (rotated cube); ``below``: its children sums Σz̃ (None at the lowest)."""
+        cube, exact = self._rotated(level, start, stop)
+        out = np.zeros_like(cube)
+        for subset, frame in zip(self.subsets, self._frames, strict=True):
+            free, info = frame.free[level], frame.info[level]
+            pinned = None
+            if frame.maps[level]:
+                pinned = sum(np.einsum("ij,njd->nid", g, gather(x, self.bases, subset))
+                             for g, x in zip(frame.maps[level], exact, strict=True))
+            rhs = _apply(free.T, gather(cube, self.bases, subset))
+            if pinned is not None:
+                rhs = rhs - _apply(free.T @ info, pinned)
+            if below is not None:
+                lower = frame.free[level + 1]
+                gain = (lower.T @ free).T @ frame.bar_inv[level][start:stop]  # Mᵀ Φ̄⁻¹
+                summed = gather(below, self.bases, subset)
+                rhs = rhs + _apply(gain, _apply(lower.T, summed if pinned is None else summed - pinned))
+            estimate = _apply(free, _apply(frame.phi_of(level, start, stop), rhs))
+            scatter(out, estimate if pinned is None else estimate + pinned, self.bases, subset)
+        return out
+
+    def _parents(self, level: int, start: int, stop: int) -> tuple[int, int, np.ndarray]:
+        parent = self.levels[level].parent[start:stop]
+        first = int(parent[0])
+        return first, int(parent[-1]) + 1, parent - first
+
+    def _down(self, level: int, start: int, stop: int, up: np.ndarray) -> np.ndarray:
+        """The chunk's final estimates x̂ (rotated cube) from its z̃ and its parents' stored x̂ and Σz̃."""
+        first, last, local = self._parents(level, start, stop)
+        gap = self._scratch.read("final", level - 1, first, last) - self._scratch.read("sum", level - 1, first, last)
+        out = up.copy()
+        for subset, frame in zip(self.subsets, self._frames, strict=True):
+            free = frame.free[level]
+            diff = _apply(free.T, gather(gap, self.bases, subset))
+            share = frame.phi_of(level, start, stop) @ frame.bar_inv[level - 1][first:last][local]  # Φ_c Φ̄_p⁻¹
+            scatter(out, gather(up, self.bases, subset) + _apply(free, _apply(share, diff[local])), self.bases,
+                    subset)
+        return out
+
+    # --- the passes ------------------------------------------------------------------------------------------
+
+    def _up_pass(self) -> None:
+        lowest = self.depth - 1
+        for level in range(lowest, -1, -1):
+            for start, stop in self.levels[level].chunks:
+                below = self._scratch.read("sum", level, start, stop) if level < lowest else None
+                up = self._up(level, start, stop, below)
+                if level < lowest:
+                    self._scratch.write("up", level, up)
+                if level > 0:
+                    first, last, local = self._parents(level, start, stop)
+                    self._scratch.write("sum", level - 1, _sum(children_matrix(local, last - first), up))
+
+    def _down_pass(self) -> None:
+        lowest = self.depth - 1
+        if lowest == 0:
+            return
+        self._scratch.rename("up", "final", 0)  # the root's subtree is the whole tree
+        for level in range(1, lowest):
+            for start, stop in self.levels[level].chunks:
+                up = self._scratch.read("up", level, start, stop)
+                self._scratch.write("final", level, self._down(level, start, stop, up))
+            self._scratch.remove("up", level)
+            self._scratch.remove("sum", level - 1)  # the lowest level's parents keep theirs
+        for frame in self._frames:
+            frame.drop_upper()  # only the lowest level's down step remains to be done
+
+    # --- results ---------------------------------------------------------------------------------------------
+
+    def estimate(self, level: int, start: int, stop: int) -> np.ndarray:
+        """(stop - start, C) GLS estimates of the detailed cells of nodes [start, stop) of a level: a range of
+        the plan's chunks (at the lowest level exactly one chunk: its measurements are read again)."""
+        lowest = self.depth - 1
+        if level < lowest:
+            return unrotate(self._scratch.read("final", level, start, stop), self.bases)
+        up = self._up(level, start, stop, None)
+        return unrotate(up if level == 0 else self._down(level, start, stop, up), self.bases)
+
+    def _covariances(self, level: int, start: int, stop: int) -> tuple[list[np.ndarray], np.ndarray | None]:
+        """Per subspace, posterior covariances of nodes [start, stop) — at the lowest level, of their parents
+        (with the index of each node's parent among them): the same for all the children of one parent."""
+        if level < self.depth - 1:
+            return [frame.covariance[level][start:stop] for frame in self._frames], None
+        if level == 0:  # a one-level tree: one covariance for all its nodes
+            return [frame.covariance[0] for frame in self._frames], np.zeros(stop - start, dtype=np.int64)
+        first, last, local = self._parents(level, start, stop)
+        return [frame.covariance[level][first:last] for frame in self._frames], local
+
+    def variance(self, level: int, spec: QuerySpec | None, start: int, stop: int) -> np.ndarray:
+        """(stop - start, q_cells) variance of each node's estimate of every cell of a query (None: the detailed
+        cells), as ``GlsResult.variance``."""
+        spec = QuerySpec(tuple(range(len(self.shape)))) if spec is None else spec
+        covariances, local = self._covariances(level, start, stop)
+        by_class, index = cell_variance(covariances, self.subsets, self.bases, spec)
+        by_class = np.maximum(by_class, 0.0)
+        return (by_class if local is None else by_class[local])[:, index]
+
+    def mean_variance(self, level: int, spec: QuerySpec | None, above: float = 0.0) -> float | None:
+        """The mean, over a level's nodes and a query's cells, of the variances strictly above ``above`` (None
+        when there are none: every cell fixed by invariants) — without forming the (n_nodes, q_cells) array."""
+        spec = QuerySpec(tuple(range(len(self.shape)))) if spec is None else spec
+        n = self.sizes[level]
+        covariances, local = self._covariances(level, 0, n)
+        by_class, index = cell_variance(covariances, self.subsets, self.bases, spec)
+        by_class = np.maximum(by_class, 0.0)
+        cells = np.bincount(index, minlength=by_class.shape[1]).astype(float)  # query cells per class
+        if local is not None:
+            nodes = np.bincount(local, minlength=by_class.shape[0]).astype(float)  # children per parent
+        else:
+            nodes = np.full(by_class.shape[0], n / by_class.shape[0])
+        weight = np.where(by_class > above, nodes[:, None] * cells[None, :], 0.0)
+        total = weight.sum()
+        return float((weight * by_class).sum() / total) if total else None
+
+    def close(self) -> None:
+        """Remove the scratch directory (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self) -> StreamedGls:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def solve_gls_streamed(levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, scratch: Path
+                       ) -> StreamedGls:
+    """The exact GLS of ``solve_gls``, computed chunk by chunk with intermediates on disk in a folder of its own
+    under ``scratch`` (created if missing), removed by ``close`` or when the stream is garbage collected.  Both
+    passes run here; the lowest level's estimates are computed when asked for.  ``ValueError`` as
+    ``solve_gls``, and on a plan that splits a family or does not cover a level."""
+    return StreamedGls(levels, shape, read, Path(scratch))

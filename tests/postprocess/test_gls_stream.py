@@ -1,0 +1,128 @@
+"""The streamed GLS (``postprocess.gls_stream``) equals ``solve_gls``, chunk by chunk, with bounded scratch use."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from postprocess import gls_stream_frame
+from postprocess.gls import solve_gls
+from postprocess.gls_stream import StreamLevel, solve_gls_streamed
+from tests.helpers.gls_problems import as_stream, make_problem
+
+PINNED = 1e-9
+
+
+def _close(actual: np.ndarray, expected: np.ndarray) -> None:
+    scale = max(1.0, float(np.abs(expected).max(initial=0)))
+    np.testing.assert_allclose(actual, expected, rtol=1e-8, atol=1e-8 * scale)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), depth=st.integers(1, 4), with_invariants=st.booleans(),
+       recoded=st.booleans(), most=st.integers(1, 4))
+def test_the_streamed_gls_equals_solve_gls(tmp_path_factory: pytest.TempPathFactory, seed: int, depth: int,
+                                           with_invariants: bool, recoded: bool, most: int) -> None:
+    rng = np.random.default_rng(seed)  # test-only
+    shape, _, _, levels = make_problem(rng, depth, with_invariants, recoded, most)
+    try:
+        dense = solve_gls(levels, shape)
+    except ValueError:  # not identifiable: the stream refuses it too
+        plan, read = as_stream(rng, levels)
+        with pytest.raises(ValueError):
+            solve_gls_streamed(plan, shape, read, tmp_path_factory.mktemp("refused"))
+        return
+    plan, read = as_stream(rng, levels)
+    scratch = tmp_path_factory.mktemp("scratch")
+    measured = [q.spec for level in levels for q in level.queries]  # (a recode must coarsen the run's groups)
+    with solve_gls_streamed(plan, shape, read, scratch) as stream:
+        for level, spec in enumerate(plan):
+            query = measured[int(rng.integers(len(measured)))]
+            for start, stop in spec.chunks:
+                _close(stream.estimate(level, start, stop), dense.estimates[level][start:stop])
+                _close(stream.variance(level, None, start, stop), dense.variance(level)[start:stop])
+                _close(stream.variance(level, query, start, stop), dense.variance(level, query)[start:stop])
+            for q in (None, query):
+                variance = dense.variance(level, q)
+                free = variance[variance > PINNED]
+                mean = stream.mean_variance(level, q, PINNED)
+                assert (mean is None) == (free.size == 0)
+                if mean is not None:
+                    assert mean == pytest.approx(free.mean(), rel=1e-8)
+    assert not any(scratch.iterdir())
+
+
+def test_the_lowest_level_is_never_stored_and_is_read_again_per_estimate(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)  # test-only
+    shape, _, _, levels = make_problem(rng, 4, with_invariants=True)
+    plan, read = as_stream(rng, levels)
+    reads: Counter[tuple[int, int, int]] = Counter()
+
+    def counting(level: int, start: int, stop: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        reads[level, start, stop] += 1
+        return read(level, start, stop)
+
+    written: list[tuple[str, int, int]] = []
+    real_write = gls_stream_frame.Scratch.write
+
+    def spy(self: gls_stream_frame.Scratch, kind: str, level: int, cube: np.ndarray) -> None:
+        written.append((kind, level, cube.shape[0]))
+        real_write(self, kind, level, cube)
+
+    monkeypatch.setattr(gls_stream_frame.Scratch, "write", spy)
+    stream = solve_gls_streamed(plan, shape, counting, tmp_path)
+    lowest = len(plan) - 1
+    assert {level for _, level, _ in written} == set(range(lowest))  # every level above, never the lowest
+    # z̃ and Σz̃ of every level above the lowest, and x̂ of every level but the root (whose x̂ is its z̃)
+    sizes = [spec.chunks[-1][1] for spec in plan]
+    for kind, first in (("up", 0), ("sum", 0), ("final", 1)):
+        assert {lv: sum(n for k, lv_, n in written if k == kind and lv_ == lv) for lv in range(first, lowest)} == {
+            lv: sizes[lv] for lv in range(first, lowest)}
+    assert set(reads) == {(lv, a, b) for lv, spec in enumerate(plan) for a, b in spec.chunks}
+    assert set(reads.values()) == {1}  # each chunk read once by the two passes
+    files = sorted(p.name for p in tmp_path.rglob("*.f64"))
+    assert files == sorted([f"final-{lv}.f64" for lv in range(lowest)] + [f"sum-{lowest - 1}.f64"])
+    start, stop = plan[lowest].chunks[-1]
+    stream.estimate(lowest, start, stop)
+    assert reads[lowest, start, stop] == 2
+    stream.close()
+    stream.close()
+    assert not any(tmp_path.iterdir())
+
+
+def test_scratch_is_removed_when_a_read_fails(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)  # test-only
+    shape, _, _, levels = make_problem(rng, 3, with_invariants=False)
+    plan, read = as_stream(rng, levels)
+
+    def failing(level: int, start: int, stop: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        if level == 1:
+            raise OSError("unreadable")
+        return read(level, start, stop)
+
+    with pytest.raises(OSError):
+        solve_gls_streamed(plan, shape, failing, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_plan_that_splits_a_family_or_leaves_a_gap_is_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)  # test-only
+    shape, _, _, levels = make_problem(rng, 2, with_invariants=False, most=4)
+    plan, read = as_stream(rng, levels)
+    lowest = plan[-1]
+    n = len(lowest.parent)
+    inside = [i for i in range(1, n) if lowest.parent[i] == lowest.parent[i - 1]]
+    assert inside  # this seed's tree has a family of several children
+    split = StreamLevel(lowest.parent, lowest.queries, lowest.invariants, [(0, inside[0]), (inside[0], n)])
+    with pytest.raises(ValueError, match="splits"):
+        solve_gls_streamed([plan[0], split], shape, read, tmp_path)
+    gap = StreamLevel(lowest.parent, lowest.queries, lowest.invariants, [(0, n - 1)])
+    with pytest.raises(ValueError):
+        solve_gls_streamed([plan[0], gap], shape, read, tmp_path)
+    assert not list(tmp_path.rglob("*.f64"))
