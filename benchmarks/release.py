@@ -63,7 +63,7 @@ def main() -> None:
 
         def timed(stage: stages.Stage, function, call_args: tuple) -> object:  # noqa: ANN001
             run, rest = call_args[0], call_args[1:]
-            level = f" {config.levels[rest[0]].name}" if rest else ""
+            level = f" {config.levels[rest[0]].name}" if stage.per_level else ""
             name = f"{stage.name}{'' if run.main else ' (units)'}{level}"
             t = time.perf_counter()
             result = function(*call_args)
@@ -77,6 +77,8 @@ def main() -> None:
         assert tree is not None
         nodes = {lv.name: tree.n_nodes(i) for i, lv in enumerate(config.levels)}
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    # a local Dask cluster's worker processes are this process's children (ended by now): the largest one's peak
+    child_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2
     n_cells = config.schema.n_cells
     print(f"persons={args.persons:,} preset={args.preset} units={config.units is not None} "
           f"reconciliation={config.reconciliation_method} "
@@ -88,7 +90,7 @@ def main() -> None:
         rate = f"{nodes[level] * n_cells / seconds:,.0f}" if level in nodes and seconds > 0 else ""
         print(f"| {name} | {seconds:.2f} | {rate} | {peaks[name]:.2f} |")
     print(f"| total release | {sum(timings.values()):.2f} |")
-    print(f"peak RSS: {peak_gb:.2f} GB")
+    print(f"peak RSS: {peak_gb:.2f} GB (this process); largest child process (a Dask worker): {child_gb:.2f} GB")
 
 
 def _existing(folder: Path) -> SyntheticFiles:
