@@ -30,11 +30,10 @@ class LocalRunner:
 class DaskRunner:
     """Maps tasks on a Dask client; at most ``window`` tasks in flight, results in order."""
 
-    def __init__(self, spec: str, window: int = 64) -> None:
+    def __init__(self, spec: str, window: int | None = None) -> None:
         from distributed import Client, LocalCluster
 
         self.name = spec
-        self.window = window
         self._cluster = None
         if spec.startswith("dask-local:"):
             workers = int(spec.split(":", 1)[1])
@@ -44,6 +43,9 @@ class DaskRunner:
             self.client = Client(self._cluster)
         else:
             self.client = Client(spec)
+        # two tasks per worker thread in flight: enough to keep every worker busy, and the driver holds no more
+        # than that many tasks (a chunk's GLS targets are tens of MB)
+        self.window = window or max(4, 2 * sum(self.client.nthreads().values()))
 
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         pending: deque[Any] = deque()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 
 import numpy as np
 import pytest
@@ -40,11 +41,11 @@ def test_a_test_source_gives_each_chunk_its_own_reproducible_stream() -> None:
     other = seeded_random_source(5)
     assert substream_key(other, labels[1]) != keys[0]
     streams = [substream_source(k) for k in keys]
-    assert all(not s.publishable for s in streams)
+    assert all(s.publishable is False for s in streams)
     draws = [s.uniform_uint64(8) for s in streams]
     assert not np.array_equal(draws[0], draws[1]) and not np.array_equal(draws[0], draws[2])
     assert np.array_equal(substream_source(keys[0]).uniform_uint64(8), draws[0])  # reproducible
-    assert "TEST ONLY" in streams[0].name
+    assert streams[0].name == "seeded AES-256-CTR substream (TEST ONLY, not publishable)"  # the manifest's words
 
 
 def test_a_substream_key_of_another_size_is_refused() -> None:
@@ -52,3 +53,19 @@ def test_a_substream_key_of_another_size_is_refused() -> None:
         with pytest.raises(ValueError):
             substream_source(key)  # type: ignore[arg-type]
     assert substream_source(b"x" * 32).uniform_below(7, 3).max() < 7
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_seeded_substream_is_the_same_in_a_forked_worker() -> None:
+    """A worker forked after the source was made (Dask's nanny forks) continues the same test stream: only the OS
+    source rekeys on fork."""
+    key = substream_key(seeded_random_source(3), "persons:block:0")
+    source = substream_source(key)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its draws, to the parent
+        os.write(write, source.uniform_uint64(4).tobytes())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = np.frombuffer(os.read(read, 32), dtype=np.uint64)
+    assert np.array_equal(child, substream_source(key).uniform_uint64(4))
