@@ -19,6 +19,8 @@ Re-running post-processing from these files needs no microdata and spends no bud
 from __future__ import annotations
 
 import hashlib
+import queue
+import threading
 from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -51,8 +53,14 @@ class LevelMeasurementWriter:
     """Appends one level's measurements chunk by chunk: one Parquet row group per (chunk, query).
 
     Row group ``chunk_number * n_queries + query_number`` holds that query's values for the chunk's nodes,
-    so a chunk is read back without scanning the file (``read_chunk``).
+    so a chunk is read back without scanning the file (``read_chunk``).  Tables are built in the caller's thread
+    and written by one background thread (Parquet encoding releases the GIL), so drawing the next chunk's noise
+    overlaps writing this one's; at most ``QUEUED`` tables wait, so memory stays bounded by the chunk size.
+    Row-group numbers are assigned when a chunk is handed over, in order; a write error is raised by the next
+    ``write_chunk``/``append_file`` or by ``close``.
     """
+
+    QUEUED = 4
 
     def __init__(self, directory: Path, level: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -60,21 +68,40 @@ class LevelMeasurementWriter:
         self.level = level
         self.row_groups = 0
         self._writer: pq.ParquetWriter | None = None
+        self._queue: queue.Queue[pa.Table | None] = queue.Queue(maxsize=self.QUEUED)
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while (table := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # drain: the producer learns of the error at its next call
+            try:
+                if self._writer is None:
+                    self._writer = pq.ParquetWriter(self.path, table.schema)
+                self._writer.write_table(table, row_group_size=max(1, table.num_rows))
+            except BaseException as error:  # noqa: BLE001 - re-raised in the producer's thread
+                self._error = error
+
+    def _put(self, table: pa.Table) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"measurements-{self.level}", daemon=True)
+            self._thread.start()
+        self._queue.put(table)
+        self.row_groups += 1
 
     def write_chunk(self, geoids: np.ndarray, measurements: Sequence[QueryMeasurement],
                     rhos: Sequence[Fraction]) -> int:
-        """Write the chunk's queries; returns the index of its first row group."""
+        """Hand over the chunk's queries; returns the index of its first row group."""
         first = self.row_groups
         for measurement, rho in zip(measurements, rhos, strict=True):
             columns = _rows(self.level, geoids, measurement.name, measurement.noisy)
             columns["noisy_value"] = pa.array(measurement.noisy.ravel().astype(np.int64))
             columns["rho"] = pa.array(np.full(measurement.noisy.size, float_up(rho)))
             columns["sigma2"] = pa.array(np.full(measurement.noisy.size, float(measurement.sigma2)))
-            table = pa.table(columns)
-            if self._writer is None:
-                self._writer = pq.ParquetWriter(self.path, table.schema)
-            self._writer.write_table(table, row_group_size=max(1, table.num_rows))
-            self.row_groups += 1
+            self._put(pa.table(columns))
         return first
 
     def append_file(self, part: Path) -> int:
@@ -83,16 +110,20 @@ class LevelMeasurementWriter:
         first = self.row_groups
         parquet = pq.ParquetFile(part)
         for group in range(parquet.metadata.num_row_groups):
-            table = parquet.read_row_group(group)
-            if self._writer is None:
-                self._writer = pq.ParquetWriter(self.path, table.schema)
-            self._writer.write_table(table, row_group_size=max(1, table.num_rows))
-            self.row_groups += 1
+            self._put(parquet.read_row_group(group))
         return first
 
     def close(self) -> Path:
+        """Wait for every queued table to be written and close the file; raises a write's error."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
+        if self._error is not None:
+            raise self._error
         return self.path
 
 
