@@ -51,13 +51,10 @@ def test_a_failed_write_is_raised_in_the_callers_thread(tmp_path: Path, monkeypa
             raise OSError("disk full")
 
     monkeypatch.setattr(measurements.pq, "ParquetWriter", Failing)
-    writer = LevelMeasurementWriter(tmp_path, "block")
     geoids = np.array(["a", "b"])
-    writer.write_chunk(geoids, chunk(0, 2, 3, 1), [Fraction(1), Fraction(1)])
-    with pytest.raises(OSError, match="disk full"):
-        writer.close()
-    again = LevelMeasurementWriter(tmp_path, "block")
-    with pytest.raises(OSError, match="disk full"):  # at the latest when closed; usually at a later hand-over
-        for _ in range(50):
-            again.write_chunk(geoids, chunk(0, 2, 3, 1), [Fraction(1), Fraction(1)])
-        again.close()
+    for hand_overs in (1, 50):
+        writer = LevelMeasurementWriter(tmp_path, "block")
+        with pytest.raises(OSError, match="disk full"):  # at a later hand-over, or at the latest when closed
+            for _ in range(hand_overs):
+                writer.write_chunk(geoids, chunk(0, 2, 3, 1), [Fraction(1), Fraction(1)])
+            writer.close()
