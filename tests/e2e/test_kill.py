@@ -87,7 +87,7 @@ def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> Non
 DRIVER = '''
 import os, sys, time
 from pathlib import Path
-from pipeline.release import stages
+from pipeline.release import measure_groups, stages
 from pipeline.budget.ledger.charges import PrivacyLedger
 stage, marker = sys.argv[1], Path(sys.argv[2])
 
@@ -95,12 +95,13 @@ def pause():  # tell the test where we are, then wait for its SIGKILL
     marker.write_text(str(os.getpid()))
     time.sleep(600)
 
-measure, reconcile, rename, set_status = stages.measure, stages.reconcile, Path.rename, PrivacyLedger.set_status
+measure_level, reconcile, rename, set_status = (measure_groups.measure_level, stages.reconcile, Path.rename,
+                                              PrivacyLedger.set_status)
 
-def paused_measure(run, level):  # between two levels' draws
-    if level == 3 and stage == "measure":
+def paused_measure_level(schema, histograms, allocations, rng):  # between two levels' draws: us to county drawn
+    if allocations and allocations[0].level == "tract" and stage == "measure":
         pause()
-    measure(run, level)
+    return measure_level(schema, histograms, allocations, rng)
 
 def paused_reconcile(run, level, runner=None):
     if level == 0 and stage == "after-complete":  # every measurement saved, nothing reconciled
@@ -119,7 +120,7 @@ def paused_set_status(self, run_id, status, reason=None):  # published, the ledg
         pause()
     set_status(self, run_id, status, reason)
 
-stages.measure, stages.reconcile = paused_measure, paused_reconcile
+measure_groups.measure_level, stages.reconcile = paused_measure_level, paused_reconcile
 Path.rename = paused_rename if stage == "publish" else rename
 PrivacyLedger.set_status = paused_set_status if stage == "after-rename" else set_status
 from pipeline.cli import main
