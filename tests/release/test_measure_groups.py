@@ -1,0 +1,99 @@
+"""Measurement by groups (``release.measuring``, ``release.measure_groups``): which level the partitions name, the
+plan's groups and noise streams, a partitioned release's invariants and measurements, and a row outside its
+partition refused by category."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pipeline.cli import main
+from pipeline.config.load import load_config
+from pipeline.dp.random_source import seeded_random_source, system_random_source
+from pipeline.io.histograms import all_level_histograms, lowest_histograms
+from pipeline.io.microdata import read_input_files, validated_rows
+from pipeline.release import stages
+from pipeline.release.measuring import level_plans_of, partition_level, plan_measurement
+from tests.helpers.datasets import write_hive_dataset
+
+
+def partitioned(tiny_release: Path, width: int = 1) -> Path:
+    folder = tiny_release.parent / f"partitioned-{width}"
+    write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "part",
+                       pl.col("geocode").str.slice(0, width))
+    return folder
+
+
+def test_the_partition_level_is_the_level_the_labels_name(tiny_release: Path) -> None:
+    single = load_config(tiny_release)
+    files = read_input_files(single)
+    tree = validated_rows(files)[0]
+    assert partition_level(tree, files) == 0
+    by_region = read_input_files(load_config(tiny_release, {"input.path": str(partitioned(tiny_release))}))
+    assert partition_level(tree, by_region) == 1
+    by_district = read_input_files(load_config(tiny_release, {"input.path": str(partitioned(tiny_release, 2))}))
+    assert partition_level(tree, by_district) == 2
+
+
+def test_the_plan_has_a_group_per_partition_node_and_a_stream_per_chunk(tiny_release: Path) -> None:
+    config = load_config(tiny_release, {"input.path": str(partitioned(tiny_release)), "postprocess.chunk_cells": 60})
+    files = read_input_files(config)
+    tree = validated_rows(files)[0]
+    plans = level_plans_of(config, stages.start_release(config, tiny_release.parent / "runs",
+                                                        seeded_random_source(1)).allocations)
+    seeded = plan_measurement(tree, files, plans, seeded_random_source(1), "persons", 60, None)
+    again = plan_measurement(tree, files, plans, seeded_random_source(1), "persons", 60, None)
+    assert seeded.partition_level == 1 and len(seeded.groups) == tree.n_nodes(1)
+    assert [g.first[0] for g in seeded.groups] == list(range(tree.n_nodes(1)))
+    assert all(len(g.parts) == 2 for g in seeded.groups)  # two part files per region
+    keys = [k for g in seeded.groups for level in g.keys for k in level] + [k for level in seeded.upper.keys
+                                                                            for k in level]
+    assert len(set(keys)) == len(keys) and all(isinstance(k, bytes) for k in keys)  # one stream per chunk
+    assert [g.keys for g in again.groups] == [g.keys for g in seeded.groups]  # the same seed, the same streams
+    # every level's chunks cover its nodes once, never splitting a parent's children inside a group
+    for group in seeded.groups:
+        for level, chunks in enumerate(group.chunks):
+            assert chunks[0][0] == 0 and chunks[-1][1] == group.subtree.n_nodes(level)
+            assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:], strict=False))
+    production = plan_measurement(tree, files, plans, system_random_source(), "persons", 60, None)
+    assert all(k is None for g in production.groups for level in g.keys for k in level)  # each worker's own OS keys
+
+
+def test_a_partitioned_release_measures_every_level_of_the_true_histograms(tiny_release: Path) -> None:
+    config = load_config(tiny_release, {"input.path": str(partitioned(tiny_release)), "postprocess.chunk_cells": 60})
+    run = stages.start_release(config, tiny_release.parent / "runs", seeded_random_source(2))
+    stages.read_files(run)
+    stages.charge(run)
+    stages.validate_inputs(run)
+    _, units, cells = validated_rows(run.input_files)
+    truth = all_level_histograms(run.tree, lowest_histograms(units, cells, run.tree.n_nodes(3), config.schema.n_cells))
+    stages.measure(run)
+    for level, spec in enumerate(config.levels):
+        plan = run.chunk_plan[level]
+        assert [(a, b) for a, b, _ in plan][0][0] == 0 and plan[-1][1] == run.tree.n_nodes(level)
+        table = pl.read_parquet(run.work_dir / "measurements" / f"{spec.name}.parquet")
+        assert table["geoid"].cast(pl.Utf8).unique(maintain_order=True).to_list() == run.tree.geoids[level].tolist()
+        for invariant in run.invariants.get(level, []):  # exact, from the group that holds the node
+            assert np.array_equal(invariant.values, (truth[level] @ invariant.matrix.T.toarray()).astype(np.int64))
+    # the partition level is written in chunks of whole families (its parents' children together)
+    boundaries = run.tree.child_offsets(1)
+    assert all(start in boundaries and stop in boundaries for start, stop, _ in run.chunk_plan[1])
+
+
+def test_a_row_outside_its_partition_is_refused_by_category(tiny_release: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    folder = partitioned(tiny_release)
+    part = sorted(folder.glob("part=1/*.parquet"))[0]
+    frame = pl.read_parquet(part)
+    moved = frame.with_columns(pl.when(pl.int_range(pl.len()) == 3).then(pl.lit("2") + pl.col("geocode")
+                                                                          .str.slice(1)).otherwise(pl.col("geocode"))
+                               .alias("geocode"))
+    moved.write_parquet(part)
+    code = main(["-q", "release", str(tiny_release), "--no-prefect", "--insecure-seed", "4", "--microdata",
+                 str(folder)])
+    err = capsys.readouterr().err
+    assert code != 0 and "geography" in err and "charged" in err
+    assert str(part) not in err and "row 4" not in err  # the release names the category only
