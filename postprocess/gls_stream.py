@@ -12,9 +12,9 @@ chunk's noisy measurements and invariant values come from a callback, ``read(lev
   its up step and applies the down step against the stored parents.
 
 All intermediates are rotated cubes (n, C) (``postprocess.gls_algebra``: every subspace's block of a node is one
-slice of its rotated cube), kept in plain binary files under ``scratch`` read and written by range (never
-memory-mapped: touched pages of a map count in the resident set).  They are public values (post-processing of
-noisy measurements) and are removed by ``close`` (or at garbage collection).
+slice of its rotated cube), kept in the caller's ``CubeStore`` (the release's: plain binary files read and written
+by range, never memory-mapped: touched pages of a map count in the resident set).  They are public values
+(post-processing of noisy measurements) and are removed by ``close`` (or at garbage collection).
 
 Memory.  O(chunk): a handful of (chunk nodes, C) float cubes (the chunk's data, its invariants' least-norm
 solutions, the children sums, the estimate).  O(nodes × small), data-free, held for the stream's life: per
@@ -27,11 +27,9 @@ the lowest, Σz̃ afterwards).  Results agree with ``solve_gls`` to rounding (di
 
 from __future__ import annotations
 
-import shutil
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -47,7 +45,7 @@ from postprocess.gls_algebra import (
     subsets,
     unrotate,
 )
-from postprocess.gls_stream_frame import Scratch, SubspaceFrame, check_plan, subspace_frame
+from postprocess.gls_stream_frame import CubeStore, SubspaceFrame, check_plan, subspace_frame
 from postprocess.gls_tree import _apply, _sum, children_matrix
 
 # read(level, start, stop) -> (noisy answers per query, invariant values per invariant), each (stop - start, q_cells)
@@ -75,9 +73,9 @@ def _stand_in(level: StreamLevel) -> GlsLevel:
 
 class StreamedGls:
     """The GLS of a tree, solved level by level and chunk by chunk (see the module docstring); build it with
-    ``solve_gls_streamed``.  ``close`` (or the end of a ``with`` block) removes its folder under ``scratch``."""
+    ``solve_gls_streamed``.  ``close`` (or the end of a ``with`` block) closes its store (which removes its files)."""
 
-    def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, scratch: Path) -> None:
+    def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore) -> None:
         self.shape = tuple(int(n) for n in shape)
         self.levels = list(levels)
         self.sizes = check_plan(self.levels, self.shape)
@@ -92,8 +90,8 @@ class StreamedGls:
             infos, pins = subspace_blocks(stand_ins, self.bases, subset)
             check_identifiable(infos[-1], pins[-1].free, subset)
             self._frames.append(subspace_frame(infos, pins, [level.parent for level in self.levels], self.sizes))
-        self._scratch = Scratch(scratch, self.shape)
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._scratch.directory), True)
+        self._scratch = store
+        self._finalizer = weakref.finalize(self, store.close)
         try:
             self._up_pass()
             self._down_pass()
@@ -248,7 +246,7 @@ class StreamedGls:
         return float((weight * by_class).sum() / total) if total else None
 
     def close(self) -> None:
-        """Remove the scratch directory (idempotent)."""
+        """Close the store (idempotent)."""
         self._finalizer()
 
     def __enter__(self) -> StreamedGls:
@@ -258,10 +256,10 @@ class StreamedGls:
         self.close()
 
 
-def solve_gls_streamed(levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, scratch: Path
+def solve_gls_streamed(levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore
                        ) -> StreamedGls:
     """The exact GLS of ``solve_gls``, computed chunk by chunk with intermediates on disk in a folder of its own
-    under ``scratch`` (created if missing), removed by ``close`` or when the stream is garbage collected.  Both
+    in ``store`` (``CubeStore``), closed by ``close`` or when the stream is garbage collected.  Both
     passes run here; the lowest level's estimates are computed when asked for.  ``ValueError`` as
     ``solve_gls``, and on a plan that splits a family or does not cover a level."""
-    return StreamedGls(levels, shape, read, Path(scratch))
+    return StreamedGls(levels, shape, read, store)

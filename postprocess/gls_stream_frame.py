@@ -9,12 +9,9 @@ only: they are held per parent, never per lowest node.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from math import prod
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -123,35 +120,18 @@ def check_plan(levels: Sequence[StreamLevel], shape: tuple[int, ...]) -> list[in
     return sizes
 
 
-class Scratch:
-    """(n, n_1..n_m) float64 cubes per (kind, level) in plain files: appended front to back, read by node range."""
+class CubeStore(Protocol):
+    """Where the streamed GLS keeps its per-level (n, n_1..n_m) float64 intermediates: appended front to back, read by
+    node range (the release's is ``pipeline.io.gls_scratch.ScratchCubes``: plain files; postprocess opens none)."""
 
-    def __init__(self, directory: Path, shape: tuple[int, ...]) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        # a folder of its own: a stale stream's clean-up (at garbage collection) never touches a newer one's files
-        self.directory = Path(tempfile.mkdtemp(prefix="gls-", dir=directory))
-        self.shape, self.cells = shape, prod(shape)
-        self.rows: dict[tuple[str, int], int] = {}
+    def write(self, kind: str, level: int, cube: np.ndarray) -> None: ...
 
-    def path(self, kind: str, level: int) -> Path:
-        return self.directory / f"{kind}-{level}.f64"
+    def read(self, kind: str, level: int, start: int, stop: int) -> np.ndarray: ...
 
-    def write(self, kind: str, level: int, cube: np.ndarray) -> None:
-        with open(self.path(kind, level), "ab") as file:
-            np.ascontiguousarray(cube, dtype=np.float64).tofile(file)
-        self.rows[kind, level] = self.rows.get((kind, level), 0) + cube.shape[0]
+    def rename(self, kind: str, new: str, level: int) -> None: ...
 
-    def read(self, kind: str, level: int, start: int, stop: int) -> np.ndarray:
-        count = (stop - start) * self.cells
-        if stop > self.rows.get((kind, level), 0):
-            raise ValueError(f"{kind} of level {level}: rows {start}:{stop} not written")
-        values = np.fromfile(self.path(kind, level), dtype=np.float64, count=count, offset=start * self.cells * 8)
-        return values.reshape(stop - start, *self.shape)
+    def remove(self, kind: str, level: int) -> None: ...
 
-    def rename(self, kind: str, new: str, level: int) -> None:
-        self.path(kind, level).rename(self.path(new, level))
-        self.rows[new, level] = self.rows.pop((kind, level))
+    def close(self) -> None: ...
 
-    def remove(self, kind: str, level: int) -> None:
-        self.path(kind, level).unlink(missing_ok=True)
-        self.rows.pop((kind, level), None)
+

@@ -29,6 +29,7 @@ import scipy.sparse as sp
 from pipeline.config.model import ReleaseConfig
 from pipeline.config.passes import LevelPasses, ReconciliationMethod
 from pipeline.config.schema import DETAILED, TOTAL, Query, Schema
+from pipeline.io.gls_scratch import ScratchCubes
 from pipeline.io.measurements import read_chunk
 from pipeline.release.run import ReleaseRun, stage_output
 from postprocess import QueryInvariant, QueryMeasurement
@@ -138,7 +139,7 @@ def estimate(run: ReleaseRun) -> None:
               for level in range(tree.depth)]
     scratch = run.work_dir / GLS_SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)  # a resumed run's leftovers
-    stream = solve_gls_streamed(levels, schema.shape, read, scratch)
+    stream = solve_gls_streamed(levels, schema.shape, read, ScratchCubes(scratch, schema.shape))
     last = tree.depth - 1
     for level, spec in enumerate(config.levels):
         measured = [(q, s2, np.zeros((0, 0))) for q, s2 in allocated[level]]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from postprocess import gls_stream_frame
+from pipeline.io.gls_scratch import ScratchCubes
 from postprocess.gls import solve_gls
 from postprocess.gls_stream import StreamLevel, solve_gls_streamed
 from tests.helpers.gls_problems import as_stream, make_problem
@@ -35,12 +35,12 @@ def test_the_streamed_gls_equals_solve_gls(tmp_path_factory: pytest.TempPathFact
     except ValueError:  # not identifiable: the stream refuses it too
         plan, read = as_stream(rng, levels)
         with pytest.raises(ValueError):
-            solve_gls_streamed(plan, shape, read, tmp_path_factory.mktemp("refused"))
+            solve_gls_streamed(plan, shape, read, ScratchCubes(tmp_path_factory.mktemp("refused"), shape))
         return
     plan, read = as_stream(rng, levels)
     scratch = tmp_path_factory.mktemp("scratch")
     measured = [q.spec for level in levels for q in level.queries]  # (a recode must coarsen the run's groups)
-    with solve_gls_streamed(plan, shape, read, scratch) as stream:
+    with solve_gls_streamed(plan, shape, read, ScratchCubes(scratch, shape)) as stream:
         for level, spec in enumerate(plan):
             query = measured[int(rng.integers(len(measured)))]
             for start, stop in spec.chunks:
@@ -69,14 +69,14 @@ def test_the_lowest_level_is_never_stored_and_is_read_again_per_estimate(tmp_pat
         return read(level, start, stop)
 
     written: list[tuple[str, int, int]] = []
-    real_write = gls_stream_frame.Scratch.write
+    real_write = ScratchCubes.write
 
-    def spy(self: gls_stream_frame.Scratch, kind: str, level: int, cube: np.ndarray) -> None:
+    def spy(self: ScratchCubes, kind: str, level: int, cube: np.ndarray) -> None:
         written.append((kind, level, cube.shape[0]))
         real_write(self, kind, level, cube)
 
-    monkeypatch.setattr(gls_stream_frame.Scratch, "write", spy)
-    stream = solve_gls_streamed(plan, shape, counting, tmp_path)
+    monkeypatch.setattr(ScratchCubes, "write", spy)
+    stream = solve_gls_streamed(plan, shape, counting, ScratchCubes(tmp_path, shape))
     lowest = len(plan) - 1
     assert {level for _, level, _ in written} == set(range(lowest))  # every level above, never the lowest
     # z̃ and Σz̃ of every level above the lowest, and x̂ of every level but the root (whose x̂ is its z̃)
@@ -107,7 +107,7 @@ def test_scratch_is_removed_when_a_read_fails(tmp_path: Path) -> None:
         return read(level, start, stop)
 
     with pytest.raises(OSError):
-        solve_gls_streamed(plan, shape, failing, tmp_path)
+        solve_gls_streamed(plan, shape, failing, ScratchCubes(tmp_path, shape))
     assert not any(tmp_path.iterdir())
 
 
@@ -121,8 +121,8 @@ def test_a_plan_that_splits_a_family_or_leaves_a_gap_is_refused(tmp_path: Path) 
     assert inside  # this seed's tree has a family of several children
     split = StreamLevel(lowest.parent, lowest.queries, lowest.invariants, [(0, inside[0]), (inside[0], n)])
     with pytest.raises(ValueError, match="splits"):
-        solve_gls_streamed([plan[0], split], shape, read, tmp_path)
+        solve_gls_streamed([plan[0], split], shape, read, ScratchCubes(tmp_path, shape))
     gap = StreamLevel(lowest.parent, lowest.queries, lowest.invariants, [(0, n - 1)])
     with pytest.raises(ValueError):
-        solve_gls_streamed([plan[0], gap], shape, read, tmp_path)
+        solve_gls_streamed([plan[0], gap], shape, read, ScratchCubes(tmp_path, shape))
     assert not list(tmp_path.rglob("*.f64"))

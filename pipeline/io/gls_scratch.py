@@ -1,0 +1,53 @@
+"""The streamed GLS's intermediates as plain files (``postprocess.gls_stream``'s ``CubeStore``): public values
+(post-processing of noisy measurements), under the run's temporary folder, removed before publish.
+
+Each (kind, level) is one file of float64 cubes appended front to back and read back by node range with
+``np.fromfile`` (never memory-mapped: touched pages of a map count in the process's resident memory).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from math import prod
+from pathlib import Path
+
+import numpy as np
+
+
+class ScratchCubes:
+    """(n, n_1..n_m) float64 cubes per (kind, level) in plain files: appended front to back, read by node range."""
+
+    def __init__(self, directory: Path, shape: tuple[int, ...]) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        # a folder of its own: a stale stream's clean-up (at garbage collection) never touches a newer one's files
+        self.directory = Path(tempfile.mkdtemp(prefix="gls-", dir=directory))
+        self.shape, self.cells = shape, prod(shape)
+        self.rows: dict[tuple[str, int], int] = {}
+
+    def path(self, kind: str, level: int) -> Path:
+        return self.directory / f"{kind}-{level}.f64"
+
+    def write(self, kind: str, level: int, cube: np.ndarray) -> None:
+        with open(self.path(kind, level), "ab") as file:
+            np.ascontiguousarray(cube, dtype=np.float64).tofile(file)
+        self.rows[kind, level] = self.rows.get((kind, level), 0) + cube.shape[0]
+
+    def read(self, kind: str, level: int, start: int, stop: int) -> np.ndarray:
+        count = (stop - start) * self.cells
+        if stop > self.rows.get((kind, level), 0):
+            raise ValueError(f"{kind} of level {level}: rows {start}:{stop} not written")
+        values = np.fromfile(self.path(kind, level), dtype=np.float64, count=count, offset=start * self.cells * 8)
+        return values.reshape(stop - start, *self.shape)
+
+    def rename(self, kind: str, new: str, level: int) -> None:
+        self.path(kind, level).rename(self.path(new, level))
+        self.rows[new, level] = self.rows.pop((kind, level))
+
+    def remove(self, kind: str, level: int) -> None:
+        self.path(kind, level).unlink(missing_ok=True)
+        self.rows.pop((kind, level), None)
+
+    def close(self) -> None:
+        """Remove this store's folder (idempotent)."""
+        shutil.rmtree(self.directory, ignore_errors=True)
