@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -37,7 +38,7 @@ from pipeline.budget.ledger.charges import ChargeStatus, FailureReason
 from pipeline.config.ledger_location import public_config_raw
 from pipeline.config.model import MeasureOn, ReleaseConfig
 from pipeline.dp.random_source import RandomSource
-from pipeline.errors import InputError, InputProblem, InputRejectedError
+from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from pipeline.io import manifest as mf
 from pipeline.io.measurements import measurements_digest, write_invariants
 from pipeline.io.microdata import geography_units, read_input_files
@@ -57,7 +58,7 @@ from pipeline.release.measuring import (
     validate_group,
 )
 from pipeline.release.only_child import only_child_levels
-from pipeline.release.reconcile_chunk import reconcile_chunk
+from pipeline.release.reconcile_chunk import ChunkTask, reconcile_chunk
 from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
     Published,
@@ -200,11 +201,21 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     runner = make_runner("local") if own_runner else runner
     writer = LevelTableWriter(run.work_dir / "tables", name, run.schema)
     parts, reports = [], []
+    spans: deque[tuple[int, int]] = deque()  # the nodes of the tasks handed to the runner, whose results are due
+
+    def handed(walk: Iterator[ChunkTask]) -> Iterator[ChunkTask]:  # one walk: a task is dropped once handed on
+        for task in walk:
+            spans.append((task.start, task.stop))
+            yield task
+
     try:
-        for task, (counts, report) in zip(tasks, runner.map(reconcile_chunk, tasks), strict=True):
-            writer.write_chunk(tree.geoids[level][task.start: task.stop], counts)
+        for counts, report in runner.map(reconcile_chunk, handed(iter(tasks))):
+            start, stop = spans.popleft()  # results come back in submission order
+            writer.write_chunk(tree.geoids[level][start:stop], counts)
             parts.append(counts)
             reports.append(report)
+        if spans or len(parts) != len(tasks):
+            raise CensusDPError("internal error: a chunk's reconciliation did not come back")
     finally:
         writer.close()
         if own_runner:

@@ -10,7 +10,6 @@ Tasks are made lazily, in chunk order, so only the runner's window of them is ev
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
 from pipeline.config.passes import ReconciliationMethod
@@ -23,21 +22,21 @@ from pipeline.release.support import structural_zero_mask
 
 
 class ChunkTasks:
-    """A level's tasks, made one at a time.  ``len`` is the number of chunks.  It may be walked twice in step,
-    as ``zip(tasks, runner.map(fn, tasks))`` does: both walks share one stream of tasks (``itertools.tee``),
-    which holds only the tasks one walk is ahead of the other; each task is made once.  A third walk is refused."""
+    """A level's tasks, made one at a time as they are walked (once: a task's GLS targets are tens of MB, so none is
+    kept after it is handed on).  ``len`` is the number of chunks."""
 
     def __init__(self, count: int, tasks: Iterator[ChunkTask]) -> None:
         self._count = count
-        self._walks = list(itertools.tee(tasks, 2))
+        self._tasks: Iterator[ChunkTask] | None = tasks
 
     def __len__(self) -> int:
         return self._count
 
     def __iter__(self) -> Iterator[ChunkTask]:
-        if not self._walks:
-            raise RuntimeError("a level's chunk tasks can be walked at most twice (in step)")
-        return self._walks.pop(0)
+        if self._tasks is None:
+            raise RuntimeError("a level's chunk tasks can be walked once")
+        tasks, self._tasks = self._tasks, None
+        return tasks
 
 
 def chunk_tasks(run: ReleaseRun, level: int) -> ChunkTasks:
