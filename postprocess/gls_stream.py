@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -45,23 +44,11 @@ from postprocess.gls_algebra import (
     subsets,
     unrotate,
 )
-from postprocess.gls_stream_frame import CubeStore, SubspaceFrame, check_plan, subspace_frame
+from postprocess.gls_stream_frame import CubeStore, StreamLevel, SubspaceFrame, check_plan, subspace_frame
 from postprocess.gls_tree import _apply, _sum, children_matrix
 
 # read(level, start, stop) -> (noisy answers per query, invariant values per invariant), each (stop - start, q_cells)
 Reader = Callable[[int, int, int], tuple[Sequence[np.ndarray], Sequence[np.ndarray]]]
-
-
-@dataclass(frozen=True)
-class StreamLevel:
-    """One level, data-free: each node's parent index into the level above (sorted; empty at the root), the
-    measured queries with their σ², the invariants' queries, and the chunk plan: consecutive (start, stop) node
-    ranges covering the level, each ending on a parent boundary."""
-
-    parent: np.ndarray
-    queries: Sequence[tuple[QuerySpec, float]]
-    invariants: Sequence[QuerySpec]
-    chunks: Sequence[tuple[int, int]]
 
 
 def _stand_in(level: StreamLevel) -> GlsLevel:

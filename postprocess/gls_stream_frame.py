@@ -1,4 +1,4 @@
-"""The data-free half of the streamed GLS (``postprocess.gls_stream``) and its scratch files.
+"""The data-free half of the streamed GLS (``postprocess.gls_stream``): its levels, plan checks, frames and store.
 
 ``subspace_frame`` holds, per subspace, what ``gls_tree.two_pass`` computes before it looks at data: every
 level's Φ (covariance of a node's free coordinates given its subtree), Φ̄⁻¹ over its children, and the posterior
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from postprocess.gls_algebra import QuerySpec
 from postprocess.gls_tree import _inv, _sum, children_matrix
 
 if TYPE_CHECKING:
     from postprocess.gls import Pins
-    from postprocess.gls_stream import StreamLevel
 
 
 @dataclass
@@ -85,6 +85,18 @@ def subspace_frame(infos: Sequence[np.ndarray], pins: Sequence[Pins], parents: S
     covariance = [free[i] @ post[i] @ free[i].T for i in range(depth)]
     return SubspaceFrame(list(infos), free, [list(p.maps) if p.pinned.shape[1] else [] for p in pins], phi,
                          bar_inv, covariance)
+
+
+@dataclass(frozen=True)
+class StreamLevel:
+    """One level, data-free: each node's parent index into the level above (sorted; empty at the root), the
+    measured queries with their σ², the invariants' queries, and the chunk plan: consecutive (start, stop) node
+    ranges covering the level, each ending on a parent boundary."""
+
+    parent: np.ndarray
+    queries: Sequence[tuple[QuerySpec, float]]
+    invariants: Sequence[QuerySpec]
+    chunks: Sequence[tuple[int, int]]
 
 
 def check_plan(levels: Sequence[StreamLevel], shape: tuple[int, ...]) -> list[int]:

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-import scipy.sparse as sp
 
 from pipeline.config.model import ReleaseConfig
 from pipeline.config.passes import LevelPasses, ReconciliationMethod
@@ -32,10 +30,10 @@ from pipeline.config.schema import DETAILED, TOTAL, Query, Schema
 from pipeline.io.gls_scratch import ScratchCubes
 from pipeline.io.measurements import read_chunk
 from pipeline.release.run import ReleaseRun, stage_output
+from pipeline.release.targets import LevelTargets, TargetTerm
 from postprocess import QueryInvariant, QueryMeasurement
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, QuerySpec, solve_gls
-from postprocess.gls_algebra import answer
-from postprocess.gls_stream import StreamedGls, StreamLevel, solve_gls_streamed
+from postprocess.gls_stream import StreamLevel, solve_gls_streamed
 
 PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (no weight: the constraint holds it)
 GLS_SCRATCH = "gls_scratch"  # under the run's work_dir: the streamed GLS's intermediates, removed before publish
@@ -153,33 +151,6 @@ def estimate(run: ReleaseRun) -> None:
                 terms.append(TargetTerm(query.name, spec, schema.query_matrix(query),
                                         own.get(query.name, target_weight(mean))))
         run.targets[level] = LevelTargets(stream, level, schema.shape, tuple(terms))
-
-
-@dataclass(frozen=True)
-class TargetTerm:
-    """One target query of a level: its name, GLS spec, 0/1 matrix and weight σ²."""
-
-    name: str
-    spec: QuerySpec
-    matrix: sp.csr_matrix
-    sigma2: Fraction
-
-
-@dataclass(frozen=True)
-class LevelTargets:
-    """A level's GLS targets, made chunk by chunk: the streamed GLS and each target query with its weight σ²
-    (as ``tree_targets`` weighs them)."""
-
-    stream: StreamedGls
-    level: int
-    shape: tuple[int, ...]
-    terms: tuple[TargetTerm, ...]
-
-    def chunk(self, start: int, stop: int) -> tuple[QueryMeasurement, ...]:
-        """The targets of nodes [start, stop) (a chunk of the plan): the GLS estimates of every target query."""
-        detailed = self.stream.estimate(self.level, start, stop)
-        return tuple(QueryMeasurement(name=t.name, matrix=t.matrix, sigma2=t.sigma2,
-                                      noisy=answer(detailed, self.shape, t.spec)) for t in self.terms)
 
 
 def discard_targets(run: ReleaseRun) -> None:

@@ -27,7 +27,7 @@ from pipeline.io.microdata import InputFiles
 from postprocess import QueryInvariant
 
 if TYPE_CHECKING:
-    from pipeline.release.full_information import LevelTargets
+    from pipeline.release.targets import LevelTargets
 
 T = TypeVar("T")
 

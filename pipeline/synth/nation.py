@@ -138,14 +138,14 @@ def write_synthetic_nation(
 def _write_piece(piece: Piece, seed: int, files: SyntheticFiles, geography_writer: pq.ParquetWriter) -> None:
     """Draw one piece, write its microdata and units parts and append its blocks to the geography."""
     # test-only: synthetic data, not privacy noise
-    rng = np.random.default_rng([seed, piece.state, piece.index, PERSONS_STREAM])
+    rng = np.random.default_rng([seed, piece.state, piece.index, PERSONS_STREAM])  # test-only
     microdata, geography, drawn = draw_persons(rng, piece.persons, state=piece.state,
                                                county_base=piece.county_base, max_counties=piece.max_counties)
     partition = f"state={piece.state_code}"
     (files.microdata / partition).mkdir(parents=True, exist_ok=True)
     microdata.write_parquet(files.microdata / partition / piece.part_name)
     del microdata
-    units_rng = np.random.default_rng([seed, piece.state, piece.index, UNITS_STREAM])
+    units_rng = np.random.default_rng([seed, piece.state, piece.index, UNITS_STREAM])  # test-only
     units = draw_units(units_rng, geography, drawn)
     del drawn
     (files.units / partition).mkdir(parents=True, exist_ok=True)

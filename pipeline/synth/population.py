@@ -116,7 +116,7 @@ class Drawn:
     gqtype: NDArray[np.int8]
 
 
-def draw_units(rng: np.random.Generator, geography: pl.DataFrame, drawn: Drawn) -> pl.DataFrame:
+def draw_units(rng: np.random.Generator, geography: pl.DataFrame, drawn: Drawn) -> pl.DataFrame:  # test-only
     """The units frame (``synthesize_state``) of persons ``drawn`` in the blocks of ``geography``, from ``rng``."""
     units = synthesize_units(rng, drawn.person_block, drawn.gqtype, drawn.blocks.tract_index, drawn.blocks.n_tracts)
     block_geocodes = geography.get_column("geocode")
@@ -135,7 +135,7 @@ def _persons(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, Drawn
 
 
 def draw_persons(
-    rng: np.random.Generator,
+    rng: np.random.Generator,  # test-only: synthetic data
     persons: int,
     *,
     state: int = STATE_FIPS,
