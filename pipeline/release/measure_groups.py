@@ -21,8 +21,8 @@ independent (fresh OS keys, or distinct HMAC labels under one test key).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +56,6 @@ class GroupTask:
     chunks: tuple[tuple[tuple[int, int], ...], ...]  # per subtree level: node ranges (subtree indices)
     keys: tuple[tuple[bytes | None, ...], ...]  # per subtree level and chunk: its noise stream (None: OS CSPRNG)
     out_dir: str | None  # where a worker writes its measurement parts; None: the caller's writers (the driver)
-    chunk_cells: int
 
     def __repr__(self) -> str:
         return f"GroupTask(index={self.index}, level={self.level}, nodes={self.first[0]}+{self.subtree.n_nodes(0)})"
@@ -146,7 +145,7 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
         if part is not None and writer is not None:
             writer.close()
         plans.append(tuple(plan))
-        invariants.append(tuple(_joined(level_invariants_parts, invariant_queries)))
+        invariants.append(tuple(joined_invariants(level_invariants_parts)))
     total = np.bincount(keys % n_cells, minlength=n_cells).astype(np.int64)
     top_joined = tuple(QueryMeasurement(name=q[0].name, matrix=q[0].matrix, sigma2=q[0].sigma2,
                                         noisy=np.concatenate([m.noisy for m in q])) for q in zip(*top, strict=True))
@@ -163,11 +162,10 @@ def _writer(task: GroupTask, name: str, writers: dict[str, LevelMeasurementWrite
     return writer, str(writer.path)
 
 
-def _joined(parts: Sequence[list[QueryInvariant]], names: Sequence[str]) -> Iterator[QueryInvariant]:
-    for index, _ in enumerate(names):
-        pieces = [p[index] for p in parts]
-        yield QueryInvariant(name=pieces[0].name, matrix=pieces[0].matrix,
-                             values=np.concatenate([p.values for p in pieces]))
+def joined_invariants(parts: Sequence[Sequence[QueryInvariant]]) -> list[QueryInvariant]:
+    """Consecutive node ranges' invariants (the same queries, in order) as one per query over all their nodes."""
+    return [replace(pieces[0], values=np.concatenate([piece.values for piece in pieces]))
+            for pieces in zip(*parts, strict=True)]
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from pipeline.release.measure_groups import (
     InputCategoryError,
     LevelPlan,
     UpperTask,
+    joined_invariants,
     measure_group,
     measure_upper,
     subtree_chunks,
@@ -101,7 +102,7 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
         groups.append(GroupTask(index=index, level=p, subtree=subtree, first=first, files=files,
                                 parts=tuple(by_node.get(node, [])), levels=tuple(level_plans[p:]), chunks=chunks,
                                 keys=_keys(rng, universe, level_plans[p:], chunks, first),
-                                out_dir=str(parts_dir) if parts_dir is not None else None, chunk_cells=chunk_cells))
+                                out_dir=str(parts_dir) if parts_dir is not None else None))
     return MeasurementPlan(p, tuple(groups), upper)
 
 
@@ -178,10 +179,7 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
             writer.close()
         if plan.groups and plan.groups[0].out_dir is not None:
             shutil.rmtree(plan.groups[0].out_dir, ignore_errors=True)
-    invariants = {level: [QueryInvariant(name=pieces[0].name, matrix=pieces[0].matrix,
-                                         values=np.concatenate([piece.values for piece in pieces]))
-                          for pieces in zip(*parts, strict=True)]
-                  for level, parts in invariant_parts.items()}
+    invariants = {level: joined_invariants(parts) for level, parts in invariant_parts.items()}
     return Measured(plans, invariants)
 
 

@@ -106,9 +106,9 @@ def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
     except ValueError:  # the geography's own structure (codes that do not nest): public, but named by category
         problem = InputProblem.GEOGRAPHY
     if problem is None:
-        assert run.tree is not None
         try:
-            plan = plan_measurement(run.tree, files, level_plans_of(config, run.allocations), None,
+            tree = stage_output(run.tree, "the geography (build_tree)")
+            plan = plan_measurement(tree, files, level_plans_of(config, run.allocations), None,
                                     config.universe.value, config.chunk_cells, None)
         except InputError as error:
             problem = error.category
