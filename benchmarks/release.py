@@ -10,8 +10,10 @@ reconciled per second at each level.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import dataclasses
 import os
+import pstats
 import resource
 import tempfile
 import time
@@ -37,6 +39,8 @@ def main() -> None:
                         "microdata and units (files or partitioned folders) and geography.parquet; the peak RSS "
                         "then is the release's alone")
     parser.add_argument("--chunk-cells", type=int, help="override postprocess.chunk_cells")
+    parser.add_argument("--profile", metavar="STAGE", help='profile one stage as the table names it (e.g. '
+                        '"reconcile block") and print its 40 costliest functions (cumulative)')
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -65,8 +69,14 @@ def main() -> None:
             run, rest = call_args[0], call_args[1:]
             level = f" {config.levels[rest[0]].name}" if stage.per_level else ""
             name = f"{stage.name}{'' if run.main else ' (units)'}{level}"
+            profiler = cProfile.Profile() if name == args.profile else None
             t = time.perf_counter()
+            if profiler is not None:
+                profiler.enable()
             result = function(*call_args)
+            if profiler is not None:
+                profiler.disable()
+                pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
             peaks[name] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
             return result

@@ -28,27 +28,21 @@ the lowest, Σz̃ afterwards).  Results agree with ``solve_gls`` to rounding (di
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, check_identifiable, subspace_blocks
-from postprocess.gls_algebra import (
-    QuerySpec,
-    axis_bases,
-    cell_variance,
-    gather,
-    least_norm_scale,
-    rotate_into,
-    scatter,
-    subsets,
-    unrotate,
-)
+from postprocess.gls_algebra import QuerySpec, axis_bases, cell_variance, subsets, unrotate
+from postprocess.gls_stream_chunk import Below, LowestChunk, SubspaceStep, down_step, rotated_chunk, up_step
 from postprocess.gls_stream_frame import CubeStore, StreamLevel, SubspaceFrame, check_plan, subspace_frame
-from postprocess.gls_tree import _apply, _sum, children_matrix
+from postprocess.gls_tree import _sum, children_matrix
 
 # read(level, start, stop) -> (noisy answers per query, invariant values per invariant), each (stop - start, q_cells)
 Reader = Callable[[int, int, int], tuple[Sequence[np.ndarray], Sequence[np.ndarray]]]
+# the lowest level's up pass: every chunk's job -> its parents' children sums, in chunk order (e.g. run on workers
+# that read the chunk's measurements themselves); by default each job is run here with the Reader
+LowestSums = Callable[[Iterator[LowestChunk]], Iterable[np.ndarray]]
 
 
 def _stand_in(level: StreamLevel) -> GlsLevel:
@@ -62,7 +56,9 @@ class StreamedGls:
     """The GLS of a tree, solved level by level and chunk by chunk (see the module docstring); build it with
     ``solve_gls_streamed``.  ``close`` (or the end of a ``with`` block) closes its store (which removes its files)."""
 
-    def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore) -> None:
+    def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
+                 lowest_sums: LowestSums | None = None) -> None:
+        self._lowest_sums = lowest_sums or self._local_sums
         self.shape = tuple(int(n) for n in shape)
         self.levels = list(levels)
         self.sizes = check_plan(self.levels, self.shape)
@@ -92,81 +88,73 @@ class StreamedGls:
 
     # --- one chunk ---------------------------------------------------------------------------------------------
 
-    def _rotated(self, level: int, start: int, stop: int) -> tuple[np.ndarray, list[np.ndarray]]:
-        """The chunk's b = Σ_q Q_qᵀ y_q/σ²_q and its invariants' least-norm solutions, rotated (n, n_1..n_m)."""
+    def _steps(self, level: int, start: int, stop: int) -> tuple[SubspaceStep, ...]:
+        return tuple(SubspaceStep(subset, frame.info[level], frame.free[level], tuple(frame.maps[level]),
+                                  frame.phi_of(level, start, stop))
+                     for subset, frame in zip(self.subsets, self._frames, strict=True))
+
+    def _up(self, level: int, start: int, stop: int, below: np.ndarray) -> np.ndarray:
+        """z̃ of a chunk above the lowest level (rotated cube); ``below``: its children sums Σz̃."""
         spec = self.levels[level]
         noisy, values = self._read(level, start, stop)
-        if len(noisy) != len(spec.queries) or len(values) != len(spec.invariants):
-            raise ValueError(f"level {level}: the reader returned the wrong number of queries or invariants")
-        n = stop - start
-        cube = np.zeros((n, *self.shape))
-        for (query, sigma2), answers in zip(spec.queries, noisy, strict=True):
-            self._check_rows(level, query, answers, n)
-            rotate_into(cube, np.asarray(answers, dtype=float), query, self.bases, 1 / sigma2)
-        exact = []
-        for query, answers in zip(spec.invariants, values, strict=True):
-            self._check_rows(level, query, answers, n)
-            target = np.zeros((n, *self.shape))
-            rotate_into(target, np.asarray(answers, dtype=float), query, self.bases,
-                        least_norm_scale(query, self.shape))
-            exact.append(target)
-        return cube, exact
-
-    def _check_rows(self, level: int, query: QuerySpec, answers: np.ndarray, n: int) -> None:
-        if np.shape(answers) != (n, int(np.prod(query.cells(self.shape)))):
-            raise ValueError(f"level {level}: the reader's answers to the query on axes {query.axes} have the "
-                             "wrong shape")
-
-    def _up(self, level: int, start: int, stop: int, below: np.ndarray | None) -> np.ndarray:
-        """The chunk's subtree estimates z̃ (rotated cube); ``below``: its children sums Σz̃ (None at the lowest)."""
-        cube, exact = self._rotated(level, start, stop)
-        out = np.zeros_like(cube)
-        for subset, frame in zip(self.subsets, self._frames, strict=True):
-            free, info = frame.free[level], frame.info[level]
-            pinned = None
-            if frame.maps[level]:
-                pinned = sum(np.einsum("ij,njd->nid", g, gather(x, self.bases, subset))
-                             for g, x in zip(frame.maps[level], exact, strict=True))
-            rhs = _apply(free.T, gather(cube, self.bases, subset))
-            if pinned is not None:
-                rhs = rhs - _apply(free.T @ info, pinned)
-            if below is not None:
-                lower = frame.free[level + 1]
-                gain = (lower.T @ free).T @ frame.bar_inv[level][start:stop]  # Mᵀ Φ̄⁻¹
-                summed = gather(below, self.bases, subset)
-                rhs = rhs + _apply(gain, _apply(lower.T, summed if pinned is None else summed - pinned))
-            estimate = _apply(free, _apply(frame.phi_of(level, start, stop), rhs))
-            scatter(out, estimate if pinned is None else estimate + pinned, self.bases, subset)
-        return out
+        cube, exact = rotated_chunk(level, spec.queries, spec.invariants, self.bases, noisy, values, stop - start)
+        terms = []
+        for frame in self._frames:
+            lower = frame.free[level + 1]
+            terms.append((lower, (lower.T @ frame.free[level]).T @ frame.bar_inv[level][start:stop]))  # Mᵀ Φ̄⁻¹
+        return up_step(cube, exact, self._steps(level, start, stop), self.bases, Below(below, terms))
 
     def _parents(self, level: int, start: int, stop: int) -> tuple[int, int, np.ndarray]:
         parent = self.levels[level].parent[start:stop]
         first = int(parent[0])
         return first, int(parent[-1]) + 1, parent - first
 
+    def _gap(self, level: int, first: int, last: int) -> np.ndarray:
+        """x̂ - Σz̃ of nodes [first, last) of a level above the lowest (rotated)."""
+        return self._scratch.read("final", level, first, last) - self._scratch.read("sum", level, first, last)
+
     def _down(self, level: int, start: int, stop: int, up: np.ndarray) -> np.ndarray:
         """The chunk's final estimates x̂ (rotated cube) from its z̃ and its parents' stored x̂ and Σz̃."""
         first, last, local = self._parents(level, start, stop)
-        gap = self._scratch.read("final", level - 1, first, last) - self._scratch.read("sum", level - 1, first, last)
-        out = up.copy()
-        for subset, frame in zip(self.subsets, self._frames, strict=True):
-            free = frame.free[level]
-            diff = _apply(free.T, gather(gap, self.bases, subset))
-            share = frame.phi_of(level, start, stop) @ frame.bar_inv[level - 1][first:last][local]  # Φ_c Φ̄_p⁻¹
-            scatter(out, gather(up, self.bases, subset) + _apply(free, _apply(share, diff[local])), self.bases,
-                    subset)
-        return out
+        return down_step(up, self._gap(level - 1, first, last), local, self._steps(level, start, stop),
+                         [frame.bar_inv[level - 1][first:last] for frame in self._frames], self.bases)
+
+    def lowest_chunk(self, start: int, stop: int, *, with_parents: bool = True) -> LowestChunk:
+        """Nodes [start, stop) (one chunk of the plan) of the lowest level as a self-contained job
+        (``gls_stream_chunk.LowestChunk``): with ``with_parents`` (after the passes) it carries its parents'
+        x̂ - Σz̃ and Φ̄⁻¹, so its ``estimate`` needs only the chunk's own measurements and invariant values."""
+        level = self.depth - 1
+        spec = self.levels[level]
+        local = gap = None
+        bar_inv: tuple[np.ndarray, ...] = ()
+        if level > 0:
+            first, last, local = self._parents(level, start, stop)
+            if with_parents:
+                gap = self._gap(level - 1, first, last)
+                bar_inv = tuple(frame.bar_inv[level - 1][first:last] for frame in self._frames)
+        return LowestChunk(level, start, stop, tuple(self.bases), tuple(spec.queries), tuple(spec.invariants),
+                           self._steps(level, start, stop), local, gap, bar_inv)
+
+    def _local_sums(self, chunks: Iterable[LowestChunk]) -> Iterator[np.ndarray]:
+        for chunk in chunks:
+            yield chunk.children_sums(*self._read(chunk.level, chunk.start, chunk.stop))
 
     # --- the passes ------------------------------------------------------------------------------------------
 
     def _up_pass(self) -> None:
         lowest = self.depth - 1
-        for level in range(lowest, -1, -1):
+        chunks = self.levels[lowest].chunks
+        if lowest == 0:  # a one-level tree: nothing to store; each chunk is read and checked once
+            for start, stop in chunks:
+                self.lowest_chunk(start, stop).up(*self._read(lowest, start, stop))
+            return
+        jobs = (self.lowest_chunk(start, stop, with_parents=False) for start, stop in chunks)
+        for sums in self._lowest_sums(jobs):  # in chunk order, so "sum" is written front to back
+            self._scratch.write("sum", lowest - 1, sums)
+        for level in range(lowest - 1, -1, -1):
             for start, stop in self.levels[level].chunks:
-                below = self._scratch.read("sum", level, start, stop) if level < lowest else None
-                up = self._up(level, start, stop, below)
-                if level < lowest:
-                    self._scratch.write("up", level, up)
+                up = self._up(level, start, stop, self._scratch.read("sum", level, start, stop))
+                self._scratch.write("up", level, up)
                 if level > 0:
                     first, last, local = self._parents(level, start, stop)
                     self._scratch.write("sum", level - 1, _sum(children_matrix(local, last - first), up))
@@ -190,11 +178,9 @@ class StreamedGls:
     def estimate(self, level: int, start: int, stop: int) -> np.ndarray:
         """(stop - start, C) GLS estimates of the detailed cells of nodes [start, stop) of a level: a range of
         the plan's chunks (at the lowest level exactly one chunk: its measurements are read again)."""
-        lowest = self.depth - 1
-        if level < lowest:
+        if level < self.depth - 1:
             return unrotate(self._scratch.read("final", level, start, stop), self.bases)
-        up = self._up(level, start, stop, None)
-        return unrotate(up if level == 0 else self._down(level, start, stop, up), self.bases)
+        return self.lowest_chunk(start, stop).estimate(*self._read(level, start, stop))
 
     def _covariances(self, level: int, start: int, stop: int) -> tuple[list[np.ndarray], np.ndarray | None]:
         """Per subspace, posterior covariances of nodes [start, stop) — at the lowest level, of their parents
@@ -243,10 +229,11 @@ class StreamedGls:
         self.close()
 
 
-def solve_gls_streamed(levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore
-                       ) -> StreamedGls:
+def solve_gls_streamed(levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
+                       lowest_sums: LowestSums | None = None) -> StreamedGls:
     """The exact GLS of ``solve_gls``, computed chunk by chunk with intermediates on disk in a folder of its own
     in ``store`` (``CubeStore``), closed by ``close`` or when the stream is garbage collected.  Both
     passes run here; the lowest level's estimates are computed when asked for.  ``ValueError`` as
-    ``solve_gls``, and on a plan that splits a family or does not cover a level."""
-    return StreamedGls(levels, shape, read, store)
+    ``solve_gls``, and on a plan that splits a family or does not cover a level.  ``lowest_sums`` runs the lowest
+    level's up pass (``LowestSums``), e.g. on a runner's workers."""
+    return StreamedGls(levels, shape, read, store, lowest_sums)

@@ -16,6 +16,7 @@ post-processing on saved measurements gives the same table, and the fastest opti
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -106,9 +107,15 @@ def check_solver(solver: str) -> str:
     return solver
 
 
+@functools.cache
+def _installed() -> frozenset[str]:
+    # cvxpy answers by trying to import every solver it knows, each time (~7 ms): a reconciliation asks per chunk
+    return frozenset(cp.installed_solvers())
+
+
 def resolve_solvers(solver: str) -> tuple[str, ...]:
     """``"auto"``/``"cvxpy"``: the installed ones of AUTO_SOLVERS in order; else cvxpy names, comma-separated."""
-    installed = set(cp.installed_solvers())
+    installed = _installed()
     if solver in (SolverPath.AUTO, SolverPath.CVXPY):
         chain = tuple(name for name in AUTO_SOLVERS if name in installed)
     else:

@@ -40,8 +40,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
+from functools import partial
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -64,6 +66,10 @@ _MODULUS = 1 << 256
 WITH_PATHS = "-with-paths"  # the variant of a kind that counts a part's path-only hive columns
 
 
+# map_parts(function, part indices) -> the function's results (any order: the digests are a sum)
+PartMap = Callable[[Callable[[int], Any], Iterable[int]], Iterable[Any]]
+
+
 class FingerprintKind(StrEnum):
     ROWS_SET = "rows-set"
     LINES_SET = "lines-set"
@@ -72,11 +78,13 @@ class FingerprintKind(StrEnum):
 
 
 def data_fingerprints(files: InputFiles, key: bytes, *, legacy: bool = False,
-                      batch_rows: int = BATCH_ROWS) -> dict[str, str]:
+                      batch_rows: int = BATCH_ROWS, map_parts: PartMap | None = None) -> dict[str, str]:
     """The keyed fingerprints of the microdata (kind -> hex digest), independent of path, parts and row order:
     ``rows-set`` (else ``lines-set``), and with ``legacy`` also ``rows`` (else ``lines``) as releases before the
-    streamed kinds computed them."""
-    fingerprints = _streamed(files, key, batch_rows)
+    streamed kinds computed them.  ``map_parts(function, part indices)`` computes the parts' ``rows-set``
+    digests (``part_digests``), in any order and anywhere (a Dask runner's workers: they then hold the key);
+    by default one after another here."""
+    fingerprints = _streamed(files, key, batch_rows, map_parts)
     if legacy:
         fingerprints |= legacy_fingerprints(files, key)
     return fingerprints
@@ -141,12 +149,12 @@ def part_digests(files: InputFiles, part_index: int, key: bytes, *, with_paths: 
     return digest, variant
 
 
-def _streamed(files: InputFiles, key: bytes, batch_rows: int) -> dict[str, str]:
+def _streamed(files: InputFiles, key: bytes, batch_rows: int, map_parts: PartMap | None) -> dict[str, str]:
     try:
         with_paths = has_path_columns(files)  # the variant needs every part's rows: decided up front
         digest, variant = MultisetDigest(key, FingerprintKind.ROWS_SET), MultisetDigest(key, FingerprintKind.ROWS_SET)
-        for index in range(len(files.parts)):
-            part, part_variant = part_digests(files, index, key, with_paths=with_paths, batch_rows=batch_rows)
+        one_part = partial(part_digests, files, key=key, with_paths=with_paths, batch_rows=batch_rows)
+        for part, part_variant in (map_parts or map)(one_part, range(len(files.parts))):
             digest.merge(part)
             if part_variant is not None:
                 variant.merge(part_variant)

@@ -11,11 +11,12 @@ from pipeline.config.model import ReleaseConfig
 from pipeline.io import manifest as mf
 from pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
 from pipeline.release.run import ReleaseRun, stage_output
+from pipeline.release.runner import DaskRunner, LocalRunner, records_on_workers
 
 log = logging.getLogger("censusdp")
 
 
-def charge(run: ReleaseRun) -> None:
+def charge(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) -> None:
     """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn.
 
     The dataset is found by the data's keyed content fingerprints (``pipeline.io.fingerprint``): the same data
@@ -24,6 +25,9 @@ def charge(run: ReleaseRun) -> None:
     the dataset's lifetime cap.  Once charged it is never refunded, even if the run fails later: composition
     (Thm 19.37(i)) counts every noisy measurement drawn, and noise may already have been drawn when a failure
     happens.
+
+    When the run's records are read on a Dask runner's workers (``postprocess.measure_on``), so are its
+    fingerprints, part by part (the workers then hold the ledger's fingerprint key: docs/dask.md).
     """
     stage_output(run.input_files, "the input files (read_files)")
     config = run.config
@@ -34,11 +38,12 @@ def charge(run: ReleaseRun) -> None:
     # the legacy (whole file in memory) kinds too while some dataset on record has only those: else that data,
     # fingerprinted with the streamed kinds alone, would look new and start a fresh lifetime cap
     legacy = ledger.needs_legacy_fingerprints()
-    fingerprints = data_fingerprints(run.input_files, key, legacy=legacy)
+    map_parts = runner.map if runner is not None and records_on_workers(config, runner) else None
+    fingerprints = data_fingerprints(run.input_files, key, legacy=legacy, map_parts=map_parts)
     if run.units is not None:  # the units file is the dataset's too: either file finds it, one charge for both
         units_files = stage_output(run.units.input_files, "the units' input files (read_files)")
-        fingerprints |= {f"units-{kind}": digest
-                         for kind, digest in data_fingerprints(units_files, key, legacy=legacy).items()}
+        units = data_fingerprints(units_files, key, legacy=legacy, map_parts=map_parts)
+        fingerprints |= {f"units-{kind}": digest for kind, digest in units.items()}
     rho = run.charged_rho
     run.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict the noise
     entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,

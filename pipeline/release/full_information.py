@@ -19,8 +19,9 @@ post-processing, no privacy cost (Thm 19.25).  Design and measured accuracy: doc
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -30,10 +31,11 @@ from pipeline.config.schema import DETAILED, TOTAL, Query, Schema
 from pipeline.io.gls_scratch import ScratchCubes
 from pipeline.io.measurements import read_chunk
 from pipeline.release.run import ReleaseRun, stage_output
-from pipeline.release.targets import LevelTargets, TargetTerm
+from pipeline.release.targets import LevelTargets, LowestSumsJob, TargetTerm, lowest_children_sums
 from postprocess import QueryInvariant, QueryMeasurement
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, QuerySpec, solve_gls
 from postprocess.gls_stream import StreamLevel, solve_gls_streamed
+from postprocess.gls_stream_chunk import LowestChunk
 
 PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (no weight: the constraint holds it)
 GLS_SCRATCH = "gls_scratch"  # under the run's work_dir: the streamed GLS's intermediates, removed before publish
@@ -107,11 +109,12 @@ def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequen
     return out
 
 
-def estimate(run: ReleaseRun) -> None:
+def estimate(run: ReleaseRun, runner: Any = None) -> None:
     """Stage: the tree's GLS from the run's saved noisy measurements (``postprocess.gls_stream``: chunk by chunk,
     intermediates in ``work_dir/gls_scratch``), kept as every level's targets (``run.targets``), which the
-    reconciliation's chunk tasks evaluate chunk by chunk.  Nothing to do with ``postprocess.reconciliation =
-    "level_by_level"``."""
+    reconciliation's chunk tasks evaluate chunk by chunk.  The lowest level's up pass runs as jobs on ``runner``
+    (on Dask, workers read the level's measurements; only its parents' sums come back).  Nothing to do with
+    ``postprocess.reconciliation = "level_by_level"``."""
     config = run.config
     if config.reconciliation_method is not ReconciliationMethod.FULL_INFORMATION:
         return
@@ -137,8 +140,19 @@ def estimate(run: ReleaseRun) -> None:
               for level in range(tree.depth)]
     scratch = run.work_dir / GLS_SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)  # a resumed run's leftovers
-    stream = solve_gls_streamed(levels, schema.shape, read, ScratchCubes(scratch, schema.shape))
     last = tree.depth - 1
+    path = directory / f"{config.levels[last].name}.parquet"
+    shapes = [schema.query_cells(q) for q, _ in allocated[last]]
+
+    def lowest_sums(chunks: Iterator[LowestChunk]) -> Iterator[np.ndarray]:
+        jobs = (LowestSumsJob(c, str(path), rows[last][c.start, c.stop],
+                              tuple((c.stop - c.start, cells) for cells in shapes),
+                              tuple(i.values[c.start:c.stop] for i in run.invariants.get(last, [])))
+                for c in chunks)
+        return runner.map(lowest_children_sums, jobs)
+
+    stream = solve_gls_streamed(levels, schema.shape, read, ScratchCubes(scratch, schema.shape),
+                                lowest_sums if runner is not None else None)
     for level, spec in enumerate(config.levels):
         measured = [(q, s2, np.zeros((0, 0))) for q, s2 in allocated[level]]
         queries = target_queries(schema, measured, config.level_passes(spec.name))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -193,23 +193,27 @@ def _on_driver(plan: MeasurementPlan, writers: dict[str, LevelMeasurementWriter]
     return results, (lambda: measure_upper(upper, totals)) if upper is not None else None
 
 
-def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | None) -> tuple[list[GroupMeasured], Any]:
-    """The groups' tasks on the workers; the public half of each result comes back, the total histograms stay on
-    the workers and go straight into the upper levels' task."""
+def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | None
+                 ) -> tuple[Iterator[GroupMeasured], Any]:
+    """The groups' tasks on the workers; the public half of each result comes back (in group order, as each is
+    done: the driver appends a group's files while the workers measure the next ones), the total histograms stay
+    on the workers and go straight into the upper levels' task."""
     futures = [client.submit(measure_group, task, pure=False) for task in groups]
     public = [client.submit(operator.itemgetter(0), future, pure=False) for future in futures]
     totals = [client.submit(operator.itemgetter(1), future, pure=False) for future in futures]
     upper_future = client.submit(measure_upper, upper, totals, pure=False) if upper is not None else None
-    results = []
-    try:
-        for future in public:
-            results.append(future.result())
-    except InputCategoryError:
-        for future in (*futures, *public, *totals):
-            future.cancel()
-        raise
-    del futures, totals
-    return results, (upper_future.result if upper_future is not None else None)
+    del totals
+
+    def results() -> Iterator[GroupMeasured]:
+        try:
+            for future in public:
+                yield future.result()
+        except InputCategoryError:
+            for future in (*futures, *public):
+                future.cancel()
+            raise
+
+    return results(), (upper_future.result if upper_future is not None else None)
 
 
 def level_plans_of(config: ReleaseConfig, allocations: Sequence[QueryAllocation]) -> list[LevelPlan]:

@@ -19,7 +19,9 @@ import scipy.sparse as sp
 from pipeline.config.schema import Schema
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.measurements import read_chunk
+from pipeline.release.targets import TargetTerm, lowest_targets
 from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
+from postprocess.gls_stream_chunk import LowestChunk
 from postprocess.passes import RoundingMarginal
 
 
@@ -42,8 +44,11 @@ class ChunkTask:
     tie_seed: int  # rounding ties are broken at random from a stream keyed by this (drawn from the run's CSPRNG)
     # measurements of the same nodes at only-child levels below (release.only_child): (label, query, σ², answers)
     chain_measurements: tuple[tuple[str, str, Fraction, np.ndarray], ...] = ()
-    # full-information reconciliation: the GLS estimates of the chunk's nodes replace the measurements
+    # full-information reconciliation: the GLS estimates of the chunk's nodes replace the measurements; at the
+    # lowest level the task computes them itself from its measurements (gls_chunk's estimate of each target term)
     targets: tuple[QueryMeasurement, ...] = ()
+    gls_chunk: LowestChunk | None = None
+    target_terms: tuple[TargetTerm, ...] = ()
     passes: tuple[tuple[str, ...], ...] = ()  # least-squares passes (query names), pipeline.config.passes
     tolerance: float = 0.1
     rounding: tuple[str, ...] = ()  # marginals rounded and fixed before the cells, in order
@@ -55,7 +60,7 @@ class ChunkTask:
 def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix, dict[str, Any]]:
     """Read the chunk's measurements, reconcile them against the fixed parents, return sparse counts."""
     schema = task.schema
-    measurements = list(task.targets) if task.targets else _own_measurements(task)
+    measurements = fitted_measurements(task)
     measurements += [QueryMeasurement(name=label, matrix=schema.query_matrix(schema.parse_query(query)), noisy=values,
                                       sigma2=sigma2) for label, query, sigma2, values in task.chain_measurements]
     invariants = [QueryInvariant(name=name, matrix=schema.query_matrix(schema.parse_query(name)), values=values)
@@ -69,6 +74,16 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix, dict[str, Any]]:
                              rounding=[RoundingMarginal(name, schema.query_matrix(schema.parse_query(name)))
                                        for name in task.rounding])
     return sp.csr_matrix(result.counts), result.report
+
+
+def fitted_measurements(task: ChunkTask) -> list[QueryMeasurement]:
+    """What the chunk's least squares fits (besides the only-child chain): its GLS targets (carried, or at the
+    lowest level computed here from its measurements), else its own noisy measurements."""
+    if task.gls_chunk is not None:
+        own = _own_measurements(task)
+        return list(lowest_targets(task.gls_chunk, task.target_terms, [m.noisy for m in own],
+                                   [values for _, values in task.invariants]))
+    return list(task.targets) if task.targets else _own_measurements(task)
 
 
 def _own_measurements(task: ChunkTask) -> list[QueryMeasurement]:

@@ -2,10 +2,10 @@
 
     run = start_release(config, out_root, rng)   # budget allocated and checked, temp folder made
     read_files(run)                              # file-level checks only: may refuse without a charge
-    charge(run)                                  # fingerprint the data, charge its dataset in the ledger
-    validate_inputs(run)                         # value checks (after the charge), tree, rows sorted by unit
-    for level: measure(run, level)               # noise drawn once per chunk of nodes, written at once
-    estimate(run)                                # the tree's GLS (full-information reconciliation)
+    charge(run, runner)                          # fingerprint the data, charge its dataset in the ledger
+    validate_inputs(run, runner)                 # value checks (after the charge), where the records are read
+    measure(run, runner)                         # group tasks: noise drawn once per chunk of nodes, written at once
+    estimate(run, runner)                        # the tree's GLS (full-information reconciliation)
     for level: reconcile(run, level)             # post-processing from measurements only (Thm 19.25)
     tabulate(run)                                # summary tables (P.L. 94-171) summed from the reconciled cells
     publish(run)                                 # manifest, report; temp folder renamed into place
@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from geography.tree import build_tree
 from pipeline.budget.ledger.charges import ChargeStatus, FailureReason
 from pipeline.config.ledger_location import public_config_raw
-from pipeline.config.model import MeasureOn, ReleaseConfig
+from pipeline.config.model import ReleaseConfig
 from pipeline.dp.random_source import RandomSource
 from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from pipeline.io import manifest as mf
@@ -68,7 +68,7 @@ from pipeline.release.run import (  # noqa: F401 - part of this module's interfa
     stage_output,
     start_release,
 )
-from pipeline.release.runner import make_runner
+from pipeline.release.runner import make_runner, records_on_workers
 from pipeline.release.support import merge_reports
 from pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
 from pipeline.release.tasks import chunk_tasks
@@ -113,7 +113,7 @@ def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
         except InputError as error:
             problem = error.category
         else:
-            place = runner if runner is not None and _on_workers(run, runner) else make_runner("local")
+            place = runner if records_on_workers(run.config, runner) else make_runner("local")
             any_record = False
             for found, seen in place.map(validate_group, plan.groups):
                 problem, any_record = problem or found, any_record or seen
@@ -132,11 +132,6 @@ def _reject(run: ReleaseRun, problem: InputProblem) -> None:
     files = (f"--microdata {config.input.path} --format {config.input.format}" if run.main else
              f"--units {config.input.path}")  # the units universe's file: check reads it with the persons'
     raise InputRejectedError(problem, f"censusdp check {config.source} {files}{geography}")
-
-
-def _on_workers(run: ReleaseRun, runner: Any) -> bool:
-    """Whether this run's records are read and its noise drawn on the runner's Dask workers."""
-    return runner is not None and runner.name != "local" and run.config.measure_on is MeasureOn.WORKERS
 
 
 def _warn_delta(run: ReleaseRun) -> None:
@@ -160,7 +155,7 @@ def measure(run: ReleaseRun, runner: Any = None) -> None:
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     files = stage_output(run.input_files, "the input files (read_files)")
     config = run.config
-    on_workers = _on_workers(run, runner)
+    on_workers = records_on_workers(run.config, runner)
     level_plans = level_plans_of(config, run.allocations)
     log.info("measuring %d levels (%s)", tree.depth, "on the Dask workers" if on_workers else "on the driver")
     try:
@@ -329,10 +324,10 @@ class Stage:
 # The one stage sequence: the plain run, the Prefect flow, post-processing re-runs and --resume iterate it.
 STAGES = (
     Stage("read-files", "read_files", per_universe=True),
-    Stage("charge-ledger", "charge"),
+    Stage("charge-ledger", "charge", needs_runner=True),
     Stage("validate-values", "validate_inputs", needs_runner=True, per_universe=True),
     Stage("measure", "measure", needs_runner=True, per_universe=True),
-    Stage("estimate", "estimate", per_universe=True),
+    Stage("estimate", "estimate", needs_runner=True, per_universe=True),
     Stage("reconcile", "reconcile", per_level=True, needs_runner=True, per_universe=True),
     Stage("tabulate", "tabulate"),
     Stage("publish", "publish"),

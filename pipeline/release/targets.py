@@ -1,16 +1,24 @@
 """A level's full-information targets, made chunk by chunk from the streamed GLS (``release.full_information``
-builds them; ``release.tasks`` evaluates one chunk per reconciliation task).  Public values only."""
+builds them).  Above the lowest level ``release.tasks`` evaluates one chunk per reconciliation task from the stored
+estimates; the lowest level's (the largest, never stored) are computed inside its reconciliation tasks, where the
+chunk's measurements are read (``lowest_targets``), and its up pass runs as jobs of a runner too
+(``LowestSumsJob``).  Public values only (post-processing of noisy measurements, Thm 19.25)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
+import numpy as np
 import scipy.sparse as sp
 
+from pipeline.io.measurements import read_chunk
 from postprocess import QueryMeasurement
 from postprocess.gls_algebra import QuerySpec, answer
 from postprocess.gls_stream import StreamedGls
+from postprocess.gls_stream_chunk import LowestChunk
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,38 @@ class LevelTargets:
 
     def chunk(self, start: int, stop: int) -> tuple[QueryMeasurement, ...]:
         """The targets of nodes [start, stop) (a chunk of the plan): the GLS estimates of every target query."""
-        detailed = self.stream.estimate(self.level, start, stop)
-        return tuple(QueryMeasurement(name=t.name, matrix=t.matrix, sigma2=t.sigma2,
-                                      noisy=answer(detailed, self.shape, t.spec)) for t in self.terms)
+        return _answers(self.stream.estimate(self.level, start, stop), self.shape, self.terms)
+
+
+def _answers(detailed: np.ndarray, shape: tuple[int, ...], terms: Sequence[TargetTerm]
+             ) -> tuple[QueryMeasurement, ...]:
+    return tuple(QueryMeasurement(name=t.name, matrix=t.matrix, sigma2=t.sigma2, noisy=answer(detailed, shape, t.spec))
+                 for t in terms)
+
+
+def lowest_targets(chunk: LowestChunk, terms: Sequence[TargetTerm], noisy: Sequence[np.ndarray],
+                   values: Sequence[np.ndarray]) -> tuple[QueryMeasurement, ...]:
+    """A lowest chunk's targets from its own noisy measurements (the level's queries in allocation order) and
+    invariant values: what ``LevelTargets.chunk`` gives, computed where the measurements are read."""
+    return _answers(chunk.estimate(noisy, values), tuple(len(b.group) for b in chunk.bases), terms)
+
+
+@dataclass(frozen=True)
+class LowestSumsJob:
+    """One chunk of the lowest level's GLS up pass, self-contained for a runner: the chunk's job, where its
+    measurements are (the level's file, its first row group, each query's (nodes, cells)) and its invariant values."""
+
+    chunk: LowestChunk
+    measurements_path: str
+    first_row_group: int
+    shapes: tuple[tuple[int, int], ...]
+    invariant_values: tuple[np.ndarray, ...]
+
+    def __repr__(self) -> str:
+        return f"LowestSumsJob(nodes={self.chunk.start}:{self.chunk.stop})"
+
+
+def lowest_children_sums(job: LowestSumsJob) -> np.ndarray:
+    """The chunk's parents' children sums Σz̃ (rotated), its measurements read here."""
+    noisy = read_chunk(Path(job.measurements_path), job.first_row_group, job.shapes)
+    return job.chunk.children_sums(noisy, job.invariant_values)

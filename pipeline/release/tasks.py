@@ -1,9 +1,11 @@
 """A level's reconciliation as chunk tasks: what each task carries (public values only) and how it is made.
 
 With full-information reconciliation (the default) a task carries the GLS targets of its nodes
-(``release.full_information``), computed when the task is made; with ``level_by_level`` it reads the level's own
-noisy measurements from their file, plus those of the only-child levels below (``release.only_child``).  Either
-way, it also carries the level's least-squares passes and the marginals rounded first (``pipeline.config.passes``).
+(``release.full_information``), computed when the task is made — at the lowest level, the largest, it carries
+instead what its reconciliation needs to compute them from the measurements it reads (``gls_chunk``); with
+``level_by_level`` it reads the level's own noisy measurements from their file, plus those of the only-child
+levels below (``release.only_child``).  Either way, it also carries the level's least-squares passes and the
+marginals rounded first (``pipeline.config.passes``).
 
 Tasks are made lazily, in chunk order, so only the runner's window of them is ever in memory.
 """
@@ -67,6 +69,7 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int) -> Iterator[ChunkTask]
     # level_by_level: the only-child levels below measured the same nodes again
     chain = [] if full else chain_measurements(run, level)
     passes = config.level_passes(name)
+    lowest_targets = targets is not None and level == lowest
     for start, stop, first in run.chunk_plan[level]:
         parent_counts = parent_index = None
         if level > 0:
@@ -79,7 +82,9 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int) -> Iterator[ChunkTask]
                         parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
                         solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),
                         chain_measurements=tuple((label, q, s2, v[start:stop]) for label, q, s2, v in chain),
-                        targets=targets.chunk(start, stop) if targets is not None else (),
+                        targets=targets.chunk(start, stop) if targets is not None and level != lowest else (),
+                        gls_chunk=targets.stream.lowest_chunk(start, stop) if lowest_targets else None,
+                        target_terms=targets.terms if lowest_targets else (),
                         passes=passes.l2, tolerance=float(passes.tolerance),
                         rounding=tuple(q.name for q in passes.rounding))
     if full and level == lowest:  # every level's targets are made: the scratch files go before publish

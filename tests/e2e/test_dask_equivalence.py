@@ -59,9 +59,10 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, tmp_path: Pa
 
 # `censusdp release` with the driver's readers of records made to fail: with measurement on the workers (spawned
 # processes, which import the real ones) the release still publishes, so the driver never read a record to
-# validate or measure (the keyed fingerprint of the charge is the driver's only pass over the data, docs/dask.md)
+# fingerprint, validate or measure (docs/dask.md); the fingerprint's fallback to the files' lines is refused too
 NO_RECORDS_ON_DRIVER = """
 import sys
+import pipeline.io.fingerprint as fingerprint
 import pipeline.release.measure_groups as groups
 import pipeline.release.measuring as measuring
 from pipeline.cli import main
@@ -69,6 +70,7 @@ def refuse(*args, **kwargs):
     raise RuntimeError("the driver read records")
 groups.group_keys = refuse
 measuring.encoded_rows = refuse
+fingerprint.read_batches = fingerprint.check_unchanged = refuse
 sys.exit(main(sys.argv[1:]))
 """
 

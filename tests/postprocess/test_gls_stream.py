@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,7 @@ from hypothesis import strategies as st
 from pipeline.io.gls_scratch import ScratchCubes
 from postprocess.gls import solve_gls
 from postprocess.gls_stream import StreamLevel, solve_gls_streamed
+from postprocess.gls_stream_chunk import LowestChunk
 from tests.helpers.gls_problems import as_stream, make_problem
 
 PINNED = 1e-9
@@ -126,3 +130,32 @@ def test_a_plan_that_splits_a_family_or_leaves_a_gap_is_refused(tmp_path: Path) 
     with pytest.raises(ValueError):
         solve_gls_streamed([plan[0], gap], shape, read, ScratchCubes(tmp_path, shape))
     assert not list(tmp_path.rglob("*.f64"))
+
+
+def test_the_lowest_level_runs_as_self_contained_jobs(tmp_path: Path) -> None:
+    """The lowest level's up pass runs through ``lowest_sums`` (a runner's workers in a release) and its estimates
+    through ``lowest_chunk``: pickled jobs that need only the chunk's own measurements give ``solve_gls``'s answer."""
+    rng = np.random.default_rng(3)  # test-only
+    shape, _, _, levels = make_problem(rng, 4, with_invariants=True)
+    plan, read = as_stream(rng, levels)
+    dense = solve_gls(levels, shape)
+    lowest = len(plan) - 1
+    ran: list[tuple[int, int]] = []
+
+    def elsewhere(chunks: Iterator[LowestChunk]) -> Iterator[np.ndarray]:
+        for chunk in chunks:
+            job = pickle.loads(pickle.dumps(chunk))
+            assert job.parent_gap is None  # the up pass needs no parent
+            ran.append((job.start, job.stop))
+            yield job.children_sums(*read(lowest, job.start, job.stop))
+
+    with solve_gls_streamed(plan, shape, read, ScratchCubes(tmp_path, shape), elsewhere) as stream:
+        assert ran == [tuple(c) for c in plan[lowest].chunks]
+        for start, stop in plan[lowest].chunks:
+            job = pickle.loads(pickle.dumps(stream.lowest_chunk(start, stop)))
+            _close(job.estimate(*read(lowest, start, stop)), dense.estimates[lowest][start:stop])
+        for level in range(lowest):
+            for start, stop in plan[level].chunks:
+                _close(stream.estimate(level, start, stop), dense.estimates[level][start:stop])
+    with pytest.raises(ValueError, match="not attached"):
+        dataclasses.replace(job, parent_gap=None).estimate(*read(lowest, job.start, job.stop))

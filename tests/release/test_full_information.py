@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from fractions import Fraction
@@ -21,7 +22,7 @@ from pipeline.release.full_information import (
     target_queries,
     tree_targets,
 )
-from pipeline.release.reconcile_chunk import ChunkTask
+from pipeline.release.reconcile_chunk import ChunkTask, fitted_measurements
 from pipeline.release.run import ReleaseRun
 from pipeline.uncertainty.gls import gls_estimates
 from tests.helpers.releases import cli, release_dir
@@ -131,8 +132,12 @@ def test_chunk_tasks_carry_the_in_memory_gls_targets_and_scratch_is_never_publis
     for level, chunk in made.items():
         assert [(t.start, t.stop) for t in chunk] == plans[level]
         for task in chunk:
-            assert [t.name for t in task.targets] == [t.name for t in expected[level]]
-            for got, want in zip(task.targets, expected[level], strict=True):
+            # the lowest level's tasks compute their targets from the measurements they read (gls_chunk)
+            assert (task.gls_chunk is not None) == (level == run.tree.depth - 1) == (not task.targets)
+            published = run_dir / "measurements" / Path(task.measurements_path).name  # the run folder was renamed
+            targets = fitted_measurements(dataclasses.replace(task, measurements_path=str(published)))
+            assert [t.name for t in targets] == [t.name for t in expected[level]]
+            for got, want in zip(targets, expected[level], strict=True):
                 assert float(got.sigma2) == pytest.approx(float(want.sigma2), rel=1e-9)
                 np.testing.assert_allclose(got.noisy, want.noisy[task.start:task.stop], rtol=1e-8, atol=1e-8)
                 assert (got.matrix != want.matrix).nnz == 0

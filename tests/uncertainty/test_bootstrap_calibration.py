@@ -1,13 +1,14 @@
 """The parametric bootstrap's intervals are as wide as the noise and cover the truth (issue 10, item 2).
 
-A two-level release (root and unit, the detailed query at each, no invariants) is repeated with fresh seeds.
-At the root every cell's published count is its noisy measurement (the fast path's projection is the
-identity for counts far from zero), so its standard error is exactly the root query's sigma.  Checked, over
-the root cells whose truth is at least 10 sigma from zero: the bootstrap sd matches sigma within 10% (its
-relative sampling error with 120 replicates x 5 cells x 40 releases is under 1%), and the 95% intervals cover
-the truth in 88-99% of cases (about 94% expected from 120 replicates; 200 intervals give a standard deviation of
-1.7 points, so the bounds are 3.5 standard deviations away).  With the bootstrap's noise switched off (the
-audit's mutant) the sd is 0 and the coverage collapses.
+A two-level release (root and unit, the detailed query at each, no invariants, each level fitted to its own
+measurements: ``level_by_level``) is repeated with fresh seeds. At the root every cell's published count is its
+noisy measurement (the least-squares projection is the identity for counts far from zero), so its standard error is
+exactly the root query's sigma. Checked, over the root cells whose truth is at least 10 sigma from zero: the
+bootstrap sd matches sigma within 10% (its relative sampling error with 100 replicates x 5 cells x 24 releases is
+about 1%), and the 95% intervals cover the truth in 87-99.5% of cases (about 94% expected from 100 replicates; 120
+intervals give a standard deviation of 2.2 points, so the lower bound is 3.2 standard deviations away; intervals
+too wide fail the sd check first). With the bootstrap's noise switched off (the audit's mutant) the sd is 0 and the
+coverage collapses.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pipeline.cli import main
 from pipeline.uncertainty.bootstrap import bootstrap_intervals
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
-RELEASES, REPLICATES = 40, 120
+RELEASES, REPLICATES = 24, 100
 TWO_LEVELS = ("""
 [input]
 path = "microdata.parquet"
@@ -40,6 +41,9 @@ cap_rho = "100000"
 [budget]
 rho = "1"
 neighbouring = "replace-one"
+
+[postprocess]
+reconciliation = "level_by_level"
 
 [budget.level_shares]
 root = "1/4"
@@ -87,4 +91,4 @@ def test_bootstrap_intervals_are_as_wide_as_the_noise_and_cover_the_truth(
         covered += ((cells["ci_low"] <= cells["true"]) & (cells["true"] <= cells["ci_high"])).to_list()
     width, coverage = float(np.mean(ratios)), float(np.mean(covered))
     assert 0.9 <= width <= 1.1, f"bootstrap sd is {width:.3f} x the root query's sigma"
-    assert 0.88 <= coverage <= 0.99, f"95% bootstrap intervals covered {coverage:.1%}"
+    assert 0.87 <= coverage <= 0.995, f"95% bootstrap intervals covered {coverage:.1%}"
