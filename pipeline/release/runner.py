@@ -42,7 +42,8 @@ class DaskRunner:
             # worker processes, one thread each: the solvers are single-threaded and hold the GIL in places.
             # Dask's nannies set MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's mmap threshold: every
             # array over 128 KiB is then mapped and unmapped afresh, and the page faults made the block level's
-            # reconciliation 1.5x slower (1M-person nation: 80 s against 52 s, 42 s of it in the kernel)
+            # reconciliation 1.5x slower (2M-person nation, one process:
+            # 80 s against 52 s, 42 s of it in the kernel)
             with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
                 self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                              dashboard_address=None, silence_logs=40)
