@@ -149,7 +149,11 @@ class StreamedGls:
                 self.lowest_chunk(start, stop).up(*self._read(lowest, start, stop))
             return
         jobs = (self.lowest_chunk(start, stop, with_parents=False) for start, stop in chunks)
-        for sums in self._lowest_sums(jobs):  # in chunk order, so "sum" is written front to back
+        # in chunk order, so "sum" is written front to back; one result per chunk, with a row per parent
+        for (start, stop), sums in zip(chunks, self._lowest_sums(jobs), strict=True):
+            first, last, _ = self._parents(lowest, start, stop)
+            if np.shape(sums) != (last - first, *self.shape):
+                raise ValueError(f"lowest level, nodes {start}:{stop}: the children sums have the wrong shape")
             self._scratch.write("sum", lowest - 1, sums)
         for level in range(lowest - 1, -1, -1):
             for start, stop in self.levels[level].chunks:

@@ -81,9 +81,9 @@ def data_fingerprints(files: InputFiles, key: bytes, *, legacy: bool = False,
                       batch_rows: int = BATCH_ROWS, map_parts: PartMap | None = None) -> dict[str, str]:
     """The keyed fingerprints of the microdata (kind -> hex digest), independent of path, parts and row order:
     ``rows-set`` (else ``lines-set``), and with ``legacy`` also ``rows`` (else ``lines``) as releases before the
-    streamed kinds computed them.  ``map_parts(function, part indices)`` computes the parts' ``rows-set``
-    digests (``part_digests``), in any order and anywhere (a Dask runner's workers: they then hold the key);
-    by default one after another here."""
+    streamed kinds computed them.  ``map_parts(function, part indices)`` computes the parts' digests, in any
+    order and anywhere (a Dask runner's workers: they then hold the key); by default one after another here.
+    An error of ``map_parts`` itself propagates: only a part's content chooses the fallback kind."""
     fingerprints = _streamed(files, key, batch_rows, map_parts)
     if legacy:
         fingerprints |= legacy_fingerprints(files, key)
@@ -150,29 +150,57 @@ def part_digests(files: InputFiles, part_index: int, key: bytes, *, with_paths: 
 
 
 def _streamed(files: InputFiles, key: bytes, batch_rows: int, map_parts: PartMap | None) -> dict[str, str]:
+    # Only a part's content may send the digest to its fallback kind, never the machinery that computes it: an
+    # error out of ``map_parts`` itself (a worker lost, a file it cannot see) propagates and the release is not
+    # charged, else killing a worker would give the same data another dataset's fingerprint (a fresh budget)
+    run = map_parts or map
     try:
         with_paths = has_path_columns(files)  # the variant needs every part's rows: decided up front
-        digest, variant = MultisetDigest(key, FingerprintKind.ROWS_SET), MultisetDigest(key, FingerprintKind.ROWS_SET)
-        one_part = partial(part_digests, files, key=key, with_paths=with_paths, batch_rows=batch_rows)
-        for part, part_variant in (map_parts or map)(one_part, range(len(files.parts))):
-            digest.merge(part)
-            if part_variant is not None:
-                variant.merge(part_variant)
-        return {digest.kind.value: digest.hexdigest()} | (
-            {f"{digest.kind.value}{WITH_PATHS}": variant.hexdigest()} if with_paths else {})
+    except (KeyboardInterrupt, SystemExit, ChangedFileError):
+        raise
+    except BaseException:  # noqa: BLE001 - a header that does not parse: fall back, never refuse
+        with_paths = None
+    if with_paths is not None:
+        parts = list(run(partial(_part_rows_set, files, key=key, with_paths=with_paths, batch_rows=batch_rows),
+                         range(len(files.parts))))
+        if all(part is not None for part in parts):
+            digest = MultisetDigest(key, FingerprintKind.ROWS_SET)
+            variant = MultisetDigest(key, FingerprintKind.ROWS_SET)
+            for part, part_variant in parts:
+                digest.merge(part)
+                if part_variant is not None:
+                    variant.merge(part_variant)
+            return {digest.kind.value: digest.hexdigest()} | (
+                {f"{digest.kind.value}{WITH_PATHS}": variant.hexdigest()} if with_paths else {})
+    lines = MultisetDigest(key, FingerprintKind.LINES_SET)
+    for part in run(partial(part_lines_set, files, key=key), range(len(files.parts))):
+        lines.merge(part)
+    return {lines.kind.value: lines.hexdigest()}
+
+
+def _part_rows_set(files: InputFiles, part_index: int, key: bytes, *, with_paths: bool,
+                   batch_rows: int) -> tuple[MultisetDigest, MultisetDigest | None] | None:
+    """``part_digests``, or None where the part's content does not parse as rows (then the dataset's digest is
+    ``lines-set``); a part changed while read raises."""
+    try:
+        return part_digests(files, part_index, key, with_paths=with_paths, batch_rows=batch_rows)
     except (KeyboardInterrupt, SystemExit, ChangedFileError):
         raise
     except BaseException:  # noqa: BLE001 - a body that does not parse, a polars panic: fall back, never refuse
-        pass
+        return None
+
+
+def part_lines_set(files: InputFiles, part_index: int, key: bytes) -> MultisetDigest:
+    """One part's ``lines-set`` digest (every line but the first, a CSV's header), mergeable as ``part_digests``'."""
+    part = files.parts[part_index]
     lines = MultisetDigest(key, FingerprintKind.LINES_SET)
-    for part in files.parts:
-        check_unchanged(part)
-        with part.path.open("rb") as handle:
-            handle.readline()  # the header (a CSV's), left out as the legacy kind leaves it out
-            for block in iter(lambda: handle.readlines(1 << 24), []):
-                lines.add(line.rstrip(b"\r\n") for line in block)
-        check_unchanged(part)
-    return {lines.kind.value: lines.hexdigest()}
+    check_unchanged(part)
+    with part.path.open("rb") as handle:
+        handle.readline()  # the header (a CSV's), left out as the legacy kind leaves it out
+        for block in iter(lambda: handle.readlines(1 << 24), []):
+            lines.add(line.rstrip(b"\r\n") for line in block)
+    check_unchanged(part)
+    return lines
 
 
 def legacy_fingerprints(files: InputFiles, key: bytes) -> dict[str, str]:

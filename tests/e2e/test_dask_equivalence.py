@@ -57,20 +57,24 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, tmp_path: Pa
     assert tables(Path(flow.stdout.strip().splitlines()[-1])) == local
 
 
-# `censusdp release` with the driver's readers of records made to fail: with measurement on the workers (spawned
-# processes, which import the real ones) the release still publishes, so the driver never read a record to
-# fingerprint, validate or measure (docs/dask.md); the fingerprint's fallback to the files' lines is refused too
+# `censusdp release` with the driver's readers of records made to fail (CENSUSDP_TEST_REFUSE: "fingerprint",
+# "measure" or both): with measurement on the workers (spawned processes, which import the real ones) the release
+# still publishes, so the driver never read a record to fingerprint, validate or measure (docs/dask.md); the
+# fingerprint's fallback to the files' lines is refused too
 NO_RECORDS_ON_DRIVER = """
-import sys
+import os, sys
 import pipeline.io.fingerprint as fingerprint
 import pipeline.release.measure_groups as groups
 import pipeline.release.measuring as measuring
 from pipeline.cli import main
 def refuse(*args, **kwargs):
     raise RuntimeError("the driver read records")
-groups.group_keys = refuse
-measuring.encoded_rows = refuse
-fingerprint.read_batches = fingerprint.check_unchanged = refuse
+refused = os.environ["CENSUSDP_TEST_REFUSE"].split(",")
+if "measure" in refused:
+    groups.group_keys = refuse
+    measuring.encoded_rows = refuse
+if "fingerprint" in refused:
+    fingerprint.read_batches = fingerprint.check_unchanged = refuse
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -91,14 +95,17 @@ def test_a_partitioned_release_measured_on_the_workers_publishes_the_driver_only
     driver_config.write_text(tiny_release.read_text().replace("chunk_cells = 60", 'chunk_cells = 60\nmeasure_on = '
                                                                 '"driver"'))
     assert tables(released(driver_config, capsys, "--microdata", str(folder), "--runner", "dask-local:2")) == local
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    on_workers = subprocess.run([sys.executable, "-c", NO_RECORDS_ON_DRIVER, "-q", "release", str(tiny_release),
-                                 "--no-prefect", "--insecure-seed", "21", "--microdata", str(folder), "--runner",
-                                 "dask-local:2"], env=env, capture_output=True, text=True, timeout=600,
-                                cwd=tmp_path)
+    def spied(config: Path, refused: str) -> subprocess.CompletedProcess[str]:  # with a traceback on failure
+        env = {**os.environ, "PYTHONPATH": str(REPO), "CENSUSDP_TEST_REFUSE": refused, "CENSUSDP_DEBUG": "1"}
+        return subprocess.run([sys.executable, "-c", NO_RECORDS_ON_DRIVER, "-q", "release", str(config), "--no-prefect",
+                               "--insecure-seed", "21", "--microdata", str(folder), "--runner", "dask-local:2"],
+                              env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+
+    on_workers = spied(tiny_release, "fingerprint,measure")
     assert on_workers.returncode == 0, on_workers.stderr[-3000:]
     assert tables(Path(on_workers.stdout.strip().splitlines()[-1])) == local
-    failing = subprocess.run([sys.executable, "-c", NO_RECORDS_ON_DRIVER, "-q", "release", str(driver_config),
-                              "--no-prefect", "--insecure-seed", "21", "--microdata", str(folder), "--runner",
-                              "dask-local:2"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert failing.returncode != 0  # the spy works: measuring on the driver reads records there
+    # the spies work: measuring on the driver, each set alone makes the run fail in its own stage
+    for refused, stage in (("fingerprint", "in charge\n"), ("measure", "in validate_inputs\n")):
+        failing = spied(driver_config, refused)
+        assert failing.returncode != 0, refused
+        assert "the driver read records" in failing.stderr and stage in failing.stderr, failing.stderr[-3000:]

@@ -4,6 +4,7 @@ values never make it fail.  The legacy kinds are the earlier releases' digests, 
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import polars as pl
@@ -120,3 +121,35 @@ def test_fingerprints_never_fail_on_bad_values(tiny_release: Path, legacy: bool)
     days[5] = 10**8  # a date polars cannot write as text
     frame.with_columns(pl.Series("BIRTH", days, dtype=pl.Int32).cast(pl.Date)).write_parquet(path)
     assert data_fingerprints(files_at(tiny_release, path), KEY, legacy=legacy)
+
+
+def test_parts_are_digested_where_map_parts_runs_them_and_its_own_errors_are_never_a_fallback(
+        tiny_release: Path) -> None:
+    """With ``map_parts`` (a Dask runner's workers in a release) every part's digest, of either kind, is computed
+    through it, with the same result; an error of the machinery itself (a lost worker) propagates instead of
+    choosing the ``lines-set`` kind, which would give the same data a digest no dataset on record has."""
+    folder = tiny_release.parent
+    micro = pl.read_parquet(folder / "microdata.parquet")
+    write_hive_dataset(micro, folder / "by-region", "region", pl.col("geocode").str.slice(0, 1))
+    good = files_at(tiny_release, folder / "by-region")
+    bad = folder / "bad.csv"
+    bad.write_text("geocode,COLOUR,ADULT\n1101,r,1\n1102,\"g,1\n")  # a body that does not parse
+    unparsed = files_at(tiny_release, bad, "csv")
+    ran: list[str] = []
+
+    def elsewhere(function, indices):  # noqa: ANN001, ANN202 - a runner's map, in another process (pickled)
+        shipped = pickle.loads(pickle.dumps(function))
+        ran.extend(function.func.__name__ for _ in indices)
+        return [shipped(i) for i in indices]
+
+    for files, kinds in ((good, ["_part_rows_set"] * len(good.parts)),
+                         (unparsed, ["_part_rows_set", "part_lines_set"])):
+        ran.clear()
+        assert data_fingerprints(files, KEY, map_parts=elsewhere) == data_fingerprints(files, KEY)
+        assert ran == kinds
+
+    def lost_worker(function, indices):  # noqa: ANN001, ANN202
+        raise OSError("worker lost")
+
+    with pytest.raises(OSError, match="worker lost"):
+        data_fingerprints(good, KEY, map_parts=lost_worker)

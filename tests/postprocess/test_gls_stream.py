@@ -159,3 +159,17 @@ def test_the_lowest_level_runs_as_self_contained_jobs(tmp_path: Path) -> None:
                 _close(stream.estimate(level, start, stop), dense.estimates[level][start:stop])
     with pytest.raises(ValueError, match="not attached"):
         dataclasses.replace(job, parent_gap=None).estimate(*read(lowest, job.start, job.stop))
+
+
+def test_a_lowest_up_pass_that_returns_too_few_sums_is_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)  # test-only
+    shape, _, _, levels = make_problem(rng, 3, with_invariants=False)
+    plan, read = as_stream(rng, levels)
+
+    def short(chunks: Iterator[LowestChunk]) -> Iterator[np.ndarray]:
+        for chunk in list(chunks)[:-1]:
+            yield chunk.children_sums(*read(chunk.level, chunk.start, chunk.stop))
+
+    with pytest.raises(ValueError, match="shorter"):  # at once, not when the level above reads a row never written
+        solve_gls_streamed(plan, shape, read, ScratchCubes(tmp_path, shape), short)
+    assert not any(tmp_path.iterdir())
