@@ -60,7 +60,9 @@ class LevelMeasurementWriter:
     ``write_chunk``/``append_file`` or by ``close``.
     """
 
-    QUEUED = 4
+    # a table is one query of one chunk: up to chunk_cells rows of ~44 bytes in Arrow (176 MB at the default 4M
+    # cells), so each one queued is that much memory; two keep the writer thread busy
+    QUEUED = 2
 
     def __init__(self, directory: Path, level: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
