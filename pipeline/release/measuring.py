@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import operator
 import shutil
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,7 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
     invariant_parts: dict[int, list[tuple[QueryInvariant, ...]]] = {level: [] for level in range(tree.depth)}
     try:
         if on_workers:
-            results, upper = dask_measure(runner.client, plan.groups, plan.upper)
+            results, upper = dask_measure(runner.client, plan.groups, plan.upper, runner.window)
         else:
             results, upper = _on_driver(plan, writers)
         tops = []
@@ -193,27 +194,37 @@ def _on_driver(plan: MeasurementPlan, writers: dict[str, LevelMeasurementWriter]
     return results, (lambda: measure_upper(upper, totals)) if upper is not None else None
 
 
-def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | None
-                 ) -> tuple[Iterator[GroupMeasured], Any]:
-    """The groups' tasks on the workers; the public half of each result comes back (in group order, as each is
-    done: the driver appends a group's files while the workers measure the next ones), the total histograms stay
-    on the workers and go straight into the upper levels' task."""
-    futures = [client.submit(measure_group, task, pure=False) for task in groups]
-    public = [client.submit(operator.itemgetter(0), future, pure=False) for future in futures]
-    totals = [client.submit(operator.itemgetter(1), future, pure=False) for future in futures]
-    upper_future = client.submit(measure_upper, upper, totals, pure=False) if upper is not None else None
-    del totals
+def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | None, window: int
+                 ) -> tuple[Iterator[GroupMeasured], Callable[[], Any] | None]:
+    """The groups' tasks on the workers, at most ``window`` submitted and not yet collected (a task carries its
+    subtree's geography, O(its blocks), and a local cluster's scheduler lives in the driver); the public half of
+    each result comes back in group order as each is done (the driver appends a group's files while the workers
+    measure the next ones); the total histograms stay on the workers and go straight into the upper levels' task,
+    submitted once every group is."""
+    totals: list[Any] = []
+    upper_future: list[Any] = []
 
     def results() -> Iterator[GroupMeasured]:
+        pending: deque[Any] = deque()
         try:
-            for future in public:
-                yield future.result()
+            for task in groups:
+                future = client.submit(measure_group, task, pure=False)
+                pending.append(client.submit(operator.itemgetter(0), future, pure=False))
+                totals.append(client.submit(operator.itemgetter(1), future, pure=False))
+                del future  # released once both halves are taken: the scheduler forgets the task and its subtree
+                if len(pending) >= window:
+                    yield pending.popleft().result()
+            if upper is not None:
+                upper_future.append(client.submit(measure_upper, upper, list(totals), pure=False))
+            totals.clear()
+            while pending:
+                yield pending.popleft().result()
         except InputCategoryError:
-            for future in (*futures, *public):
+            for future in (*pending, *totals):
                 future.cancel()
             raise
 
-    return results(), (upper_future.result if upper_future is not None else None)
+    return results(), (lambda: upper_future[0].result()) if upper is not None else None
 
 
 def level_plans_of(config: ReleaseConfig, allocations: Sequence[QueryAllocation]) -> list[LevelPlan]:
