@@ -43,7 +43,7 @@ class DaskRunner:
             # Dask's nannies set MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's mmap threshold: every
             # array over 128 KiB is then mapped and unmapped afresh, and the page faults made the block level's
             # reconciliation 1.5x slower (2M-person nation, one process:
-            # 80 s against 52 s, 42 s of it in the kernel)
+            # 80 s against 52 s; that run spent 42 s in the kernel)
             with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
                 self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                              dashboard_address=None, silence_logs=40)
