@@ -21,7 +21,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from pathlib import Path
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from pipeline.config.schema import DETAILED, TOTAL, Query, Schema
 from pipeline.io.gls_scratch import ScratchCubes
 from pipeline.io.measurements import read_chunk
 from pipeline.release.run import ReleaseRun, stage_output
+from pipeline.release.runner import DaskRunner, LocalRunner
 from pipeline.release.targets import LevelTargets, LowestSumsJob, TargetTerm, lowest_children_sums
 from postprocess import QueryInvariant, QueryMeasurement
 from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, QuerySpec, solve_gls
@@ -109,7 +110,7 @@ def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequen
     return out
 
 
-def estimate(run: ReleaseRun, runner: Any = None) -> None:
+def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) -> None:
     """Stage: the tree's GLS from the run's saved noisy measurements (``postprocess.gls_stream``: chunk by chunk,
     intermediates in ``work_dir/gls_scratch``), kept as every level's targets (``run.targets``), which the
     reconciliation's chunk tasks evaluate chunk by chunk.  The lowest level's up pass runs as jobs on ``runner``
@@ -126,11 +127,18 @@ def estimate(run: ReleaseRun, runner: Any = None) -> None:
                  for level in range(tree.depth)]
     rows = [{(start, stop): first for start, stop, first in run.chunk_plan[level]} for level in range(tree.depth)]
 
-    def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        path = directory / f"{config.levels[level].name}.parquet"
-        noisy = read_chunk(path, rows[level][start, stop], [(stop - start, schema.query_cells(q))
-                                                            for q, _ in allocated[level]])
-        return noisy, [i.values[start:stop] for i in run.invariants.get(level, [])]
+    def path_of(level: int) -> Path:
+        return directory / f"{config.levels[level].name}.parquet"
+
+    def shapes_of(level: int, start: int, stop: int) -> tuple[tuple[int, int], ...]:
+        return tuple((stop - start, schema.query_cells(q)) for q, _ in allocated[level])
+
+    def values_of(level: int, start: int, stop: int) -> tuple[np.ndarray, ...]:
+        return tuple(i.values[start:stop] for i in run.invariants.get(level, []))
+
+    def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], tuple[np.ndarray, ...]]:
+        noisy = read_chunk(path_of(level), rows[level][start, stop], shapes_of(level, start, stop))
+        return noisy, values_of(level, start, stop)
 
     levels = [StreamLevel(parent=tree.parent[level],
                           queries=[(spec_of(schema, q), float(s2)) for q, s2 in allocated[level]],
@@ -141,14 +149,10 @@ def estimate(run: ReleaseRun, runner: Any = None) -> None:
     scratch = run.work_dir / GLS_SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)  # a resumed run's leftovers
     last = tree.depth - 1
-    path = directory / f"{config.levels[last].name}.parquet"
-    shapes = [schema.query_cells(q) for q, _ in allocated[last]]
 
     def lowest_sums(chunks: Iterator[LowestChunk]) -> Iterator[np.ndarray]:
-        jobs = (LowestSumsJob(c, str(path), rows[last][c.start, c.stop],
-                              tuple((c.stop - c.start, cells) for cells in shapes),
-                              tuple(i.values[c.start:c.stop] for i in run.invariants.get(last, [])))
-                for c in chunks)
+        jobs = (LowestSumsJob(c, str(path_of(last)), rows[last][c.start, c.stop], shapes_of(last, c.start, c.stop),
+                              values_of(last, c.start, c.stop)) for c in chunks)
         return runner.map(lowest_children_sums, jobs)
 
     stream = solve_gls_streamed(levels, schema.shape, read, ScratchCubes(scratch, schema.shape),

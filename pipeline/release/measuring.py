@@ -220,7 +220,7 @@ def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | No
             while pending:
                 yield pending.popleft().result()
         except InputCategoryError:
-            for future in (*pending, *totals):
+            for future in (*pending, *totals, *upper_future):
                 future.cancel()
             raise
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.config.schema import Schema
+from pipeline.config.schema import Query, Schema
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.measurements import read_chunk
 from pipeline.release.targets import TargetTerm, lowest_targets
@@ -80,17 +80,21 @@ def fitted_measurements(task: ChunkTask) -> list[QueryMeasurement]:
     """What the chunk's least squares fits (besides the only-child chain): its GLS targets (carried, or at the
     lowest level computed here from its measurements), else its own noisy measurements."""
     if task.gls_chunk is not None:
-        own = _own_measurements(task)
-        return list(lowest_targets(task.gls_chunk, task.target_terms, [m.noisy for m in own],
-                                   [values for _, values in task.invariants]))
+        _, noisy = _own_answers(task)
+        return list(lowest_targets(task.gls_chunk, task.target_terms, noisy, [values for _, values in task.invariants]))
     return list(task.targets) if task.targets else _own_measurements(task)
+
+
+def _own_answers(task: ChunkTask) -> tuple[list[Query], list[np.ndarray]]:
+    """The chunk's queries and their noisy answers, read from the level's file."""
+    schema = task.schema
+    parsed = [schema.parse_query(name) for name, _ in task.queries]
+    shapes = [(task.stop - task.start, schema.query_cells(q)) for q in parsed]
+    return parsed, read_chunk(Path(task.measurements_path), task.first_row_group, shapes)
 
 
 def _own_measurements(task: ChunkTask) -> list[QueryMeasurement]:
     """The chunk's noisy measurements, read from the level's file."""
-    schema = task.schema
-    parsed = [schema.parse_query(name) for name, _ in task.queries]
-    shapes = [(task.stop - task.start, schema.query_cells(q)) for q in parsed]
-    noisy = read_chunk(Path(task.measurements_path), task.first_row_group, shapes)
-    return [QueryMeasurement(name=q.name, matrix=schema.query_matrix(q), noisy=values, sigma2=sigma2)
+    parsed, noisy = _own_answers(task)
+    return [QueryMeasurement(name=q.name, matrix=task.schema.query_matrix(q), noisy=values, sigma2=sigma2)
             for q, (_, sigma2), values in zip(parsed, task.queries, noisy, strict=True)]
