@@ -1,6 +1,9 @@
 """The noisy measurements as a public, reloadable product (Parquet).
 
-``measurements/<level>.parquet`` (one file per level), long form, one row per node x query x cell:
+A level's measurements are ``measurements/<level>.parquet``, or, when several processes measured it (the Dask
+workers, one group of subtrees each), the folder ``measurements/<level>/`` of part files ``part-NNNNNN.parquet`` in
+node order (``level_files``: a worker's part is adopted by a rename, never re-encoded).  Long form, one row per
+node x query x cell:
 
 | column | type | meaning |
 |---|---|---|
@@ -19,9 +22,11 @@ Re-running post-processing from these files needs no microdata and spends no bud
 from __future__ import annotations
 
 import hashlib
+import os
 import queue
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -36,6 +41,16 @@ from pipeline.io.manifest import float_up
 from postprocess import QueryInvariant, QueryMeasurement
 
 INVARIANTS_FILE = "invariants.parquet"
+PART_FILE = "part-{:06d}.parquet"  # a level folder's parts, named by their group's index: name order is node order
+
+
+@dataclass(frozen=True)
+class ChunkLocation:
+    """Where a chunk's measurements lie: a file of the measurements folder (``block.parquet``, or a part:
+    ``block/part-000003.parquet``) and the row group of its first query there (the others follow)."""
+
+    file: str
+    row_group: int
 
 
 def _rows(level: str, geoids: np.ndarray, query: str, values: np.ndarray) -> dict[str, pa.Array]:
@@ -57,7 +72,7 @@ class LevelMeasurementWriter:
     and written by one background thread (Parquet encoding releases the GIL), so drawing the next chunk's noise
     overlaps writing this one's; at most ``QUEUED`` tables wait, so memory stays bounded by the chunk size.
     Row-group numbers are assigned when a chunk is handed over, in order; a write error is raised by the next
-    ``write_chunk``/``append_file`` or by ``close``.
+    ``write_chunk`` or by ``close``.
     """
 
     # a table is one query of one chunk: up to chunk_cells rows of ~44 bytes in Arrow (176 MB at the default 4M
@@ -67,6 +82,7 @@ class LevelMeasurementWriter:
     def __init__(self, directory: Path, level: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / f"{level}.parquet"
+        self.file = self.path.name  # relative to the measurements folder (``ChunkLocation.file``)
         self.level = level
         self.row_groups = 0
         self._writer: pq.ParquetWriter | None = None
@@ -105,15 +121,6 @@ class LevelMeasurementWriter:
             columns["rho"] = pa.array(np.full(measurement.noisy.size, float_up(rho)))
             columns["sigma2"] = pa.array(np.full(measurement.noisy.size, float(measurement.sigma2)))
             self._put(pa.table(columns))
-        return first
-
-    def append_file(self, part: Path) -> int:
-        """Append every row group of a part file written by another ``LevelMeasurementWriter`` of this level (a
-        Dask worker's), unchanged; returns the index of its first row group here."""
-        first = self.row_groups
-        parquet = pq.ParquetFile(part)
-        for group in range(parquet.metadata.num_row_groups):
-            self._put(parquet.read_row_group(group))
         return first
 
     def close(self) -> Path:
@@ -162,25 +169,64 @@ def write_invariants(directory: Path, per_level: Sequence[tuple[str, np.ndarray,
     return path
 
 
-def read_chunk_plan(path: Path, n_queries: int, first_cells: int) -> list[tuple[int, int, int]]:
-    """A level's chunks as its measurement file lays them out: (first node, stop node, first row group) per
-    chunk, from the row counts of each chunk's first query (``first_cells`` cells per node), no row decoded."""
-    meta = pq.ParquetFile(path).metadata
+def level_files(directory: Path, level: str) -> list[str]:
+    """A level's measurement files, relative to ``directory``, in node order: the parts of its folder, or its
+    one file; a level with neither is refused."""
+    folder = directory / level
+    if folder.is_dir():
+        parts = sorted(path.name for path in folder.glob("part-*.parquet"))
+        if parts:
+            return [f"{level}/{name}" for name in parts]
+    if (directory / f"{level}.parquet").is_file():
+        return [f"{level}.parquet"]
+    raise FileNotFoundError(f"{directory}: no measurements of level {level}")
+
+
+def level_location(directory: Path, level: str) -> str:
+    """The level's entry in a manifest, relative to ``directory``: its folder of parts, or its file."""
+    files = level_files(directory, level)
+    return level if "/" in files[0] else files[0]
+
+
+def adopt_part(directory: Path, level: str, index: int, part: Path) -> str:
+    """Move a worker's part file of ``level`` (group ``index``) into the level's folder, unchanged (a rename on
+    the run's file system); returns its ``ChunkLocation.file``."""
+    folder = directory / level
+    folder.mkdir(parents=True, exist_ok=True)
+    name = PART_FILE.format(index)
+    os.replace(part, folder / name)
+    return f"{level}/{name}"
+
+
+def read_chunk_plan(directory: Path, level: str, n_queries: int, first_cells: int
+                    ) -> list[tuple[int, int, ChunkLocation]]:
+    """A level's chunks as its measurement files lay them out: (first node, stop node, location) per chunk, from
+    the row counts of each chunk's first query (``first_cells`` cells per node), no row decoded."""
     plan, start = [], 0
-    for first in range(0, meta.num_row_groups, n_queries):
-        stop = start + meta.row_group(first).num_rows // first_cells
-        plan.append((start, stop, first))
-        start = stop
+    for file in level_files(directory, level):
+        meta = pq.ParquetFile(directory / file).metadata
+        for first in range(0, meta.num_row_groups, n_queries):
+            stop = start + meta.row_group(first).num_rows // first_cells
+            plan.append((start, stop, ChunkLocation(file, first)))
+            start = stop
     return plan
 
 
-def read_lowest_geoids(path: Path, n_queries: int) -> np.ndarray:
-    """Every geoid of the lowest level's measurement file, from each chunk's first row group's dictionary
-    (each chunk lists its nodes there), so no row needs decoding."""
-    parquet = pq.ParquetFile(path)
-    codes = [parquet.read_row_group(i, columns=["geoid"]).column(0).combine_chunks().dictionary.to_numpy(
-        zero_copy_only=False) for i in range(0, parquet.metadata.num_row_groups, n_queries)]
+def read_lowest_geoids(directory: Path, level: str, n_queries: int) -> np.ndarray:
+    """Every geoid of the lowest level's measurements, from each chunk's first row group's dictionary (each
+    chunk lists its nodes there), so no row needs decoding."""
+    codes = []
+    for file in level_files(directory, level):
+        parquet = pq.ParquetFile(directory / file)
+        codes += [parquet.read_row_group(i, columns=["geoid"]).column(0).combine_chunks().dictionary.to_numpy(
+            zero_copy_only=False) for i in range(0, parquet.metadata.num_row_groups, n_queries)]
     return np.concatenate(codes).astype(np.str_) if codes else np.zeros(0, dtype=np.str_)
+
+
+def read_level_table(directory: Path, level: str, columns: Sequence[str]) -> pa.Table:
+    """The level's measurement rows (the named columns), every file in node order."""
+    tables = [pq.read_table(directory / file, columns=list(columns)) for file in level_files(directory, level)]
+    return pa.concat_tables(tables)
 
 
 def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> dict[int, list[QueryInvariant]]:
@@ -203,12 +249,14 @@ def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> di
 
 
 def measurements_digest(directory: Path) -> str:
-    """SHA-256 of every Parquet file of a measurements folder (names and bytes, in name order), then of the
-    units universe's beside it (``../units/measurements``), if the run has one: the ledger vouches for both."""
+    """SHA-256 of every Parquet file of a measurements folder, level folders' parts included (relative names and
+    bytes, in name order), then of the units universe's beside it (``../units/measurements``), if the run has one:
+    the ledger vouches for both."""
     digest = hashlib.sha256()
     units = directory.parent / "units" / "measurements"
-    files = [(path.name, path) for path in sorted(directory.glob("*.parquet"))]
-    files += [(f"units/{path.name}", path) for path in sorted(units.glob("*.parquet"))] if units.is_dir() else []
+    files = sorted((path.relative_to(directory).as_posix(), path) for path in directory.rglob("*.parquet"))
+    if units.is_dir():
+        files += sorted((f"units/{path.relative_to(units).as_posix()}", path) for path in units.rglob("*.parquet"))
     for name, path in files:
         digest.update(f"{name}\n{path.stat().st_size}\n".encode())
         with path.open("rb") as handle:

@@ -28,7 +28,7 @@ from pipeline.config.model import Mechanism, ReleaseConfig
 from pipeline.config.schema import Query
 from pipeline.errors import CensusDPError
 from pipeline.exact import parse_rational
-from pipeline.io.measurements import read_invariants, read_lowest_geoids
+from pipeline.io.measurements import read_invariants, read_level_table, read_lowest_geoids
 from postprocess import QueryInvariant
 
 
@@ -103,7 +103,7 @@ class LoadedRun:
     def measurements(self, level: int) -> list[tuple[Query, Fraction, np.ndarray]]:
         """Every query measured at the level: (query, σ², noisy answers (n_nodes, q_cells) int64)."""
         name = self.config.levels[level].name
-        table = pq.read_table(self.measurements_dir / f"{name}.parquet", columns=["query", "noisy_value"])
+        table = read_level_table(self.measurements_dir, name, ["query", "noisy_value"])
         names = table.column("query").cast(pa.string())
         out = []
         for query, sigma2 in self.level_queries(level):
@@ -149,7 +149,7 @@ def load_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> LoadedRu
     measurements_dir = (located if located.is_absolute() else run_dir / located).parent
     allocations = allocate(config)
     n_queries = len(allocations_of(allocations, lowest))
-    tree = build_tree(config.levels, read_lowest_geoids(measurements_dir / f"{lowest}.parquet", n_queries))
+    tree = build_tree(config.levels, read_lowest_geoids(measurements_dir, lowest, n_queries))
     return LoadedRun(run_dir=run_dir, manifest=manifest, config=config, tree=tree,
                      invariants=read_invariants(measurements_dir, config, tree), allocations=allocations,
                      measurements_dir=measurements_dir)

@@ -22,7 +22,13 @@ from pipeline.config.ledger_location import default_ledger_location
 from pipeline.config.load import apply_overrides, parse_recorded_config
 from pipeline.config.model import ReleaseConfig
 from pipeline.errors import CensusDPError
-from pipeline.io.measurements import measurements_digest, read_chunk_plan, read_invariants, read_lowest_geoids
+from pipeline.io.measurements import (
+    level_location,
+    measurements_digest,
+    read_chunk_plan,
+    read_invariants,
+    read_lowest_geoids,
+)
 from pipeline.io.run_folder import read_record
 from pipeline.release import stages
 from pipeline.release.run import UNITS_DIR, attach_units
@@ -51,14 +57,14 @@ def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
     and the invariants from a measurements folder."""
     schema, config, allocations = run.schema, run.config, run.allocations
     n_queries = len(allocations_of(allocations, config.levels[-1].name))
-    lowest = measurements / f"{config.levels[-1].name}.parquet"
-    run.tree = build_tree(config.levels, read_lowest_geoids(lowest, n_queries))
+    run.tree = build_tree(config.levels, read_lowest_geoids(measurements, config.levels[-1].name, n_queries))
     for level, spec in enumerate(config.levels):
         queries = [a.query for a in allocations_of(allocations, spec.name)]
-        path = measurements / f"{spec.name}.parquet"
-        plan = read_chunk_plan(path, len(queries), schema.query_cells(schema.parse_query(queries[0])))
+        first_cells = schema.query_cells(schema.parse_query(queries[0]))
+        plan = read_chunk_plan(measurements, spec.name, len(queries), first_cells)
         if not plan or plan[-1][1] != run.tree.n_nodes(level):
-            raise CensusDPError(f"{path}: does not match the run's geography")
+            raise CensusDPError(f"{measurements / level_location(measurements, spec.name)}: does not match the run's "
+                                "geography")
         run.chunk_plan[level] = plan
     run.invariants = read_invariants(measurements, config, run.tree)
 

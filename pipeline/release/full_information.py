@@ -21,7 +21,6 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 
@@ -125,10 +124,7 @@ def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) ->
     directory = run.measurements_dir or run.work_dir / "measurements"
     allocated = [[(schema.parse_query(a.query), a.sigma2) for a in run.level_allocations(level)]
                  for level in range(tree.depth)]
-    rows = [{(start, stop): first for start, stop, first in run.chunk_plan[level]} for level in range(tree.depth)]
-
-    def path_of(level: int) -> Path:
-        return directory / f"{config.levels[level].name}.parquet"
+    located = [{(start, stop): where for start, stop, where in run.chunk_plan[level]} for level in range(tree.depth)]
 
     def shapes_of(level: int, start: int, stop: int) -> tuple[tuple[int, int], ...]:
         return tuple((stop - start, schema.query_cells(q)) for q, _ in allocated[level])
@@ -137,7 +133,8 @@ def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) ->
         return tuple(i.values[start:stop] for i in run.invariants.get(level, []))
 
     def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], tuple[np.ndarray, ...]]:
-        noisy = read_chunk(path_of(level), rows[level][start, stop], shapes_of(level, start, stop))
+        where = located[level][start, stop]
+        noisy = read_chunk(directory / where.file, where.row_group, shapes_of(level, start, stop))
         return noisy, values_of(level, start, stop)
 
     levels = [StreamLevel(parent=tree.parent[level],
@@ -151,8 +148,9 @@ def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) ->
     last = tree.depth - 1
 
     def lowest_sums(chunks: Iterator[LowestChunk]) -> Iterator[np.ndarray]:
-        jobs = (LowestSumsJob(c, str(path_of(last)), rows[last][c.start, c.stop], shapes_of(last, c.start, c.stop),
-                              values_of(last, c.start, c.stop)) for c in chunks)
+        wheres = ((c, located[last][c.start, c.stop]) for c in chunks)
+        jobs = (LowestSumsJob(c, str(directory / where.file), where.row_group, shapes_of(last, c.start, c.stop),
+                              values_of(last, c.start, c.stop)) for c, where in wheres)
         return runner.map(lowest_children_sums, jobs)
 
     stream = solve_gls_streamed(levels, schema.shape, read, ScratchCubes(scratch, schema.shape),

@@ -1,15 +1,15 @@
 """The measure stage's plan and its two places: the driver (in process) or the Dask workers.
 
 ``plan_measurement`` turns the tree and the input files into group tasks (``release.measure_groups``) and the task
-of the levels above the partition level; ``run_measurement`` runs them and writes every level's measurement file in
+of the levels above the partition level; ``run_measurement`` runs them and lays out every level's measurements in
 node order (row groups per chunk and query, ``io.measurements``), returning each level's chunk plan and invariants.
 
 Where the noise is drawn (``postprocess.measure_on``, effective with a Dask runner):
 - ``workers`` (the default with Dask): a group's task reads its records on a worker, histograms and draws noise there
   from the worker's own OS CSPRNG, writes its measurements to a part file in the run folder and returns public values
-  only; the groups' total histograms go worker to worker into the upper levels' task.  The driver plans, collects
-  the public parts into the level files and publishes.  The trust boundary moves: every worker reads confidential
-  records (docs/dask.md).
+  only; the groups' total histograms go worker to worker into the upper levels' task.  The driver plans, moves each
+  part into its level's folder (a rename: nothing is decoded on the driver) and publishes.  The trust boundary
+  moves: every worker reads confidential records (docs/dask.md).
 - ``driver``: the same tasks run in the driver's process, one after another; workers only reconcile.
 """
 
@@ -30,7 +30,7 @@ from pipeline.budget.allocation import QueryAllocation, allocations_of
 from pipeline.config.model import ReleaseConfig
 from pipeline.dp.random_source import RandomSource, substream_key
 from pipeline.errors import InputError, InputProblem
-from pipeline.io.measurements import LevelMeasurementWriter
+from pipeline.io.measurements import ChunkLocation, LevelMeasurementWriter, adopt_part
 from pipeline.io.microdata import InputFiles, encoded_rows
 from pipeline.release.chunks import level_chunks
 from pipeline.release.measure_groups import (
@@ -131,16 +131,20 @@ def validate_group(task: GroupTask) -> tuple[InputProblem | None, bool]:
 class Measured:
     """What the driver keeps of a measurement: per level, the chunk plan and the invariants (public)."""
 
-    chunk_plan: dict[int, list[tuple[int, int, int]]]
+    chunk_plan: dict[int, list[tuple[int, int, ChunkLocation]]]
     invariants: dict[int, list[QueryInvariant]]
 
 
 def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tree: GeoTree, directory: Path,
                     runner: Any, on_workers: bool, n_cells: int, chunk_cells: int) -> Measured:
-    """Run the plan's tasks (on the runner's workers, or here) and write every level's file in node order."""
+    """Run the plan's tasks (on the runner's workers, or here) and lay out every level's measurements in node
+    order: the driver's writers' files, the workers' parts moved into their levels' folders."""
+    for name, _, _ in level_plans:  # a failed attempt's leftovers (a resumable run never measures again)
+        shutil.rmtree(directory / name, ignore_errors=True)
+        (directory / f"{name}.parquet").unlink(missing_ok=True)
     writers = {name: LevelMeasurementWriter(directory, name) for name, _, _ in level_plans}
     p = plan.partition_level
-    plans: dict[int, list[tuple[int, int, int]]] = {level: [] for level in range(tree.depth)}
+    plans: dict[int, list[tuple[int, int, ChunkLocation]]] = {level: [] for level in range(tree.depth)}
     invariant_parts: dict[int, list[tuple[QueryInvariant, ...]]] = {level: [] for level in range(tree.depth)}
     try:
         if on_workers:
@@ -154,12 +158,11 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
             for offset, level_plan in enumerate(measured.plans):
                 level = p + offset
                 name = level_plans[level][0]
-                rows = level_plan
                 part = measured.parts[offset]
-                if part is not None:  # a worker's part file: its row groups appended to the level's file
-                    first = writers[name].append_file(Path(part))
-                    rows = tuple((start, stop, first + row_group) for start, stop, row_group in level_plan)
-                plans[level].extend(rows)
+                if level_plan:  # a worker's part file joins its level's folder; else the driver's writer has them
+                    file = adopt_part(directory, name, measured.index, Path(part)) if part else writers[name].file
+                    plans[level].extend((start, stop, ChunkLocation(file, row_group))
+                                        for start, stop, row_group in level_plan)
                 invariant_parts[level].append(measured.invariants[offset])
         if tops:  # the partition level, in chunks of whole families (its nodes' answers came back one by one)
             name, allocations, _ = level_plans[p]
@@ -167,13 +170,13 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
                 noisy = [replace(q[0], noisy=np.concatenate([t[i].noisy for t in tops[start:stop]]))
                          for i, q in enumerate(zip(*tops[start:stop], strict=True))]
                 row_group = writers[name].write_chunk(tree.geoids[p][start:stop], noisy, [a.rho for a in allocations])
-                plans[p].append((start, stop, row_group))
+                plans[p].append((start, stop, ChunkLocation(writers[name].file, row_group)))
         for level, chunks in enumerate(upper() if upper is not None else []):
             name, allocations, _ = level_plans[level]
             rhos = [a.rho for a in allocations]
             for (start, stop), (noisy, chunk_invariants) in zip(plan.upper.chunks[level], chunks, strict=True):
                 row_group = writers[name].write_chunk(tree.geoids[level][start:stop], noisy, rhos)
-                plans[level].append((start, stop, row_group))
+                plans[level].append((start, stop, ChunkLocation(writers[name].file, row_group)))
                 invariant_parts[level].append(tuple(chunk_invariants))
     finally:
         for writer in writers.values():
@@ -198,7 +201,7 @@ def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | No
                  ) -> tuple[Iterator[GroupMeasured], Callable[[], Any] | None]:
     """The groups' tasks on the workers, at most ``window`` submitted and not yet collected (a task carries its
     subtree's geography, O(its blocks), and a local cluster's scheduler lives in the driver); the public half of
-    each result comes back in group order as each is done (the driver appends a group's files while the workers
+    each result comes back in group order as each is done (the driver adopts a group's files while the workers
     measure the next ones); the total histograms stay on the workers and go straight into the upper levels' task,
     submitted once every group is."""
     totals: list[Any] = []

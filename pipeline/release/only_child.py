@@ -19,7 +19,7 @@ import numpy as np
 
 from geography.tree import GeoTree
 from pipeline.config.schema import Schema
-from pipeline.io.measurements import read_chunk
+from pipeline.io.measurements import ChunkLocation, read_chunk
 from pipeline.release.run import ReleaseRun, stage_output
 
 
@@ -35,13 +35,14 @@ def only_child_levels(tree: GeoTree, level: int) -> list[int]:
     return out
 
 
-def level_measurements(path: Path, plan: list[tuple[int, int, int]], schema: Schema,
+def level_measurements(directory: Path, plan: list[tuple[int, int, ChunkLocation]], schema: Schema,
                        queries: list[tuple[str, Fraction]]) -> list[np.ndarray]:
     """Every node's noisy answers of every query of a level, read chunk by chunk: (n_nodes, q_cells) per query."""
     parsed = [schema.parse_query(name) for name, _ in queries]
     parts: list[list[np.ndarray]] = [[] for _ in queries]
-    for start, stop, first in plan:
-        chunk = read_chunk(path, first, [(stop - start, schema.query_cells(q)) for q in parsed])
+    for start, stop, where in plan:
+        shapes = [(stop - start, schema.query_cells(q)) for q in parsed]
+        chunk = read_chunk(directory / where.file, where.row_group, shapes)
         for part, values in zip(parts, chunk, strict=True):
             part.append(values)
     return [np.concatenate(part) if part else np.zeros((0, schema.query_cells(q)), dtype=np.int64)
@@ -57,6 +58,6 @@ def chain_measurements(run: ReleaseRun, level: int) -> list[tuple[str, str, Frac
     for deeper in only_child_levels(tree, level):
         name = run.config.levels[deeper].name
         queries = [(a.query, a.sigma2) for a in run.level_allocations(deeper)]
-        values = level_measurements(directory / f"{name}.parquet", run.chunk_plan[deeper], run.schema, queries)
+        values = level_measurements(directory, run.chunk_plan[deeper], run.schema, queries)
         out += [(f"{name}: {query}", query, sigma2, v) for (query, sigma2), v in zip(queries, values, strict=True)]
     return out

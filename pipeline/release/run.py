@@ -23,6 +23,7 @@ from pipeline.config.schema import Schema
 from pipeline.dp.random_source import RandomSource
 from pipeline.errors import CensusDPError
 from pipeline.io import manifest as mf
+from pipeline.io.measurements import ChunkLocation, level_location
 from pipeline.io.microdata import InputFiles
 from postprocess import QueryInvariant
 
@@ -67,7 +68,7 @@ class ReleaseRun:
     started_at: str
     tree: GeoTree | None = None
     input_files: InputFiles | None = None  # the input files (paths, checked at file level) until measured
-    chunk_plan: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (start, stop, row group)
+    chunk_plan: dict[int, list[tuple[int, int, ChunkLocation]]] = field(default_factory=dict)  # (start, stop, where)
     invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)  # published exactly
     counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
     targets: dict[int, LevelTargets] = field(default_factory=dict)  # GLS targets, made per chunk (full information)
@@ -87,6 +88,14 @@ class ReleaseRun:
     # with this one; main is False for it (no ledger record of its own, no complete marker, no publish)
     units: ReleaseRun | None = None
     main: bool = True
+
+    def measurement_entries(self, prefix: str) -> dict[str, str]:
+        """The manifest's ``measurements``: each level's folder or file, ``prefix``-relative in this run's folder,
+        or absolute where a re-run read them from."""
+        read_from = self.measurements_dir
+        directory = Path(read_from) if read_from else self.work_dir / "measurements"
+        return {lv.name: str(directory / level_location(directory, lv.name)) if read_from
+                else f"{prefix}/{level_location(directory, lv.name)}" for lv in self.config.levels}
 
     def __repr__(self) -> str:
         return f"ReleaseRun(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"

@@ -250,8 +250,7 @@ def publish(run: ReleaseRun) -> Path:
         "not_protected": mf.not_protected(config),
         "random_source": {"name": run.rng.name, "publishable": run.rng.publishable},
         "warnings": run.warnings,
-        "measurements": {lv.name: str(Path(run.measurements_dir) / f"{lv.name}.parquet") if run.measurements_dir
-                         else f"measurements/{lv.name}.parquet" for lv in config.levels},
+        "measurements": run.measurement_entries("measurements"),
         "tables": {lv.name: f"tables/{lv.name}.parquet" for lv in config.levels},
         "summary_tables": run.summary_tables,
         "expected_errors": run.expected_errors,

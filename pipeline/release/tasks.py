@@ -59,7 +59,7 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int) -> Iterator[ChunkTask]
     config = run.config
     name = config.levels[level].name
     queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
-    path = str((run.measurements_dir or run.work_dir / "measurements") / f"{name}.parquet")
+    directory = run.measurements_dir or run.work_dir / "measurements"
     zeros = structural_zero_mask(config)
     # ties in rounding are broken at random (post-processing, so any source is private enough); the keys come
     # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
@@ -70,14 +70,15 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int) -> Iterator[ChunkTask]
     chain = [] if full else chain_measurements(run, level)
     passes = config.level_passes(name)
     lowest_targets = targets is not None and level == lowest
-    for start, stop, first in run.chunk_plan[level]:
+    for start, stop, located in run.chunk_plan[level]:
         parent_counts = parent_index = None
         if level > 0:
             parents = tree.parent[level][start:stop]
             parent_counts = run.counts[level - 1][int(parents[0]): int(parents[-1]) + 1]
             parent_index = parents - parents[0]
         invariants = tuple((i.name, i.values[start:stop]) for i in run.invariants.get(level, []))
-        yield ChunkTask(level=name, start=start, stop=stop, measurements_path=path, first_row_group=first,
+        yield ChunkTask(level=name, start=start, stop=stop, measurements_path=str(directory / located.file),
+                        first_row_group=located.row_group,
                         queries=queries, schema=run.schema, parent_counts=parent_counts,
                         parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
                         solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),

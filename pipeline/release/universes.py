@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,15 +19,13 @@ def units_section(units: ReleaseRun) -> dict[str, Any]:
     """The units universe's own guarantee, allocation, invariants (not protected), files and diagnostics."""
     config = units.config
     levels = [lv.name for lv in config.levels]
-    measured = Path(units.measurements_dir) if units.measurements_dir else None
     return {
         "privacy": mf.privacy_section(config, units.spent_rho, units.allocations),
         "allocation": mf.allocation_section(units.allocations, sensitivity1=config.budget.sensitivity1),
         "invariants": mf.invariants_section(config),
         "not_protected": mf.not_protected(config),
         "warnings": units.warnings,
-        "measurements": {name: str(measured / f"{name}.parquet") if measured else
-                         f"{UNITS_DIR}/measurements/{name}.parquet" for name in levels},
+        "measurements": units.measurement_entries(f"{UNITS_DIR}/measurements"),
         "tables": {name: f"{UNITS_DIR}/tables/{name}.parquet" for name in levels},
         "reconciliation": units.diagnostics,
         "combined": COMBINED,

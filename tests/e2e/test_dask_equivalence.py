@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
 from pipeline.cli import main
+from pipeline.io.run_folder import load_run
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.tiny import REPO
 
@@ -67,6 +69,7 @@ import pipeline.io.fingerprint as fingerprint
 import pipeline.release.measure_groups as groups
 import pipeline.release.measuring as measuring
 from pipeline.cli import main
+from pipeline.io.run_folder import load_run
 def refuse(*args, **kwargs):
     raise RuntimeError("the driver read records")
 refused = os.environ["CENSUSDP_TEST_REFUSE"].split(",")
@@ -88,7 +91,8 @@ def test_a_partitioned_release_measured_on_the_workers_publishes_the_driver_only
     write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "region",
                        pl.col("geocode").str.slice(0, 1))
     tiny_release.write_text(tiny_release.read_text().replace('[output]\ndir = "runs"', SMALL_CHUNKS))
-    local = tables(released(tiny_release, capsys, "--microdata", str(folder)))
+    local_dir = released(tiny_release, capsys, "--microdata", str(folder))
+    local = tables(local_dir)
     whole_file = tables(released(tiny_release, capsys))  # one group: other chunks, other streams, same schema
     assert len(local) == 4 and local.keys() == whole_file.keys()
     driver_config = tmp_path / "driver.toml"
@@ -103,7 +107,18 @@ def test_a_partitioned_release_measured_on_the_workers_publishes_the_driver_only
 
     on_workers = spied(tiny_release, "fingerprint,measure")
     assert on_workers.returncode == 0, on_workers.stderr[-3000:]
-    assert tables(Path(on_workers.stdout.strip().splitlines()[-1])) == local
+    workers_dir = Path(on_workers.stdout.strip().splitlines()[-1])
+    assert tables(workers_dir) == local
+    # the workers' parts were adopted, not re-encoded: below the region level each level is a folder of parts,
+    # one per region, named in the manifest, and reads back as the driver's one file does
+    by_workers, by_driver = load_run(workers_dir), load_run(local_dir)
+    entries = by_workers.manifest["measurements"]
+    assert [entries[lv.name].endswith(".parquet") for lv in by_workers.config.levels] == [True, True, False, False]
+    assert len(list((workers_dir / entries[by_workers.config.levels[-1].name]).glob("part-*.parquet"))) > 1
+    for level in range(by_workers.tree.depth):
+        for (q, s2, values), (q_, s2_, values_) in zip(by_workers.measurements(level), by_driver.measurements(level),
+                                                       strict=True):
+            assert q == q_ and s2 == s2_ and np.array_equal(values, values_)
     # the spies work: measuring on the driver, each set alone makes the run fail in its own stage
     for refused, stage in (("fingerprint", "in charge\n"), ("measure", "in validate_inputs\n")):
         failing = spied(driver_config, refused)

@@ -1,5 +1,5 @@
-"""The measurement file writer: row groups numbered in hand-over order, written by a background thread, parts of
-another writer appended unchanged, and a failed write raised in the caller's thread."""
+"""The measurement file writer: row groups numbered in hand-over order, written by a background thread, workers'
+parts adopted unchanged into a level folder read in node order, and a failed write raised in the caller's thread."""
 
 from __future__ import annotations
 
@@ -7,12 +7,24 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 
 from pipeline.io import measurements
-from pipeline.io.measurements import LevelMeasurementWriter, read_chunk, read_chunk_plan, read_lowest_geoids
+from pipeline.io.measurements import (
+    ChunkLocation,
+    LevelMeasurementWriter,
+    adopt_part,
+    level_files,
+    level_location,
+    measurements_digest,
+    read_chunk,
+    read_chunk_plan,
+    read_level_table,
+    read_lowest_geoids,
+)
 from postprocess import QueryMeasurement
 
 
@@ -28,21 +40,59 @@ def test_chunks_and_parts_read_back_in_order(tmp_path: Path) -> None:
     geoids = np.array([f"{i:03d}" for i in range(23)])
     plan = [(0, 5), (5, 6), (6, 17), (17, 23)]
     drawn = {start: chunk(start, stop, 6, start) for start, stop in plan}
-    part = LevelMeasurementWriter(tmp_path / "part", "block")  # a worker's part: the last two chunks
-    for start, stop in plan[2:]:
-        part.write_chunk(geoids[start:stop], drawn[start], [Fraction(1, 3), Fraction(1, 7)])
-    part.close()
-    writer = LevelMeasurementWriter(tmp_path, "block")
-    firsts = [writer.write_chunk(geoids[s:e], drawn[s], [Fraction(1, 3), Fraction(1, 7)]) for s, e in plan[:2]]
-    firsts.append(writer.append_file(part.path))
-    assert firsts == [0, 2, 4] and writer.row_groups == 8
-    assert writer.close() == tmp_path / "block.parquet"
+    rhos = [Fraction(1, 3), Fraction(1, 7)]
+    writer = LevelMeasurementWriter(tmp_path / "driver", "block")  # one process: one file
+    firsts = [writer.write_chunk(geoids[s:e], drawn[s], rhos) for s, e in plan]
+    assert firsts == [0, 2, 4, 6] and writer.row_groups == 8
+    assert writer.close() == tmp_path / "driver" / "block.parquet" and writer.file == "block.parquet"
     assert pq.ParquetFile(writer.path).metadata.num_row_groups == 8
-    assert read_chunk_plan(writer.path, 2, 1) == [(0, 5, 0), (5, 6, 2), (6, 17, 4), (17, 23, 6)]
-    assert np.array_equal(read_lowest_geoids(writer.path, 2), geoids)
-    for start, stop, first in read_chunk_plan(writer.path, 2, 1):
-        values = read_chunk(writer.path, first, [(stop - start, 1), (stop - start, 6)])
-        assert all(np.array_equal(v, m.noisy) for v, m in zip(values, drawn[start], strict=True))
+    assert level_location(tmp_path / "driver", "block") == "block.parquet"
+    # two workers' parts, adopted out of order: name order (the group's index) is node order
+    workers = tmp_path / "measurements"
+    for index, chunks in ((1, plan[2:]), (0, plan[:2])):
+        part = LevelMeasurementWriter(tmp_path / f"worker{index}", "block")
+        for start, stop in chunks:
+            part.write_chunk(geoids[start:stop], drawn[start], rhos)
+        assert adopt_part(workers, "block", index, part.close()) == f"block/part-{index:06d}.parquet"
+        assert not part.path.exists()  # moved, not copied
+    assert level_files(workers, "block") == ["block/part-000000.parquet", "block/part-000001.parquet"]
+    assert level_location(workers, "block") == "block"
+    expected = {"driver": [(0, 5, ChunkLocation("block.parquet", 0)), (5, 6, ChunkLocation("block.parquet", 2)),
+                           (6, 17, ChunkLocation("block.parquet", 4)), (17, 23, ChunkLocation("block.parquet", 6))],
+                "measurements": [(0, 5, ChunkLocation("block/part-000000.parquet", 0)),
+                                 (5, 6, ChunkLocation("block/part-000000.parquet", 2)),
+                                 (6, 17, ChunkLocation("block/part-000001.parquet", 0)),
+                                 (17, 23, ChunkLocation("block/part-000001.parquet", 2))]}
+    for folder, chunks in expected.items():
+        directory = tmp_path / folder
+        assert read_chunk_plan(directory, "block", 2, 1) == chunks
+        assert np.array_equal(read_lowest_geoids(directory, "block", 2), geoids)
+        for start, stop, where in chunks:
+            values = read_chunk(directory / where.file, where.row_group, [(stop - start, 1), (stop - start, 6)])
+            assert all(np.array_equal(v, m.noisy) for v, m in zip(values, drawn[start], strict=True))
+        table = read_level_table(directory, "block", ["geoid", "noisy_value"])  # every row, node order per chunk
+        rows = [(np.repeat(geoids[s:e], m.noisy.shape[1]), m.noisy.ravel()) for s, e in plan for m in drawn[s]]
+        assert table.column("geoid").cast(pa.string()).to_pylist() == np.concatenate([g for g, _ in rows]).tolist()
+        assert np.array_equal(table.column("noisy_value").to_numpy(), np.concatenate([v for _, v in rows]))
+    with pytest.raises(FileNotFoundError, match="no measurements of level tract"):
+        level_files(workers, "tract")
+
+
+def test_the_digest_covers_every_part_of_a_level_folder(tmp_path: Path) -> None:
+    geoids = np.array(["a", "b", "c"])
+    for index in (0, 1):
+        part = LevelMeasurementWriter(tmp_path / f"w{index}", "block")
+        part.write_chunk(geoids, chunk(0, 3, 2, index), [Fraction(1), Fraction(1)])
+        adopt_part(tmp_path / "measurements", "block", index, part.close())
+    digest = measurements_digest(tmp_path / "measurements")
+    second = tmp_path / "measurements" / "block" / "part-000001.parquet"
+    original = second.read_bytes()
+    second.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    assert measurements_digest(tmp_path / "measurements") != digest
+    second.write_bytes(original)
+    assert measurements_digest(tmp_path / "measurements") == digest
+    second.rename(second.with_name("part-000002.parquet"))  # the same bytes, another group
+    assert measurements_digest(tmp_path / "measurements") != digest
 
 
 def test_a_failed_write_is_raised_in_the_callers_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,7 +35,7 @@ def test_the_layout_read_back_is_the_one_the_release_wrote(tiny_release: Path, c
     for level, spec in enumerate(run.config.levels):
         allocations = run.level_allocations(level)
         first_cells = schema.query_cells(schema.parse_query(allocations[0].query))
-        plan = read_chunk_plan(run_dir / "measurements" / f"{spec.name}.parquet", len(allocations), first_cells)
+        plan = read_chunk_plan(run_dir / "measurements", spec.name, len(allocations), first_cells)
         assert plan == run.chunk_plan[level]
         np.testing.assert_array_equal(loaded.tree.geoids[level], run.tree.geoids[level])
     assert len(run.chunk_plan[run.tree.depth - 1]) > 2
