@@ -88,20 +88,21 @@ def build_tree(levels: tuple[Level, ...], lowest_codes: np.ndarray) -> GeoTree:
     lengths = np.char.str_len(codes)
     if (lengths != width).any():
         raise ValueError(f"every lowest-level code must have {width} characters")
-    geoids: list[np.ndarray] = []
+    # bottom up, each level from the one below (sorted codes of one length have sorted prefixes): a level's
+    # nodes are its run starts, and memory is one level's prefixes, not every level's over every unit
+    geoids: list[np.ndarray] = [_prefix(codes, width)]
     parents: list[np.ndarray] = []
-    for i, level in enumerate(levels):
-        prefixes = np.unique(_prefix(codes, level.width))
-        geoids.append(prefixes)
-        if i == 0:
-            parents.append(np.zeros(0, dtype=np.int64))
-            continue
-        up = _prefix(prefixes, levels[i - 1].width)
-        parents.append(np.searchsorted(geoids[i - 1], up).astype(np.int64))
+    for level in reversed(levels[:-1]):
+        up = _prefix(geoids[0], level.width)
+        starts = np.ones(len(up), dtype=bool)
+        starts[1:] = up[1:] != up[:-1]
+        parents.insert(0, np.cumsum(starts, dtype=np.int64) - 1)
+        geoids.insert(0, up[starts])
+    parents.insert(0, np.zeros(0, dtype=np.int64))
     return GeoTree(levels=tuple(levels), geoids=tuple(geoids), parent=tuple(parents))
 
 
 def _prefix(codes: np.ndarray, width: int) -> np.ndarray:
     if width == 0:
         return np.full(len(codes), "", dtype=np.str_)
-    return codes.astype(f"<U{width}")
+    return codes.astype(f"<U{width}", copy=False)

@@ -31,7 +31,7 @@ from postprocess.layout import Batch
 from postprocess.least_squares import Term
 from postprocess.problem import Inputs
 
-RELATIVE_GAP = 1e-9  # certified f(x) - f* <= RELATIVE_GAP * f(x)
+RELATIVE_GAP = 1e-7  # certified f(x) - f* <= RELATIVE_GAP * f(x); Clarabel stops at a 1e-8 relative duality gap
 ABSOLUTE_GAP = 1e-18  # floor on the certified gap, in the scaled units (data of magnitude <= 1)
 MAX_ITERATIONS = 5_000
 CHECK_EVERY = 20

@@ -80,14 +80,13 @@ def _weights(weights: np.ndarray, cells: int) -> np.ndarray:
 
 
 def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray], frees: list[np.ndarray],
-                 parents: Sequence[np.ndarray], leaf_area: np.ndarray, n_areas: int) -> np.ndarray:
-    """Q_S(A) (n_areas, K, K) on one subspace: the up recursion of the module docstring over (node, area) pairs."""
+                 parents: Sequence[np.ndarray], nodes: np.ndarray, areas: np.ndarray, n_areas: int) -> np.ndarray:
+    """Q_S(A) (n_areas, K, K) on one subspace: the up recursion of the module docstring over (node, area) pairs,
+    from the leaves ``nodes`` in areas ``areas`` (in [0, n_areas))."""
     k = frees[0].shape[0]
     out = np.zeros((n_areas, k, k))
-    nodes = np.flatnonzero(leaf_area >= 0)
     if not len(nodes):
         return out
-    areas = leaf_area[nodes]
     lowest = frees[-1]
     t = np.broadcast_to(lowest, (len(nodes), *lowest.shape))  # s = x = N φ at a leaf of the area
     v = np.zeros((len(nodes), k, k))
@@ -125,7 +124,8 @@ def area_terms(levels: Sequence[GlsLevel], shape: Sequence[int], leaf_area: np.n
         frees = [p.free for p in pins]
         check_identifiable(infos[-1], frees[-1], subset)
         phi, bar_inv = subtree_covariances(infos, frees, frame.children, frame.sizes[-1])
-        blocks.append(_area_blocks(phi, bar_inv, frees, frame.parents, leaf_area, int(n_areas)))
+        inside = np.flatnonzero(leaf_area >= 0)
+        blocks.append(_area_blocks(phi, bar_inv, frees, frame.parents, inside, leaf_area[inside], int(n_areas)))
     return AreaTerms(frame.shape, tuple(frame.bases), tuple(frame.subsets), tuple(blocks))
 
 
@@ -145,6 +145,46 @@ def area_variances(terms: AreaTerms, weights: np.ndarray) -> np.ndarray:
             gram = np.einsum("vkd,vld->vkl", r, r).reshape(len(chunk), -1)
             out[:, start:start + len(chunk)] += q.reshape(len(q), gram.shape[1]) @ gram.T
     return np.maximum(out, 0.0)  # exact zeros (invariants) may come out as -1e-16
+
+
+def mean_area_variances(levels: Sequence[GlsLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int,
+                        weights: np.ndarray, leaves_per_chunk: int = 1 << 16) -> np.ndarray:
+    """(n_vars,) the mean over the areas of ``area_variances(area_terms(...), weights)``, computed subspace by
+    subspace and for a chunk of areas at a time (at most ``leaves_per_chunk`` leaves, or one area): memory is one
+    subspace's tree covariances and one chunk's terms, not every area's terms.  Exact as ``area_variances``, but
+    for the clipping of each area's rounding-level negatives: the mean is clipped at 0 once."""
+    frame = gls_structure(levels, shape)
+    leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
+    weights = _weights(weights, prod(frame.shape))
+    total = np.zeros(weights.shape[0])
+    if not n_areas:
+        return total
+    in_area = np.bincount(leaf_area[leaf_area >= 0], minlength=n_areas)
+    bounds, leaves = [0], 0
+    for area, count in enumerate(in_area.tolist()):  # areas [bounds[i], bounds[i + 1]) hold few enough leaves
+        if leaves and leaves + count > leaves_per_chunk:
+            bounds.append(area)
+            leaves = 0
+        leaves += count
+    bounds.append(n_areas)
+    inside = np.flatnonzero(leaf_area >= 0)
+    order = inside[np.argsort(leaf_area[inside], kind="stable")]  # the leaves, area by area
+    sorted_areas = leaf_area[order]
+    cube = apply_axes(weights.reshape(len(weights), *frame.shape), [basis.rotation.T for basis in frame.bases])
+    for subset in frame.subsets:
+        infos, pins = subspace_blocks(levels, frame.bases, subset)
+        frees = [p.free for p in pins]
+        check_identifiable(infos[-1], frees[-1], subset)
+        phi, bar_inv = subtree_covariances(infos, frees, frame.children, frame.sizes[-1])
+        r = gather(cube, frame.bases, subset)  # (n_vars, K, D)
+        gram = np.einsum("vkd,vld->vkl", r, r).reshape(len(weights), -1)
+        for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            lo, hi = np.searchsorted(sorted_areas, [first, stop])
+            q = _area_blocks(phi, bar_inv, frees, frame.parents, order[lo:hi], sorted_areas[lo:hi] - first,
+                             stop - first)
+            total += (q.reshape(len(q), gram.shape[1]) @ gram.T).sum(axis=0)
+        del phi, bar_inv
+    return np.maximum(total / n_areas, 0.0)
 
 
 def area_estimates(result: GlsResult, leaf_area: np.ndarray, n_areas: int, weights: np.ndarray) -> np.ndarray:

@@ -176,4 +176,14 @@ def geography_units(frame: pl.DataFrame, path: Path, width: int) -> np.ndarray:
     if dup.any():
         raise InputError(str(path), "duplicate geocode", column="geocode", row=int(dup.arg_max()) + 1,
                          category=InputProblem.DUPLICATE)
-    return np.sort(codes.to_numpy().astype(np.str_))
+    return sorted_codes(codes, width)
+
+
+def sorted_codes(codes: pl.Series, width: int) -> np.ndarray:
+    """Codes of ``width`` characters, sorted, as a numpy unicode array.  ASCII codes (every byte a character) go
+    through one joined byte string, not a Python string per code: a nation's 8M blocks in ~0.5 GB less."""
+    ordered = codes.sort()
+    if width and len(ordered) and bool((ordered.str.len_bytes() == width).all()):
+        joined = ordered.str.join("").item().encode("ascii")
+        return np.frombuffer(joined, dtype=f"S{width}").astype(f"<U{width}")
+    return ordered.to_numpy().astype(np.str_)

@@ -23,7 +23,7 @@ from pipeline.config.model import SummaryTables
 from pipeline.config.pl94_tables import Variable, h1_schema_problem, h1_variables, pl94_variables
 from pipeline.config.schema import Schema
 
-ROWS_PER_WRITE = 20_000  # nodes per Parquet row group: bounds the dense (nodes x variables) block in memory
+ROWS_PER_WRITE = 4_096  # nodes per Parquet row group: bounds the dense (nodes x variables) block (~10 MB)
 DICTIONARY = "dictionary.csv"
 
 
@@ -55,28 +55,52 @@ def summary_counts(counts: sp.spmatrix | np.ndarray, matrix: sp.csc_matrix) -> n
 
 
 @dataclass(frozen=True)
-class TablePart:
-    """Variables of one universe: their (cells x variables) matrix over its schema and its counts per level."""
+class TableColumns:
+    """Variables of one universe and their (cells x variables) matrix over its schema."""
 
     variables: tuple[Variable, ...]
     matrix: sp.csc_matrix
-    counts: Sequence[sp.spmatrix]
 
 
-def write_summary_table(path: Path, geoids: np.ndarray, parts: Sequence[TablePart], level: int) -> Path:
-    """One level's wide table: GEOID, then every part's variables summed from that part's counts."""
-    names = [v.name for part in parts for v in part.variables]
-    schema = pa.schema([pa.field("GEOID", pa.string()), *(pa.field(n, pa.int64()) for n in names)])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with pq.ParquetWriter(path, schema) as writer:
-        for start in range(0, max(len(geoids), 1), ROWS_PER_WRITE):
+def table_columns(tables: SummaryTables, schema: Schema, units_schema: Schema | None = None) -> list[TableColumns]:
+    """The set's columns: the persons' variables, then (``units_schema``: the units universe's, same tree) its
+    housing tables (H1), when that schema can answer them."""
+    variables = table_variables(tables)
+    out = [TableColumns(variables, variable_matrix(schema, variables))]
+    if units_schema is not None and (housing := housing_variables(tables, units_schema)):
+        out.append(TableColumns(housing, variable_matrix(units_schema, housing)))
+    return out
+
+
+class SummaryTableWriter:
+    """One level's wide table, written as its nodes' counts arrive: GEOID, then every part's variables summed from
+    that part's counts.  ``ROWS_PER_WRITE`` nodes at a time, so memory is a few MB whatever the level's size."""
+
+    def __init__(self, path: Path, columns: Sequence[TableColumns]) -> None:
+        names = [v.name for part in columns for v in part.variables]
+        self.schema = pa.schema([pa.field("GEOID", pa.string()), *(pa.field(n, pa.int64()) for n in names)])
+        self.columns = tuple(columns)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._writer = pq.ParquetWriter(path, self.schema)
+
+    def write_rows(self, geoids: np.ndarray, counts: Sequence[sp.spmatrix]) -> None:
+        """Rows for ``geoids``, from each part's counts of those nodes (same order, sparse nodes x cells)."""
+        for start in range(0, len(geoids), ROWS_PER_WRITE):
             stop = min(start + ROWS_PER_WRITE, len(geoids))
-            block = np.hstack([summary_counts(part.counts[level][start:stop], part.matrix).astype(np.int64)
-                               for part in parts])
-            columns = [pa.array([census_geoid(str(g)) for g in geoids[start:stop]], type=pa.string())]
-            columns += [pa.array(block[:, j]) for j in range(len(names))]
-            writer.write_table(pa.Table.from_arrays(columns, schema=schema))
-    return path
+            arrays = [pa.array([census_geoid(str(g)) for g in geoids[start:stop]], type=pa.string())]
+            for part, part_counts in zip(self.columns, counts, strict=True):
+                block = summary_counts(part_counts[start:stop], part.matrix).astype(np.int64, copy=False)
+                arrays += [pa.array(np.ascontiguousarray(block[:, j])) for j in range(block.shape[1])]
+            self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
+
+    def close(self) -> Path:
+        self._writer.close()
+        return self.path
+
+
+def summary_path(directory: Path, tables: SummaryTables, level: str) -> Path:
+    return directory / tables.value / f"{level}.parquet"
 
 
 def write_dictionary(directory: Path, variables: Sequence[Variable]) -> Path:
@@ -90,21 +114,24 @@ def write_dictionary(directory: Path, variables: Sequence[Variable]) -> Path:
 
 
 def write_summary_tables(directory: Path, tables: SummaryTables, schema: Schema, level_names: Sequence[str],
-                         geoids: Sequence[np.ndarray], counts: Sequence[sp.spmatrix],
-                         units: tuple[Schema, Sequence[sp.spmatrix]] | None = None) -> dict[str, Any]:
+                         geoids: Sequence[np.ndarray], counts: Sequence[sp.spmatrix | None],
+                         units: tuple[Schema, Sequence[sp.spmatrix | None]] | None = None) -> dict[str, Any]:
     """Every level's table of one set and its dictionary under ``directory/<set>/``; returns, for the manifest,
     ``{"dictionary": path, "levels": {level: path}}``, paths relative to ``directory``'s parent.  ``units``
-    (the units universe's schema and counts per level, same tree) adds the set's housing tables (H1)."""
-    variables = table_variables(tables)
-    parts = [TablePart(variables, variable_matrix(schema, variables), counts)]
-    if units is not None and (housing := housing_variables(tables, units[0])):
-        parts.append(TablePart(housing, variable_matrix(units[0], housing), units[1]))
-    folder = directory / tables.value
+    (the units universe's schema and counts per level, same tree) adds the set's housing tables (H1).  A level
+    whose ``counts`` is None was written as it was reconciled (``SummaryTableWriter``): only named here."""
+    columns = table_columns(tables, schema, units[0] if units is not None else None)
     levels = {}
     for level, (name, level_geoids) in enumerate(zip(level_names, geoids, strict=True)):
-        levels[name] = str(write_summary_table(folder / f"{name}.parquet", level_geoids, parts, level)
-                           .relative_to(directory.parent))
-    every = [v for part in parts for v in part.variables]
+        path = summary_path(directory, tables, name)
+        if counts[level] is not None:
+            writer = SummaryTableWriter(path, columns)
+            parts = [counts[level], *([units[1][level]] if units is not None and len(columns) > 1 else [])]
+            writer.write_rows(level_geoids, parts)
+            writer.close()
+        levels[name] = str(path.relative_to(directory.parent))
+    every = [v for part in columns for v in part.variables]
+    folder = directory / tables.value
     return {"dictionary": str(write_dictionary(folder, every).relative_to(directory.parent)), "levels": levels}
 
 

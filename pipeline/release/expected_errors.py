@@ -20,7 +20,7 @@ from pipeline.config.model import SummaryTables
 from pipeline.io.summary_tables import table_variables, variable_matrix
 from pipeline.release.full_information import gls_problem
 from pipeline.release.run import ReleaseRun, stage_output
-from postprocess.gls_areas import area_terms, area_variances
+from postprocess.gls_areas import mean_area_variances
 
 log = logging.getLogger("censusdp")
 ZERO = 1e-6  # persons: a standard error below this is an invariant's exact zero
@@ -48,8 +48,7 @@ def expected_errors(run: ReleaseRun) -> dict[str, Any]:
     out: dict[str, dict[str, float]] = {}
     try:
         for level in range(tree.depth - 1, -1, -1):  # node: every block's ancestor at this level
-            variance = area_variances(area_terms(levels, schema.shape, node, tree.n_nodes(level)), weights)
-            rms = np.sqrt(variance.mean(axis=0))
+            rms = np.sqrt(mean_area_variances(levels, schema.shape, node, tree.n_nodes(level), weights))
             rms[rms < ZERO] = 0.0  # invariant counts: exactly 0 up to the solver's rounding
             out[run.config.levels[level].name] = {v.name: float(rms[j]) for j, v in enumerate(variables)}
             if level:

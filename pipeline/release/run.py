@@ -75,6 +75,7 @@ class ReleaseRun:
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     summary_tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> dictionary, level paths
     expected_errors: dict[str, Any] = field(default_factory=dict)  # main P.L. counts' standard errors (tabulate)
+    disagreements: dict[str, int] = field(default_factory=dict)  # blocks where persons and units disagree
     warnings: list[str] = field(default_factory=list)
     measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)
     manifest_extra: dict[str, Any] = field(default_factory=dict)

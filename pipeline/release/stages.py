@@ -7,7 +7,7 @@
     measure(run, runner)                         # group tasks: noise drawn once per chunk of nodes, written at once
     estimate(run, runner)                        # the tree's GLS (full-information reconciliation)
     for level: reconcile(run, level)             # post-processing from measurements only (Thm 19.25)
-    tabulate(run)                                # summary tables (P.L. 94-171) summed from the reconciled cells
+    tabulate(run)                                # summary tables (P.L. 94-171) of the levels above the lowest
     publish(run)                                 # manifest, report; temp folder renamed into place
 
 Whether a release is charged never depends on a confidential value: everything before ``charge`` looks at the
@@ -43,13 +43,14 @@ from pipeline.io import manifest as mf
 from pipeline.io.measurements import measurements_digest, write_invariants
 from pipeline.io.microdata import geography_units, read_input_files
 from pipeline.io.plots import budget_shares_png
-from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
+from pipeline.io.tables import LevelTableWriter
 from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
 from pipeline.release.full_information import (  # noqa: F401 - estimate: a stage (STAGES)
     ReconciliationMethod,
     discard_targets,
     estimate,
 )
+from pipeline.release.lowest_outputs import LowestOutputs
 from pipeline.release.measuring import (
     PARTS_DIR,
     level_plans_of,
@@ -195,6 +196,8 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     own_runner = runner is None
     runner = make_runner("local") if own_runner else runner
     writer = LevelTableWriter(run.work_dir / "tables", name, run.schema)
+    # the main universe's lowest level is written onward chunk by chunk and not kept (release.lowest_outputs)
+    lowest = LowestOutputs(run) if run.main and level == tree.depth - 1 else None
     parts, reports = [], []
     spans: deque[tuple[int, int]] = deque()  # the nodes of the tasks handed to the runner, whose results are due
 
@@ -207,15 +210,20 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
         for counts, report in runner.map(reconcile_chunk, handed(iter(tasks))):
             start, stop = spans.popleft()  # results come back in submission order
             writer.write_chunk(tree.geoids[level][start:stop], counts)
-            parts.append(counts)
+            if lowest is not None:
+                lowest.write_chunk(start, stop, counts)
+            parts.append(counts if lowest is None else None)
             reports.append(report)
         if spans or len(parts) != len(tasks):
             raise CensusDPError("internal error: a chunk's reconciliation did not come back")
     finally:
         writer.close()
+        if lowest is not None:
+            lowest.close()
         if own_runner:
             runner.close()
-    run.counts[level] = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
+    if lowest is None:
+        run.counts[level] = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
     run.diagnostics[name] = merge_reports(reports)
     if run.config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION:
         used = [spec.name for spec in run.config.levels]  # the GLS of the whole tree
@@ -225,15 +233,10 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
 
 
 def publish(run: ReleaseRun) -> Path:
-    """Write the protected microdata, manifest and report, then move the run into place atomically."""
+    """Write the manifest and report (the protected microdata was written as the lowest level was reconciled),
+    then move the run into place atomically."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
-    lowest = tree.depth - 1
-    if config.output.protected_microdata:
-        writer = ProtectedMicrodataWriter(run.work_dir / "microdata.parquet", run.schema, config.output.geocode_parts)
-        for start, stop, _ in run.chunk_plan[lowest]:
-            writer.write_chunk(tree.geoids[lowest][start:stop], run.counts[lowest][start:stop])
-        writer.close()
     rho = run.spent_rho
     manifest = {
         "run_id": run.run_id,

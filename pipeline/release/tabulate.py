@@ -18,18 +18,19 @@ def tabulate(run: ReleaseRun) -> None:
     """Write ``tables/<set>/<level>.parquet`` and the set's dictionary for every configured set.
 
     Reads only the published integer tables this run has just reconciled (``run.counts``), so the summary
-    tables are post-processing of public values (Thm 19.25) and consistent with the detailed tables.
+    tables are post-processing of public values (Thm 19.25) and consistent with the detailed tables.  The lowest
+    level's were written as it was reconciled (``release.lowest_outputs``).
     """
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     names = [lv.name for lv in run.config.levels]
-    counts = [run.counts[level] for level in range(len(names))]
+    counts = [run.counts.get(level) for level in range(len(names))]  # the lowest's: written as it was reconciled
     units = None
     if run.units is not None:  # the same tree: the units universe's housing tables (H1) join the same files
         units_tree = stage_output(run.units.tree, "the units' geography")
         if any(not np.array_equal(a, b) for a, b in zip(tree.geoids, units_tree.geoids, strict=True)):
             raise CensusDPError("the units universe's blocks are not the persons' (its measurements were drawn on "
                                 "another geography): nothing was published")
-        units = (run.units.schema, [run.units.counts[level] for level in range(len(names))])
+        units = (run.units.schema, [run.units.counts.get(level) for level in range(len(names))])
     for tables in run.config.output.tables:
         run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, run.schema, names,
                                                                 tree.geoids, counts, units)

@@ -33,8 +33,9 @@ def units_section(units: ReleaseRun) -> dict[str, Any]:
 
 
 def with_disagreements(section: dict[str, Any], run: ReleaseRun) -> dict[str, Any]:
-    """The units section with the count of blocks where the published universes disagree."""
-    return {**section, "disagreements": disagreements(run)}
+    """The units section with the count of blocks where the published universes disagree (``run.disagreements``,
+    counted as the lowest level was reconciled; empty when the schemas are not P.L.'s)."""
+    return {**section, "disagreements": dict(run.disagreements)}
 
 
 COMBINED = ("the ledger charges the persons' rho plus the units' (zCDP composition, Thm 19.37(i)); each universe's "
@@ -53,17 +54,20 @@ def _by_type(schema: Schema, counts: sp.spmatrix) -> np.ndarray:
     return np.asarray((counts @ by_type).toarray())
 
 
-def disagreements(run: ReleaseRun) -> dict[str, int]:
-    """How many blocks' published persons and units disagree (the universes are reconciled independently; nothing
-    links them yet, docs/units.md): public counts of public tables.  Empty when the schemas are not P.L.'s."""
-    units = run.units
-    if units is None or GQ_TYPE not in run.schema.names or h1_schema_problem(units.schema) is not None:
-        return {}
-    lowest = len(run.config.levels) - 1
-    people = _by_type(run.schema, run.counts[lowest])  # persons per GQ type (0: households)
-    facilities = _by_type(units.schema, units.counts[lowest])  # units per type (0: housing units)
+def disagreements_apply(schema: Schema, units_schema: Schema) -> bool:
+    """Whether the universes' schemas are P.L.'s, so their blocks' disagreements are counted."""
+    return GQ_TYPE in schema.names and h1_schema_problem(units_schema) is None
+
+
+def disagreements(schema: Schema, units_schema: Schema, counts: sp.spmatrix, units_counts: sp.spmatrix
+                  ) -> dict[str, int]:
+    """How many of these blocks' published persons (``counts``) and units (``units_counts``, the same blocks)
+    disagree (the universes are reconciled independently; nothing links them yet, docs/units.md): public counts
+    of public tables, summed over the lowest level's chunks as they are reconciled."""
+    people = _by_type(schema, counts)  # persons per GQ type (0: households)
+    facilities = _by_type(units_schema, units_counts)  # units per type (0: housing units)
     occupied_units = [v for v in h1_variables() if v.name == OCCUPIED_VARIABLE]
-    occupied = summary_counts(units.counts[lowest], variable_matrix(units.schema, occupied_units))[:, 0]
+    occupied = summary_counts(units_counts, variable_matrix(units_schema, occupied_units))[:, 0]
     households = people[:, 0]
     return {"blocks with household persons and no occupied housing unit": int(((households > 0) & (occupied == 0))
                                                                               .sum()),

@@ -19,6 +19,7 @@ def test_tree_parents_are_prefixes_and_aggregation_sums(codes: list[str]) -> Non
     assert list(tree.geoids[-1]) == sorted(set(codes))
     for level in range(1, tree.depth):
         width = LEVELS[level - 1].width
+        assert list(tree.geoids[level - 1]) == sorted({c[:width] for c in codes})  # every prefix, once
         parents = tree.geoids[level - 1][tree.parent[level]]
         assert all(g[:width] == p for g, p in zip(tree.geoids[level], parents, strict=True))
         assert np.all(np.diff(tree.parent[level]) >= 0)  # children of a parent are contiguous

@@ -16,6 +16,7 @@ from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.cli import main
 from pipeline.config.load import load_config
 from pipeline.errors import InputError, InputProblem
+from pipeline.io.checks import sorted_codes
 from pipeline.io.microdata import (
     InputFiles,
     encoded_rows,
@@ -252,3 +253,13 @@ def test_a_part_swapped_after_it_was_listed_is_never_read(tiny_release: Path) ->
         with pytest.raises(InputError, match="changed while the release was reading it") as caught:
             validated_rows(files)
         assert caught.value.path == str(written[1]) and caught.value.category is InputProblem.FILE
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text("09aZé\u4e2d", min_size=4, max_size=4), max_size=30))
+def test_sorted_codes_are_numpys_sort_whatever_their_characters(codes: list[str]) -> None:
+    """The geography's codes go to numpy through one joined byte string when ASCII, else one by one: both sorted
+    as numpy sorts them (UTF-8 byte order is code point order)."""
+    found = sorted_codes(pl.Series(codes, dtype=pl.Utf8), 4)
+    expected = np.sort(np.array(codes, dtype="<U4"))
+    assert found.tolist() == expected.tolist() and (not codes or found.dtype == np.dtype("<U4"))

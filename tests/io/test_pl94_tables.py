@@ -16,7 +16,15 @@ from pipeline.config.model import SummaryTables
 from pipeline.config.pl94_tables import RACES, pl94_variables
 from pipeline.config.schema import Attribute, Schema
 from pipeline.errors import ConfigError
-from pipeline.io.summary_tables import census_geoid, summary_counts, variable_matrix, write_summary_tables
+from pipeline.io import summary_tables
+from pipeline.io.summary_tables import (
+    SummaryTableWriter,
+    census_geoid,
+    summary_counts,
+    table_columns,
+    variable_matrix,
+    write_summary_tables,
+)
 from tests.helpers.tiny import TINY_TOML
 
 # The CENRACE codes 01-63 written out from the Census technical documentation (W White, B Black or African
@@ -165,3 +173,20 @@ def test_a_table_set_the_schema_cannot_answer_is_refused_by_key(tmp_path: Path, 
     with pytest.raises(ConfigError) as error:
         load_config(tmp_path / "release.toml")
     assert "output.tables" in str(error.value) and message in str(error.value)
+
+
+def test_a_level_written_chunk_by_chunk_equals_the_level_written_whole(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lowest level's table is written as its chunks are reconciled, a few rows per row group: the same rows."""
+    geoids = np.array([f"44001{i:04d}" for i in range(11)])
+    rng = np.random.default_rng(8)  # test-only
+    counts = sp.csr_matrix(rng.integers(0, 2, (len(geoids), SCHEMA.n_cells)) * rng.integers(0, 4, SCHEMA.n_cells))
+    whole = write_summary_tables(tmp_path / "whole", SummaryTables.PL94, SCHEMA, ["block"], [geoids], [counts])
+    monkeypatch.setattr(summary_tables, "ROWS_PER_WRITE", 3)
+    writer = SummaryTableWriter(tmp_path / "chunks.parquet", table_columns(SummaryTables.PL94, SCHEMA))
+    for start, stop in ((0, 4), (4, 5), (5, 11)):
+        writer.write_rows(geoids[start:stop], [counts[start:stop]])
+    chunked = pl.read_parquet(writer.close())
+    assert chunked.equals(pl.read_parquet(tmp_path / whole["levels"]["block"]))
+    assert chunked["P1_001N"].to_list() == np.asarray(counts.sum(axis=1)).ravel().tolist()
+    assert len(chunked) == 11

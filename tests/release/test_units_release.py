@@ -45,11 +45,27 @@ def true_housing_units(data: Path) -> dict[str, int]:
 
 
 def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+                                                        capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     config_path = configure(tmp_path, synthetic)
+    # chunks of a few blocks: the lowest level's tables, microdata and disagreements are written chunk by chunk
+    config_path.write_text(config_path.read_text().replace("[postprocess]\n", "[postprocess]\nchunk_cells = 40000\n"))
     config = load_config(config_path)
     assert config.units is not None
+    held = []
+    real_tabulate = stages.tabulate
+
+    def tabulate(run: stages.ReleaseRun) -> None:
+        held.append(run)
+        real_tabulate(run)
+
+    monkeypatch.setattr(stages, "tabulate", tabulate)
     run_dir = release_dir(capsys, config_path)
+    (run,) = held  # the driver kept no block's counts of the persons (the units' few cells per block, it did)
+    lowest = len(config.levels) - 1
+    assert lowest not in run.counts and set(run.counts) == set(range(lowest))
+    assert run.units is not None and lowest in run.units.counts
+    assert len(run.chunk_plan[lowest]) >= 2
     manifest = json.loads((run_dir / "manifest.json").read_text())
     persons, units = Fraction(manifest["privacy"]["rho_exact"]), Fraction(manifest["units"]["privacy"]["rho_exact"])
     assert (persons, units) == (config.budget.rho, config.units.budget.rho)
@@ -59,6 +75,12 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     assert any("invariant hhgq" in note for note in manifest["units"]["not_protected"])
     blocks = pl.read_parquet(run_dir / "tables" / "pl94" / "block.parquet")
     assert {"P1_001N", "P5_010N", "H1_001N", "H1_002N", "H1_003N"} <= set(blocks.columns)
+    people = pl.read_parquet(run_dir / "tables" / "block.parquet")
+    totals = dict(people.group_by("geoid").agg(pl.col("count").sum()).iter_rows())
+    assert blocks["GEOID"].to_list() == run.tree.geoids[lowest].tolist()  # every block once, in order
+    assert {g: c for g, c in blocks.select("GEOID", "P1_001N").iter_rows() if c} == totals
+    assert pl.read_parquet(run_dir / "microdata.parquet").group_by("geocode").len().sort("geocode").rows() == sorted(
+        totals.items())
     assert (blocks["H1_002N"] + blocks["H1_003N"] == blocks["H1_001N"]).all()
     housing = true_housing_units(synthetic)  # invariant at every level: exact, and NOT protected
     published = {g: c for g, c in blocks.select("GEOID", "H1_001N").iter_rows() if c}
@@ -79,7 +101,6 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     found = h1.filter((pl.col("level") == "us") & (pl.col("method") == "reconciled"))["value"].to_list()
     assert found == pytest.approx([np.mean(np.abs(np.array(nation) - np.array(true)))])
     # where the independently reconciled universes disagree, counted from the published tables themselves
-    people = pl.read_parquet(run_dir / "tables" / "block.parquet")
     households = dict(people.filter(pl.col("hhgq") == "0").group_by("geoid").agg(pl.col("count").sum()).iter_rows())
     occupied = dict(unit_table.filter((pl.col("hhgq") == "0") & (pl.col("occupancy") == "1"))
                     .group_by("geoid").agg(pl.col("count").sum()).iter_rows())

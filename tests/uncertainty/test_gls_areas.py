@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from postprocess.gls import GlsLevel, solve_gls
 from postprocess.gls_algebra import QuerySpec
-from postprocess.gls_areas import area_estimates, area_terms, area_variances
+from postprocess.gls_areas import area_estimates, area_terms, area_variances, mean_area_variances
 from tests.helpers.gls_problems import SHAPE as MINI_SHAPE
 from tests.helpers.gls_problems import make_problem, mini_levels
 from tests.helpers.gls_reference import dense_gls, query_matrix
@@ -107,6 +107,10 @@ def test_areas_equal_to_subtrees_give_each_node_s_own_variance(seed: int) -> Non
             variance = result.variance(i, spec)
             np.testing.assert_allclose(area_variances(terms, weights), variance, rtol=1e-8,
                                        atol=1e-9 * max(1.0, float(variance.max())))
+            for leaves_per_chunk in (1, 3, 1 << 16):  # the report's mean, chunk by chunk of areas: the same
+                np.testing.assert_allclose(
+                    mean_area_variances(levels, shape, leaf_area, gl.shape[0], weights, leaves_per_chunk),
+                    variance.mean(axis=0), rtol=1e-8, atol=1e-9 * max(1.0, float(variance.max())))
             np.testing.assert_allclose(area_estimates(result, leaf_area, gl.shape[0], weights),
                                        result.estimate(i, spec), rtol=1e-8, atol=1e-8)
 
