@@ -17,6 +17,13 @@ and the gradient mapping G = L_b (x - x+), x+ = P(x - g/L_b), gives the tighter 
 |G_b|^2 (1/mu - 1/L_b) / 2``; the smaller bound is used (with its point).  The solver stops when the bound
 is ``<= RELATIVE_GAP * f(x)`` (f with its constant term; plus a floor far below rounding resolution) and
 returns None when it has not converged within ``MAX_ITERATIONS``: the caller then falls back to cvxpy.
+
+The blocks' certificates are per block (f and both bounds are sums over blocks), so a block that meets the
+criterion on its own (``gap_b <= RELATIVE_GAP * f_b(x_b) + ABSOLUTE_GAP / n_blocks``) is frozen at its certified
+point and stops being iterated: the batch's bound is then the frozen blocks' recorded ones plus the others' (the
+batch stops, as before, once that sum meets the batch's criterion).  When the frozen blocks hold a quarter of the
+variables still in the arrays, the arrays are compacted to the others (measured: 18% of the iterations' work on
+the 1M nation's batches was on blocks already certified; the 2M nation's block level took 36.4 s, then 34.6 s).
 """
 
 from __future__ import annotations
@@ -95,6 +102,25 @@ class _Groups:
         """``min_z g'z`` over the feasible set."""
         return float(sum(_dot(p, g[span].reshape(-1, k).min(axis=1)) for k, span, p in self.parts))
 
+    def lower_linear_by(self, g: np.ndarray, block: np.ndarray, n_blocks: int) -> np.ndarray:
+        """``min_z g'z`` over the feasible set, per block (a sum row lies in one block)."""
+        out = np.zeros(n_blocks)
+        for k, span, p in self.parts:
+            out += np.bincount(block[span][::k], weights=p * g[span].reshape(-1, k).min(axis=1), minlength=n_blocks)
+        return out
+
+    def restricted(self, keep: np.ndarray) -> _Groups:
+        """The sum rows of the variables ``keep`` (whole rows), in the same order."""
+        out = object.__new__(_Groups)
+        out.perm, out.parts, position = self.perm, [], 0
+        for k, span, p in self.parts:
+            rows = keep[span][::k]
+            if rows.any():
+                size = int(k) * int(rows.sum())
+                out.parts.append((k, slice(position, position + size), p[rows]))
+                position += size
+        return out
+
 
 def lipschitz_bounds(terms: list[Term], weights: np.ndarray, var_block: np.ndarray, n_blocks: int) -> np.ndarray:
     """Per block b, an upper bound on ``lambda_max(sum_q w_q K_qb'K_qb)`` (see the module docstring).
@@ -129,10 +155,14 @@ def applies(inputs: Inputs) -> bool:
 
 
 def solve(terms: list[Term], batch: Batch) -> tuple[np.ndarray | None, dict]:
-    """Least-squares point of the batch (in persons) or None when not certified; plus diagnostics."""
+    """Least-squares point of the batch (in persons) or None when not certified; plus diagnostics.
+
+    The blocks are independent problems, so each is certified on its own (``f_b(point_b) - f_b* <= RELATIVE_GAP
+    f_b(x_b) + ABSOLUTE_GAP / n_blocks``; summed, the batch's criterion) and frozen at its certified point; once the
+    frozen blocks hold a quarter of the variables still iterated, the problem is compacted to the others."""
     started = time.perf_counter()
     n = batch.n_vars
-    info: dict = {"iterations": 0, "gap": np.inf, "seconds": 0.0}
+    info: dict = {"iterations": 0, "gap": np.inf, "seconds": 0.0, "compactions": 0}
     if n == 0:
         return np.zeros(0), info
     top = max(t.weight for t in terms)
@@ -142,27 +172,18 @@ def solve(terms: list[Term], batch: Batch) -> tuple[np.ndarray | None, dict]:
     a = sp.vstack([np.sqrt(w) * t.matrix for t, w in zip(terms, weights, strict=True)], format="csc")
     a = a[:, groups.perm].tocsr()
     b = np.concatenate([np.sqrt(w) * t.target / scale for t, w in zip(terms, weights, strict=True)])
-    single = np.diff(a.indptr) == 1  # rows on one variable: a diagonal, applied without the matvec
-    s_rows, s_target = a[single], b[single]
-    m_rows, m_target = a[~single], b[~single]
-    m_rows_t = m_rows.T.tocsr()
-    d = np.bincount(s_rows.indices, weights=s_rows.data**2, minlength=n)
-    c = s_rows.T @ s_target + m_rows_t @ m_target
     var_block = batch.node_block[batch.var_node]
     lip_block = 2.0 * lipschitz_bounds(terms, weights, var_block, batch.n_blocks) * (1.0 + 1e-12)
-    block = var_block[groups.perm]  # the blocks are independent problems: one step and momentum each
-    lip = lip_block[block]
-    mu = 2.0 * float(d.min())  # the multi-variable rows add a PSD part: lambda_min(2 A'A) >= 2 min d
-    step = 1.0 / lip
-
-    def gradient_of(z: np.ndarray) -> np.ndarray:
-        return 2.0 * (d * z + m_rows_t @ (m_rows @ z) - c)
-
-    full = d + np.asarray(m_rows.multiply(m_rows).sum(axis=0)).ravel()
-    x = groups.project(c / np.maximum(full, 1e-300))
+    problem = _Active(a, b, groups, var_block[groups.perm], lip_block, batch.n_blocks)
+    out = np.full(n, np.nan)  # permuted order: each block's certified point, as it is frozen
+    position = np.arange(n)  # the active variables' positions in ``out``
+    x = problem.groups.project(problem.c / np.maximum(problem.full, 1e-300))
     y, t = x, np.ones(batch.n_blocks)
+    certified = value_total = 0.0
+    floor = ABSOLUTE_GAP / batch.n_blocks
     for iteration in range(1, MAX_ITERATIONS + 1):
-        x_new = groups.project(y - step * gradient_of(y))
+        step, block = problem.step, problem.block
+        x_new = problem.groups.project(y - step * problem.gradient(y))
         # adaptive restart per block (O'Donoghue & Candes 2015)
         t[np.bincount(block, weights=(y - x_new) * (x_new - x), minlength=t.size) > 0.0] = 1.0
         t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * t * t))
@@ -170,22 +191,84 @@ def solve(terms: list[Term], batch: Batch) -> tuple[np.ndarray | None, dict]:
         x, t = x_new, t_new
         if iteration % CHECK_EVERY:
             continue
-        r_single, r_multi = s_rows @ x - s_target, m_rows @ x - m_target
-        value = _dot(r_single, r_single) + _dot(r_multi, r_multi)
-        gradient = 2.0 * (s_rows.T @ r_single + m_rows_t @ r_multi)
-        gap = _dot(gradient, x) - groups.lower_linear(gradient)  # Frank-Wolfe gap >= f(x) - f*
-        point = x
-        if mu > 0.0:  # gradient-mapping bound at x+ = P(x - g/L): f(x+) - f* <= |G|^2 (1/mu - 1/L) / 2
-            plus = groups.project(x - step * gradient)
-            mapping = lip * (x - plus)  # per block: f_b(x+) - f_b* <= |G_b|^2 (1/mu - 1/L_b) / 2
-            bound = _dot(mapping**2, 1.0 / mu - 1.0 / lip) / 2.0
-            if bound < gap:
-                gap, point = bound, plus
-        info.update(iterations=iteration, gap=gap, objective=value)
-        if gap <= RELATIVE_GAP * value + ABSOLUTE_GAP:
-            out = np.empty(n)
-            out[groups.perm] = point * scale
-            info["seconds"] = time.perf_counter() - started
-            return out, info
+        value, gap, point = problem.certificates(x)
+        alive = problem.alive
+        total_gap, total_value = certified + float(gap[alive].sum()), value_total + float(value[alive].sum())
+        info.update(iterations=iteration, gap=total_gap, objective=total_value)
+        # the batch's criterion, the frozen blocks counted at their recorded points: as without freezing
+        finished = total_gap <= RELATIVE_GAP * total_value + ABSOLUTE_GAP
+        done = alive & ((gap <= RELATIVE_GAP * value + floor) | finished)
+        newly = done[block]
+        out[position[newly]] = point[newly]
+        certified += float(gap[done].sum())
+        value_total += float(value[done].sum())
+        alive &= ~done
+        still = alive[block]  # the variables of blocks iterated on
+        if not still.any():
+            result = np.empty(n)
+            result[groups.perm] = out * scale
+            info.update(gap=certified, objective=value_total, seconds=time.perf_counter() - started)
+            return result, info
+        if (~still).sum() * 4 >= still.size:  # compact: the frozen blocks' variables leave every array
+            problem = problem.restricted(still)
+            x, y, position = x[still], y[still], position[still]
+            info["compactions"] += 1
     info["seconds"] = time.perf_counter() - started
     return None, info
+
+
+class _Active:
+    """The batch's problem over the variables still iterated (permuted order): the rows of ``A`` on one variable
+    (a diagonal) apart from the others, ``c = A'b``, each variable's block, step and the sum rows."""
+
+    def __init__(self, a: sp.csr_matrix, b: np.ndarray, groups: _Groups, block: np.ndarray,
+                 lip_block: np.ndarray, n_blocks: int, mu: float | None = None,
+                 alive: np.ndarray | None = None) -> None:
+        self.a, self.b, self.groups, self.block = a, b, groups, block
+        self.lip_block, self.n_blocks = lip_block, n_blocks
+        single = np.diff(a.indptr) == 1  # rows on one variable: a diagonal, applied without the matvec
+        self.s_rows, self.s_target = a[single], b[single]
+        self.m_rows, self.m_target = a[~single], b[~single]
+        self.m_rows_t = self.m_rows.T.tocsr()
+        self.s_block = block[self.s_rows.indices]  # every row has an entry, in one block
+        self.m_block = block[self.m_rows.indices[self.m_rows.indptr[:-1]]] if self.m_rows.shape[0] else block[:0]
+        n = a.shape[1]
+        self.d = np.bincount(self.s_rows.indices, weights=self.s_rows.data**2, minlength=n)
+        self.c = self.s_rows.T @ self.s_target + self.m_rows_t @ self.m_target
+        self.full = self.d + np.asarray(self.m_rows.multiply(self.m_rows).sum(axis=0)).ravel()
+        # the multi-variable rows add a PSD part: lambda_min(2 A'A) >= 2 min d, kept from the whole batch
+        self.mu = 2.0 * float(self.d.min()) if mu is None else mu
+        self.lip = lip_block[block]
+        self.step = 1.0 / self.lip
+        self.alive = np.ones(n_blocks, dtype=bool) if alive is None else alive
+
+    def gradient(self, z: np.ndarray) -> np.ndarray:
+        return 2.0 * (self.d * z + self.m_rows_t @ (self.m_rows @ z) - self.c)
+
+    def certificates(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per block: f_b(x), the smaller certified bound on f_b(point) - f_b*, and the point (x, or x+ where
+        the gradient-mapping bound is the smaller)."""
+        r_single, r_multi = self.s_rows @ x - self.s_target, self.m_rows @ x - self.m_target
+        blocks = self.n_blocks
+        value = (np.bincount(self.s_block, weights=r_single * r_single, minlength=blocks)
+                 + np.bincount(self.m_block, weights=r_multi * r_multi, minlength=blocks))
+        gradient = 2.0 * (self.s_rows.T @ r_single + self.m_rows_t @ r_multi)
+        # Frank-Wolfe gap >= f(x) - f*, per block
+        gap = np.bincount(self.block, weights=gradient * x, minlength=blocks) - self.groups.lower_linear_by(
+            gradient, self.block, blocks)
+        point = x
+        if self.mu > 0.0:  # gradient-mapping bound at x+ = P(x - g/L): f(x+) - f* <= |G|^2 (1/mu - 1/L) / 2
+            plus = self.groups.project(x - self.step * gradient)
+            mapping = self.lip * (x - plus)
+            bound = np.bincount(self.block, weights=mapping**2 * (1.0 / self.mu - 1.0 / self.lip),
+                                minlength=blocks) / 2.0
+            better = bound < gap
+            gap = np.where(better, bound, gap)
+            point = np.where(better[self.block], plus, x)
+        return value, gap, point
+
+    def restricted(self, keep: np.ndarray) -> _Active:
+        """The problem over the variables ``keep`` (whole blocks): their rows, sum rows and targets."""
+        rows = keep[self.a.indices[self.a.indptr[:-1]]] if self.a.shape[0] else np.zeros(0, dtype=bool)
+        return _Active(self.a[rows][:, keep], self.b[rows], self.groups.restricted(keep), self.block[keep],
+                       self.lip_block, self.n_blocks, self.mu, self.alive)
