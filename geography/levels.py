@@ -7,7 +7,11 @@ and named only for people (config keys, file names, manifests).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+LEVEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*")
+RESERVED_NAMES = frozenset({"invariants"})  # measurements/invariants.parquet
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,10 @@ def check_levels(levels: tuple[Level, ...]) -> None:
     if not levels:
         raise ValueError("at least one level is required")
     names = [level.name for level in levels]
+    for name in names:  # a level's name names its files (measurements, tables): never a path, never another file
+        if not LEVEL_NAME.fullmatch(name) or name in RESERVED_NAMES:
+            raise ValueError(f"level name {name!r} must be letters, digits, '_' or '-' (it names the level's files), "
+                             f"and not {' or '.join(sorted(RESERVED_NAMES))}")
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"duplicate level name {duplicates[0]!r}")

@@ -173,13 +173,23 @@ def level_files(directory: Path, level: str) -> list[str]:
     """A level's measurement files, relative to ``directory``, in node order: the parts of its folder, or its
     one file; a level with neither is refused."""
     folder = directory / level
+    if folder.is_symlink():  # the ledger's digest does not follow a linked folder: nor does the reader
+        raise ValueError(f"{folder}: a level's measurements must be a folder of the run, not a link")
     if folder.is_dir():
-        parts = sorted(path.name for path in folder.glob("part-*.parquet"))
+        parts = sorted((_part_index(path), path.name) for path in folder.glob("part-*.parquet"))
         if parts:
-            return [f"{level}/{name}" for name in parts]
+            return [f"{level}/{name}" for _, name in parts]
     if (directory / f"{level}.parquet").is_file():
         return [f"{level}.parquet"]
     raise FileNotFoundError(f"{directory}: no measurements of level {level}")
+
+
+def _part_index(path: Path) -> int:
+    """A part's group index (node order), from its name ``part-NNNNNN.parquet`` (any number of digits)."""
+    digits = path.name.removeprefix("part-").removesuffix(".parquet")
+    if not digits.isdigit() or path.is_symlink():
+        raise ValueError(f"{path}: not a measurement part of the run (part-NNNNNN.parquet, a plain file)")
+    return int(digits)
 
 
 def level_location(directory: Path, level: str) -> str:

@@ -41,3 +41,11 @@ def test_us_levels_and_lookup() -> None:
 def test_codes_of_the_wrong_width_are_rejected() -> None:
     with pytest.raises(ValueError, match="3 characters"):
         build_tree(LEVELS, np.array(["012", "01"]))
+
+
+@pytest.mark.parametrize("name", ["../ledger", "/tmp/x", "a/b", "", "invariants", "block group", ".hidden"])
+def test_a_level_name_that_is_not_a_plain_file_name_is_refused(name: str) -> None:
+    """A level's name names its files (measurements/<name>, tables/<name>.parquet): a path there would let a
+    release write or delete outside its run folder (e.g. the ledger's)."""
+    with pytest.raises(ValueError, match="must be letters, digits"):
+        build_tree((Level("root", 0), Level(name, 2)), np.array(["01"]))

@@ -108,3 +108,32 @@ def test_a_failed_write_is_raised_in_the_callers_thread(tmp_path: Path, monkeypa
             for _ in range(hand_overs):
                 writer.write_chunk(geoids, chunk(0, 2, 3, 1), [Fraction(1), Fraction(1)])
             writer.close()
+
+
+def test_a_linked_level_folder_or_a_stray_part_is_refused_and_parts_keep_node_order(tmp_path: Path) -> None:
+    """The ledger's digest does not follow a linked folder, so the reader refuses one (else forged parts beside a
+    driver's ``block.parquet`` would be read under the digest of the original); a part is named by its group's
+    index, read in numeric order past 999,999 groups."""
+    geoids = np.array(["a", "b"])
+    measured = tmp_path / "measurements"
+    driver = LevelMeasurementWriter(measured, "block")
+    driver.write_chunk(geoids, chunk(0, 2, 2, 1), [Fraction(1), Fraction(1)])
+    driver.close()
+    digest = measurements_digest(measured)
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    (forged / "part-000000.parquet").write_bytes((measured / "block.parquet").read_bytes())
+    (measured / "block").symlink_to(forged, target_is_directory=True)
+    assert measurements_digest(measured) == digest  # what the link would have slipped past
+    with pytest.raises(ValueError, match="not a link"):
+        level_files(measured, "block")
+    (measured / "block").unlink()
+    for index in (999_999, 1_000_000, 7):
+        part = LevelMeasurementWriter(tmp_path / f"w{index}", "tract")
+        part.write_chunk(geoids, chunk(0, 2, 2, index), [Fraction(1), Fraction(1)])
+        adopt_part(measured, "tract", index, part.close())
+    assert level_files(measured, "tract") == ["tract/part-000007.parquet", "tract/part-999999.parquet",
+                                              "tract/part-1000000.parquet"]
+    (measured / "tract" / "part-x.parquet").write_bytes(b"")
+    with pytest.raises(ValueError, match="not a measurement part"):
+        level_files(measured, "tract")
