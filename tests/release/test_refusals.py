@@ -69,8 +69,9 @@ def test_value_problems_are_found_after_the_charge(case: str, tiny_release: Path
     assert code != 0 and len(errors) == 1, err
     assert "after the budget was charged" in errors[0] and "censusdp check" in errors[0]
     assert f"({category} problem)" in errors[0]
+    shown = err.replace(str(tiny_release.parent), "<run folder>")  # pytest's folder may be pytest-12345
     for planted in PLANTED:  # no row number, no column, no value
-        assert planted not in err, f"{planted!r} reached the error output"
+        assert planted not in shown, f"{planted!r} reached the error output"
     runs = tiny_release.parent / "runs"
     assert not runs.exists() or not any(runs.iterdir()), "a failed run published something"
     (charge,) = ledger(installation_ledger).charges()
@@ -196,4 +197,5 @@ def test_the_cli_reports_unexpected_errors_by_type_only(tiny_release: Path, monk
     monkeypatch.setattr(stages, "measure", leaky)
     code, err = release(tiny_release, capsys)
     assert code == 3 and "internal error (ValueError)" in err
-    assert "purple" not in err and "1234" not in err and "Traceback" not in err
+    shown = err.replace(str(tiny_release.parent), "<run folder>")  # pytest's folder may be pytest-12345
+    assert "purple" not in shown and "1234" not in shown and "Traceback" not in shown
