@@ -98,10 +98,6 @@ class _Groups:
             out[span] = np.repeat(p, k) if k == 1 else project(z[span].reshape(-1, k), p).ravel()
         return out
 
-    def lower_linear(self, g: np.ndarray) -> float:
-        """``min_z g'z`` over the feasible set."""
-        return float(sum(_dot(p, g[span].reshape(-1, k).min(axis=1)) for k, span, p in self.parts))
-
     def lower_linear_by(self, g: np.ndarray, block: np.ndarray, n_blocks: int) -> np.ndarray:
         """``min_z g'z`` over the feasible set, per block (a sum row lies in one block)."""
         out = np.zeros(n_blocks)

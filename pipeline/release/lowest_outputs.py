@@ -15,11 +15,10 @@ from collections import Counter
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.errors import CensusDPError
 from pipeline.io.summary_tables import SummaryTableWriter, summary_path, table_columns
 from pipeline.io.tables import ProtectedMicrodataWriter
 from pipeline.release.run import ReleaseRun, stage_output
-from pipeline.release.universes import disagreements, disagreements_apply
+from pipeline.release.universes import check_same_blocks, disagreements, disagreements_apply
 
 
 class LowestOutputs:
@@ -30,12 +29,7 @@ class LowestOutputs:
         config = run.config
         self.lowest = len(config.levels) - 1
         self.units = run.units
-        tree = stage_output(run.tree, "the geography")
-        if self.units is not None:  # its blocks' counts are paired with these by position: the same blocks
-            units_tree = stage_output(self.units.tree, "the units' geography")
-            if any(not np.array_equal(a, b) for a, b in zip(tree.geoids, units_tree.geoids, strict=True)):
-                raise CensusDPError("the units universe's blocks are not the persons' (its measurements were drawn "
-                                    "on another geography): nothing was published")
+        check_same_blocks(run)  # its blocks' counts are paired with these by position
         units_schema = self.units.schema if self.units is not None else None
         self.microdata = (ProtectedMicrodataWriter(run.work_dir / "microdata.parquet", run.schema,
                                                    config.output.geocode_parts)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-
-from pipeline.errors import CensusDPError
 from pipeline.io.summary_tables import write_summary_tables
 from pipeline.release.expected_errors import expected_errors
 from pipeline.release.run import ReleaseRun, stage_output
+from pipeline.release.universes import check_same_blocks
 
 log = logging.getLogger("censusdp")
 
@@ -26,10 +24,7 @@ def tabulate(run: ReleaseRun) -> None:
     counts = [run.counts.get(level) for level in range(len(names))]  # the lowest's: written as it was reconciled
     units = None
     if run.units is not None:  # the same tree: the units universe's housing tables (H1) join the same files
-        units_tree = stage_output(run.units.tree, "the units' geography")
-        if any(not np.array_equal(a, b) for a, b in zip(tree.geoids, units_tree.geoids, strict=True)):
-            raise CensusDPError("the units universe's blocks are not the persons' (its measurements were drawn on "
-                                "another geography): nothing was published")
+        check_same_blocks(run)
         units = (run.units.schema, [run.units.counts.get(level) for level in range(len(names))])
     for tables in run.config.output.tables:
         run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, run.schema, names,

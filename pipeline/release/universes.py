@@ -9,10 +9,11 @@ import scipy.sparse as sp
 
 from pipeline.config.pl94_tables import GQ_TYPE, h1_schema_problem, h1_variables
 from pipeline.config.schema import Schema
+from pipeline.errors import CensusDPError
 from pipeline.exact import round_text
 from pipeline.io import manifest as mf
 from pipeline.io.summary_tables import summary_counts, variable_matrix
-from pipeline.release.run import UNITS_DIR, ReleaseRun
+from pipeline.release.run import UNITS_DIR, ReleaseRun, stage_output
 
 
 def units_section(units: ReleaseRun) -> dict[str, Any]:
@@ -52,6 +53,17 @@ def _by_type(schema: Schema, counts: sp.spmatrix) -> np.ndarray:
     by_type = sp.csr_matrix((np.ones(schema.n_cells, dtype=np.int64), (cells, kind)),
                             shape=(schema.n_cells, schema.shape[schema.names.index(GQ_TYPE)]))
     return np.asarray((counts @ by_type).toarray())
+
+
+def check_same_blocks(run: ReleaseRun) -> None:
+    """Refuse a units universe whose tree is not the persons' (the two are paired block by block)."""
+    if run.units is None:
+        return
+    tree = stage_output(run.tree, "the geography")
+    units_tree = stage_output(run.units.tree, "the units' geography")
+    if any(not np.array_equal(a, b) for a, b in zip(tree.geoids, units_tree.geoids, strict=True)):
+        raise CensusDPError("the units universe's blocks are not the persons' (its measurements were drawn on "
+                            "another geography): nothing was published")
 
 
 def disagreements_apply(schema: Schema, units_schema: Schema) -> bool:
