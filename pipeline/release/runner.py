@@ -31,22 +31,14 @@ class DaskRunner:
     """Maps tasks on a Dask client; at most ``window`` tasks in flight, results in order."""
 
     def __init__(self, spec: str, window: int | None = None) -> None:
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
         self.name = spec
         self._cluster = None
         if spec.startswith("dask-local:"):
-            import dask
+            from pipeline.release.local_cluster import local_cluster
 
-            workers = int(spec.split(":", 1)[1])
-            # worker processes, one thread each: the solvers are single-threaded and hold the GIL in places.
-            # Dask's nannies set MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's mmap threshold: every
-            # array over 128 KiB is then mapped and unmapped afresh, and the page faults made the block level's
-            # reconciliation 1.5x slower (2M-person nation, one process:
-            # 80 s against 52 s; that run spent 42 s in the kernel)
-            with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-                self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                             dashboard_address=None, silence_logs=40)
+            self._cluster = local_cluster(int(spec.split(":", 1)[1]))
             self.client = Client(self._cluster)
         else:
             self.client = Client(spec)
