@@ -31,9 +31,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import scipy.sparse as sp
 
-from geography.tree import build_tree
+from geography.tree import GeoTree, build_tree
 from pipeline.budget.ledger.charges import ChargeStatus, FailureReason
 from pipeline.config.ledger_location import public_config_raw
 from pipeline.config.model import ReleaseConfig
@@ -58,6 +59,7 @@ from pipeline.release.measuring import (
     run_measurement,
     validate_group,
 )
+from pipeline.release.memory import return_freed_memory
 from pipeline.release.only_child import only_child_levels
 from pipeline.release.reconcile_chunk import ChunkTask, reconcile_chunk
 from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
@@ -101,7 +103,9 @@ def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
     config, files = run.config, stage_output(run.input_files, "the input files (read_files)")
     problem: InputProblem | None = None
     try:
-        run.tree = build_tree(config.levels, geography_units(files))
+        codes = geography_units(files)
+        run.tree = _units_tree(run, codes) or build_tree(config.levels, codes)
+        del codes
     except InputError as error:
         problem = error.category
     except ValueError:  # the geography's own structure (codes that do not nest): public, but named by category
@@ -124,6 +128,16 @@ def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
         _reject(run, problem)
     sizes = ", ".join(f"{lv.name}={run.tree.n_nodes(i)}" for i, lv in enumerate(config.levels))
     log.info("geography tree built: %s nodes", sizes)
+
+
+def _units_tree(run: ReleaseRun, codes: Any) -> GeoTree | None:
+    """The units universe's tree (validated first) where it is this geography's: the same levels and the same
+    lowest-level units make the same tree, so the two universes share one copy (at 50M persons, a tree is
+    ~0.1 GB on the driver)."""
+    units = run.units
+    if units is None or units.tree is None or units.config.levels != run.config.levels:
+        return None
+    return units.tree if np.array_equal(units.tree.geoids[-1], codes) else None
 
 
 def _reject(run: ReleaseRun, problem: InputProblem) -> None:
@@ -360,9 +374,11 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
             for target in run.universes() if stage.per_universe else [run]:
                 if not stage.per_level:
                     result = call(stage, function, (target, runner) if stage.needs_runner else (target,))
+                    return_freed_memory()
                     continue
                 for level in range(len(run.config.levels)):
                     result = call(stage, function, (target, level, runner) if stage.needs_runner else (target, level))
+                    return_freed_memory()
         return result
     except BaseException:
         abandon(run)

@@ -65,6 +65,7 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     lowest = len(config.levels) - 1
     assert lowest not in run.counts and set(run.counts) == set(range(lowest))
     assert run.units is not None and lowest in run.units.counts
+    assert run.tree is run.units.tree  # one geography: the universes share one tree on the driver
     assert len(run.chunk_plan[lowest]) >= 2
     manifest = json.loads((run_dir / "manifest.json").read_text())
     persons, units = Fraction(manifest["privacy"]["rho_exact"]), Fraction(manifest["units"]["privacy"]["rho_exact"])

