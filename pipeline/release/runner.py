@@ -31,17 +31,23 @@ class DaskRunner:
     """Maps tasks on a Dask client; at most ``window`` tasks in flight, results in order."""
 
     def __init__(self, spec: str, window: int | None = None) -> None:
+        import dask
         from distributed import Client
 
         self.name = spec
         self._cluster = None
-        if spec.startswith("dask-local:"):
-            from pipeline.release.local_cluster import local_cluster
+        # distributed keeps, for its developers, the last 1,000 messages under 1 MB that each connection sent
+        # (``distributed.admin.low-level-log-length``): the driver's are its tasks, arrays included (a block
+        # chunk's GLS terms), 50 MB still held after the block level of a 10M-person nation and growing with the
+        # chunks' size.  The client's connection is made here, and keeps none.
+        with dask.config.set({"distributed.admin.low-level-log-length": 0}):
+            if spec.startswith("dask-local:"):
+                from pipeline.release.local_cluster import local_cluster
 
-            self._cluster = local_cluster(int(spec.split(":", 1)[1]))
-            self.client = Client(self._cluster)
-        else:
-            self.client = Client(spec)
+                self._cluster = local_cluster(int(spec.split(":", 1)[1]))
+                self.client = Client(self._cluster)
+            else:
+                self.client = Client(spec)
         # two tasks per worker thread in flight: enough to keep every worker busy, and the driver holds no more
         # than that many tasks (a chunk's GLS targets are tens of MB)
         self.window = window or max(4, 2 * sum(self.client.nthreads().values()))

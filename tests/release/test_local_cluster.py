@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 from pipeline.release.runner import DaskRunner
@@ -33,6 +34,10 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close() -> Non
         assert len(worker_pids) == 2 and worker_pids <= children and os.getpid() not in worker_pids
         assert {threshold for _, threshold in facts} == {None}
         assert sum(runner.client.nthreads().values()) == 2
+        # the client's connection keeps no copy of the tasks it sent (distributed's developer log of messages)
+        payload = np.arange(20_000, dtype=np.int64)
+        assert list(runner.map(np.sum, [payload, payload + 1])) == [payload.sum(), payload.sum() + 20_000]
+        assert len(runner.client.scheduler_comm.recent_message_log) == 0
     finally:
         runner.close()
     assert not Path(folder).exists()
