@@ -30,6 +30,14 @@ def test_tree_parents_are_prefixes_and_aggregation_sums(codes: list[str]) -> Non
         assert np.array_equal(up, expected)
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text("0123", min_size=3, max_size=3), min_size=1, max_size=40))
+def test_sorted_unique_codes_are_taken_as_given_and_make_the_same_tree(codes: list[str]) -> None:
+    given_order, listed = build_tree(LEVELS, np.array(codes)), build_tree(LEVELS, np.array(sorted(set(codes))))
+    for a, b in zip(given_order.geoids + given_order.parent, listed.geoids + listed.parent, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
 def test_us_levels_and_lookup() -> None:
     blocks = np.array(["011050001001000", "011050001001001", "011059999002000", "020010000011000"])
     tree = build_tree(US_CENSUS_LEVELS, blocks)
@@ -41,6 +49,8 @@ def test_us_levels_and_lookup() -> None:
 def test_codes_of_the_wrong_width_are_rejected() -> None:
     with pytest.raises(ValueError, match="3 characters"):
         build_tree(LEVELS, np.array(["012", "01"]))
+    with pytest.raises(ValueError, match="3 characters"):
+        build_tree(LEVELS, np.array(["012", "02"]))  # sorted and unique: taken as given, still checked
 
 
 @pytest.mark.parametrize("name", ["../ledger", "/tmp/x", "a/b", "", "invariants", "block group", ".hidden"])
