@@ -81,9 +81,12 @@ def build_tree(levels: tuple[Level, ...], lowest_codes: np.ndarray) -> GeoTree:
     prefixes of those codes, so no level can have a childless node.
     """
     check_levels(levels)
-    codes = np.asarray(lowest_codes, dtype=np.str_)
+    codes = np.asarray(lowest_codes, dtype=np.str_).ravel()
     if len(codes) > 1 and not bool(np.all(codes[1:] > codes[:-1])):
-        codes = np.unique(codes)  # sorted unique codes (``geography_units``') are used as given: no two copies
+        codes = np.unique(codes)
+    else:  # sorted unique codes (``geography_units``') are used as given, not copied twice: read-only in the tree
+        codes = codes.view()
+        codes.flags.writeable = False
     if len(codes) == 0:
         raise ValueError("the geography has no units")
     width = levels[-1].width

@@ -286,12 +286,13 @@ __all__ = [
 ]
 
 
-RUNNER_HELP = 'one of "local", "dask-local:N" (N worker processes), or a Dask scheduler address "tcp://host:port"'
+RUNNER_HELP = ('one of "local", "dask-local:N" (N worker processes), or a Dask scheduler address "tcp://host:port" '
+               '(or "tls://host:port", with the TLS files in Dask\'s configuration: distributed.comm.tls)')
 
 
 def check_runner(spec: str) -> str:
     """Validate a runner spec; raise ValueError naming the problem."""
-    if spec == "local" or spec.startswith("tcp://"):
+    if spec == "local" or spec.startswith(("tcp://", "tls://")):
         return spec
     if spec.startswith("dask-local:"):
         workers = spec.split(":", 1)[1]

@@ -5,23 +5,33 @@ Not in the driver's process, where ``distributed.LocalCluster`` puts it: the sch
 it was sent and its memory grows with the run (1M-person nation: the driver's RSS after the block level was
 0.74 GB with the scheduler inside, 0.43 GB with it outside), and its event loop would share the driver's GIL.
 The nannies stay here, as ``LocalCluster``'s do: they are small, and they read their settings from this process.
+The scheduler's process ends with the driver's, however the driver ends (``scheduler_watch``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import dask
 from distributed import Nanny, SpecCluster
-from distributed.deploy.subprocess import SubprocessScheduler
+from distributed.deploy.spec import ProcessInterface
 from distributed.worker_memory import parse_memory_limit
+
+from pipeline.release.runner import QUIET_DASK
+from pipeline.release.scheduler_watch import DRIVER_PID_ENV
 
 _log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"  # nothing off this machine may join
+STARTUP_S = 120.0  # a loaded machine or a network-mounted environment imports slowly
 
 
 def local_cluster(workers: int) -> SpecCluster:
@@ -35,38 +45,63 @@ def local_cluster(workers: int) -> SpecCluster:
     worker = {"cls": Nanny, "options": {
         "host": LOOPBACK, "nthreads": 1, "dashboard": False, "silence_logs": logging.ERROR,
         "memory_limit": parse_memory_limit("auto", 1, workers, logger=_log)}}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None, **QUIET_DASK}):
         return SpecCluster(workers=dict.fromkeys(range(workers), worker),
                            scheduler={"cls": SchedulerProcess, "options": {}},
                            silence_logs=logging.ERROR, name="censusdp-local")
 
 
-class SchedulerProcess(SubprocessScheduler):
-    """A ``distributed.Scheduler`` in a child process (``python -m dask spec``), killed with the cluster.  Its
-    log is read and dropped as it comes: left unread, the pipe it writes to would fill and stop it."""
+class SchedulerProcess(ProcessInterface):
+    """A ``distributed.Scheduler`` in a child process (``python -P -m dask spec``: the working directory is not
+    searched for modules), killed with the cluster, and ending by itself if the driver dies first.  Its log goes
+    to a file in a folder only this user can read (Dask's log names tasks and addresses, no value), shown when the
+    scheduler fails to start or ends before the run does."""
 
     def __init__(self) -> None:
         self._folder = Path(tempfile.mkdtemp(prefix="censusdp-scheduler-"))
-        self._drain: asyncio.Task[None] | None = None
-        super().__init__(scheduler_kwargs={
-            "host": LOOPBACK, "port": 0, "dashboard": False, "dashboard_address": None,
-            "scheduler_file": str(self._folder / "scheduler.json")})
+        self.process: asyncio.subprocess.Process | None = None
+        super().__init__()
 
     async def start(self) -> None:
+        scheduler_file = self._folder / "scheduler.json"
+        spec = {"cls": "distributed.Scheduler", "opts": {
+            "host": LOOPBACK, "port": 0, "dashboard": False, "dashboard_address": None,
+            "scheduler_file": str(scheduler_file), "preload": ["pipeline.release.scheduler_watch"]}}
+        environment = {**os.environ, DRIVER_PID_ENV: str(os.getpid()),
+                       "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "0"}
+        with (self._folder / "scheduler.log").open("wb") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable, "-P", "-m", "dask", "spec", "--spec", json.dumps(spec),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=environment)
+        deadline = time.monotonic() + STARTUP_S
+        while self.address is None:
+            if self.process.returncode is not None:
+                raise RuntimeError(f"the Dask scheduler exited at start (code {self.process.returncode}); "
+                                   f"its log:\n{self._log_tail()}")
+            if time.monotonic() > deadline:
+                self.process.kill()
+                await self.process.wait()
+                raise RuntimeError(f"the Dask scheduler did not start within {STARTUP_S:.0f} s; its log:\n"
+                                   f"{self._log_tail()}")
+            try:
+                self.address = json.loads(scheduler_file.read_text())["address"]
+            except (OSError, ValueError, KeyError):  # not written yet, or half written
+                await asyncio.sleep(0.1)
         await super().start()
-        assert self.process is not None and self.process.stderr is not None
-        self._drain = asyncio.ensure_future(_discard(self.process.stderr))
 
     async def close(self) -> None:
-        if self._drain is not None:  # closing reads what is left of the log: the drain must stop first
-            self._drain.cancel()
-            await asyncio.gather(self._drain, return_exceptions=True)
+        process, self.process = self.process, None
+        if process is not None and process.returncode is None:
+            process.kill()
+            await process.wait()
+        elif process is not None:
+            _log.warning("the Dask scheduler's process had ended (code %s); its log:\n%s", process.returncode,
+                         self._log_tail())
+        shutil.rmtree(self._folder, ignore_errors=True)
+        await super().close()
+
+    def _log_tail(self, lines: int = 20) -> str:
         try:
-            await super().close()
-        finally:
-            shutil.rmtree(self._folder, ignore_errors=True)
-
-
-async def _discard(stream: asyncio.StreamReader) -> None:
-    while await stream.read(1 << 16):
-        pass
+            return "\n".join((self._folder / "scheduler.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"

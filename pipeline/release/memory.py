@@ -10,6 +10,7 @@ high-water mark forward.  ``malloc_trim(0)`` returns the free pages of every are
 from __future__ import annotations
 
 import ctypes
+import platform
 import sys
 from collections.abc import Callable
 from functools import cache
@@ -24,9 +25,9 @@ def return_freed_memory() -> None:
 
 @cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # musl and others: no glibc, nothing to trim
-        return None
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return None  # musl and others: no malloc_trim, and nothing of glibc's to load
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # this process's own C library
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim

@@ -16,6 +16,12 @@ from typing import Any
 
 from pipeline.config.model import MeasureOn, ReleaseConfig, check_runner
 
+# distributed keeps, for its developers, the last 1,000 messages under 1 MB that each connection sent
+# (``distributed.admin.low-level-log-length``): the driver's are its tasks, arrays included (a block chunk's GLS
+# terms), 50 MB still held after the block level of a 10M-person nation and growing with the chunks' size.  The
+# driver's client (and a local cluster's scheduler and workers) keep none.
+QUIET_DASK = {"distributed.admin.low-level-log-length": 0}
+
 
 class LocalRunner:
     name = "local"
@@ -36,16 +42,16 @@ class DaskRunner:
 
         self.name = spec
         self._cluster = None
-        # distributed keeps, for its developers, the last 1,000 messages under 1 MB that each connection sent
-        # (``distributed.admin.low-level-log-length``): the driver's are its tasks, arrays included (a block
-        # chunk's GLS terms), 50 MB still held after the block level of a 10M-person nation and growing with the
-        # chunks' size.  The client's connection is made here, and keeps none.
-        with dask.config.set({"distributed.admin.low-level-log-length": 0}):
+        with dask.config.set(QUIET_DASK):
             if spec.startswith("dask-local:"):
                 from pipeline.release.local_cluster import local_cluster
 
                 self._cluster = local_cluster(int(spec.split(":", 1)[1]))
-                self.client = Client(self._cluster)
+                try:
+                    self.client = Client(self._cluster)
+                except BaseException:
+                    self._cluster.close()
+                    raise
             else:
                 self.client = Client(spec)
         # two tasks per worker thread in flight: enough to keep every worker busy, and the driver holds no more

@@ -33,9 +33,14 @@ def test_tree_parents_are_prefixes_and_aggregation_sums(codes: list[str]) -> Non
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.text("0123", min_size=3, max_size=3), min_size=1, max_size=40))
 def test_sorted_unique_codes_are_taken_as_given_and_make_the_same_tree(codes: list[str]) -> None:
-    given_order, listed = build_tree(LEVELS, np.array(codes)), build_tree(LEVELS, np.array(sorted(set(codes))))
+    listing = np.array(sorted(set(codes)))
+    given_order, listed = build_tree(LEVELS, np.array(codes)), build_tree(LEVELS, listing)
     for a, b in zip(given_order.geoids + given_order.parent, listed.geoids + listed.parent, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert np.shares_memory(listed.geoids[-1], listing) and not listed.geoids[-1].flags.writeable  # not copied
+    repeated = np.array(sorted(codes + codes[:1]))  # sorted, not strictly: a duplicate goes
+    assert list(build_tree(LEVELS, repeated).geoids[-1]) == sorted(set(codes))
+    assert list(build_tree(LEVELS, listing.reshape(-1, 1)).geoids[-1]) == list(listing)  # any shape
 
 
 def test_us_levels_and_lookup() -> None:

@@ -1,46 +1,83 @@
 """The ``dask-local:N`` runner's cluster: the scheduler runs in a child process, not the driver's (its memory
-grows with the tasks it was sent), the workers keep glibc's default allocator settings, and closing leaves no
-process and no file behind."""
+grows with the tasks it was sent), the workers keep glibc's default allocator settings, nothing keeps copies of
+the tasks sent, closing leaves no process and no file behind, and a killed driver takes its scheduler with it."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import dask
 import numpy as np
 import psutil
+import pytest
 
 from pipeline.release.runner import DaskRunner
 
-
-def _worker_facts(_: int) -> tuple[int, str | None]:
-    return os.getpid(), os.environ.get("MALLOC_TRIM_THRESHOLD_")
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close() -> None:
+def _gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     runner = DaskRunner("dask-local:2")
     try:
-        cluster = runner._cluster
-        scheduler = cluster.scheduler
+        scheduler = runner._cluster.scheduler
         folder = scheduler._folder
-        assert folder.is_dir()
+        assert folder.is_dir() and (folder.stat().st_mode & 0o077) == 0  # only this user reads its log
         scheduler_pid = scheduler.process.pid
         children = {child.pid for child in psutil.Process().children(recursive=True)}
         assert scheduler_pid != os.getpid() and scheduler_pid in children
+        assert runner.client.run_on_scheduler(os.getpid) == scheduler_pid
         assert runner.client.scheduler_info()["address"].startswith("tcp://127.0.0.1:")
-        facts = list(runner.map(_worker_facts, range(8)))
-        assert [n for n in runner.map(lambda n: n * n, range(6))] == [n * n for n in range(6)]
-        worker_pids = {pid for pid, _ in facts}
+        worker_pids = set(runner.client.run(os.getpid).values())
         assert len(worker_pids) == 2 and worker_pids <= children and os.getpid() not in worker_pids
-        assert {threshold for _, threshold in facts} == {None}
-        assert sum(runner.client.nthreads().values()) == 2
-        # the client's connection keeps no copy of the tasks it sent (distributed's developer log of messages)
+        thresholds = runner.client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
+        assert set(thresholds.values()) == {None}
+        assert [n for n in runner.map(lambda n: n * n, range(6))] == [n * n for n in range(6)]
+        # neither the client's connection nor the scheduler keeps copies of the tasks sent
         payload = np.arange(20_000, dtype=np.int64)
         assert list(runner.map(np.sum, [payload, payload + 1])) == [payload.sum(), payload.sum() + 20_000]
         assert len(runner.client.scheduler_comm.recent_message_log) == 0
+        # (the scheduler runs with -P: a function of this test module is not importable there, dask's is)
+        assert runner.client.run_on_scheduler(dask.config.get, "distributed.admin.low-level-log-length") == 0
     finally:
         runner.close()
-    assert not Path(folder).exists()
-    assert not psutil.pid_exists(scheduler_pid) or psutil.Process(scheduler_pid).status() == psutil.STATUS_ZOMBIE
-    assert all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-               for pid in worker_pids)
+    assert not folder.exists()
+    assert _gone(scheduler_pid) and all(_gone(pid) for pid in worker_pids)
+
+
+DRIVER = """
+import sys, time
+from pipeline.release.runner import DaskRunner
+runner = DaskRunner("dask-local:1")
+print(runner._cluster.scheduler.process.pid, runner._cluster.scheduler._folder, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_driver_takes_its_scheduler_with_it() -> None:
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        pid_text, folder = driver.stdout.readline().split()
+        scheduler_pid = int(pid_text)
+        assert psutil.pid_exists(scheduler_pid)
+        driver.send_signal(signal.SIGKILL)  # no clean-up of any kind runs in the driver
+        driver.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while not _gone(scheduler_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _gone(scheduler_pid)
+    finally:
+        driver.kill()
+        driver.wait()
+    Path(folder).joinpath("scheduler.log").unlink(missing_ok=True)  # the killed driver could not remove its folder
+    Path(folder).joinpath("scheduler.json").unlink(missing_ok=True)
+    Path(folder).rmdir()
