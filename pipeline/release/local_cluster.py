@@ -26,12 +26,16 @@ from distributed import Nanny, SpecCluster
 from distributed.deploy.spec import ProcessInterface
 from distributed.worker_memory import parse_memory_limit
 
-from pipeline.release.runner import QUIET_DASK
 from pipeline.release.scheduler_watch import DRIVER_PID_ENV
 
 _log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"  # nothing off this machine may join
 STARTUP_S = 120.0  # a loaded machine or a network-mounted environment imports slowly
+# distributed keeps, for its developers, the last 1,000 messages under 1 MB that each connection sent
+# (``distributed.admin.low-level-log-length``): the driver's are its tasks, arrays included (a block chunk's GLS
+# terms), 50 MB still held after the block level of a 10M-person nation and growing with the chunks' size.  The
+# driver's client (any runner's) and a local cluster's scheduler and workers keep none.
+QUIET_DASK = {"distributed.admin.low-level-log-length": 0}
 
 
 def local_cluster(workers: int) -> SpecCluster:

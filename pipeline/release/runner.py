@@ -16,12 +16,6 @@ from typing import Any
 
 from pipeline.config.model import MeasureOn, ReleaseConfig, check_runner
 
-# distributed keeps, for its developers, the last 1,000 messages under 1 MB that each connection sent
-# (``distributed.admin.low-level-log-length``): the driver's are its tasks, arrays included (a block chunk's GLS
-# terms), 50 MB still held after the block level of a 10M-person nation and growing with the chunks' size.  The
-# driver's client (and a local cluster's scheduler and workers) keep none.
-QUIET_DASK = {"distributed.admin.low-level-log-length": 0}
-
 
 class LocalRunner:
     name = "local"
@@ -40,12 +34,12 @@ class DaskRunner:
         import dask
         from distributed import Client
 
+        from pipeline.release.local_cluster import QUIET_DASK, local_cluster
+
         self.name = spec
         self._cluster = None
         with dask.config.set(QUIET_DASK):
             if spec.startswith("dask-local:"):
-                from pipeline.release.local_cluster import local_cluster
-
                 self._cluster = local_cluster(int(spec.split(":", 1)[1]))
                 try:
                     self.client = Client(self._cluster)
