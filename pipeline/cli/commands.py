@@ -103,7 +103,7 @@ def add_release(sub: Sub) -> None:
     p.add_argument("--out", help="directory that receives the run folder (default: the config's output.dir)")
     add_input_options(p)
     p.add_argument("--rho", help="total zCDP budget, e.g. 2.56 or 64/25 (overrides budget.rho)")
-    p.add_argument("--runner", help='where reconciliation chunks run: "local", "dask-local:N" or "tcp://host:port"')
+    p.add_argument("--runner", help='where reconciliation chunks run: "local", "dask-local:N", "tcp://host:port" or "tls://host:port"')
     p.add_argument("--no-prefect", action="store_true", help="run as plain function calls, without Prefect")
     p.add_argument("--insecure-seed", type=int, help="TESTS ONLY: seeded noise; the run is marked not publishable")
     p.add_argument("--resume", metavar="RUN_ID", help="finish a run that died after its measurements were saved "
@@ -238,7 +238,7 @@ def add_postprocess(sub: Sub) -> None:
     p.add_argument("run_dir", help="a published run folder")
     p.add_argument("--out", help="directory that receives the new run folder (default: beside RUN_DIR)")
     p.add_argument("--solver", help='"auto" or a cvxpy solver name (e.g. CLARABEL, OSQP, SCS)')
-    p.add_argument("--runner", help='"local", "dask-local:N" or "tcp://host:port"')
+    p.add_argument("--runner", help='"local", "dask-local:N", "tcp://host:port" or "tls://host:port"')
     p.add_argument("--reconciliation", choices=["full_information", "level_by_level"],
                    help="what each level fits: the tree's GLS estimates (the default) or its own measurements")
     p.add_argument("--ledger", help="the ledger the run was charged to, a file or postgresql:// URL (default: "

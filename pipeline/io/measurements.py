@@ -150,22 +150,26 @@ def read_chunk(path: Path, first_row_group: int, shapes: Sequence[tuple[int, int
     return out
 
 
+INVARIANT_NODES = 1 << 18  # nodes per written piece: a level's invariants in bounded memory (a units block level)
+
+
 def write_invariants(directory: Path, per_level: Sequence[tuple[str, np.ndarray, Sequence[QueryInvariant]]]) -> Path:
-    """Write every level's invariant values into one file (they are few: e.g. totals of the nation and states)."""
+    """Write every level's invariant values into one file, piece by piece (``INVARIANT_NODES`` nodes at a time:
+    with an invariant at every block, the units' ``hhgq``, a nation's are 73M rows)."""
     directory.mkdir(parents=True, exist_ok=True)
-    tables = []
-    for level, geoids, invariants in per_level:
-        for invariant in invariants:
-            columns = _rows(level, geoids, invariant.name, invariant.values)
-            columns["value"] = pa.array(invariant.values.ravel().astype(np.int64))
-            tables.append(pa.table(columns))
     schema = pa.schema([("level", pa.dictionary(pa.int32(), pa.string())),
                         ("geoid", pa.dictionary(pa.int32(), pa.string())),
                         ("query", pa.dictionary(pa.int32(), pa.string())),
                         ("cell", pa.int32()), ("value", pa.int64())])
-    table = pa.concat_tables([t.cast(schema) for t in tables]) if tables else schema.empty_table()
     path = directory / INVARIANTS_FILE
-    pq.write_table(table, path)
+    with pq.ParquetWriter(path, schema) as writer:
+        for level, geoids, invariants in per_level:
+            for invariant in invariants:
+                for start in range(0, len(invariant.values), INVARIANT_NODES):
+                    values = invariant.values[start:start + INVARIANT_NODES]
+                    columns = _rows(level, geoids[start:start + INVARIANT_NODES], invariant.name, values)
+                    columns["value"] = pa.array(values.ravel().astype(np.int64))
+                    writer.write_table(pa.table(columns).cast(schema))
     return path
 
 

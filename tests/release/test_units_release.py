@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.budget.ledger.charges import PrivacyLedger
@@ -15,6 +16,7 @@ from pipeline.cli import main
 from pipeline.config.load import load_config
 from pipeline.errors import ConfigError
 from pipeline.evaluate.compare import evaluate
+from pipeline.io import measurements
 from pipeline.io.measurements import measurements_digest
 from pipeline.release import stages
 from pipeline.synth.population import write_synthetic
@@ -60,12 +62,18 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
         real_tabulate(run)
 
     monkeypatch.setattr(stages, "tabulate", tabulate)
+    monkeypatch.setattr(measurements, "INVARIANT_NODES", 50)  # the units' block invariants written in pieces
     run_dir = release_dir(capsys, config_path)
     (run,) = held  # the driver kept no block's counts of the persons (the units' few cells per block, it did)
     lowest = len(config.levels) - 1
     assert lowest not in run.counts and set(run.counts) == set(range(lowest))
     assert run.units is not None and lowest in run.units.counts
     assert run.tree is run.units.tree  # one geography: the universes share one tree on the driver
+    units_file = run_dir / "units" / "measurements" / measurements.INVARIANTS_FILE
+    assert pq.ParquetFile(units_file).num_row_groups > run.tree.n_nodes(lowest) // 50  # in pieces
+    read_back = measurements.read_invariants(units_file.parent, run.units.config, run.tree)
+    assert {level: [(i.name, i.values.tolist()) for i in invariants] for level, invariants in read_back.items()} == {
+        level: [(i.name, i.values.tolist()) for i in invariants] for level, invariants in run.units.invariants.items()}
     assert len(run.chunk_plan[lowest]) >= 2
     manifest = json.loads((run_dir / "manifest.json").read_text())
     persons, units = Fraction(manifest["privacy"]["rho_exact"]), Fraction(manifest["units"]["privacy"]["rho_exact"])
