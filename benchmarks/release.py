@@ -3,8 +3,9 @@
     python benchmarks/release.py --persons 100000 [--runner dask-local:2]
 
 Synthesises a state (pl94 preset), then times each stage of the release (without Prefect) and reports the
-driver's peak RSS (overall, and after each stage: where it jumps, that stage set it) and the detailed cells
-reconciled per second at each level.
+driver's own CPU seconds per stage (with Dask, the serial share that more workers do not shorten), the driver's
+peak RSS (overall, and after each stage: where it jumps, that stage set it) and the detailed cells reconciled per
+second at each level.
 """
 
 from __future__ import annotations
@@ -64,13 +65,14 @@ def main() -> None:
         config = dataclasses.replace(config, runner=args.runner)
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}  # the driver's peak RSS (GB) once the stage is done: where it jumps, that stage
+        cpu: dict[str, float] = {}  # the driver's own CPU seconds (all its threads): its serial share of a stage
 
         def timed(stage: stages.Stage, function, call_args: tuple) -> object:  # noqa: ANN001
             run, rest = call_args[0], call_args[1:]
             level = f" {config.levels[rest[0]].name}" if stage.per_level else ""
             name = f"{stage.name}{'' if run.main else ' (units)'}{level}"
             profiler = cProfile.Profile() if name == args.profile else None
-            t = time.perf_counter()
+            t, used = time.perf_counter(), _cpu_seconds()
             if profiler is not None:
                 profiler.enable()
             result = function(*call_args)
@@ -78,6 +80,7 @@ def main() -> None:
                 profiler.disable()
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
+            cpu[name] = cpu.get(name, 0.0) + _cpu_seconds() - used
             peaks[name] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
             return result
 
@@ -93,14 +96,19 @@ def main() -> None:
     print(f"persons={args.persons:,} preset={args.preset} units={config.units is not None} "
           f"reconciliation={config.reconciliation_method} "
           f"runner={args.runner} nodes={nodes} synth={synth_s:.1f}s")
-    print("| stage | seconds | detailed cells/s | peak RSS after (GB) |\n|---|---|---|---|")
+    print("| stage | seconds | driver CPU (s) | detailed cells/s | peak RSS after (GB) |\n|---|---|---|---|---|")
     for name, seconds in timings.items():
         persons_level = name.startswith(("reconcile ", "measure ")) and "(units)" not in name
         level = name.split(" ")[-1] if persons_level else None  # the rate counts the persons' detailed cells
         rate = f"{nodes[level] * n_cells / seconds:,.0f}" if level in nodes and seconds > 0 else ""
-        print(f"| {name} | {seconds:.2f} | {rate} | {peaks[name]:.2f} |")
+        print(f"| {name} | {seconds:.2f} | {cpu[name]:.2f} | {rate} | {peaks[name]:.2f} |")
     print(f"| total release | {sum(timings.values()):.2f} |")
     print(f"peak RSS: {peak_gb:.2f} GB (this process); largest child process (a Dask worker): {child_gb:.2f} GB")
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _existing(folder: Path) -> SyntheticFiles:
