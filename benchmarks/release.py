@@ -11,11 +11,14 @@ second at each level.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import dataclasses
 import os
 import pstats
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +35,9 @@ def main() -> None:
     parser.add_argument("--persons", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--runner", default="local", help='"local" or "dask-local:N"')
+    parser.add_argument("--cluster", type=int, metavar="N", help="start a Dask scheduler and N one-thread workers as "
+                        "processes of their own (as on a real cluster) and run on them: the driver's CPU column is "
+                        "then the driver's alone (with dask-local:N it includes the nannies' in-process work)")
     parser.add_argument("--preset", default="pl94")
     parser.add_argument("--reconciliation", choices=["full_information", "level_by_level"], default=None,
                         help="override the preset's postprocess.reconciliation")
@@ -40,11 +46,14 @@ def main() -> None:
                         "microdata and units (files or partitioned folders) and geography.parquet; the peak RSS "
                         "then is the release's alone")
     parser.add_argument("--chunk-cells", type=int, help="override postprocess.chunk_cells")
-    parser.add_argument("--profile", metavar="STAGE", help='profile one stage as the table names it (e.g. '
-                        '"reconcile block") and print its 40 costliest functions (cumulative)')
+    parser.add_argument("--profile", metavar="STAGE", action="append", default=[],
+                        help='profile a stage as the table names it (e.g. "reconcile block"; repeatable) and print '
+                        'its 40 costliest functions (cumulative)')
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as cluster:
         folder = Path(tmp)
+        if args.cluster:
+            args.runner = _external_cluster(cluster, args.cluster, folder)
         os.environ["CENSUSDP_LEDGER"] = str(folder / "ledger.sqlite")  # never the installation's ledger
         started = time.perf_counter()
         files = _existing(args.data) if args.data else write_synthetic(args.persons, args.seed, folder / "data")
@@ -71,7 +80,7 @@ def main() -> None:
             run, rest = call_args[0], call_args[1:]
             level = f" {config.levels[rest[0]].name}" if stage.per_level else ""
             name = f"{stage.name}{'' if run.main else ' (units)'}{level}"
-            profiler = cProfile.Profile() if name == args.profile else None
+            profiler = cProfile.Profile() if name in args.profile else None
             t, used = time.perf_counter(), _cpu_seconds()
             if profiler is not None:
                 profiler.enable()
@@ -104,6 +113,27 @@ def main() -> None:
         print(f"| {name} | {seconds:.2f} | {cpu[name]:.2f} | {rate} | {peaks[name]:.2f} |")
     print(f"| total release | {sum(timings.values()):.2f} |")
     print(f"peak RSS: {peak_gb:.2f} GB (this process); largest child process (a Dask worker): {child_gb:.2f} GB")
+
+
+def _external_cluster(stack: contextlib.ExitStack, workers: int, folder: Path) -> str:
+    """A scheduler and ``workers`` workers (with their nannies) started as ``dask`` commands; their address."""
+    env = {**os.environ, "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "0"}
+    address_file = folder / "scheduler.json"
+    command = [sys.executable, "-m", "dask"]
+    log = stack.enter_context((folder / "cluster.log").open("w"))
+    processes = [subprocess.Popen([*command, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                   "--scheduler-file", str(address_file)], env=env, stdout=log, stderr=log)]
+    stack.callback(lambda: [(p.terminate(), p.wait()) for p in reversed(processes)])
+    while not address_file.exists() or not address_file.stat().st_size:
+        time.sleep(0.2)
+    processes.append(subprocess.Popen([*command, "worker", "--scheduler-file", str(address_file), "--nworkers",
+                                       str(workers), "--nthreads", "1", "--no-dashboard"], env=env, stdout=log,
+                                      stderr=log))
+    from distributed import Client
+
+    with Client(scheduler_file=str(address_file)) as client:
+        client.wait_for_workers(workers, timeout=120)
+        return client.scheduler.address
 
 
 def _cpu_seconds() -> float:

@@ -1,4 +1,5 @@
-"""Published tables: ``tables/<level>.parquet`` and the protected person file, written chunk by chunk.
+"""Published tables: ``tables/<level>.parquet`` and the protected person file, written chunk by chunk (at the
+lowest level, one part file per chunk, by its task: ``release.lowest_parts``).
 
 Table schema (long form, zero rows omitted): ``geoid`` (string; the root's is ""), one string column per
 attribute holding its domain value, ``count`` (int64, > 0).  Only reconciled, rounded counts reach here;
@@ -40,11 +41,11 @@ class _ChunkedParquet:
 
 
 class LevelTableWriter(_ChunkedParquet):
-    """tables/<level>.parquet: geoid, one column per attribute, count."""
+    """tables/<level>.parquet (or, at the lowest level, one part of it): geoid, one column per attribute, count."""
 
-    def __init__(self, directory: Path, level: str, schema: Schema) -> None:
+    def __init__(self, path: Path, schema: Schema) -> None:
         fields = [pa.field("geoid", pa.string())] + [pa.field(a.name, pa.string()) for a in schema.attributes]
-        super().__init__(directory / f"{level}.parquet", pa.schema([*fields, pa.field("count", pa.int64())]))
+        super().__init__(path, pa.schema([*fields, pa.field("count", pa.int64())]))
         self.schema = schema
 
     def write_chunk(self, geoids: np.ndarray, counts: sp.csr_matrix) -> None:

@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from pipeline.config.schema import Query, Schema
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.measurements import read_chunk
+from pipeline.release.lowest_parts import LowestPart, write_lowest_part
 from pipeline.release.targets import TargetTerm, lowest_targets
 from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
 from postprocess.gls_stream_chunk import LowestChunk
@@ -52,13 +53,20 @@ class ChunkTask:
     passes: tuple[tuple[str, ...], ...] = ()  # least-squares passes (query names), pipeline.config.passes
     tolerance: float = 0.1
     rounding: tuple[str, ...] = ()  # marginals rounded and fixed before the cells, in order
+    # the main universe's lowest level: the task writes its chunk's part of the level's outputs (release.lowest_parts)
+    lowest_part: LowestPart | None = None
 
     def __repr__(self) -> str:
         return f"ChunkTask(level={self.level!r}, nodes={self.start}:{self.stop})"
 
 
-def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix, dict[str, Any]]:
-    """Read the chunk's measurements, reconcile them against the fixed parents, return sparse counts."""
+DISAGREEMENTS = "disagreements"  # a lowest task's report: its blocks where persons and units disagree
+
+
+def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix | None, dict[str, Any]]:
+    """Read the chunk's measurements, reconcile them against the fixed parents, return sparse counts and the
+    chunk's report.  A lowest-level task writes its part of the level's outputs instead, and returns no counts
+    (its report adds ``DISAGREEMENTS``)."""
     schema = task.schema
     measurements = fitted_measurements(task)
     measurements += [QueryMeasurement(name=label, matrix=schema.query_matrix(schema.parse_query(query)), noisy=values,
@@ -73,7 +81,10 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix, dict[str, Any]]:
                              tolerance=task.tolerance,
                              rounding=[RoundingMarginal(name, schema.query_matrix(schema.parse_query(name)))
                                        for name in task.rounding])
-    return sp.csr_matrix(result.counts), result.report
+    counts = sp.csr_matrix(result.counts)
+    if task.lowest_part is None:
+        return counts, result.report
+    return None, {**result.report, DISAGREEMENTS: write_lowest_part(task.lowest_part, counts)}
 
 
 def fitted_measurements(task: ChunkTask) -> list[QueryMeasurement]:

@@ -51,7 +51,7 @@ from pipeline.release.full_information import (  # noqa: F401 - estimate: a stag
     discard_targets,
     estimate,
 )
-from pipeline.release.lowest_outputs import LowestOutputs
+from pipeline.release.lowest_parts import finish_lowest_outputs, lowest_outputs
 from pipeline.release.measuring import (
     PARTS_DIR,
     level_plans_of,
@@ -61,7 +61,7 @@ from pipeline.release.measuring import (
 )
 from pipeline.release.memory import return_freed_memory
 from pipeline.release.only_child import only_child_levels
-from pipeline.release.reconcile_chunk import ChunkTask, reconcile_chunk
+from pipeline.release.reconcile_chunk import DISAGREEMENTS, ChunkTask, reconcile_chunk
 from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
     Published,
@@ -202,17 +202,17 @@ def measure(run: ReleaseRun, runner: Any = None) -> None:
 
 
 def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
-    """Reconcile one level against its (already fixed) parent level, round, and write its table."""
+    """Reconcile one level against its (already fixed) parent level, round, and write its table.  The main
+    universe's lowest level is written by its tasks, part by part, and not kept (``release.lowest_parts``)."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     name = run.config.levels[level].name
-    tasks = chunk_tasks(run, level)
+    outputs = lowest_outputs(run) if run.main and level == tree.depth - 1 else None
+    tasks = chunk_tasks(run, level, outputs)
     log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
     own_runner = runner is None
     runner = make_runner("local") if own_runner else runner
-    writer = LevelTableWriter(run.work_dir / "tables", name, run.schema)
-    # the main universe's lowest level is written onward chunk by chunk and not kept (release.lowest_outputs)
-    lowest = LowestOutputs(run) if run.main and level == tree.depth - 1 else None
-    parts, reports = [], []
+    writer = LevelTableWriter(run.work_dir / "tables" / f"{name}.parquet", run.schema) if outputs is None else None
+    parts, reports, found = [], [], []
     spans: deque[tuple[int, int]] = deque()  # the nodes of the tasks handed to the runner, whose results are due
 
     def handed(walk: Iterator[ChunkTask]) -> Iterator[ChunkTask]:  # one walk: a task is dropped once handed on
@@ -223,20 +223,22 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     try:
         for counts, report in runner.map(reconcile_chunk, handed(iter(tasks))):
             start, stop = spans.popleft()  # results come back in submission order
-            writer.write_chunk(tree.geoids[level][start:stop], counts)
-            if lowest is not None:
-                lowest.write_chunk(start, stop, counts)
-            parts.append(counts if lowest is None else None)
+            if writer is not None:
+                writer.write_chunk(tree.geoids[level][start:stop], counts)
+            parts.append(counts)
+            found.append(report.pop(DISAGREEMENTS, {}))
             reports.append(report)
         if spans or len(parts) != len(tasks):
             raise CensusDPError("internal error: a chunk's reconciliation did not come back")
     finally:
-        writer.close()
-        if lowest is not None:
-            lowest.close()
+        if writer is not None:
+            writer.close()
         if own_runner:
             runner.close()
-    if lowest is None:
+    if outputs is not None:
+        disagreements = finish_lowest_outputs(outputs, len(parts), found)
+        run.disagreements = disagreements if disagreements is not None else run.disagreements
+    else:
         run.counts[level] = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
     run.diagnostics[name] = merge_reports(reports)
     if run.config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION:

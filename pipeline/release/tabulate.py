@@ -17,7 +17,7 @@ def tabulate(run: ReleaseRun) -> None:
 
     Reads only the published integer tables this run has just reconciled (``run.counts``), so the summary
     tables are post-processing of public values (Thm 19.25) and consistent with the detailed tables.  The lowest
-    level's were written as it was reconciled (``release.lowest_outputs``).
+    level's were written by its reconciliation tasks (``release.lowest_parts``).
     """
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     names = [lv.name for lv in run.config.levels]

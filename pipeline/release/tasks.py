@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pipeline.config.passes import ReconciliationMethod
 from pipeline.dp.random_source import system_random_source
 from pipeline.release.full_information import discard_targets
+from pipeline.release.lowest_parts import LowestOutputs, lowest_part
 from pipeline.release.only_child import chain_measurements
 from pipeline.release.reconcile_chunk import ChunkTask
 from pipeline.release.run import ReleaseRun, stage_output
@@ -41,9 +42,10 @@ class ChunkTasks:
         return tasks
 
 
-def chunk_tasks(run: ReleaseRun, level: int) -> ChunkTasks:
+def chunk_tasks(run: ReleaseRun, level: int, outputs: LowestOutputs | None = None) -> ChunkTasks:
     """The level's reconciliation tasks: public values and file locations only, made as they are walked.  With
-    full information, once the lowest level's last task is made the GLS's scratch files are removed."""
+    full information, once the lowest level's last task is made the GLS's scratch files are removed.  ``outputs``:
+    the main universe's lowest level, whose tasks write their parts of its outputs (``release.lowest_parts``)."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
     name = config.levels[level].name
@@ -51,10 +53,10 @@ def chunk_tasks(run: ReleaseRun, level: int) -> ChunkTasks:
     targets = run.targets.get(level) if full else None
     if full and not (targets and targets.terms):
         raise stage_output(None, f"the GLS targets of level {name} (the estimate stage)")
-    return ChunkTasks(len(run.chunk_plan[level]), _make_tasks(run, level, tree.depth - 1))
+    return ChunkTasks(len(run.chunk_plan[level]), _make_tasks(run, level, tree.depth - 1, outputs))
 
 
-def _make_tasks(run: ReleaseRun, level: int, lowest: int) -> Iterator[ChunkTask]:
+def _make_tasks(run: ReleaseRun, level: int, lowest: int, outputs: LowestOutputs | None) -> Iterator[ChunkTask]:
     tree = stage_output(run.tree, "the geography")
     config = run.config
     name = config.levels[level].name
@@ -70,7 +72,7 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int) -> Iterator[ChunkTask]
     chain = [] if full else chain_measurements(run, level)
     passes = config.level_passes(name)
     lowest_targets = targets is not None and level == lowest
-    for start, stop, located in run.chunk_plan[level]:
+    for index, (start, stop, located) in enumerate(run.chunk_plan[level]):
         parent_counts = parent_index = None
         if level > 0:
             parents = tree.parent[level][start:stop]
@@ -87,6 +89,7 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int) -> Iterator[ChunkTask]
                         gls_chunk=targets.stream.lowest_chunk(start, stop) if lowest_targets else None,
                         target_terms=targets.terms if lowest_targets else (),
                         passes=passes.l2, tolerance=float(passes.tolerance),
-                        rounding=tuple(q.name for q in passes.rounding))
+                        rounding=tuple(q.name for q in passes.rounding),
+                        lowest_part=lowest_part(run, outputs, index, start, stop) if outputs is not None else None)
     if full and level == lowest:  # every level's targets are made: the scratch files go before publish
         discard_targets(run)

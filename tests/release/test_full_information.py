@@ -22,6 +22,7 @@ from pipeline.release.full_information import (
     target_queries,
     tree_targets,
 )
+from pipeline.release.lowest_parts import LowestOutputs
 from pipeline.release.reconcile_chunk import ChunkTask, fitted_measurements
 from pipeline.release.run import ReleaseRun
 from pipeline.uncertainty.gls import gls_estimates
@@ -114,10 +115,10 @@ def test_chunk_tasks_carry_the_in_memory_gls_targets_and_scratch_is_never_publis
     scratch_seen: list[bool] = []
     real = tasks._make_tasks
 
-    def spy(run: ReleaseRun, level: int, lowest: int) -> Iterator[ChunkTask]:
+    def spy(run: ReleaseRun, level: int, lowest: int, outputs: LowestOutputs | None) -> Iterator[ChunkTask]:
         scratch_seen.append((run.work_dir / GLS_SCRATCH).is_dir())
         plans[level] = [(a, b) for a, b, _ in run.chunk_plan[level]]
-        for task in real(run, level, lowest):
+        for task in real(run, level, lowest, outputs):
             made.setdefault(level, []).append(task)
             yield task
 

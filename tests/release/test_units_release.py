@@ -18,7 +18,7 @@ from pipeline.errors import ConfigError
 from pipeline.evaluate.compare import evaluate
 from pipeline.io import measurements
 from pipeline.io.measurements import measurements_digest
-from pipeline.release import stages
+from pipeline.release import lowest_parts, stages
 from pipeline.synth.population import write_synthetic
 from tests.helpers.releases import cli, release, release_dir
 
@@ -75,6 +75,10 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     assert {level: [(i.name, i.values.tolist()) for i in invariants] for level, invariants in read_back.items()} == {
         level: [(i.name, i.values.tolist()) for i in invariants] for level, invariants in run.units.invariants.items()}
     assert len(run.chunk_plan[lowest]) >= 2
+    parts = [lowest_parts.PART_FILE.format(i) for i in range(len(run.chunk_plan[lowest]))]
+    for folder in ("tables/block.parquet", "microdata.parquet", "tables/pl94/block.parquet"):  # written by the tasks
+        assert sorted(p.name for p in (run_dir / folder).iterdir()) == parts
+    assert not (run_dir / lowest_parts.STAGING).exists()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     persons, units = Fraction(manifest["privacy"]["rho_exact"]), Fraction(manifest["units"]["privacy"]["rho_exact"])
     assert (persons, units) == (config.budget.rho, config.units.budget.rho)

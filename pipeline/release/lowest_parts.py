@@ -1,0 +1,149 @@
+"""The lowest level's published outputs, written by its reconciliation tasks, one part file per chunk.
+
+The lowest level (the blocks) is most of a release's nodes and its outputs most of its bytes: its table, the
+protected microdata (one row per person) and each summary table set's lowest level.  Encoding them on the driver
+made it the bottleneck of a Dask run (9 s of driver CPU at 10M persons: ≈ 5 min at 330M, more than the block
+level's work on 32 workers).  So each chunk's task writes its own part of each, where it reconciled the chunk, and
+sends back only its report and its count of blocks where persons and units disagree:
+
+    tables/<lowest>.parquet/part-NNNNNN.parquet           the level's table (long form)
+    microdata.parquet/part-NNNNNN.parquet                 the protected microdata
+    tables/<set>/<lowest>.parquet/part-NNNNNN.parquet     each summary table set's lowest level
+
+``NNNNNN`` is the chunk's index, so name order is node order, and each output is a Parquet dataset that pyarrow,
+polars, pandas and Spark read as one table from its folder's path (DuckDB: ``read_parquet('…/*.parquet')``).  A part
+is written under a temporary name outside its folder and renamed into place, so a task run twice (a lost worker)
+leaves one part.  The driver checks every part is there once the level is done.  The housing columns (H1) come from
+the units universe's counts of the same blocks, reconciled before and carried in the task.
+
+Post-processing of published counts only (Thm 19.25): a task carries public values, and the workers that write
+the parts are those that already read the records (docs/dask.md, the trust boundary).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from pipeline.config.schema import Schema
+from pipeline.errors import CensusDPError
+from pipeline.io.summary_tables import SummaryTableWriter, TableColumns, summary_path, table_columns
+from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
+from pipeline.release.run import ReleaseRun, stage_output
+from pipeline.release.universes import check_same_blocks, disagreements, disagreements_apply
+
+PART_FILE = "part-{:06d}.parquet"  # a chunk's part of each lowest output: name order is node order
+STAGING = ".lowest-parts"  # under the run's work_dir: parts being written, renamed into place when complete
+MICRODATA = "microdata.parquet"
+
+
+@dataclass(frozen=True)
+class LowestOutputs:
+    """Where the lowest level's outputs go and what they hold (public: paths, schemas, columns)."""
+
+    level_table: str  # tables/<lowest>.parquet, a folder of parts
+    microdata: str | None  # microdata.parquet, a folder of parts (None: not configured)
+    summary_tables: tuple[tuple[str, tuple[TableColumns, ...]], ...]  # (folder, its columns) per configured set
+    staging: str
+    schema: Schema
+    geocode_parts: tuple[tuple[str, int], ...]
+    units_schema: Schema | None  # the units universe's, when its disagreements with the persons are counted
+
+    def folders(self) -> list[Path]:
+        return [Path(f) for f in (self.level_table, self.microdata, *(f for f, _ in self.summary_tables)) if f]
+
+
+@dataclass(frozen=True)
+class LowestPart:
+    """One chunk's share of the lowest outputs: its index, its nodes' geoids and (with a units universe) the units'
+    published counts of the same nodes."""
+
+    outputs: LowestOutputs
+    index: int
+    geoids: np.ndarray
+    units_counts: sp.csr_matrix | None
+
+    def __repr__(self) -> str:
+        return f"LowestPart(index={self.index}, nodes={len(self.geoids)})"
+
+
+def lowest_outputs(run: ReleaseRun) -> LowestOutputs:
+    """The main universe's lowest outputs, their folders made empty (a resumed run's leftovers go)."""
+    config, work = run.config, run.work_dir
+    check_same_blocks(run)  # the units' blocks are paired with these by position
+    units_schema = run.units.schema if run.units is not None else None
+    lowest = config.levels[-1].name
+    outputs = LowestOutputs(
+        level_table=str(work / "tables" / f"{lowest}.parquet"),
+        microdata=str(work / MICRODATA) if config.output.protected_microdata else None,
+        summary_tables=tuple((str(summary_path(work / "tables", tables, lowest)),
+                              tuple(table_columns(tables, run.schema, units_schema)))
+                             for tables in config.output.tables),
+        staging=str(work / STAGING), schema=run.schema, geocode_parts=config.output.geocode_parts,
+        units_schema=units_schema if units_schema is not None and disagreements_apply(run.schema, units_schema)
+        else None)
+    for folder in [*outputs.folders(), Path(outputs.staging)]:
+        shutil.rmtree(folder, ignore_errors=True) if folder.is_dir() else folder.unlink(missing_ok=True)
+        folder.mkdir(parents=True)
+    return outputs
+
+
+def lowest_part(run: ReleaseRun, outputs: LowestOutputs, index: int, start: int, stop: int) -> LowestPart:
+    tree = stage_output(run.tree, "the geography")
+    units = run.units.counts[tree.depth - 1][start:stop] if run.units is not None else None
+    return LowestPart(outputs, index, tree.geoids[-1][start:stop], units)
+
+
+def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]:
+    """Write the chunk's part of every lowest output; return its disagreement counts (empty without units)."""
+    outputs, name = part.outputs, PART_FILE.format(part.index)
+    staging = Path(outputs.staging)
+    token = uuid.uuid4().hex  # this attempt's own names: a second attempt of the task never shares them
+
+    def staged(folder: str) -> Path:
+        source = staging / f"{token}-{len(written)}-{name}"
+        written.append((source, Path(folder) / name))
+        return source
+
+    written: list[tuple[Path, Path]] = []
+    table = LevelTableWriter(staged(outputs.level_table), outputs.schema)
+    table.write_chunk(part.geoids, counts)
+    table.close()
+    if outputs.microdata is not None:
+        microdata = ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts)
+        microdata.write_chunk(part.geoids, counts)
+        microdata.close()
+    for folder, columns in outputs.summary_tables:
+        writer = SummaryTableWriter(staged(folder), columns)
+        sources = [counts, *([part.units_counts] if len(columns) > 1 else [])]  # H1: the units' counts
+        writer.write_rows(np.asarray(part.geoids), sources)
+        writer.close()
+    for source, target in written:  # each part complete before it is in place
+        os.replace(source, target)
+    if outputs.units_schema is None or part.units_counts is None:
+        return {}
+    return disagreements(outputs.schema, outputs.units_schema, counts, part.units_counts)
+
+
+def finish_lowest_outputs(outputs: LowestOutputs, n_chunks: int, found: Iterable[Mapping[str, int]]
+                          ) -> dict[str, int] | None:
+    """Once every task is back: check every output holds one part per chunk (else the run fails), remove the
+    staging folder, and return the disagreements summed over the chunks (None without a units universe whose
+    disagreements are counted)."""
+    expected = {PART_FILE.format(i) for i in range(n_chunks)}
+    for folder in outputs.folders():
+        if {p.name for p in folder.iterdir()} != expected:
+            raise CensusDPError(f"internal error: {folder.name} does not hold one part per chunk of the lowest level")
+    shutil.rmtree(outputs.staging, ignore_errors=True)
+    total: Counter[str] = Counter()
+    for counts in found:
+        total.update(counts)
+    return dict(total) if outputs.units_schema is not None else None
