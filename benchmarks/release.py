@@ -117,7 +117,8 @@ def main() -> None:
 
 def _external_cluster(stack: contextlib.ExitStack, workers: int, folder: Path) -> str:
     """A scheduler and ``workers`` workers (with their nannies) started as ``dask`` commands; their address."""
-    env = {**os.environ, "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "0"}
+    env = {**{k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")},  # the driver's own setting
+           "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "0"}
     address_file = folder / "scheduler.json"
     command = [sys.executable, "-m", "dask"]
     log = stack.enter_context((folder / "cluster.log").open("w"))

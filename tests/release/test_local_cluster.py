@@ -15,6 +15,7 @@ import dask
 import numpy as np
 import psutil
 import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from pipeline.release.runner import DaskRunner
 
@@ -25,10 +26,19 @@ def _gone(pid: int) -> bool:
     return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def _blas_threads() -> set[int]:
+    return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+
+
 def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    own_blas = threadpool_limits(limits=2, user_api="blas")  # the driver's own setting, whatever this machine's
     runner = DaskRunner("dask-local:2")
     try:
+        # the driver's BLAS runs one thread while the workers share its cores (idle OpenBLAS threads spin), and
+        # so does each worker's (Dask's nannies set it)
+        assert _blas_threads() == {1}
+        assert set(runner.client.run(lambda: os.environ.get("OPENBLAS_NUM_THREADS")).values()) == {"1"}
         scheduler = runner._cluster.scheduler
         folder = scheduler._folder
         assert folder.is_dir() and (folder.stat().st_mode & 0o077) == 0  # only this user reads its log
@@ -50,6 +60,9 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypa
         assert runner.client.run_on_scheduler(dask.config.get, "distributed.admin.low-level-log-length") == 0
     finally:
         runner.close()
+        blas_after = _blas_threads()
+        own_blas.restore_original_limits()
+    assert blas_after == {2}  # given back at close
     assert not folder.exists()
     assert _gone(scheduler_pid) and all(_gone(pid) for pid in worker_pids)
 
