@@ -125,8 +125,12 @@ def _external_cluster(stack: contextlib.ExitStack, workers: int, folder: Path) -
     processes = [subprocess.Popen([*command, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
                                    "--scheduler-file", str(address_file)], env=env, stdout=log, stderr=log)]
     stack.callback(lambda: [(p.terminate(), p.wait()) for p in reversed(processes)])
+    deadline = time.monotonic() + 120
     while not address_file.exists() or not address_file.stat().st_size:
+        if time.monotonic() > deadline or processes[0].poll() is not None:
+            raise RuntimeError(f"the scheduler did not start: {folder / 'cluster.log'}")
         time.sleep(0.2)
+    time.sleep(0.5)  # the file is written in one go, but give its writer time to finish
     processes.append(subprocess.Popen([*command, "worker", "--scheduler-file", str(address_file), "--nworkers",
                                        str(workers), "--nthreads", "1", "--no-dashboard"], env=env, stdout=log,
                                       stderr=log))

@@ -150,7 +150,7 @@ def read_chunk(path: Path, first_row_group: int, shapes: Sequence[tuple[int, int
     return out
 
 
-INVARIANT_NODES = 1 << 18  # nodes per written piece: a level's invariants in bounded memory (a units block level)
+INVARIANT_NODES = 1 << 16  # nodes per written piece: a level's invariants in bounded memory (a units block level)
 
 
 def write_invariants(directory: Path, per_level: Sequence[tuple[str, np.ndarray, Sequence[QueryInvariant]]]) -> Path:

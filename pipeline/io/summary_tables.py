@@ -76,11 +76,12 @@ class SummaryTableWriter:
     """One level's wide table, written as its nodes' counts arrive: GEOID, then every part's variables summed from
     that part's counts.  ``ROWS_PER_WRITE`` nodes at a time, so memory is a few MB whatever the level's size."""
 
-    def __init__(self, path: Path, columns: Sequence[TableColumns]) -> None:
+    def __init__(self, path: Path, columns: Sequence[TableColumns], make_folder: bool = True) -> None:
         names = [v.name for part in columns for v in part.variables]
         self.schema = pa.schema([pa.field("GEOID", pa.string()), *(pa.field(n, pa.int64()) for n in names)])
         self.columns = tuple(columns)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if make_folder:
+            path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._writer = pq.ParquetWriter(path, self.schema)
 

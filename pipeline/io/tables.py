@@ -26,8 +26,9 @@ def _nonzero(counts: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 class _ChunkedParquet:
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, schema: pa.Schema, make_folder: bool = True) -> None:
+        if make_folder:  # a part's writer does not: its folder gone means its run is (release.lowest_parts)
+            path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._writer = pq.ParquetWriter(path, schema)
 
@@ -43,9 +44,9 @@ class _ChunkedParquet:
 class LevelTableWriter(_ChunkedParquet):
     """tables/<level>.parquet (or, at the lowest level, one part of it): geoid, one column per attribute, count."""
 
-    def __init__(self, path: Path, schema: Schema) -> None:
+    def __init__(self, path: Path, schema: Schema, make_folder: bool = True) -> None:
         fields = [pa.field("geoid", pa.string())] + [pa.field(a.name, pa.string()) for a in schema.attributes]
-        super().__init__(path, pa.schema([*fields, pa.field("count", pa.int64())]))
+        super().__init__(path, pa.schema([*fields, pa.field("count", pa.int64())]), make_folder)
         self.schema = schema
 
     def write_chunk(self, geoids: np.ndarray, counts: sp.csr_matrix) -> None:
@@ -68,9 +69,10 @@ class ProtectedMicrodataWriter(_ChunkedParquet):
     each attribute under its source column name with the first source value that maps to its label.
     """
 
-    def __init__(self, path: Path, schema: Schema, geocode_parts: tuple[tuple[str, int], ...]) -> None:
+    def __init__(self, path: Path, schema: Schema, geocode_parts: tuple[tuple[str, int], ...],
+                 make_folder: bool = True) -> None:
         names = ["geocode", *[name for name, _ in geocode_parts], *[a.column for a in schema.attributes]]
-        super().__init__(path, pa.schema([pa.field(n, pa.string()) for n in names]))
+        super().__init__(path, pa.schema([pa.field(n, pa.string()) for n in names]), make_folder)
         self.schema, self.geocode_parts = schema, geocode_parts
         self.source_labels = []
         for attribute in schema.attributes:

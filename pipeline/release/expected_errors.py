@@ -12,14 +12,18 @@ those were measured to be more accurate above and at the blocks (BENCHMARKS.md, 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from pipeline.config.model import SummaryTables
+from pipeline.config.schema import Query, Schema
 from pipeline.io.summary_tables import table_variables, variable_matrix
 from pipeline.release.full_information import gls_problem
 from pipeline.release.run import ReleaseRun, stage_output
+from postprocess import QueryInvariant
 from postprocess.gls_areas import mean_area_variances
 
 log = logging.getLogger("censusdp")
@@ -28,35 +32,73 @@ MAIN_VARIABLES = {"P1_001N": "total", "P1_003N": "White alone", "P1_004N": "Blac
                   "P1_009N": "two or more races", "P2_002N": "Hispanic or Latino"}
 
 
+@dataclass(frozen=True)
+class ExpectedErrorsJob:
+    """What the expected errors depend on, self-contained for a runner: the design only (public)."""
+
+    schema: Schema
+    parents: tuple[np.ndarray, ...]  # per level: each node's parent (the tree)
+    n_nodes: tuple[int, ...]  # per level
+    queries: tuple[tuple[tuple[Query, Fraction], ...], ...]  # per level: each measured query and its σ²
+    invariants: dict[int, list[QueryInvariant]]  # published exactly
+    level_names: tuple[str, ...]
+    reconciliation: str
+
+    def __repr__(self) -> str:
+        return f"ExpectedErrorsJob(levels={self.level_names})"
+
+
+def expected_errors_job(run: ReleaseRun) -> ExpectedErrorsJob | None:
+    """The run's job, or None without the pl94 tables (nothing to compute)."""
+    if SummaryTables.PL94 not in run.config.output.tables:
+        return None
+    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    schema = run.schema
+    queries = tuple(tuple((schema.parse_query(a.query), a.sigma2) for a in run.level_allocations(level))
+                    for level in range(tree.depth))
+    return ExpectedErrorsJob(schema, tuple(tree.parent), tuple(tree.n_nodes(i) for i in range(tree.depth)), queries,
+                             dict(run.invariants),
+                             tuple(lv.name for lv in run.config.levels), str(run.config.reconciliation_method))
+
+
 def expected_errors(run: ReleaseRun) -> dict[str, Any]:
     """``{"variables": name -> label, "levels": level -> name -> root mean square standard error (persons)}``;
     empty without the pl94 tables, or when the GLS is not defined (lowest-level cells no query determines)."""
-    if SummaryTables.PL94 not in run.config.output.tables:
-        return {}
-    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
-    schema = run.schema
+    job = expected_errors_job(run)
+    return record_expected_errors(run, compute_expected_errors(job)) if job is not None else {}
+
+
+def record_expected_errors(run: ReleaseRun, computed: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
+    """A job's result for the run: its errors, and the warning of a design where they are not defined."""
+    errors, problem = computed
+    if problem is not None:
+        log.warning("expected errors not computed: %s", problem)
+        run.warnings.append(f"the report's expected errors were not computed: {problem}")
+    return errors
+
+
+def compute_expected_errors(job: ExpectedErrorsJob) -> tuple[dict[str, Any], str | None]:
+    """The job's expected errors (empty, with the reason, when the GLS is not defined).  Runs anywhere: on the
+    driver, or on a worker while the lowest level is reconciled (``release.stages.reconcile``)."""
+    schema = job.schema
     variables = [v for v in table_variables(SummaryTables.PL94) if v.name in MAIN_VARIABLES]
     weights = variable_matrix(schema, variables).T.toarray().astype(float)
-    measured = []
-    for level in range(tree.depth):
-        queries = [(schema.parse_query(a.query), a.sigma2) for a in run.level_allocations(level)]
-        # the variances do not depend on the data: zero-stride stand-ins of the right shape
-        measured.append([(q, s2, np.broadcast_to(np.zeros(1), (tree.n_nodes(level), schema.query_cells(q))))
-                         for q, s2 in queries])
-    levels = gls_problem(schema, [tree.parent[level] for level in range(tree.depth)], measured, run.invariants)
-    node = np.arange(tree.n_nodes(tree.depth - 1))
+    depth, n_nodes = len(job.parents), job.n_nodes
+    # the variances do not depend on the data: zero-stride stand-ins of the right shape
+    measured = [[(q, s2, np.broadcast_to(np.zeros(1), (n_nodes[level], schema.query_cells(q))))
+                 for q, s2 in job.queries[level]] for level in range(depth)]
+    levels = gls_problem(schema, list(job.parents), measured, job.invariants)
+    node = np.arange(n_nodes[-1])
     out: dict[str, dict[str, float]] = {}
     try:
-        for level in range(tree.depth - 1, -1, -1):  # node: every block's ancestor at this level
-            rms = np.sqrt(mean_area_variances(levels, schema.shape, node, tree.n_nodes(level), weights))
+        for level in range(depth - 1, -1, -1):  # node: every block's ancestor at this level
+            rms = np.sqrt(mean_area_variances(levels, schema.shape, node, n_nodes[level], weights))
             rms[rms < ZERO] = 0.0  # invariant counts: exactly 0 up to the solver's rounding
-            out[run.config.levels[level].name] = {v.name: float(rms[j]) for j, v in enumerate(variables)}
+            out[job.level_names[level]] = {v.name: float(rms[j]) for j, v in enumerate(variables)}
             if level:
-                node = tree.parent[level][node]
+                node = job.parents[level][node]
     except ValueError as error:  # public: a design problem (unidentifiable cells), never a data value
-        log.warning("expected errors not computed: %s", error)
-        run.warnings.append(f"the report's expected errors were not computed: {error}")
-        return {}
+        return {}, str(error)
     return {"variables": {v.name: MAIN_VARIABLES[v.name] for v in variables},
-            "reconciliation": str(run.config.reconciliation_method),
-            "levels": {spec.name: out[spec.name] for spec in run.config.levels}}
+            "reconciliation": job.reconciliation,
+            "levels": {name: out[name] for name in job.level_names}}, None

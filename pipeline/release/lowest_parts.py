@@ -11,10 +11,17 @@ sends back only its report and its count of blocks where persons and units disag
     tables/<set>/<lowest>.parquet/part-NNNNNN.parquet     each summary table set's lowest level
 
 ``NNNNNN`` is the chunk's index, so name order is node order, and each output is a Parquet dataset that pyarrow,
-polars, pandas and Spark read as one table from its folder's path (DuckDB: ``read_parquet('…/*.parquet')``).  A part
-is written under a temporary name outside its folder and renamed into place, so a task run twice (a lost worker)
-leaves one part.  The driver checks every part is there once the level is done.  The housing columns (H1) come from
-the units universe's counts of the same blocks, reconciled before and carried in the task.
+polars, pandas and Spark read as one table from its folder's path (DuckDB: ``read_parquet('…/*.parquet')``).
+
+A chunk's parts are written under names of their own (a fresh token per attempt) in the level's staging folder,
+and renamed into place once all are complete: a task run twice (a lost worker) leaves one part of each, and a task
+that fails before its renames leaves none.  The staging folder is the attempt's own (``.lowest-parts-<token>``),
+and no part's writer creates a folder: a task of an abandoned attempt still running on a worker (Dask cannot stop
+a running task) fails once a new attempt (``--resume``) has removed its staging folder, or once its run folder is
+gone, instead of writing a part the new attempt would publish.  The driver checks every output holds exactly one
+part per chunk once the level is done (a failure between a chunk's renames leaves some of its parts: the run
+fails).  The housing columns (H1) come from the units universe's counts of the same blocks, reconciled before and
+carried in the task.
 
 Post-processing of published counts only (Thm 19.25): a task carries public values, and the workers that write
 the parts are those that already read the records (docs/dask.md, the trust boundary).
@@ -41,7 +48,7 @@ from pipeline.release.run import ReleaseRun, stage_output
 from pipeline.release.universes import check_same_blocks, disagreements, disagreements_apply
 
 PART_FILE = "part-{:06d}.parquet"  # a chunk's part of each lowest output: name order is node order
-STAGING = ".lowest-parts"  # under the run's work_dir: parts being written, renamed into place when complete
+STAGING = ".lowest-parts-"  # + an attempt's token, under the run's work_dir: parts renamed into place when complete
 MICRODATA = "microdata.parquet"
 
 
@@ -76,7 +83,7 @@ class LowestPart:
 
 
 def lowest_outputs(run: ReleaseRun) -> LowestOutputs:
-    """The main universe's lowest outputs, their folders made empty (a resumed run's leftovers go)."""
+    """The main universe's lowest outputs for this attempt, their folders made empty (``prepare``)."""
     config, work = run.config, run.work_dir
     check_same_blocks(run)  # the units' blocks are paired with these by position
     units_schema = run.units.schema if run.units is not None else None
@@ -87,13 +94,23 @@ def lowest_outputs(run: ReleaseRun) -> LowestOutputs:
         summary_tables=tuple((str(summary_path(work / "tables", tables, lowest)),
                               tuple(table_columns(tables, run.schema, units_schema)))
                              for tables in config.output.tables),
-        staging=str(work / STAGING), schema=run.schema, geocode_parts=config.output.geocode_parts,
+        staging=str(work / f"{STAGING}{uuid.uuid4().hex}"), schema=run.schema,
+        geocode_parts=config.output.geocode_parts,
         units_schema=units_schema if units_schema is not None and disagreements_apply(run.schema, units_schema)
         else None)
-    for folder in [*outputs.folders(), Path(outputs.staging)]:
+    prepare(outputs)
+    return outputs
+
+
+def prepare(outputs: LowestOutputs) -> None:
+    """Empty output folders and this attempt's staging folder; an earlier attempt's parts and staging folders go
+    (a resumed run's leftovers, and what its tasks still running would rename into place)."""
+    staging = Path(outputs.staging)
+    for earlier in staging.parent.glob(f"{STAGING}*"):
+        shutil.rmtree(earlier, ignore_errors=True)
+    for folder in [*outputs.folders(), staging]:
         shutil.rmtree(folder, ignore_errors=True) if folder.is_dir() else folder.unlink(missing_ok=True)
         folder.mkdir(parents=True)
-    return outputs
 
 
 def lowest_part(run: ReleaseRun, outputs: LowestOutputs, index: int, start: int, stop: int) -> LowestPart:
@@ -106,7 +123,7 @@ def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]
     """Write the chunk's part of every lowest output; return its disagreement counts (empty without units)."""
     outputs, name = part.outputs, PART_FILE.format(part.index)
     staging = Path(outputs.staging)
-    token = uuid.uuid4().hex  # this attempt's own names: a second attempt of the task never shares them
+    token = uuid.uuid4().hex  # this task attempt's own names: a second attempt of the task never shares them
 
     def staged(folder: str) -> Path:
         source = staging / f"{token}-{len(written)}-{name}"
@@ -114,15 +131,16 @@ def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]
         return source
 
     written: list[tuple[Path, Path]] = []
-    table = LevelTableWriter(staged(outputs.level_table), outputs.schema)
+    table = LevelTableWriter(staged(outputs.level_table), outputs.schema, make_folder=False)
     table.write_chunk(part.geoids, counts)
     table.close()
     if outputs.microdata is not None:
-        microdata = ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts)
+        microdata = ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts,
+                                             make_folder=False)
         microdata.write_chunk(part.geoids, counts)
         microdata.close()
     for folder, columns in outputs.summary_tables:
-        writer = SummaryTableWriter(staged(folder), columns)
+        writer = SummaryTableWriter(staged(folder), columns, make_folder=False)
         sources = [counts, *([part.units_counts] if len(columns) > 1 else [])]  # H1: the units' counts
         writer.write_rows(np.asarray(part.geoids), sources)
         writer.close()

@@ -23,6 +23,10 @@ class LocalRunner:
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         return (fn(task) for task in tasks)
 
+    def submit(self, fn: Callable[[Any], Any], task: Any) -> Callable[[], Any]:
+        """``fn(task)``, computed here when its result is asked for."""
+        return lambda: fn(task)
+
     def close(self) -> None:
         pass
 
@@ -47,12 +51,17 @@ class DaskRunner:
                 except BaseException:
                     self._cluster.close()
                     raise
-                self._blas = driver_blas_single()
             else:
                 self.client = Client(spec)
-        # two tasks per worker thread in flight: enough to keep every worker busy, and the driver holds no more
-        # than that many tasks (a chunk's GLS targets are tens of MB)
-        self.window = window or max(4, 2 * sum(self.client.nthreads().values()))
+        try:
+            # two tasks per worker thread in flight: enough to keep every worker busy, and the driver holds no more
+            # than that many tasks (a chunk's GLS targets are tens of MB)
+            self.window = window or max(4, 2 * sum(self.client.nthreads().values()))
+        except BaseException:
+            self.close()
+            raise
+        if self._cluster is not None:  # the last step: nothing after it can fail and leave the limit set
+            self._blas = driver_blas_single()
 
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         pending: deque[Any] = deque()
@@ -63,13 +72,19 @@ class DaskRunner:
         while pending:
             yield pending.popleft().result()
 
+    def submit(self, fn: Callable[[Any], Any], task: Any) -> Callable[[], Any]:
+        """``fn(task)`` started on a worker now, beside what ``map`` runs next; the returned call waits for it."""
+        return self.client.submit(fn, task, pure=False).result
+
     def close(self) -> None:
-        self.client.close()
-        if self._cluster is not None:
-            self._cluster.close()
-        if self._blas is not None:
-            self._blas.restore_original_limits()
-            self._blas = None
+        try:
+            self.client.close()
+            if self._cluster is not None:
+                self._cluster.close()
+        finally:  # the driver's own BLAS setting comes back whatever the cluster's closing does
+            if self._blas is not None:
+                self._blas.restore_original_limits()
+                self._blas = None
 
 
 def driver_blas_single() -> Any:

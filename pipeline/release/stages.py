@@ -46,6 +46,7 @@ from pipeline.io.microdata import geography_units, read_input_files
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter
 from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
+from pipeline.release.expected_errors import compute_expected_errors, expected_errors_job
 from pipeline.release.full_information import (  # noqa: F401 - estimate: a stage (STAGES)
     ReconciliationMethod,
     discard_targets,
@@ -211,6 +212,8 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
     own_runner = runner is None
     runner = make_runner("local") if own_runner else runner
+    if outputs is not None and (job := expected_errors_job(run)) is not None:  # design only: starts now, on Dask
+        run.pending_expected_errors = runner.submit(compute_expected_errors, job)  # beside the lowest level
     writer = LevelTableWriter(run.work_dir / "tables" / f"{name}.parquet", run.schema) if outputs is None else None
     parts, reports, found = [], [], []
     spans: deque[tuple[int, int]] = deque()  # the nodes of the tasks handed to the runner, whose results are due

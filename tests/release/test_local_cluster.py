@@ -26,18 +26,23 @@ def _gone(pid: int) -> bool:
     return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
-def _blas_threads() -> set[int]:
-    return {pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"}
+def _blas_threads() -> dict[str, int]:
+    """Each BLAS library's threads, by file (a library built without threads, e.g. one a solver brings, stays at 1
+    whatever is asked of it: left out)."""
+    return {pool["filepath"]: pool["num_threads"] for pool in threadpool_info()
+            if pool["user_api"] == "blas" and pool.get("threading_layer") != "disabled"}
 
 
 def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     own_blas = threadpool_limits(limits=2, user_api="blas")  # the driver's own setting, whatever this machine's
+    before = _blas_threads()
+    assert before and set(before.values()) == {2}
     runner = DaskRunner("dask-local:2")
     try:
         # the driver's BLAS runs one thread while the workers share its cores (idle OpenBLAS threads spin), and
         # so does each worker's (Dask's nannies set it)
-        assert _blas_threads() == {1}
+        assert _blas_threads() == dict.fromkeys(before, 1)
         assert set(runner.client.run(lambda: os.environ.get("OPENBLAS_NUM_THREADS")).values()) == {"1"}
         scheduler = runner._cluster.scheduler
         folder = scheduler._folder
@@ -56,13 +61,15 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypa
         payload = np.arange(20_000, dtype=np.int64)
         assert list(runner.map(np.sum, [payload, payload + 1])) == [payload.sum(), payload.sum() + 20_000]
         assert len(runner.client.scheduler_comm.recent_message_log) == 0
+        started = runner.submit(lambda _: os.getpid(), None)
+        assert started() in worker_pids  # a job started beside the mapped tasks runs on a worker
         # (the scheduler runs with -P: a function of this test module is not importable there, dask's is)
         assert runner.client.run_on_scheduler(dask.config.get, "distributed.admin.low-level-log-length") == 0
     finally:
         runner.close()
         blas_after = _blas_threads()
         own_blas.restore_original_limits()
-    assert blas_after == {2}  # given back at close
+    assert blas_after == before  # given back at close
     assert not folder.exists()
     assert _gone(scheduler_pid) and all(_gone(pid) for pid in worker_pids)
 

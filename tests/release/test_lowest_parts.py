@@ -39,7 +39,8 @@ def counts_of(seed: int) -> sp.csr_matrix:
 
 
 def write_all(out: LowestOutputs, counts: sp.csr_matrix) -> None:
-    for index, (start, stop) in enumerate(CHUNKS):
+    for index in (2, 0, 1):  # as tasks finish, not in node order
+        start, stop = CHUNKS[index]
         assert write_lowest_part(LowestPart(out, index, GEOIDS[start:stop], None), counts[start:stop]) == {}
 
 
@@ -62,15 +63,43 @@ def test_the_parts_read_as_one_table_in_node_order(tmp_path: Path) -> None:
     assert not Path(out.staging).exists()
 
 
-def test_a_task_run_twice_leaves_one_part_with_its_rows(tmp_path: Path) -> None:
-    """A lost worker's task runs again: the second attempt replaces the first's part, nothing is doubled."""
+def test_a_task_run_twice_leaves_one_part_with_its_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lost worker's task runs again: the second attempt replaces the first's part, nothing is doubled; two
+    attempts never stage under the same names (running at once, neither renames the other's half-written file)."""
     out, counts = outputs(tmp_path), counts_of(2)
     write_all(out, counts)
     first = pq.read_table(out.level_table)
-    write_lowest_part(LowestPart(out, 1, GEOIDS[4:5], None), counts[4:5])
+    staged: list[list[str]] = []
+    real_replace = lowest_parts.os.replace
+    monkeypatch.setattr(lowest_parts.os, "replace", lambda a, b: (staged[-1].append(Path(a).name), real_replace(a, b)))
+    for _ in range(2):
+        staged.append([])
+        write_lowest_part(LowestPart(out, 1, GEOIDS[4:5], None), counts[4:5])
+    assert len(staged[0]) == len(staged[1]) == 2 and not set(staged[0]) & set(staged[1])
     assert len(list(Path(out.microdata).iterdir())) == 3
     assert pq.read_table(out.level_table).equals(first)
     assert list(Path(out.staging).iterdir()) == []
+
+
+def test_a_new_attempt_clears_the_folders_and_an_old_attempts_task_writes_nothing(tmp_path: Path) -> None:
+    """--resume after a failed attempt whose tasks may still run on workers: the new attempt's folders start empty,
+    and a task of the old one fails (its staging folder is gone, and no part writer creates one) with no part in
+    place, so nothing of the old attempt is published."""
+    old = outputs(tmp_path)
+    write_all(old, counts_of(5))
+    leftover = Path(old.staging) / "half-written.parquet"
+    leftover.write_bytes(b"")
+    new = dataclasses.replace(old, staging=str(tmp_path / f"{lowest_parts.STAGING}second"))
+    Path(old.staging).rename(tmp_path / f"{lowest_parts.STAGING}first")  # an earlier attempt's own staging folder
+    old = dataclasses.replace(old, staging=str(tmp_path / f"{lowest_parts.STAGING}first"))
+    lowest_parts.prepare(new)
+    assert not Path(old.staging).exists() and list(Path(new.staging).iterdir()) == []
+    assert all(list(folder.iterdir()) == [] for folder in new.folders())
+    with pytest.raises(FileNotFoundError):
+        write_lowest_part(LowestPart(old, 0, GEOIDS[:4], None), counts_of(5)[:4])
+    assert all(list(folder.iterdir()) == [] for folder in new.folders()) and not Path(old.staging).exists()
+    write_all(new, counts_of(6))
+    finish_lowest_outputs(new, len(CHUNKS), [{}] * len(CHUNKS))
 
 
 def test_a_part_that_fails_half_way_puts_nothing_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,89 @@
+"""The report's expected errors depend on the design only, so they start on the runner with the lowest level's
+reconciliation (on Dask, a worker computes them while the blocks are reconciled) and ``tabulate`` only collects
+them; a design where they are not defined gives a warning, not a failure."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.cli.commands import preset_text
+from pipeline.config.load import load_config
+from pipeline.dp.random_source import seeded_random_source
+from pipeline.release import expected_errors as expected_module
+from pipeline.release import stages, tabulate
+from pipeline.release.expected_errors import compute_expected_errors, expected_errors, expected_errors_job
+from pipeline.release.runner import LocalRunner
+from pipeline.synth.population import write_synthetic
+
+
+class RecordingRunner(LocalRunner):
+    """The local runner, recording what it was handed and in which order."""
+
+    def __init__(self, calls: list[tuple[str, Any]]) -> None:
+        self.calls = calls
+
+    def map(self, fn: Any, tasks: Any) -> Any:
+        self.calls.append(("map", fn.__name__))
+        return super().map(fn, tasks)
+
+    def submit(self, fn: Any, task: Any) -> Any:
+        self.calls.append(("submit", fn.__name__))
+        return super().submit(fn, task)
+
+
+def pl94_config(tmp_path: Path) -> Path:
+    files = write_synthetic(1500, 4, tmp_path / "data")
+    config = tmp_path / "pl94.toml"  # the preset's text (not `censusdp init`: the CLI would set up the log's handler)
+    text = preset_text("pl94").replace('"microdata.parquet"', f'"{files.microdata}"')
+    text = text.replace('"geography.parquet"', f'"{files.geography}"').replace('"units.parquet"', f'"{files.units}"')
+    config.write_text(text)
+    return config
+
+
+def test_started_with_the_lowest_level_and_collected_by_tabulate(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, Any]] = []
+    monkeypatch.setattr(stages, "make_runner", lambda spec: RecordingRunner(calls))
+    held = []
+    real_tabulate = stages.tabulate
+
+    def tabulate_spy(run: stages.ReleaseRun) -> None:
+        held.append(run)
+        real_tabulate(run)
+
+    def not_here(run: stages.ReleaseRun) -> dict[str, Any]:
+        raise AssertionError("tabulate computed the expected errors again")
+
+    monkeypatch.setattr(stages, "tabulate", tabulate_spy)
+    monkeypatch.setattr(tabulate, "expected_errors", not_here)
+    config = load_config(pl94_config(tmp_path))
+    stages.run_release(config, tmp_path / "runs", seeded_random_source(3))
+    (run,) = held
+    reconciled = [call for call in calls if call == ("map", "reconcile_chunk")]
+    started = calls.index(("submit", "compute_expected_errors"))
+    # once, before the persons' lowest level's tasks (the last reconcile_chunk map), after every other level's
+    assert calls.count(("submit", "compute_expected_errors")) == 1 and len(reconciled) == 2 * len(config.levels)
+    assert calls[started + 1] == ("map", "reconcile_chunk") and ("map", "reconcile_chunk") not in calls[started + 2:]
+    assert run.pending_expected_errors is None
+    assert run.expected_errors == expected_errors(run) and run.expected_errors["levels"]["block"]["P1_001N"] > 0
+
+
+def test_a_design_without_them_warns_instead_of_failing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing measured at the blocks: the GLS does not determine their cells, so no expected error is defined."""
+    held = []
+    real_tabulate = stages.tabulate
+    monkeypatch.setattr(stages, "tabulate", lambda run: (held.append(run), real_tabulate(run)))
+    stages.run_release(load_config(pl94_config(tmp_path)), tmp_path / "runs", seeded_random_source(3))
+    (run,) = held
+    run.warnings.clear()
+    job = expected_errors_job(run)
+    assert job is not None
+    unmeasured = dataclasses.replace(job, queries=(*job.queries[:-1], ()))
+    errors, problem = compute_expected_errors(unmeasured)
+    assert errors == {} and problem
+    assert expected_module.record_expected_errors(run, (errors, problem)) == {}
+    assert run.warnings == [f"the report's expected errors were not computed: {problem}"]
