@@ -57,8 +57,8 @@ def expected_errors_job(run: ReleaseRun) -> ExpectedErrorsJob | None:
     queries = tuple(tuple((schema.parse_query(a.query), a.sigma2) for a in run.level_allocations(level))
                     for level in range(tree.depth))
     return ExpectedErrorsJob(schema, tuple(tree.parent), tuple(tree.n_nodes(i) for i in range(tree.depth)), queries,
-                             dict(run.invariants),
-                             tuple(lv.name for lv in run.config.levels), str(run.config.reconciliation_method))
+                             dict(run.invariants), tuple(lv.name for lv in run.config.levels),
+                             str(run.config.reconciliation_method))
 
 
 def expected_errors(run: ReleaseRun) -> dict[str, Any]:

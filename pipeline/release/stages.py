@@ -239,8 +239,8 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
         if own_runner:
             runner.close()
     if outputs is not None:
-        disagreements = finish_lowest_outputs(outputs, len(parts), found)
-        run.disagreements = disagreements if disagreements is not None else run.disagreements
+        if (disagreements := finish_lowest_outputs(outputs, len(parts), found)) is not None:
+            run.disagreements = disagreements
     else:
         run.counts[level] = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
     run.diagnostics[name] = merge_reports(reports)
