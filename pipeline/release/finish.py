@@ -31,6 +31,7 @@ from pipeline.io.measurements import (
 )
 from pipeline.io.run_folder import read_record
 from pipeline.release import stages
+from pipeline.release.lowest_parts import MICRODATA
 from pipeline.release.run import UNITS_DIR, attach_units
 
 
@@ -166,7 +167,7 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
     if str(charge.rho) != marker["rho_exact"]:
         raise CensusDPError(f"cannot resume run {run_id}: its measurements spent rho {marker['rho_exact']} but the "
                             f"ledger charged {charge.rho}")
-    for leftover in ("tables", "microdata.parquet", "manifest.json", "report.md", f"{UNITS_DIR}/tables"):
+    for leftover in ("tables", MICRODATA, "manifest.json", "report.md", f"{UNITS_DIR}/tables"):
         path = work_dir / leftover
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     recorded = RecordedSource(marker["random_source"]["name"], _vouched(charge, work_dir / "measurements"))

@@ -23,8 +23,8 @@ part per chunk once the level is done (a failure between a chunk's renames leave
 fails).  The housing columns (H1) come from the units universe's counts of the same blocks, reconciled before and
 carried in the task.
 
-Post-processing of published counts only (Thm 19.25): a task carries public values, and the workers that write
-the parts are those that already read the records (docs/dask.md, the trust boundary).
+Post-processing of published counts only (Thm 19.25): a task carries public values.  The workers that write the
+parts are trusted with the published files' integrity, as with the counts they compute (docs/dask.md).
 """
 
 from __future__ import annotations
@@ -108,9 +108,10 @@ def prepare(outputs: LowestOutputs) -> None:
     staging = Path(outputs.staging)
     for earlier in staging.parent.glob(f"{STAGING}*"):
         shutil.rmtree(earlier, ignore_errors=True)
-    for folder in [*outputs.folders(), staging]:
+    for folder in outputs.folders():
         shutil.rmtree(folder, ignore_errors=True) if folder.is_dir() else folder.unlink(missing_ok=True)
         folder.mkdir(parents=True)
+    staging.mkdir(parents=True)
 
 
 def lowest_part(run: ReleaseRun, outputs: LowestOutputs, index: int, start: int, stop: int) -> LowestPart:
