@@ -74,6 +74,8 @@ def main() -> None:
         config = dataclasses.replace(config, runner=args.runner)
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}  # the driver's peak RSS (GB) once the stage is done: where it jumps, that stage
+        stage_peaks: dict[str, float] = {}  # the driver's peak RSS within the stage (Linux: VmHWM reset before it)
+        after: dict[str, float] = {}  # the driver's RSS at the stage's end: what it leaves to the next
         cpu: dict[str, float] = {}  # the driver's own CPU seconds (all its threads): its serial share of a stage
 
         def timed(stage: stages.Stage, function, call_args: tuple) -> object:  # noqa: ANN001
@@ -81,6 +83,7 @@ def main() -> None:
             level = f" {config.levels[rest[0]].name}" if stage.per_level else ""
             name = f"{stage.name}{'' if run.main else ' (units)'}{level}"
             profiler = cProfile.Profile() if name in args.profile else None
+            _reset_peak()
             t, used = time.perf_counter(), _cpu_seconds()
             if profiler is not None:
                 profiler.enable()
@@ -90,7 +93,12 @@ def main() -> None:
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
             cpu[name] = cpu.get(name, 0.0) + _cpu_seconds() - used
-            peaks[name] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+            # the stage's own peak (resetting the kernel's high-water mark resets ru_maxrss too: the running
+            # maximum is kept here)
+            own = _status_gb("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+            stage_peaks[name] = max(stage_peaks.get(name, 0.0), own)
+            peaks[name] = max([own, *peaks.values()])
+            after[name] = _status_gb("VmRSS") or float("nan")
             return result
 
         run = stages.start_release(config, folder / "runs", system_random_source())
@@ -98,19 +106,21 @@ def main() -> None:
         tree = run.tree
         assert tree is not None
         nodes = {lv.name: tree.n_nodes(i) for i, lv in enumerate(config.levels)}
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    peak_gb = max([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, *peaks.values()])
     # a local Dask cluster's worker processes are this process's children (ended by now): the largest one's peak
     child_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2
     n_cells = config.schema.n_cells
     print(f"persons={args.persons:,} preset={args.preset} units={config.units is not None} "
           f"reconciliation={config.reconciliation_method} "
           f"runner={args.runner} nodes={nodes} synth={synth_s:.1f}s")
-    print("| stage | seconds | driver CPU (s) | detailed cells/s | peak RSS after (GB) |\n|---|---|---|---|---|")
+    print("| stage | seconds | driver CPU (s) | detailed cells/s | peak RSS after (GB) | stage's peak / RSS at its end "
+          "(GB) |\n|---|---|---|---|---|---|")
     for name, seconds in timings.items():
         persons_level = name.startswith(("reconcile ", "measure ")) and "(units)" not in name
         level = name.split(" ")[-1] if persons_level else None  # the rate counts the persons' detailed cells
         rate = f"{nodes[level] * n_cells / seconds:,.0f}" if level in nodes and seconds > 0 else ""
-        print(f"| {name} | {seconds:.2f} | {cpu[name]:.2f} | {rate} | {peaks[name]:.2f} |")
+        print(f"| {name} | {seconds:.2f} | {cpu[name]:.2f} | {rate} | {peaks[name]:.2f} | "
+              f"{stage_peaks[name]:.2f} / {after[name]:.2f} |")
     print(f"| total release | {sum(timings.values()):.2f} |")
     print(f"peak RSS: {peak_gb:.2f} GB (this process); largest child process (a Dask worker): {child_gb:.2f} GB")
 
@@ -139,6 +149,23 @@ def _external_cluster(stack: contextlib.ExitStack, workers: int, folder: Path) -
     with Client(scheduler_file=str(address_file)) as client:
         client.wait_for_workers(workers, timeout=120)
         return client.scheduler.address
+
+
+def _reset_peak() -> None:
+    """Reset the kernel's high-water mark of this process's RSS (Linux: ``clear_refs`` 5), so the next VmHWM is
+    one stage's own peak; elsewhere a no-op (a stage's peak is then the process's so far)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _status_gb(field: str) -> float | None:
+    """A memory field of /proc/self/status (kB) in GB, or None where there is none."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return None
+    values = [line.split()[1] for line in lines if line.startswith(field + ":")]
+    return int(values[0]) / 1024**2 if values else None
 
 
 def _cpu_seconds() -> float:
