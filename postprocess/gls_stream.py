@@ -16,8 +16,9 @@ slice of its rotated cube), kept in the caller's ``CubeStore`` (the release's: p
 by range, never memory-mapped: touched pages of a map count in the resident set).  They are public values
 (post-processing of noisy measurements) and are removed by ``close`` (or at garbage collection).
 
-Memory.  O(chunk): a handful of (chunk nodes, C) float cubes (the chunk's data, its invariants' least-norm
-solutions, the children sums, the estimate).  O(nodes × small), data-free, held for the stream's life: per
+Memory.  O(chunk): the chunk's data as read; above the lowest level, the steps' handful of float cubes (rotated
+data, its invariants' least-norm solutions, the children sums, the estimate) are formed for a slice of whole
+families at a time (``SLICE_CELLS``), at the lowest level for the chunk.  O(nodes × small), data-free, held for the stream's life: per
 subspace S and level above the lowest, every node's Φ, Φ̄⁻¹ and posterior covariance (K_S×K_S each; K_S = 1
 without recodes); at the lowest level those depend on the node's parent only (its own Φ is level-wide), so they
 are held per parent — nothing of size n_lowest except the parent index the caller passes.  Disk: at most two
@@ -43,6 +44,7 @@ Reader = Callable[[int, int, int], tuple[Sequence[np.ndarray], Sequence[np.ndarr
 # the lowest level's up pass: every chunk's job -> its parents' children sums, in chunk order (e.g. run on workers
 # that read the chunk's measurements themselves); by default each job is run here with the Reader
 LowestSums = Callable[[Iterator[LowestChunk]], Iterable[np.ndarray]]
+SLICE_CELLS = 1 << 18  # cells per slice of a level above the lowest in the passes: 2 MB a float64 temporary
 
 
 def _stand_in(level: StreamLevel) -> GlsLevel:
@@ -57,8 +59,9 @@ class StreamedGls:
     ``solve_gls_streamed``.  ``close`` (or the end of a ``with`` block) closes its store (which removes its files)."""
 
     def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
-                 lowest_sums: LowestSums | None = None) -> None:
+                 lowest_sums: LowestSums | None = None, slice_cells: int = SLICE_CELLS) -> None:
         self._lowest_sums = lowest_sums or self._local_sums
+        self._slice_cells = slice_cells
         self.shape = tuple(int(n) for n in shape)
         self.levels = list(levels)
         self.sizes = check_plan(self.levels, self.shape)
@@ -93,10 +96,12 @@ class StreamedGls:
                                   frame.phi_of(level, start, stop))
                      for subset, frame in zip(self.subsets, self._frames, strict=True))
 
-    def _up(self, level: int, start: int, stop: int, below: np.ndarray) -> np.ndarray:
-        """z̃ of a chunk above the lowest level (rotated cube); ``below``: its children sums Σz̃."""
+    def _up(self, level: int, start: int, stop: int, data: tuple[Sequence[np.ndarray], Sequence[np.ndarray]],
+            below: np.ndarray) -> np.ndarray:
+        """z̃ of nodes [start, stop) of a level above the lowest (rotated cube), from their noisy answers and
+        invariant values (``data``, as the Reader's) and their children sums Σz̃ (``below``)."""
         spec = self.levels[level]
-        noisy, values = self._read(level, start, stop)
+        noisy, values = data
         cube, exact = rotated_chunk(level, spec.queries, spec.invariants, self.bases, noisy, values, stop - start)
         terms = []
         for frame in self._frames:
@@ -157,11 +162,20 @@ class StreamedGls:
             self._scratch.write("sum", lowest - 1, sums)
         for level in range(lowest - 1, -1, -1):
             for start, stop in self.levels[level].chunks:
-                up = self._up(level, start, stop, self._scratch.read("sum", level, start, stop))
-                self._scratch.write("up", level, up)
-                if level > 0:
-                    first, last, local = self._parents(level, start, stop)
-                    self._scratch.write("sum", level - 1, _sum(children_matrix(local, last - first), up))
+                noisy, values = self._read(level, start, stop)
+                for lo, hi in self._slices(level, start, stop):
+                    rows = slice(lo - start, hi - start)
+                    data = ([answers[rows] for answers in noisy], [exact[rows] for exact in values])
+                    up = self._up(level, lo, hi, data, self._scratch.read("sum", level, lo, hi))
+                    self._scratch.write("up", level, up)
+                    if level > 0:
+                        first, last, local = self._parents(level, lo, hi)
+                        self._scratch.write("sum", level - 1, _sum(children_matrix(local, last - first), up))
+                del noisy, values
+
+    def _slices(self, level: int, start: int, stop: int) -> Iterator[tuple[int, int]]:
+        rows = max(1, self._slice_cells // max(1, int(np.prod(self.shape))))
+        return family_slices(self.levels[level].parent if level > 0 else None, start, stop, rows)
 
     def _down_pass(self) -> None:
         lowest = self.depth - 1
@@ -170,8 +184,9 @@ class StreamedGls:
         self._scratch.rename("up", "final", 0)  # the root's subtree is the whole tree
         for level in range(1, lowest):
             for start, stop in self.levels[level].chunks:
-                up = self._scratch.read("up", level, start, stop)
-                self._scratch.write("final", level, self._down(level, start, stop, up))
+                for lo, hi in self._slices(level, start, stop):
+                    up = self._scratch.read("up", level, lo, hi)
+                    self._scratch.write("final", level, self._down(level, lo, hi, up))
             self._scratch.remove("up", level)
             self._scratch.remove("sum", level - 1)  # the lowest level's parents keep theirs
         for frame in self._frames:
@@ -233,11 +248,30 @@ class StreamedGls:
         self.close()
 
 
+def family_slices(parent: np.ndarray | None, start: int, stop: int, rows: int) -> Iterator[tuple[int, int]]:
+    """Nodes [start, stop) (whole families; ``parent``: each node's parent, non-decreasing, or None at the root)
+    as consecutive slices of whole families of at most ``rows`` nodes, or of one larger family, in order.
+
+    The passes above the lowest level go slice by slice: every step is row by row and each family's sum is formed
+    within one slice, so the results are the whole chunk's, while the steps' handful of (nodes, C) temporaries
+    are the size of a slice, not of a chunk (a level above the lowest at 4M-cell chunks: ~32 MB each)."""
+    lo = start
+    while lo < stop:
+        hi = min(stop, lo + rows)
+        if parent is not None and hi < stop:  # back to the start of the family cut in two, or on to its end
+            family = int(parent[hi])
+            back = lo + int(np.searchsorted(parent[lo:hi], family))
+            hi = back if back > lo else lo + int(np.searchsorted(parent[lo:stop], family, side="right"))
+        yield lo, hi
+        lo = hi
+
+
 def solve_gls_streamed(levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
-                       lowest_sums: LowestSums | None = None) -> StreamedGls:
+                       lowest_sums: LowestSums | None = None, slice_cells: int = SLICE_CELLS) -> StreamedGls:
     """The exact GLS of ``solve_gls``, computed chunk by chunk with intermediates on disk in a folder of its own
     in ``store`` (``CubeStore``), closed by ``close`` or when the stream is garbage collected.  Both
     passes run here; the lowest level's estimates are computed when asked for.  ``ValueError`` as
     ``solve_gls``, and on a plan that splits a family or does not cover a level.  ``lowest_sums`` runs the lowest
-    level's up pass (``LowestSums``), e.g. on a runner's workers."""
-    return StreamedGls(levels, shape, read, store, lowest_sums)
+    level's up pass (``LowestSums``), e.g. on a runner's workers.  ``slice_cells``: the most cells of a slice of a
+    chunk above the lowest level in the passes (memory, not results)."""
+    return StreamedGls(levels, shape, read, store, lowest_sums, slice_cells)

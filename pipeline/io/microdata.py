@@ -128,7 +128,9 @@ def geography_units(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> np.nd
     config = files.config
     width = config.levels[-1].width
     if files.geography is not None and files.geography_format is not None:
-        return _geography_list(read_body(files.geography, files.geography_format), files.geography, width)
+        # the codes alone: the file's other columns (names, areas) are not needed, and at 8M blocks not small
+        frame = read_body(files.geography, files.geography_format, ["geocode"])
+        return _geography_list(frame, files.geography, width)
     codes: set[str] = set()
     rows = 0
     for part in files.parts:

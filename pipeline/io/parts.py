@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,13 +152,15 @@ def part_header(part: InputPart, fmt: Format | str) -> dict[str, pl.DataType]:
     return header | {name: pl.Utf8() for name, _ in part.hive if name not in header}
 
 
-def read_body(path: Path, fmt: Format | str) -> pl.DataFrame:
-    """The whole file as it is (a file whose header was read); a failure here depends on values."""
+def read_body(path: Path, fmt: Format | str, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """The whole file as it is, or only ``columns`` (a file whose header was read and has them); a failure here
+    depends on values."""
+    wanted = list(columns) if columns is not None else None
     try:
         with path.open("rb") as handle:
             if fmt == "parquet":
-                return pl.read_parquet(handle)
-            return pl.read_csv(handle, infer_schema=False, separator=separator(path, fmt))
+                return pl.read_parquet(handle, columns=wanted)
+            return pl.read_csv(handle, infer_schema=False, separator=separator(path, fmt), columns=wanted)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as error:  # noqa: BLE001 - a polars panic too: reported after the charge, by type

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from pipeline.io.gls_scratch import ScratchCubes
 from postprocess.gls import solve_gls
-from postprocess.gls_stream import StreamLevel, solve_gls_streamed
+from postprocess.gls_stream import StreamLevel, family_slices, solve_gls_streamed
 from postprocess.gls_stream_chunk import LowestChunk
 from tests.helpers.gls_problems import as_stream, make_problem
 
@@ -29,9 +29,10 @@ def _close(actual: np.ndarray, expected: np.ndarray) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), depth=st.integers(1, 4), with_invariants=st.booleans(),
-       recoded=st.booleans(), most=st.integers(1, 4))
+       recoded=st.booleans(), most=st.integers(1, 4), slice_nodes=st.sampled_from([0, 1, 2, 3, 1000]))
 def test_the_streamed_gls_equals_solve_gls(tmp_path_factory: pytest.TempPathFactory, seed: int, depth: int,
-                                           with_invariants: bool, recoded: bool, most: int) -> None:
+                                           with_invariants: bool, recoded: bool, most: int, slice_nodes: int) -> None:
+    """Whatever the slices of the levels above the lowest (0: under one node's cells, so one family a slice)."""
     rng = np.random.default_rng(seed)  # test-only
     shape, _, _, levels = make_problem(rng, depth, with_invariants, recoded, most)
     try:
@@ -44,7 +45,8 @@ def test_the_streamed_gls_equals_solve_gls(tmp_path_factory: pytest.TempPathFact
     plan, read = as_stream(rng, levels)
     scratch = tmp_path_factory.mktemp("scratch")
     measured = [q.spec for level in levels for q in level.queries]  # (a recode must coarsen the run's groups)
-    with solve_gls_streamed(plan, shape, read, ScratchCubes(scratch, shape)) as stream:
+    slice_cells = max(1, slice_nodes * int(np.prod(shape)))
+    with solve_gls_streamed(plan, shape, read, ScratchCubes(scratch, shape), slice_cells=slice_cells) as stream:
         for level, spec in enumerate(plan):
             query = measured[int(rng.integers(len(measured)))]
             for start, stop in spec.chunks:
@@ -173,3 +175,46 @@ def test_a_lowest_up_pass_that_returns_too_few_sums_is_refused(tmp_path: Path) -
     with pytest.raises(ValueError, match="shorter"):  # at once, not when the level above reads a row never written
         solve_gls_streamed(plan, shape, read, ScratchCubes(tmp_path, shape), short)
     assert not any(tmp_path.iterdir())
+
+
+@settings(max_examples=200, deadline=None)
+@given(families=st.lists(st.integers(1, 6), min_size=1, max_size=30), rows=st.integers(1, 12), data=st.data())
+def test_family_slices_cut_between_families_only(families: list[int], rows: int, data: st.DataObject) -> None:
+    parent = np.repeat(np.arange(len(families)), families)
+    bounds = np.concatenate([[0], np.cumsum(families)])
+    first = data.draw(st.integers(0, len(families) - 1))  # a chunk of whole families
+    last = data.draw(st.integers(first + 1, len(families)))
+    start, stop = int(bounds[first]), int(bounds[last])
+    slices = list(family_slices(parent, start, stop, rows))
+    assert [lo for lo, _ in slices] == [start] + [hi for _, hi in slices[:-1]]  # consecutive, in order
+    assert slices[-1][1] == stop and all(hi > lo for lo, hi in slices)
+    for lo, hi in slices:
+        assert hi == stop or parent[hi] != parent[hi - 1]  # no family cut in two
+        assert hi - lo <= rows or parent[lo] == parent[hi - 1]  # within the bound, or one family
+        # no slice stops short of the bound where the next family would have fitted
+        assert hi == stop or hi - lo + int(np.sum(parent == parent[hi])) > rows
+    assert list(family_slices(None, 0, 5, 2)) == [(0, 2), (2, 4), (4, 5)]  # the root level: no families
+
+
+def test_the_passes_above_the_lowest_level_go_slice_by_slice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With slices of one node's cells, every z̃ and x̂ written above the lowest level is one family (or the root
+    level's one node); the estimates are the whole chunks' (``test_the_streamed_gls_equals_solve_gls``)."""
+    rng = np.random.default_rng(5)  # test-only
+    shape, _, _, levels = make_problem(rng, 4, with_invariants=True)
+    plan, read = as_stream(rng, levels)
+    written: list[tuple[str, int, int]] = []
+    real_write = ScratchCubes.write
+
+    def spy(self: ScratchCubes, kind: str, level: int, cube: np.ndarray) -> None:
+        written.append((kind, level, cube.shape[0]))
+        real_write(self, kind, level, cube)
+
+    monkeypatch.setattr(ScratchCubes, "write", spy)
+    lowest = len(plan) - 1
+    with solve_gls_streamed(plan, shape, read, ScratchCubes(tmp_path, shape), slice_cells=1):
+        pass
+    for level in range(1, lowest):
+        families = np.bincount(plan[level].parent)
+        sizes = [n for kind, lv, n in written if kind in ("up", "final") and lv == level]
+        assert sorted(sizes) == sorted(2 * [int(f) for f in families if f])  # one write per family and pass
+        assert len(plan[level].chunks) < len(sizes)  # (so chunks were sliced)
