@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from geography.tree import GeoTree
 from pipeline.config.model import ReleaseConfig
+from pipeline.io.histograms import compact_counts
 from pipeline.io.manifest import float_up
 from postprocess import QueryInvariant, QueryMeasurement
 
@@ -258,7 +259,7 @@ def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> di
             rows = table.filter(pc.and_(pc.equal(levels, spec.name), pc.equal(queries, query.name)))
             values = rows.column("value").to_numpy().reshape(tree.n_nodes(level), schema.query_cells(query))
             out[level].append(QueryInvariant(name=query.name, matrix=schema.query_matrix(query),
-                                             values=values.astype(np.int64)))
+                                             values=compact_counts(values.astype(np.int64))))
     return out
 
 

@@ -32,6 +32,7 @@ from pipeline.budget.allocation import QueryAllocation
 from pipeline.config.schema import Schema
 from pipeline.dp.random_source import substream_source
 from pipeline.errors import InputError, InputProblem
+from pipeline.io.histograms import compact_counts
 from pipeline.io.measurements import LevelMeasurementWriter
 from pipeline.io.microdata import InputFiles, encoded_rows
 from pipeline.release.chunks import level_chunks
@@ -164,7 +165,7 @@ def _writer(task: GroupTask, name: str, writers: dict[str, LevelMeasurementWrite
 
 def joined_invariants(parts: Sequence[Sequence[QueryInvariant]]) -> list[QueryInvariant]:
     """Consecutive node ranges' invariants (the same queries, in order) as one per query over all their nodes."""
-    return [replace(pieces[0], values=np.concatenate([piece.values for piece in pieces]))
+    return [replace(pieces[0], values=compact_counts(np.concatenate([compact_counts(p.values) for p in pieces])))
             for pieces in zip(*parts, strict=True)]
 
 

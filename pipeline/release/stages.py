@@ -60,7 +60,7 @@ from pipeline.release.measuring import (
     run_measurement,
     validate_group,
 )
-from pipeline.release.memory import return_freed_memory
+from pipeline.release.memory import return_freed_memory, system_arrow_pool
 from pipeline.release.only_child import only_child_levels
 from pipeline.release.reconcile_chunk import DISAGREEMENTS, ChunkTask, reconcile_chunk
 from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
@@ -368,7 +368,7 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
     """Run ``stages`` in order on ``run`` (each call through ``call``: the flow makes it a Prefect task) and
     return what the last one (publish) returns.  ``prepare`` runs first (a re-run loads its measurements).
     Any failure abandons the run (nothing published; the charge stays); the chunk runner is always closed."""
-    runner = None
+    runner, restore_arrow_pool = None, system_arrow_pool()  # the driver's Parquet pages go back after use
     result: Any = None
     try:
         if prepare is not None:
@@ -389,6 +389,7 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
         abandon(run)
         raise
     finally:
+        restore_arrow_pool()
         if runner is not None:
             runner.close()
 

@@ -1,4 +1,5 @@
-"""The driver returns freed heap pages to the system after every stage (glibc's ``malloc_trim``)."""
+"""The driver returns freed heap pages to the system after every stage (glibc's ``malloc_trim``), and gives
+pyarrow the system allocator while a release runs (mimalloc's cached pages reached neither)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import platform
 import sys
 from types import SimpleNamespace
 
+import numpy as np
 import psutil
+import pyarrow as pa
 import pytest
 
 from pipeline.release import stages
-from pipeline.release.memory import return_freed_memory
+from pipeline.release.memory import ARROW_POOL_VARIABLE, return_freed_memory, system_arrow_pool
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
@@ -45,3 +48,53 @@ def test_every_stage_call_is_followed_by_a_trim(monkeypatch: pytest.MonkeyPatch)
                 stages.Stage("tabulate", "tabulate"))
     stages.run_stages(run, sequence, call=call)
     assert events == ["reconcile", "trim"] * 6 + ["tabulate", "trim"]
+
+
+def _stage_pools(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> list[str]:
+    seen: list[str] = []
+    monkeypatch.setattr(stages, "tabulate", lambda run: None)
+    run = SimpleNamespace(config=SimpleNamespace(runner="local", levels=("us",)))
+    run.universes = lambda: [run]
+
+    def call(stage: stages.Stage, function: object, args: tuple[object, ...]) -> None:
+        seen.append(pa.default_memory_pool().backend_name)
+        if fail:
+            raise RuntimeError("a stage failed")
+
+    monkeypatch.setattr(stages, "abandon", lambda run: None)
+    if fail:
+        with pytest.raises(RuntimeError):
+            stages.run_stages(run, (stages.Stage("tabulate", "tabulate"),), call=call)
+    else:
+        stages.run_stages(run, (stages.Stage("tabulate", "tabulate"),), call=call)
+    return seen
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_stages_run_with_pyarrows_system_pool_and_the_previous_comes_back(monkeypatch: pytest.MonkeyPatch,
+                                                                         fail: bool) -> None:
+    monkeypatch.delenv(ARROW_POOL_VARIABLE, raising=False)
+    before = pa.default_memory_pool().backend_name
+    assert _stage_pools(monkeypatch, fail) == ["system"]
+    assert pa.default_memory_pool().backend_name == before
+
+
+def test_a_pool_chosen_by_the_environment_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ARROW_POOL_VARIABLE, "mimalloc")
+    before = pa.default_memory_pool().backend_name
+    assert _stage_pools(monkeypatch) == [before]
+
+
+@pytest.mark.skipif(not GLIBC, reason="the system pool's large frees are glibc's to return")
+def test_pyarrows_freed_buffers_leave_the_resident_set_under_the_system_pool() -> None:
+    process = psutil.Process()
+    restore = system_arrow_pool()
+    try:
+        baseline = process.memory_info().rss
+        table = pa.table({"value": pa.array(np.arange(25_000_000, dtype=np.int64)) * 3})  # 200 MB from the pool
+        assert process.memory_info().rss - baseline > 150e6
+        del table
+        return_freed_memory()
+        assert process.memory_info().rss - baseline < 50e6
+    finally:
+        restore()
