@@ -16,14 +16,14 @@ slice of its rotated cube), kept in the caller's ``CubeStore`` (the release's: p
 by range, never memory-mapped: touched pages of a map count in the resident set).  They are public values
 (post-processing of noisy measurements) and are removed by ``close`` (or at garbage collection).
 
-Memory.  O(chunk): the chunk's data as read; above the lowest level, the steps' handful of float cubes (rotated
-data, its invariants' least-norm solutions, the children sums, the estimate) are formed for a slice of whole
-families at a time (``SLICE_CELLS``), at the lowest level for the chunk.  O(nodes × small), data-free, held for the stream's life: per
-subspace S and level above the lowest, every node's Φ, Φ̄⁻¹ and posterior covariance (K_S×K_S each; K_S = 1
-without recodes); at the lowest level those depend on the node's parent only (its own Φ is level-wide), so they
-are held per parent — nothing of size n_lowest except the parent index the caller passes.  Disk: at most two
-(n, C) float64 files per level above the lowest (z̃ and Σz̃ during the up pass; x̂ and, for the level above
-the lowest, Σz̃ afterwards).  Results agree with ``solve_gls`` to rounding (different summation order only).
+Memory. O(chunk): the chunk's data as read; above the lowest level, the steps' handful of float cubes (rotated data,
+its invariants' least-norm solutions, the children sums, the estimate) are formed for a slice of whole families at a
+time (``SLICE_CELLS``), at the lowest level for the chunk. O(nodes × small), data-free, held for the stream's life:
+per subspace S and level above the lowest, every node's Φ, Φ̄⁻¹ and posterior covariance (K_S×K_S each; K_S = 1
+without recodes); at the lowest level those depend on the node's parent only (its own Φ is level-wide), so they are
+held per parent — nothing of size n_lowest except the parent index the caller passes. Disk: at most two (n, C)
+float64 files per level above the lowest (z̃ and Σz̃ during the up pass; x̂ and, for the level above the lowest, Σz̃
+afterwards). Results agree with ``solve_gls`` to rounding (different summation order only).
 """
 
 from __future__ import annotations
