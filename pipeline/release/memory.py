@@ -9,7 +9,8 @@ high-water mark forward.  ``malloc_trim(0)`` returns the free pages of every are
 pyarrow's default pool (mimalloc) keeps the pages of the Parquet it read and wrote (measurements, invariants,
 GLS chunks) for its own reuse, where neither ``malloc_trim`` nor the next stage's other allocations reach them.
 While a release runs the driver gives pyarrow the system allocator instead (``system_arrow_pool``): 10M-person
-nation, ``dask-local:2``, the driver's peak 0.45 -> 0.38 GB.
+nation, ``dask-local:2``, the driver's peak 0.45 -> 0.38 GB with that allocator (then chosen by
+``ARROW_DEFAULT_MEMORY_POOL``).
 """
 
 from __future__ import annotations
