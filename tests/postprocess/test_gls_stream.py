@@ -22,6 +22,19 @@ from tests.helpers.gls_problems import as_stream, make_problem
 PINNED = 1e-9
 
 
+def _spy_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
+    """Every cube the stream writes to its store, as (kind, level, rows), in order."""
+    written: list[tuple[str, int, int]] = []
+    real_write = ScratchCubes.write
+
+    def spy(self: ScratchCubes, kind: str, level: int, cube: np.ndarray) -> None:
+        written.append((kind, level, cube.shape[0]))
+        real_write(self, kind, level, cube)
+
+    monkeypatch.setattr(ScratchCubes, "write", spy)
+    return written
+
+
 def _close(actual: np.ndarray, expected: np.ndarray) -> None:
     scale = max(1.0, float(np.abs(expected).max(initial=0)))
     np.testing.assert_allclose(actual, expected, rtol=1e-8, atol=1e-8 * scale)
@@ -74,14 +87,7 @@ def test_the_lowest_level_is_never_stored_and_is_read_again_per_estimate(tmp_pat
         reads[level, start, stop] += 1
         return read(level, start, stop)
 
-    written: list[tuple[str, int, int]] = []
-    real_write = ScratchCubes.write
-
-    def spy(self: ScratchCubes, kind: str, level: int, cube: np.ndarray) -> None:
-        written.append((kind, level, cube.shape[0]))
-        real_write(self, kind, level, cube)
-
-    monkeypatch.setattr(ScratchCubes, "write", spy)
+    written = _spy_writes(monkeypatch)
     stream = solve_gls_streamed(plan, shape, counting, ScratchCubes(tmp_path, shape))
     lowest = len(plan) - 1
     assert {level for _, level, _ in written} == set(range(lowest))  # every level above, never the lowest
@@ -202,14 +208,7 @@ def test_the_passes_above_the_lowest_level_go_slice_by_slice(tmp_path: Path, mon
     rng = np.random.default_rng(5)  # test-only
     shape, _, _, levels = make_problem(rng, 4, with_invariants=True)
     plan, read = as_stream(rng, levels)
-    written: list[tuple[str, int, int]] = []
-    real_write = ScratchCubes.write
-
-    def spy(self: ScratchCubes, kind: str, level: int, cube: np.ndarray) -> None:
-        written.append((kind, level, cube.shape[0]))
-        real_write(self, kind, level, cube)
-
-    monkeypatch.setattr(ScratchCubes, "write", spy)
+    written = _spy_writes(monkeypatch)
     lowest = len(plan) - 1
     with solve_gls_streamed(plan, shape, read, ScratchCubes(tmp_path, shape), slice_cells=1):
         pass
