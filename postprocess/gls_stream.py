@@ -171,7 +171,7 @@ class StreamedGls:
                     if level > 0:
                         first, last, local = self._parents(level, lo, hi)
                         self._scratch.write("sum", level - 1, _sum(children_matrix(local, last - first), up))
-                del noisy, values
+                del noisy, values  # before the next chunk's read, not after it
 
     def _slices(self, level: int, start: int, stop: int) -> Iterator[tuple[int, int]]:
         rows = max(1, self._slice_cells // max(1, int(np.prod(self.shape))))

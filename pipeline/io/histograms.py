@@ -27,8 +27,8 @@ def compact_counts(values: np.ndarray) -> np.ndarray:
     Their published file keeps int64; whatever sums them upwards sums in int64 (numpy's ``sum``), and the
     reconciliation widens them again per chunk (``postprocess.problem``)."""
     small = np.iinfo(np.int32)
-    if values.dtype == np.int32 or values.size == 0:
-        return values.astype(np.int32, copy=False)
-    if int(values.min()) >= small.min and int(values.max()) <= small.max:
+    if values.dtype == np.int32:
+        return values
+    if values.size == 0 or (int(values.min()) >= small.min and int(values.max()) <= small.max):
         return values.astype(np.int32)
     return values

@@ -165,7 +165,8 @@ def _writer(task: GroupTask, name: str, writers: dict[str, LevelMeasurementWrite
 
 def joined_invariants(parts: Sequence[Sequence[QueryInvariant]]) -> list[QueryInvariant]:
     """Consecutive node ranges' invariants (the same queries, in order) as one per query over all their nodes."""
-    return [replace(pieces[0], values=compact_counts(np.concatenate([compact_counts(p.values) for p in pieces])))
+    # int32 throughout where every piece fits; one piece that does not makes the whole int64 (numpy's promotion)
+    return [replace(pieces[0], values=np.concatenate([compact_counts(piece.values) for piece in pieces]))
             for pieces in zip(*parts, strict=True)]
 
 
