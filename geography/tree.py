@@ -13,10 +13,31 @@ import numpy as np
 
 from geography.levels import Level, check_levels
 
+# The lowest level's codes (a nation's 8M blocks) in numpy's variable-width string type: a code of up to 15 bytes is
+# held inline in 16 bytes, against 4 bytes a character (60 for a block's 15) as a fixed-width ``str_`` array.  They
+# behave as ``str`` (elements, ``tolist``, comparisons); only ``searchsorted`` wants its needles alike
+# (``codes_like``).
+LOWEST_GEOIDS = np.dtypes.StringDType()
+
+
+def codes_like(geoids: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``codes`` in ``geoids``' string type where it is the lowest level's (``searchsorted`` needs both alike;
+    a variable-width type cuts no code short)."""
+    return codes.astype(geoids.dtype) if geoids.dtype == LOWEST_GEOIDS else codes
+
+
+def fixed_width(geoids: np.ndarray) -> np.ndarray:
+    """``geoids`` as a fixed-width ``str_`` array as wide as the longest (none is cut short)."""
+    if geoids.dtype != LOWEST_GEOIDS:
+        return np.asarray(geoids, dtype=np.str_)
+    width = int(np.strings.str_len(geoids).max()) if len(geoids) else 1
+    return geoids.astype(f"<U{max(width, 1)}")
+
 
 @dataclass(frozen=True)
 class GeoTree:
-    """``geoids[i]``: sorted unique geoids of level i; ``parent[i]``: index into level i-1 (empty at root)."""
+    """``geoids[i]``: sorted unique geoids of level i (``str_`` arrays; the lowest level's, the largest, as
+    ``LOWEST_GEOIDS``); ``parent[i]``: index into level i-1 (empty at root)."""
 
     levels: tuple[Level, ...]
     geoids: tuple[np.ndarray, ...]
@@ -68,6 +89,7 @@ class GeoTree:
     def lowest_index(self, codes: np.ndarray) -> np.ndarray:
         """Index of each lowest-level code in the tree; -1 where the code is not a unit of the tree."""
         lowest = self.geoids[-1]
+        codes = codes_like(lowest, np.asarray(codes))
         position = np.searchsorted(lowest, codes)
         position = np.minimum(position, len(lowest) - 1)
         found = lowest[position] == codes
@@ -81,30 +103,36 @@ def build_tree(levels: tuple[Level, ...], lowest_codes: np.ndarray) -> GeoTree:
     prefixes of those codes, so no level can have a childless node.
     """
     check_levels(levels)
-    codes = np.asarray(lowest_codes, dtype=np.str_).ravel()
+    codes = np.ascontiguousarray(np.asarray(lowest_codes, dtype=np.str_).ravel())
     if len(codes) > 1 and not bool(np.all(codes[1:] > codes[:-1])):
         codes = np.unique(codes)
-    else:  # sorted unique codes (``geography_units``') are used as given, not copied twice: read-only in the tree
-        codes = codes.view()
-        codes.flags.writeable = False
     if len(codes) == 0:
         raise ValueError("the geography has no units")
     width = levels[-1].width
-    lengths = np.char.str_len(codes)
-    if (lengths != width).any():
+    if (np.char.str_len(codes) != width).any():
         raise ValueError(f"every lowest-level code must have {width} characters")
     # bottom up, each level from the one below (sorted codes of one length have sorted prefixes): a level's
-    # nodes are its run starts, and memory is one level's prefixes, not every level's over every unit
+    # nodes are its run starts, found on the characters themselves, so no level's prefixes of every unit are made
     geoids: list[np.ndarray] = [_prefix(codes, width)]
     parents: list[np.ndarray] = []
     for level in reversed(levels[:-1]):
-        up = _prefix(geoids[0], level.width)
-        starts = np.ones(len(up), dtype=bool)
-        starts[1:] = up[1:] != up[:-1]
+        starts = _run_starts(geoids[0], level.width)
         parents.insert(0, np.cumsum(starts, dtype=np.int64) - 1)
-        geoids.insert(0, up[starts])
+        geoids.insert(0, _prefix(geoids[0][starts], level.width))
     parents.insert(0, np.zeros(0, dtype=np.int64))
+    geoids[-1] = geoids[-1].astype(LOWEST_GEOIDS)
+    geoids[-1].flags.writeable = False
     return GeoTree(levels=tuple(levels), geoids=tuple(geoids), parent=tuple(parents))
+
+
+def _run_starts(codes: np.ndarray, width: int) -> np.ndarray:
+    """Where each run of sorted ``codes`` (a contiguous ``str_`` array, codes of one length) sharing their first
+    ``width`` characters starts: compared as the characters' code points (4 bytes each)."""
+    starts = np.ones(len(codes), dtype=bool)
+    if len(codes) > 1:
+        chars = codes.view(np.uint32).reshape(len(codes), -1)[:, :width]
+        starts[1:] = (chars[1:] != chars[:-1]).any(axis=1) if width else False
+    return starts
 
 
 def _prefix(codes: np.ndarray, width: int) -> np.ndarray:

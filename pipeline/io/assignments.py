@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from geography.tree import codes_like
 from pipeline.errors import InputError, InputProblem
 
 BLOCK_COLUMNS = ("GEOID", "GEOID20", "GEOID10", "BLOCKID", "geoid", "block")
@@ -85,6 +86,7 @@ def read_assignment(path: Path, blocks: np.ndarray, *, block_column: str | None 
             raise InputError(str(path), "missing value", column=name, row=int(missing[0]) + 1,
                              category=InputProblem.MISSING_VALUE)
     codes = codes.astype(str)
+    codes = codes_like(blocks, codes)
     index = np.searchsorted(blocks, codes)
     known = (index < len(blocks)) & (blocks[np.minimum(index, len(blocks) - 1)] == codes)
     if not known.all() and not skip_unknown:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from geography.tree import codes_like
 from pipeline.config.model import Format, ReleaseConfig
 from pipeline.errors import InputError, InputProblem
 
@@ -147,8 +148,9 @@ def encode_batch(frame: pl.DataFrame, config: ReleaseConfig, path: Path, offset:
     units: np.ndarray = code_array
     if lowest_geoids is not None:
         if len(lowest_geoids):
-            position = np.minimum(np.searchsorted(lowest_geoids, code_array), len(lowest_geoids) - 1)
-            found = lowest_geoids[position] == code_array
+            needles = codes_like(lowest_geoids, code_array)  # encoded_rows passes str_ codes: the fast search
+            position = np.minimum(np.searchsorted(lowest_geoids, needles), len(lowest_geoids) - 1)
+            found = lowest_geoids[position] == needles
         else:
             position, found = np.zeros(len(code_array), dtype=np.int64), np.zeros(len(code_array), dtype=bool)
         problems.see(pl.Series(~found), f"geocode is not a unit of the geography file {geography_source}",

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from geography.tree import GeoTree, build_tree
+from geography.tree import GeoTree, build_tree, fixed_width
 from pipeline.config.model import Format, ReleaseConfig
 from pipeline.errors import CensusDPError, InputError, InputProblem
 from pipeline.io.checks import MDF_GROUP_COLUMN, MDF_RECORD_TYPE, check_type, encode_batch, geocode_columns
@@ -150,6 +150,9 @@ def encoded_rows(files: InputFiles, part_index: int, lowest_geoids: np.ndarray, 
     record whose unit is not among them is a GEOGRAPHY problem.  Raises the ``InputError`` of the earliest bad
     row of the part (its file, column and row), whatever ``batch_rows`` is.  An empty part yields nothing (the
     caller decides whether no record at all is an error: ``validated_rows`` says EMPTY)."""
+    # fixed-width str_: a tree's lowest codes are compact (``geography.tree.LOWEST_GEOIDS``), but searching every
+    # record's code among them is 4x faster in this form (a group's or part's units: a copy of a few MB)
+    lowest_geoids = fixed_width(lowest_geoids)
     if len(lowest_geoids) > 1 and not bool(np.all(lowest_geoids[:-1] < lowest_geoids[1:])):
         raise CensusDPError("internal error: the lowest-level units must be sorted and unique")
     config, part = files.config, files.parts[part_index]

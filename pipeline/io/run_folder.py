@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from geography.tree import GeoTree, build_tree
+from geography.tree import GeoTree, build_tree, codes_like
 from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of
 from pipeline.config.load import apply_overrides, parse_recorded_config
 from pipeline.config.model import Mechanism, ReleaseConfig
@@ -121,7 +121,8 @@ class LoadedRun:
         schema = self.config.schema
         name = self.config.levels[level].name
         frame = pq.read_table(self.run_dir / "tables" / f"{name}.parquet")
-        node = np.searchsorted(self.tree.geoids[level], frame.column("geoid").to_numpy(zero_copy_only=False))
+        geoids = self.tree.geoids[level]
+        node = np.searchsorted(geoids, codes_like(geoids, frame.column("geoid").to_numpy(zero_copy_only=False)))
         index = [np.searchsorted(np.asarray(a.values), frame.column(a.name).to_numpy(zero_copy_only=False))
                  if list(a.values) == sorted(a.values) else
                  np.array([a.values.index(v) for v in frame.column(a.name).to_pylist()], dtype=np.int64)

@@ -8,15 +8,15 @@ high-water mark forward.  ``malloc_trim(0)`` returns the free pages of every are
 
 pyarrow's default pool (mimalloc) keeps the pages of the Parquet it read and wrote (measurements, invariants,
 GLS chunks) for its own reuse, where neither ``malloc_trim`` nor the next stage's other allocations reach them.
-While a release runs the driver gives pyarrow the system allocator instead (``system_arrow_pool``): 10M-person
-nation, ``dask-local:2``, the driver's peak 0.45 -> 0.38 GB with that allocator (then chosen by
-``ARROW_DEFAULT_MEMORY_POOL``).
+Its C++ side (the Parquet reader and writer) takes the pool ``ARROW_DEFAULT_MEMORY_POOL`` names when pyarrow
+loads, which ``pipeline/__init__`` sets to ``system`` first; ``system_arrow_pool`` gives its Python side the same
+pool while a release runs, for a process that imported pyarrow first (10M-person nation, ``dask-local:2``: the
+driver's peak 0.43 -> 0.38 GB with both).
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import sys
 from collections.abc import Callable
@@ -24,7 +24,7 @@ from functools import cache
 
 import pyarrow as pa
 
-ARROW_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"  # pyarrow's own setting: a user's choice is left alone
+import pipeline
 
 
 def return_freed_memory() -> None:
@@ -45,9 +45,10 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def system_arrow_pool() -> Callable[[], None]:
-    """Make the system allocator pyarrow's default pool (unless ``ARROW_DEFAULT_MEMORY_POOL`` chooses one) and
-    return what puts the previous pool back.  Buffers remember the pool they came from, so switching is safe."""
-    if os.environ.get(ARROW_POOL_VARIABLE):
+    """Make the system allocator pyarrow's default pool (unless the user chose one with
+    ``ARROW_DEFAULT_MEMORY_POOL``) and return what puts the previous pool back.  Buffers remember the pool they came
+    from, so switching is safe."""
+    if pipeline.ARROW_POOL_CHOSEN:
         return lambda: None
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())

@@ -123,6 +123,13 @@ class ReleaseRun:
         """The runs a per-universe stage calls, units first: the persons' run writes the complete marker last."""
         return [self.units, self] if self.units is not None else [self]
 
+    def drop_invariants(self) -> None:
+        """Called once the lowest level is reconciled: from then on only publish's GLS estimates (the main
+        universe's, where configured) read the invariants held here, and their file keeps them.  The units
+        universe's hold a value per block and query (50M persons: 45 MB on the driver until publish)."""
+        if not (self.main and self.config.output.estimates):
+            self.invariants.clear()
+
     def level_allocations(self, level: int) -> list[QueryAllocation]:
         name = self.config.levels[level].name
         return list(allocations_of(self.allocations, name))

@@ -210,8 +210,7 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     outputs = lowest_outputs(run) if run.main and level == tree.depth - 1 else None
     tasks = chunk_tasks(run, level, outputs)
     log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
-    own_runner = runner is None
-    runner = make_runner("local") if own_runner else runner
+    own_runner, runner = runner is None, runner or make_runner("local")
     if outputs is not None and (job := expected_errors_job(run)) is not None:  # design only: starts now, on Dask
         run.pending_expected_errors = runner.submit(compute_expected_errors, job)  # beside the lowest level
     writer = LevelTableWriter(run.work_dir / "tables" / f"{name}.parquet", run.schema) if outputs is None else None
@@ -244,11 +243,12 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     else:
         run.counts[level] = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
     run.diagnostics[name] = merge_reports(reports)
-    if run.config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION:
-        used = [spec.name for spec in run.config.levels]  # the GLS of the whole tree
-    else:
-        used = [name, *(run.config.levels[d].name for d in only_child_levels(tree, level))]
+    full = run.config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION  # the GLS of the whole tree
+    used = ([spec.name for spec in run.config.levels] if full
+            else [name, *(run.config.levels[d].name for d in only_child_levels(tree, level))])
     run.diagnostics[name]["measurements_of"] = used  # the levels whose measurements this level's fit used
+    if level == tree.depth - 1:
+        run.drop_invariants()
 
 
 def publish(run: ReleaseRun) -> Path:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from geography.levels import Level
 from geography.presets import US_CENSUS_LEVELS
-from geography.tree import build_tree
+from geography.tree import LOWEST_GEOIDS, build_tree, fixed_width
 
 LEVELS = (Level("root", 0), Level("a", 1), Level("b", 3))
 
@@ -37,7 +37,11 @@ def test_sorted_unique_codes_are_taken_as_given_and_make_the_same_tree(codes: li
     given_order, listed = build_tree(LEVELS, np.array(codes)), build_tree(LEVELS, listing)
     for a, b in zip(given_order.geoids + given_order.parent, listed.geoids + listed.parent, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
-    assert np.shares_memory(listed.geoids[-1], listing) and not listed.geoids[-1].flags.writeable  # not copied
+    # the lowest level in the compact string type (16 bytes a code, not 4 a character), read-only; the others str_
+    assert listed.geoids[-1].dtype == LOWEST_GEOIDS and not listed.geoids[-1].flags.writeable
+    assert listed.geoids[-1].nbytes == 16 * len(listing) and all(g.dtype.kind == "U" for g in listed.geoids[:-1])
+    naive = [sorted({c[:lv.width] for c in codes}) for lv in LEVELS]  # every level: the distinct prefixes
+    assert [list(g) for g in listed.geoids] == naive
     repeated = np.array(sorted(codes + codes[:1]))  # sorted, not strictly: a duplicate goes
     assert list(build_tree(LEVELS, repeated).geoids[-1]) == sorted(set(codes))
     assert list(build_tree(LEVELS, listing.reshape(-1, 1)).geoids[-1]) == list(listing)  # any shape
@@ -49,6 +53,9 @@ def test_us_levels_and_lookup() -> None:
     assert [tree.n_nodes(i) for i in range(6)] == [1, 2, 2, 3, 3, 4]
     assert tree.geoids[0][0] == ""
     assert list(tree.lowest_index(np.array(["020010000011000", "999999999999999"]))) == [3, -1]
+    # a longer code is not cut to the tree's width (a fixed-width cast would match it to 011050001001000)
+    assert list(tree.lowest_index(np.array(["0110500010010009", "011050001001000"]))) == [-1, 0]
+    assert list(tree.lowest_index(np.array(["011050001001001"], dtype=object))) == [1]
 
 
 def test_codes_of_the_wrong_width_are_rejected() -> None:
@@ -64,3 +71,11 @@ def test_a_level_name_that_is_not_a_plain_file_name_is_refused(name: str) -> Non
     release write or delete outside its run folder (e.g. the ledger's)."""
     with pytest.raises(ValueError, match="must be letters, digits"):
         build_tree((Level("root", 0), Level(name, 2)), np.array(["01"]))
+
+
+def test_fixed_width_cuts_no_code_short() -> None:
+    compact = np.array(["01", "0123", "012"], dtype=LOWEST_GEOIDS)
+    wide = fixed_width(compact)
+    assert wide.dtype == np.dtype("<U4") and wide.tolist() == ["01", "0123", "012"]
+    assert fixed_width(np.array([], dtype=LOWEST_GEOIDS)).dtype.kind == "U"
+    assert fixed_width(np.array(["abc"])).dtype == np.dtype("<U3")  # a str_ array as it is

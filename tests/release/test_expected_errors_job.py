@@ -58,11 +58,22 @@ def test_started_with_the_lowest_level_and_collected_by_tabulate(tmp_path: Path,
     def not_here(run: stages.ReleaseRun) -> dict[str, Any]:
         raise AssertionError("tabulate computed the expected errors again")
 
+    dropped: dict[int, Any] = {}  # the persons' invariants, dropped after their lowest level (the job has them)
+    real_drop = stages.ReleaseRun.drop_invariants
+
+    def drop_spy(run: stages.ReleaseRun) -> None:
+        if run.main:
+            dropped.update(run.invariants)
+        real_drop(run)
+
     monkeypatch.setattr(stages, "tabulate", tabulate_spy)
     monkeypatch.setattr(tabulate, "expected_errors", not_here)
+    monkeypatch.setattr(stages.ReleaseRun, "drop_invariants", drop_spy)
     config = load_config(pl94_config(tmp_path))
     stages.run_release(config, tmp_path / "runs", seeded_random_source(3))
     (run,) = held
+    assert dropped and not run.invariants
+    run.invariants = dropped
     reconciled = [call for call in calls if call == ("map", "reconcile_chunk")]
     started = calls.index(("submit", "compute_expected_errors"))
     # once, before the persons' lowest level's tasks (the last reconcile_chunk map), after every other level's

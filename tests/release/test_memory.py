@@ -3,8 +3,12 @@ pyarrow the system allocator while a release runs (mimalloc's cached pages reach
 
 from __future__ import annotations
 
+import os
 import platform
+import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,8 +16,9 @@ import psutil
 import pyarrow as pa
 import pytest
 
+import pipeline
 from pipeline.release import stages
-from pipeline.release.memory import ARROW_POOL_VARIABLE, return_freed_memory, system_arrow_pool
+from pipeline.release.memory import return_freed_memory, system_arrow_pool
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
@@ -70,19 +75,59 @@ def _stage_pools(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> list[st
     return seen
 
 
+@pytest.fixture
+def mimalloc_default() -> Iterator[None]:
+    """pyarrow's Python-side default made mimalloc (a process that imported pyarrow before censusdp)."""
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pa.mimalloc_memory_pool())
+    yield
+    pa.set_memory_pool(before)
+
+
 @pytest.mark.parametrize("fail", [False, True])
 def test_stages_run_with_pyarrows_system_pool_and_the_previous_comes_back(monkeypatch: pytest.MonkeyPatch,
+                                                                         mimalloc_default: None,
                                                                          fail: bool) -> None:
-    monkeypatch.delenv(ARROW_POOL_VARIABLE, raising=False)
-    before = pa.default_memory_pool().backend_name
+    monkeypatch.setattr(pipeline, "ARROW_POOL_CHOSEN", False)
     assert _stage_pools(monkeypatch, fail) == ["system"]
-    assert pa.default_memory_pool().backend_name == before
+    assert pa.default_memory_pool().backend_name == "mimalloc"
 
 
-def test_a_pool_chosen_by_the_environment_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ARROW_POOL_VARIABLE, "mimalloc")
-    before = pa.default_memory_pool().backend_name
-    assert _stage_pools(monkeypatch) == [before]
+def test_a_pool_chosen_by_the_user_is_left_alone(monkeypatch: pytest.MonkeyPatch, mimalloc_default: None) -> None:
+    monkeypatch.setattr(pipeline, "ARROW_POOL_CHOSEN", True)
+    assert _stage_pools(monkeypatch) == ["mimalloc"]
+
+
+ARROW_PROBE = """
+import sys
+if sys.argv[1] == "censusdp":
+    import pipeline
+import os
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+path = os.path.join(sys.argv[2], "probe.parquet")
+pq.write_table(pa.table({"value": np.arange(2_000_000)}), path)
+table = pq.read_table(path)
+print(pa.default_memory_pool().backend_name, pa.mimalloc_memory_pool().max_memory())
+"""
+
+
+def _arrow_probe(first: str, env: dict[str, str], folder: Path) -> tuple[str, int]:
+    out = subprocess.run([sys.executable, "-c", ARROW_PROBE, first, str(folder)], capture_output=True, text=True,
+                         check=True, env=env, timeout=120).stdout.split()
+    return out[0], int(out[1])
+
+
+def test_parquet_io_allocates_from_the_system_pool_after_censusdp_is_imported(tmp_path: Path) -> None:
+    # the Parquet reader and writer take pyarrow's C++ default pool, set from the environment when pyarrow loads:
+    # pa.set_memory_pool alone left them on mimalloc (32 MB of it for this file)
+    env = {k: v for k, v in os.environ.items() if k != pipeline.ARROW_POOL_VARIABLE}
+    assert _arrow_probe("censusdp", env, tmp_path) == ("system", 0)
+    backend, mimalloc_bytes = _arrow_probe("pyarrow-alone", env, tmp_path)
+    assert backend == "mimalloc" and mimalloc_bytes > 10e6, (backend, mimalloc_bytes)
+    # a pool the user chose is kept
+    chosen = {**env, pipeline.ARROW_POOL_VARIABLE: "mimalloc"}
+    backend, mimalloc_bytes = _arrow_probe("censusdp", chosen, tmp_path)
+    assert backend == "mimalloc" and mimalloc_bytes > 10e6, (backend, mimalloc_bytes)
 
 
 @pytest.mark.skipif(not GLIBC, reason="the system pool's large frees are glibc's to return")
@@ -98,3 +143,14 @@ def test_pyarrows_freed_buffers_leave_the_resident_set_under_the_system_pool() -
         assert process.memory_info().rss - baseline < 50e6
     finally:
         restore()
+
+
+@pytest.mark.parametrize(("main", "estimates", "kept"), [(False, False, False), (False, True, False),
+                                                         (True, False, False), (True, True, True)])
+def test_invariants_are_dropped_after_the_lowest_level_unless_estimates_read_them(main: bool, estimates: bool,
+                                                                                  kept: bool) -> None:
+    held = {0: ["the root's"], 5: ["a value per block"]}
+    run = SimpleNamespace(main=main, config=SimpleNamespace(output=SimpleNamespace(estimates=estimates)),
+                          invariants=dict(held))
+    stages.ReleaseRun.drop_invariants(run)  # type: ignore[arg-type]
+    assert run.invariants == (held if kept else {})

@@ -62,6 +62,15 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
         real_tabulate(run)
 
     monkeypatch.setattr(stages, "tabulate", tabulate)
+    dropped: dict[bool, dict[int, list[tuple[str, list[int]]]]] = {}  # each universe's invariants as dropped
+    real_drop = stages.ReleaseRun.drop_invariants
+
+    def drop_invariants(run: stages.ReleaseRun) -> None:
+        dropped[run.main] = {level: [(i.name, i.values.tolist()) for i in invariants]
+                             for level, invariants in run.invariants.items()}
+        real_drop(run)
+
+    monkeypatch.setattr(stages.ReleaseRun, "drop_invariants", drop_invariants)
     monkeypatch.setattr(measurements, "INVARIANT_NODES", 50)  # the units' block invariants written in pieces
     run_dir = release_dir(capsys, config_path)
     (run,) = held  # the driver kept no block's counts of the persons (the units' few cells per block, it did)
@@ -72,8 +81,11 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     units_file = run_dir / "units" / "measurements" / measurements.INVARIANTS_FILE
     assert pq.ParquetFile(units_file).num_row_groups > run.tree.n_nodes(lowest) // 50  # in pieces
     read_back = measurements.read_invariants(units_file.parent, run.units.config, run.tree)
-    assert {level: [(i.name, i.values.tolist()) for i in invariants] for level, invariants in read_back.items()} == {
-        level: [(i.name, i.values.tolist()) for i in invariants] for level, invariants in run.units.invariants.items()}
+    assert {level: [(i.name, i.values.tolist()) for i in invariants] for level, invariants in read_back.items()} == (
+        dropped[False])
+    # once their lowest level is reconciled neither universe keeps its invariants (no estimates configured)
+    assert run.units.invariants == {} and run.invariants == {} and set(dropped) == {True, False}
+    assert any(len(values) == run.tree.n_nodes(lowest) for _, values in dropped[False][lowest])
     assert len(run.chunk_plan[lowest]) >= 2
     parts = [lowest_parts.PART_FILE.format(i) for i in range(len(run.chunk_plan[lowest]))]
     for folder in ("tables/block.parquet", "microdata.parquet", "tables/pl94/block.parquet"):  # written by the tasks
