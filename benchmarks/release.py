@@ -110,7 +110,8 @@ def main() -> None:
     # a local Dask cluster's worker processes are this process's children (ended by now): the largest one's peak
     child_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2
     n_cells = config.schema.n_cells
-    print(f"persons={args.persons:,} preset={args.preset} units={config.units is not None} "
+    persons = args.persons if not args.data else _records(files.microdata)  # --data: what the files hold
+    print(f"persons={persons:,} preset={args.preset} units={config.units is not None} "
           f"reconciliation={config.reconciliation_method} "
           f"runner={args.runner} nodes={nodes} synth={synth_s:.1f}s")
     print("| stage | seconds | driver CPU (s) | detailed cells/s | peak RSS after (GB) | stage's peak / RSS at its end "
@@ -171,6 +172,13 @@ def _status_gb(field: str) -> float | None:
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def _records(path: Path) -> int:
+    """The records of a Parquet file or dataset folder, from its metadata."""
+    import pyarrow.dataset as ds
+
+    return ds.dataset(path, format="parquet", partitioning="hive").count_rows()
 
 
 def _existing(folder: Path) -> SyntheticFiles:

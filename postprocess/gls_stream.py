@@ -44,6 +44,7 @@ Reader = Callable[[int, int, int], tuple[Sequence[np.ndarray], Sequence[np.ndarr
 # the lowest level's up pass: every chunk's job -> its parents' children sums, in chunk order (e.g. run on workers
 # that read the chunk's measurements themselves); by default each job is run here with the Reader
 LowestSums = Callable[[Iterator[LowestChunk]], Iterable[np.ndarray]]
+FINAL = "final"  # the store's kind of x̂, a level's GLS estimates (rotated): what ``estimate`` reads above the lowest
 SLICE_CELLS = 1 << 18  # cells per slice of a level above the lowest in the passes: 2 MB a float64 temporary
 
 
@@ -116,7 +117,7 @@ class StreamedGls:
 
     def _gap(self, level: int, first: int, last: int) -> np.ndarray:
         """x̂ - Σz̃ of nodes [first, last) of a level above the lowest (rotated)."""
-        return self._scratch.read("final", level, first, last) - self._scratch.read("sum", level, first, last)
+        return self._scratch.read(FINAL, level, first, last) - self._scratch.read("sum", level, first, last)
 
     def _down(self, level: int, start: int, stop: int, up: np.ndarray) -> np.ndarray:
         """The chunk's final estimates x̂ (rotated cube) from its z̃ and its parents' stored x̂ and Σz̃."""
@@ -171,7 +172,8 @@ class StreamedGls:
                     if level > 0:
                         first, last, local = self._parents(level, lo, hi)
                         self._scratch.write("sum", level - 1, _sum(children_matrix(local, last - first), up))
-                del noisy, values  # before the next chunk's read, not after it
+                # before the next chunk's read, not after it: the last slice's views hold the whole chunk's arrays
+                del noisy, values, data
 
     def _slices(self, level: int, start: int, stop: int) -> Iterator[tuple[int, int]]:
         rows = max(1, self._slice_cells // max(1, int(np.prod(self.shape))))
@@ -181,12 +183,12 @@ class StreamedGls:
         lowest = self.depth - 1
         if lowest == 0:
             return
-        self._scratch.rename("up", "final", 0)  # the root's subtree is the whole tree
+        self._scratch.rename("up", FINAL, 0)  # the root's subtree is the whole tree
         for level in range(1, lowest):
             for start, stop in self.levels[level].chunks:
                 for lo, hi in self._slices(level, start, stop):
                     up = self._scratch.read("up", level, lo, hi)
-                    self._scratch.write("final", level, self._down(level, lo, hi, up))
+                    self._scratch.write(FINAL, level, self._down(level, lo, hi, up))
             self._scratch.remove("up", level)
             self._scratch.remove("sum", level - 1)  # the lowest level's parents keep theirs
         for frame in self._frames:
@@ -198,7 +200,7 @@ class StreamedGls:
         """(stop - start, C) GLS estimates of the detailed cells of nodes [start, stop) of a level: a range of
         the plan's chunks (at the lowest level exactly one chunk: its measurements are read again)."""
         if level < self.depth - 1:
-            return unrotate(self._scratch.read("final", level, start, stop), self.bases)
+            return unrotate(self._scratch.read(FINAL, level, start, stop), self.bases)
         return self.lowest_chunk(start, stop).estimate(*self._read(level, start, stop))
 
     def _covariances(self, level: int, start: int, stop: int) -> tuple[list[np.ndarray], np.ndarray | None]:
@@ -253,7 +255,8 @@ def family_slices(parent: np.ndarray | None, start: int, stop: int, rows: int) -
     as consecutive slices of whole families of at most ``rows`` nodes, or of one larger family, in order.
 
     The passes above the lowest level go slice by slice: every step is row by row and each family's sum is formed
-    within one slice, so the results are the whole chunk's, while the steps' handful of (nodes, C) temporaries
+    within one slice, so the results are the whole chunk's up to floating-point summation order (≤ 1e-13 apart:
+    numpy's reductions may sum in another order for fewer rows), while the steps' handful of (nodes, C) temporaries
     are the size of a slice, not of a chunk (a level above the lowest at 4M-cell chunks: ~32 MB each)."""
     lo = start
     while lo < stop:

@@ -34,11 +34,13 @@ class ScratchCubes:
         self.rows[kind, level] = self.rows.get((kind, level), 0) + cube.shape[0]
 
     def read(self, kind: str, level: int, start: int, stop: int) -> np.ndarray:
-        count = (stop - start) * self.cells
         if stop > self.rows.get((kind, level), 0):
             raise ValueError(f"{kind} of level {level}: rows {start}:{stop} not written")
-        values = np.fromfile(self.path(kind, level), dtype=np.float64, count=count, offset=start * self.cells * 8)
-        return values.reshape(stop - start, *self.shape)
+        return read_rows(self.path(kind, level), start, stop, self.shape)
+
+    def written(self, kind: str, level: int) -> int:
+        """The rows written so far of (kind, level)."""
+        return self.rows.get((kind, level), 0)
 
     def rename(self, kind: str, new: str, level: int) -> None:
         self.path(kind, level).rename(self.path(new, level))
@@ -51,3 +53,12 @@ class ScratchCubes:
     def close(self) -> None:
         """Remove this store's folder (idempotent)."""
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def read_rows(path: Path, start: int, stop: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Rows [start, stop) of a cube file (``ScratchCubes.path``), where no store is at hand (a Dask worker)."""
+    cells = prod(shape)
+    values = np.fromfile(path, dtype=np.float64, count=(stop - start) * cells, offset=start * cells * 8)
+    if values.size != (stop - start) * cells:
+        raise ValueError(f"{path.name}: rows {start}:{stop} not written")
+    return values.reshape(stop - start, *shape)

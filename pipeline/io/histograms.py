@@ -26,6 +26,8 @@ def compact_counts(values: np.ndarray) -> np.ndarray:
     they fit, else as they are: at 8 cells a block a nation's block invariants are 0.3 GB in int32, not 0.6.
     Their published file keeps int64; whatever sums them upwards sums in int64 (numpy's ``sum``), and the
     reconciliation widens them again per chunk (``postprocess.problem``)."""
+    if not np.issubdtype(values.dtype, np.integer):
+        raise TypeError(f"compact_counts: integer counts expected, not {values.dtype}")
     small = np.iinfo(np.int32)
     if values.dtype == np.int32:
         return values

@@ -160,7 +160,9 @@ def read_body(path: Path, fmt: Format | str, columns: Sequence[str] | None = Non
         with path.open("rb") as handle:
             if fmt == "parquet":
                 return pl.read_parquet(handle, columns=wanted)
-            return pl.read_csv(handle, infer_schema=False, separator=separator(path, fmt), columns=wanted)
+            # every column parsed: a row with more fields than the header is refused, whatever is kept of it
+            frame = pl.read_csv(handle, infer_schema=False, separator=separator(path, fmt))
+            return frame.select(wanted) if wanted is not None else frame
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as error:  # noqa: BLE001 - a polars panic too: reported after the charge, by type

@@ -153,8 +153,8 @@ def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) ->
                               values_of(last, c.start, c.stop)) for c, where in wheres)
         return runner.map(lowest_children_sums, jobs)
 
-    stream = solve_gls_streamed(levels, schema.shape, read, ScratchCubes(scratch, schema.shape),
-                                lowest_sums if runner is not None else None)
+    store = ScratchCubes(scratch, schema.shape)
+    stream = solve_gls_streamed(levels, schema.shape, read, store, lowest_sums if runner is not None else None)
     for level, spec in enumerate(config.levels):
         measured = [(q, s2, np.zeros((0, 0))) for q, s2 in allocated[level]]
         queries = target_queries(schema, measured, config.level_passes(spec.name))
@@ -166,7 +166,7 @@ def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) ->
             if mean is not None:
                 terms.append(TargetTerm(query.name, spec, schema.query_matrix(query),
                                         own.get(query.name, target_weight(mean))))
-        run.targets[level] = LevelTargets(stream, level, schema.shape, tuple(terms))
+        run.targets[level] = LevelTargets(stream, level, schema.shape, tuple(terms), store)
 
 
 def discard_targets(run: ReleaseRun) -> None:

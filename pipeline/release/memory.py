@@ -16,9 +16,11 @@ driver's peak 0.43 -> 0.38 GB with both).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import platform
 import sys
+import threading
 from collections.abc import Callable
 from functools import cache
 
@@ -28,10 +30,16 @@ import pipeline
 
 
 def return_freed_memory() -> None:
-    """Return the free pages of glibc's heaps to the system (a no-op off glibc)."""
+    """Return the free pages of glibc's heaps to the system (a no-op off glibc), and ask pyarrow's pools for theirs
+    (mimalloc's, where a process loaded pyarrow before censusdp set its pool)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+    pa.default_memory_pool().release_unused()
+    if pa.default_memory_pool().backend_name != "system":
+        return
+    with contextlib.suppress(NotImplementedError):  # a pyarrow built without mimalloc
+        pa.mimalloc_memory_pool().release_unused()
 
 
 @cache
@@ -44,12 +52,30 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return trim
 
 
+_pool_lock = threading.Lock()
+_pool_users: list[pa.MemoryPool] = []  # the pool to put back once the last release running in this process ends
+
+
 def system_arrow_pool() -> Callable[[], None]:
     """Make the system allocator pyarrow's default pool (unless the user chose one with
     ``ARROW_DEFAULT_MEMORY_POOL``) and return what puts the previous pool back.  Buffers remember the pool they came
-    from, so switching is safe."""
+    from, so switching is safe.  Releases running in threads of one process share the setting: the first sets it,
+    the last to end puts back what was there before the first (the returned call is idempotent)."""
     if pipeline.ARROW_POOL_CHOSEN:
         return lambda: None
-    previous = pa.default_memory_pool()
-    pa.set_memory_pool(pa.system_memory_pool())
-    return lambda: pa.set_memory_pool(previous)
+    with _pool_lock:
+        _pool_users.append(pa.default_memory_pool())
+        pa.set_memory_pool(pa.system_memory_pool())
+    done = threading.Event()
+
+    def restore() -> None:
+        with _pool_lock:
+            if done.is_set():
+                return
+            done.set()
+            first = _pool_users.pop(0)
+            if not _pool_users:
+                pa.set_memory_pool(first)
+            else:
+                _pool_users[0] = first  # the earliest pool seen is what the last release puts back
+    return restore

@@ -20,7 +20,7 @@ from pipeline.config.schema import Query, Schema
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.measurements import read_chunk
 from pipeline.release.lowest_parts import LowestPart, write_lowest_part
-from pipeline.release.targets import TargetTerm, lowest_targets
+from pipeline.release.targets import StoredTargets, TargetTerm, lowest_targets
 from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
 from postprocess.gls_stream_chunk import LowestChunk
 from postprocess.passes import RoundingMarginal
@@ -45,9 +45,10 @@ class ChunkTask:
     tie_seed: int  # rounding ties are broken at random from a stream keyed by this (drawn from the run's CSPRNG)
     # measurements of the same nodes at only-child levels below (release.only_child): (label, query, σ², answers)
     chain_measurements: tuple[tuple[str, str, Fraction, np.ndarray], ...] = ()
-    # full-information reconciliation: the GLS estimates of the chunk's nodes replace the measurements; at the
-    # lowest level the task computes them itself from its measurements (gls_chunk's estimate of each target term)
-    targets: tuple[QueryMeasurement, ...] = ()
+    # full-information reconciliation: the GLS estimates of the chunk's nodes replace the measurements, computed
+    # where the task runs: above the lowest level from the GLS's scratch file (stored_targets), at the lowest from
+    # the chunk's own measurements (gls_chunk's estimate of each target term)
+    stored_targets: StoredTargets | None = None
     gls_chunk: LowestChunk | None = None
     target_terms: tuple[TargetTerm, ...] = ()
     passes: tuple[tuple[str, ...], ...] = ()  # least-squares passes (query names), pipeline.config.passes
@@ -88,12 +89,15 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix | None, dict[str, An
 
 
 def fitted_measurements(task: ChunkTask) -> list[QueryMeasurement]:
-    """What the chunk's least squares fits (besides the only-child chain): its GLS targets (carried, or at the
-    lowest level computed here from its measurements), else its own noisy measurements."""
+    """What the chunk's least squares fits (besides the only-child chain): its GLS targets (read here from the
+    GLS's scratch file, or at the lowest level computed here from its measurements), else its own noisy
+    measurements."""
     if task.gls_chunk is not None:
         _, noisy = _own_answers(task)
         return list(lowest_targets(task.gls_chunk, task.target_terms, noisy, [values for _, values in task.invariants]))
-    return list(task.targets) if task.targets else _own_measurements(task)
+    if task.stored_targets is not None:
+        return list(task.stored_targets.answers())
+    return _own_measurements(task)
 
 
 def _own_answers(task: ChunkTask) -> tuple[list[Query], list[np.ndarray]]:

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from pipeline.io.gls_scratch import ScratchCubes, read_rows
 from pipeline.io.measurements import read_chunk
 from postprocess import QueryMeasurement
-from postprocess.gls_algebra import QuerySpec, answer
-from postprocess.gls_stream import StreamedGls
+from postprocess.gls_algebra import AxisBasis, QuerySpec, answer, unrotate
+from postprocess.gls_stream import FINAL, StreamedGls
 from postprocess.gls_stream_chunk import LowestChunk
 
 
@@ -32,18 +33,52 @@ class TargetTerm:
 
 
 @dataclass(frozen=True)
+class StoredTargets:
+    """A chunk's targets above the lowest level, as its task computes them where it runs: the rows of the level's
+    GLS estimates x̂ (rotated) in the streamed GLS's scratch file, the axes' bases and the target queries.  A task
+    carries this, not the chunk's (nodes, cells) float64 answers (a block-group chunk's: ~40 MB on the driver, a
+    window of them at once); the run's folder is readable by the workers (as for the lowest level's measurements)."""
+
+    path: str
+    start: int
+    stop: int
+    shape: tuple[int, ...]
+    bases: tuple[AxisBasis, ...]
+    terms: tuple[TargetTerm, ...]
+
+    def answers(self) -> tuple[QueryMeasurement, ...]:
+        """What ``LevelTargets.chunk`` gives for these nodes, read and computed here."""
+        rotated = read_rows(Path(self.path), self.start, self.stop, self.shape)
+        return _answers(unrotate(rotated, self.bases), self.shape, self.terms)
+
+    def __repr__(self) -> str:
+        return f"StoredTargets(nodes={self.start}:{self.stop})"
+
+
+@dataclass(frozen=True)
 class LevelTargets:
     """A level's GLS targets, made chunk by chunk: the streamed GLS and each target query with its weight σ²
-    (as ``tree_targets`` weighs them)."""
+    (as ``tree_targets`` weighs them); ``store``: the stream's scratch files, where its estimates are."""
 
     stream: StreamedGls
     level: int
     shape: tuple[int, ...]
     terms: tuple[TargetTerm, ...]
+    store: ScratchCubes | None = None
 
     def chunk(self, start: int, stop: int) -> tuple[QueryMeasurement, ...]:
         """The targets of nodes [start, stop) (a chunk of the plan): the GLS estimates of every target query."""
         return _answers(self.stream.estimate(self.level, start, stop), self.shape, self.terms)
+
+    def stored(self, start: int, stop: int) -> StoredTargets:
+        """The same targets, to be read and computed by the chunk's task (a level above the lowest, the GLS
+        solved into ``store``)."""
+        if self.store is None or self.level >= self.stream.depth - 1:
+            raise ValueError("stored targets: a level above the lowest, of a GLS solved into scratch files")
+        if stop > self.store.written(FINAL, self.level):
+            raise ValueError(f"stored targets of level {self.level}: nodes {start}:{stop} not estimated")
+        return StoredTargets(str(self.store.path(FINAL, self.level)), start, stop, self.shape,
+                             tuple(self.stream.bases), self.terms)
 
 
 def _answers(detailed: np.ndarray, shape: tuple[int, ...], terms: Sequence[TargetTerm]

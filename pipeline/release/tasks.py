@@ -1,8 +1,9 @@
 """A level's reconciliation as chunk tasks: what each task carries (public values only) and how it is made.
 
-With full-information reconciliation (the default) a task carries the GLS targets of its nodes
-(``release.full_information``), computed when the task is made — at the lowest level, the largest, it carries
-instead what its reconciliation needs to compute them from the measurements it reads (``gls_chunk``); with
+With full-information reconciliation (the default) a task computes the GLS targets of its nodes
+(``release.full_information``) where it runs: above the lowest level from the GLS's estimates in its scratch files
+(``StoredTargets``: the driver sends where they are, not the chunk's dense answers), at the lowest level from the
+measurements it reads (``gls_chunk``); with
 ``level_by_level`` it reads the level's own noisy measurements from their file, plus those of the only-child
 levels below (``release.only_child``).  Either way, it also carries the level's least-squares passes and the
 marginals rounded first (``pipeline.config.passes``).
@@ -25,8 +26,8 @@ from pipeline.release.support import structural_zero_mask
 
 
 class ChunkTasks:
-    """A level's tasks, made one at a time as they are walked (once: a task's GLS targets are tens of MB, so none is
-    kept after it is handed on).  ``len`` is the number of chunks."""
+    """A level's tasks, made one at a time as they are walked (once: a lowest task's GLS pieces are MBs, so none
+    is kept after it is handed on).  ``len`` is the number of chunks."""
 
     def __init__(self, count: int, tasks: Iterator[ChunkTask]) -> None:
         self._count = count
@@ -85,7 +86,7 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int, outputs: LowestOutputs
                         parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
                         solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),
                         chain_measurements=tuple((label, q, s2, v[start:stop]) for label, q, s2, v in chain),
-                        targets=targets.chunk(start, stop) if targets is not None and level != lowest else (),
+                        stored_targets=targets.stored(start, stop) if targets is not None and level != lowest else None,
                         gls_chunk=targets.stream.lowest_chunk(start, stop) if lowest_targets else None,
                         target_terms=targets.terms if lowest_targets else (),
                         passes=passes.l2, tolerance=float(passes.tolerance),

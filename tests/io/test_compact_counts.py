@@ -50,3 +50,10 @@ def test_joined_invariants_are_compact_and_their_file_and_sums_int64(tmp_path: P
     assert table.column("value").to_pylist() == [2**30] * 14
     wide = [[QueryInvariant("q", matrix, np.full((1, 2), 2**31, dtype=np.int64))]] + pieces
     assert joined_invariants(wide)[0].values.dtype == np.int64  # a piece that does not fit keeps every value
+
+
+def test_only_integer_counts_are_compacted() -> None:
+    import pytest
+
+    with pytest.raises(TypeError, match="integer counts"):
+        compact_counts(np.array([1.5, 2.0]))

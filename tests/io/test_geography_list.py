@@ -37,3 +37,16 @@ def test_a_duplicate_far_apart_in_file_order_is_found() -> None:
         geography_units(pl.DataFrame({"geocode": codes}), PATH, 3)
     assert caught.value.row == 8
     assert np.array_equal(geography_units(pl.DataFrame({"geocode": codes[::-1][1:]}), PATH, 3), np.array(codes[:500]))
+
+
+def test_a_ragged_csv_is_refused_when_one_column_is_read(tmp_path: Path) -> None:
+    """Reading the geocode column alone still parses every field: a row longer than the header is refused, not
+    cut short (the whole file's read refused it before the geography was read for one column)."""
+    from pipeline.io.parts import read_body
+
+    path = tmp_path / "geography.csv"
+    path.write_text("geocode,name\n001,a\n002,b,extra\n")
+    with pytest.raises(InputError):
+        read_body(path, "csv", ["geocode"])
+    path.write_text("geocode,name\n001,a\n002,b\n")
+    assert read_body(path, "csv", ["geocode"]).columns == ["geocode"]

@@ -217,3 +217,42 @@ def test_the_passes_above_the_lowest_level_go_slice_by_slice(tmp_path: Path, mon
         sizes = [n for kind, lv, n in written if kind in ("up", "final") and lv == level]
         assert sorted(sizes) == sorted(2 * [int(f) for f in families if f])  # one write per family and pass
         assert len(plan[level].chunks) < len(sizes)  # (so chunks were sliced)
+
+
+def test_a_chunks_arrays_are_freed_before_the_next_chunk_is_read(tmp_path: Path) -> None:
+    """Above the lowest level the up pass drops a chunk's measurements (and the slices' views of them) before it
+    reads the next chunk: the driver never holds two chunks' data at once."""
+    import weakref
+
+    rng = np.random.default_rng(9)  # test-only
+    shape, _, _, levels = make_problem(rng, 4, with_invariants=True)
+    plan, read = as_stream(rng, levels)
+    alive: list[weakref.ref[np.ndarray]] = []
+    checked: list[int] = []
+
+    def tracked(level: int, start: int, stop: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        if level < len(plan) - 1:  # the levels the up pass reads itself
+            checked.append(sum(ref() is not None for ref in alive))
+        noisy, values = read(level, start, stop)
+        noisy, values = [a.copy() for a in noisy], [v.copy() for v in values]  # arrays of this read alone
+        alive[:] = [weakref.ref(a) for a in [*noisy, *values]]
+        return noisy, values
+
+    with solve_gls_streamed(plan, shape, tracked, ScratchCubes(tmp_path, shape), slice_cells=1):
+        pass
+    assert len(checked) > 2 and checked[1:] == [0] * (len(checked) - 1), checked
+
+
+def test_scratch_rows_are_read_back_by_range_and_a_short_file_is_refused(tmp_path: Path) -> None:
+    from pipeline.io.gls_scratch import read_rows
+
+    store = ScratchCubes(tmp_path, (2, 3))
+    cube = np.arange(4 * 6, dtype=np.float64).reshape(4, 2, 3)
+    store.write("final", 1, cube[:3])
+    store.write("final", 1, cube[3:])
+    assert store.written("final", 1) == 4 and store.written("final", 0) == 0
+    np.testing.assert_array_equal(read_rows(store.path("final", 1), 1, 3, (2, 3)), cube[1:3])
+    np.testing.assert_array_equal(store.read("final", 1, 0, 4), cube)
+    with pytest.raises(ValueError, match="not written"):
+        read_rows(store.path("final", 1), 2, 5, (2, 3))
+    store.close()

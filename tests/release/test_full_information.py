@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -106,12 +107,15 @@ def test_a_partial_only_child_chain_informs_its_parent() -> None:
     assert np.all(fits[1] - fits[0] > 1)  # the child's measurements reached the parent's target
 
 
-def test_chunk_tasks_carry_the_in_memory_gls_targets_and_scratch_is_never_published(
+def test_chunk_tasks_compute_the_in_memory_gls_targets_and_scratch_is_never_published(
         tiny_release: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The estimate stage streams the GLS (``postprocess.gls_stream``); each chunk task's targets are what the
-    in-memory GLS (``solve_tree``, ``tree_targets``) gives for its nodes, and its scratch files are gone by publish."""
+    in-memory GLS (``solve_tree``, ``tree_targets``) gives for its nodes, and its scratch files are gone by publish.
+    Above the lowest level a task reads its targets from the scratch files where it runs: the driver's own
+    evaluation of them (``LevelTargets.chunk``), bit for bit."""
     made: dict[int, list] = {}
     plans: dict[int, list] = {}
+    read_by_task: dict[tuple[int, int], list] = {}  # (level, start): the targets a task read, while scratch was there
     scratch_seen: list[bool] = []
     real = tasks._make_tasks
 
@@ -120,6 +124,12 @@ def test_chunk_tasks_carry_the_in_memory_gls_targets_and_scratch_is_never_publis
         plans[level] = [(a, b) for a, b, _ in run.chunk_plan[level]]
         for task in real(run, level, lowest, outputs):
             made.setdefault(level, []).append(task)
+            if task.stored_targets is not None:
+                read = fitted_measurements(pickle.loads(pickle.dumps(task)))  # as a worker gets it
+                on_driver = run.targets[level].chunk(task.start, task.stop)
+                assert [(t.name, t.sigma2) for t in read] == [(t.name, t.sigma2) for t in on_driver]
+                assert all(np.array_equal(a.noisy, b.noisy) for a, b in zip(read, on_driver, strict=True))
+                read_by_task[level, task.start] = read
             yield task
 
     monkeypatch.setattr(tasks, "_make_tasks", spy)
@@ -134,9 +144,11 @@ def test_chunk_tasks_carry_the_in_memory_gls_targets_and_scratch_is_never_publis
         assert [(t.start, t.stop) for t in chunk] == plans[level]
         for task in chunk:
             # the lowest level's tasks compute their targets from the measurements they read (gls_chunk)
-            assert (task.gls_chunk is not None) == (level == run.tree.depth - 1) == (not task.targets)
+            lowest = level == run.tree.depth - 1
+            assert (task.gls_chunk is not None) == lowest == (task.stored_targets is None)
             published = run_dir / "measurements" / Path(task.measurements_path).name  # the run folder was renamed
-            targets = fitted_measurements(dataclasses.replace(task, measurements_path=str(published)))
+            targets = (fitted_measurements(dataclasses.replace(task, measurements_path=str(published))) if lowest
+                       else read_by_task[level, task.start])
             assert [t.name for t in targets] == [t.name for t in expected[level]]
             for got, want in zip(targets, expected[level], strict=True):
                 assert float(got.sigma2) == pytest.approx(float(want.sigma2), rel=1e-9)

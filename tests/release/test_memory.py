@@ -154,3 +154,17 @@ def test_invariants_are_dropped_after_the_lowest_level_unless_estimates_read_the
                           invariants=dict(held))
     stages.ReleaseRun.drop_invariants(run)  # type: ignore[arg-type]
     assert run.invariants == (held if kept else {})
+
+
+@pytest.mark.parametrize("first_ends_first", [True, False])
+def test_overlapping_releases_share_the_system_pool_and_the_last_puts_back_the_first_ones_pool(
+        monkeypatch: pytest.MonkeyPatch, mimalloc_default: None, first_ends_first: bool) -> None:
+    monkeypatch.setattr(pipeline, "ARROW_POOL_CHOSEN", False)
+    first, second = system_arrow_pool(), system_arrow_pool()
+    assert pa.default_memory_pool().backend_name == "system"
+    ending = (first, second) if first_ends_first else (second, first)
+    ending[0]()
+    ending[0]()  # idempotent: a second call changes nothing
+    assert pa.default_memory_pool().backend_name == "system"  # the other release still runs
+    ending[1]()
+    assert pa.default_memory_pool().backend_name == "mimalloc"
