@@ -60,7 +60,7 @@ from pipeline.release.measuring import (
     run_measurement,
     validate_group,
 )
-from pipeline.release.memory import return_freed_memory, system_arrow_pool
+from pipeline.release.memory import large_allocations_mapped, return_freed_memory, system_arrow_pool
 from pipeline.release.only_child import only_child_levels
 from pipeline.release.reconcile_chunk import DISAGREEMENTS, ChunkTask, reconcile_chunk
 from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
@@ -368,8 +368,8 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
     """Run ``stages`` in order on ``run`` (each call through ``call``: the flow makes it a Prefect task) and
     return what the last one (publish) returns.  ``prepare`` runs first (a re-run loads its measurements).
     Any failure abandons the run (nothing published; the charge stays); the chunk runner is always closed."""
-    runner, restore_arrow_pool = None, system_arrow_pool()  # the driver's Parquet pages go back after use
-    result: Any = None
+    large_allocations_mapped()  # the driver's chunk-sized arrays go back as they are freed, its Parquet pages too:
+    runner, result, restore_arrow_pool = None, None, system_arrow_pool()
     try:
         if prepare is not None:
             prepare(run)

@@ -41,6 +41,7 @@ def test_freed_heap_pages_go_back_to_the_system() -> None:
 def test_every_stage_call_is_followed_by_a_trim(monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
     monkeypatch.setattr(stages, "return_freed_memory", lambda: events.append("trim"))
+    monkeypatch.setattr(stages, "large_allocations_mapped", lambda: events.append("mapped"))
     monkeypatch.setattr(stages, "tabulate", lambda run: None)
     monkeypatch.setattr(stages, "reconcile", lambda run, level, runner: None)
     run = SimpleNamespace(config=SimpleNamespace(runner="local", levels=("us", "state", "county")))
@@ -52,7 +53,7 @@ def test_every_stage_call_is_followed_by_a_trim(monkeypatch: pytest.MonkeyPatch)
     sequence = (stages.Stage("reconcile", "reconcile", per_level=True, needs_runner=True, per_universe=True),
                 stages.Stage("tabulate", "tabulate"))
     stages.run_stages(run, sequence, call=call)
-    assert events == ["reconcile", "trim"] * 6 + ["tabulate", "trim"]
+    assert events == ["mapped"] + ["reconcile", "trim"] * 6 + ["tabulate", "trim"]
 
 
 def _stage_pools(monkeypatch: pytest.MonkeyPatch, fail: bool = False) -> list[str]:
@@ -168,3 +169,33 @@ def test_overlapping_releases_share_the_system_pool_and_the_last_puts_back_the_f
     assert pa.default_memory_pool().backend_name == "system"  # the other release still runs
     ending[1]()
     assert pa.default_memory_pool().backend_name == "mimalloc"
+
+
+MAPPED_PROBE = """
+import sys
+import numpy as np, psutil
+from pipeline.release.memory import large_allocations_mapped
+if sys.argv[1] == "mapped":
+    large_allocations_mapped()
+process = psutil.Process()
+warm = np.ones(1 << 19)  # 4 MB, mapped: its free raises glibc's dynamic threshold to 4 MB
+del warm
+baseline = process.memory_info().rss
+arrays, keep = [], []
+for i in range(50):  # 4 MB arrays with small heap blocks between them, the small ones kept
+    arrays.append(np.ones(1 << 19))
+    keep.append(bytes(2048) + i.to_bytes(4, "little"))
+del arrays
+print((process.memory_info().rss - baseline) // (1 << 20))
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+def test_large_arrays_go_back_to_the_system_as_they_are_freed() -> None:
+    def kept_mb(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", MAPPED_PROBE, mode], capture_output=True, text=True, check=True,
+                             timeout=120)
+        return int(out.stdout.split()[-1])
+
+    assert kept_mb("default") > 100  # glibc's own threshold rose: the arrays came from the heap and stayed
+    assert kept_mb("mapped") < 20
