@@ -31,10 +31,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import scipy.sparse as sp
 
-from geography.tree import GeoTree, build_tree
 from pipeline.budget.ledger.charges import ChargeStatus, FailureReason
 from pipeline.config.ledger_location import public_config_raw
 from pipeline.config.model import ReleaseConfig
@@ -42,7 +40,7 @@ from pipeline.dp.random_source import RandomSource
 from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from pipeline.io import manifest as mf
 from pipeline.io.measurements import measurements_digest, write_invariants
-from pipeline.io.microdata import geography_units, read_input_files
+from pipeline.io.microdata import read_input_files
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter
 from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
@@ -73,6 +71,7 @@ from pipeline.release.run import (  # noqa: F401 - part of this module's interfa
     start_release,
 )
 from pipeline.release.runner import make_runner, records_on_workers
+from pipeline.release.shared_tree import geography_tree
 from pipeline.release.support import merge_reports
 from pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
 from pipeline.release.tasks import chunk_tasks
@@ -104,9 +103,7 @@ def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
     config, files = run.config, stage_output(run.input_files, "the input files (read_files)")
     problem: InputProblem | None = None
     try:
-        codes = geography_units(files)
-        run.tree = _units_tree(run, codes) or build_tree(config.levels, codes)
-        del codes  # a nation's codes (0.5 GB at 8M blocks) are not held through the groups' validation
+        run.tree = geography_tree(run, files)  # its codes (0.5 GB at 8M blocks) not held through the groups' checks
     except InputError as error:
         problem = error.category
     except ValueError:  # the geography's own structure (codes that do not nest): public, but named by category
@@ -129,16 +126,6 @@ def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
         _reject(run, problem)
     sizes = ", ".join(f"{lv.name}={run.tree.n_nodes(i)}" for i, lv in enumerate(config.levels))
     log.info("geography tree built: %s nodes", sizes)
-
-
-def _units_tree(run: ReleaseRun, codes: np.ndarray) -> GeoTree | None:
-    """The units universe's tree (validated first) where it is this geography's: the same levels and the same
-    lowest-level units make the same tree, so the two universes share one copy (at 50M persons, a tree is
-    ~0.1 GB on the driver)."""
-    units = run.units
-    if units is None or units.tree is None or units.config.levels != run.config.levels:
-        return None
-    return units.tree if np.array_equal(units.tree.geoids[-1], codes) else None
 
 
 def _reject(run: ReleaseRun, problem: InputProblem) -> None:
