@@ -23,7 +23,7 @@ from pipeline.config.options import (
     release_overrides,
 )
 from pipeline.dp.random_source import seeded_random_source
-from tests.helpers.tiny import TINY_TOML
+from tests.helpers.tiny import TINY_TOML, TINY_UNITS_TOML
 
 
 def test_no_option_no_override() -> None:
@@ -76,6 +76,24 @@ def test_load_release_config_applies_every_option(tmp_path: Path, monkeypatch: p
     assert loaded.input.format == "csv" and loaded.runner == "dask-local:3"
     assert loaded.budget.rho == Fraction(5, 2) and loaded.budget.target_epsilon is None
     assert loaded.source == str(config)
+
+
+def test_load_release_config_units_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--units replaces the units universe's file (made absolute), --no-units drops the universe (nothing of it is
+    read or charged), and neither is the default: a configured [units] table is kept when no option is given."""
+    config = tmp_path / "config.toml"
+    config.write_text(TINY_TOML.format(rho="4") + TINY_UNITS_TOML)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    configured = load_release_config(str(config))
+    assert configured.units is not None and configured.units.input.path == tmp_path / "units.csv"
+    moved = load_release_config(str(config), units="other/units.csv")
+    assert moved.units is not None and moved.units.input.path == elsewhere.resolve() / "other" / "units.csv"
+    assert load_release_config(str(config), no_units=True).units is None
+    assert load_release_config(str(config), units="other/units.csv", no_units=True).units is None
+    assert release_overrides(units="u.csv") == {"units.path": str(elsewhere.resolve() / "u.csv")}
+    assert release_overrides(no_units=True) == {"units": None}
 
 
 def test_random_source_is_the_os_csprng_unless_seeded() -> None:
