@@ -123,7 +123,7 @@ def main() -> None:
         print(f"| {name} | {seconds:.2f} | {cpu[name]:.2f} | {rate} | {peaks[name]:.2f} | "
               f"{stage_peaks[name]:.2f} / {after[name]:.2f} |")
     print(f"| total release | {sum(timings.values()):.2f} |")
-    print(f"peak RSS: {peak_gb:.2f} GB (this process); largest child process (a Dask worker): {child_gb:.2f} GB")
+    print(f"peak RSS: {peak_gb:.3f} GB (this process); largest child process (a Dask worker): {child_gb:.3f} GB")
 
 
 def _external_cluster(stack: contextlib.ExitStack, workers: int, folder: Path) -> str:

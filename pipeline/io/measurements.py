@@ -139,15 +139,19 @@ class LevelMeasurementWriter:
 
 
 def read_chunk(path: Path, first_row_group: int, shapes: Sequence[tuple[int, int]]) -> list[np.ndarray]:
-    """The noisy values of consecutive row groups, one (n_nodes, q_cells) int64 array per query."""
+    """The noisy values of consecutive row groups, one (n_nodes, q_cells) int64 array per query, read-only: a view
+    of the column pyarrow read (the file's int64 column without nulls), not a copy of it, so a chunk's read holds
+    one array per query, not two (the driver's estimate stage reads whole chunks of the upper levels)."""
     parquet = pq.ParquetFile(path)
     out = []
     for offset, shape in enumerate(shapes):
         group = first_row_group + offset
         if parquet.metadata.row_group(group).num_rows != shape[0] * shape[1]:
             raise ValueError(f"{path}: row group {group} does not hold one query of one chunk")
-        values = parquet.read_row_group(group, columns=["noisy_value"]).column(0).to_numpy()
-        out.append(values.astype(np.int64).reshape(shape))
+        values = np.asarray(parquet.read_row_group(group, columns=["noisy_value"]).column(0).to_numpy(),
+                            dtype=np.int64).reshape(shape)
+        values.flags.writeable = False  # also where pyarrow had to copy (a column of several chunks)
+        out.append(values)
     return out
 
 

@@ -70,6 +70,7 @@ def test_chunks_and_parts_read_back_in_order(tmp_path: Path) -> None:
         for start, stop, where in chunks:
             values = read_chunk(directory / where.file, where.row_group, [(stop - start, 1), (stop - start, 6)])
             assert all(np.array_equal(v, m.noisy) for v, m in zip(values, drawn[start], strict=True))
+            assert all(v.dtype == np.int64 and not v.flags.writeable for v in values)  # views, not copies
         table = read_level_table(directory, "block", ["geoid", "noisy_value"])  # every row, node order per chunk
         rows = [(np.repeat(geoids[s:e], m.noisy.shape[1]), m.noisy.ravel()) for s, e in plan for m in drawn[s]]
         assert table.column("geoid").cast(pa.string()).to_pylist() == np.concatenate([g for g, _ in rows]).tolist()
