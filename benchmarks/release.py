@@ -20,6 +20,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -50,7 +51,8 @@ def main() -> None:
                         help='profile a stage as the table names it (e.g. "reconcile block"; repeatable) and print '
                         'its 40 costliest functions (cumulative)')
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as cluster:
+    tree_memory = _TreeMemory()
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as cluster, tree_memory:
         folder = Path(tmp)
         if args.cluster:
             args.runner = _external_cluster(cluster, args.cluster, folder)
@@ -76,6 +78,7 @@ def main() -> None:
         peaks: dict[str, float] = {}  # the driver's peak RSS (GB) once the stage is done: where it jumps, that stage
         stage_peaks: dict[str, float] = {}  # the driver's peak RSS within the stage (Linux: VmHWM reset before it)
         after: dict[str, float] = {}  # the driver's RSS at the stage's end: what it leaves to the next
+        tree_peaks: dict[str, float] = {}  # the process tree's summed RSS at its peak within the stage
         cpu: dict[str, float] = {}  # the driver's own CPU seconds (all its threads): its serial share of a stage
 
         def timed(stage: stages.Stage, function, call_args: tuple) -> object:  # noqa: ANN001
@@ -84,6 +87,8 @@ def main() -> None:
             name = f"{stage.name}{'' if run.main else ' (units)'}{level}"
             profiler = cProfile.Profile() if name in args.profile else None
             _reset_peak()
+            tree_memory.stage_peak_gb = 0.0
+            tree_memory.sample()
             t, used = time.perf_counter(), _cpu_seconds()
             if profiler is not None:
                 profiler.enable()
@@ -99,6 +104,8 @@ def main() -> None:
             stage_peaks[name] = max(stage_peaks.get(name, 0.0), own)
             peaks[name] = max([own, *peaks.values()])
             after[name] = _status_gb("VmRSS") or float("nan")
+            tree_memory.sample()
+            tree_peaks[name] = max(tree_peaks.get(name, 0.0), tree_memory.stage_peak_gb)
             return result
 
         run = stages.start_release(config, folder / "runs", system_random_source())
@@ -115,15 +122,54 @@ def main() -> None:
           f"reconciliation={config.reconciliation_method} "
           f"runner={args.runner} nodes={nodes} synth={synth_s:.1f}s")
     print("| stage | seconds | driver CPU (s) | detailed cells/s | peak RSS after (GB) | stage's peak / RSS at its end "
-          "(GB) |\n|---|---|---|---|---|---|")
+          "(GB) | process tree's peak (GB) |\n|---|---|---|---|---|---|---|")
     for name, seconds in timings.items():
         persons_level = name.startswith(("reconcile ", "measure ")) and "(units)" not in name
         level = name.split(" ")[-1] if persons_level else None  # the rate counts the persons' detailed cells
         rate = f"{nodes[level] * n_cells / seconds:,.0f}" if level in nodes and seconds > 0 else ""
         print(f"| {name} | {seconds:.2f} | {cpu[name]:.2f} | {rate} | {peaks[name]:.2f} | "
-              f"{stage_peaks[name]:.2f} / {after[name]:.2f} |")
+              f"{stage_peaks[name]:.2f} / {after[name]:.2f} | {tree_peaks[name]:.2f} |")
     print(f"| total release | {sum(timings.values()):.2f} |")
     print(f"peak RSS: {peak_gb:.3f} GB (this process); largest child process (a Dask worker): {child_gb:.3f} GB")
+    print(f"the process tree's peak RSS (this process and all its descendants, summed every "
+          f"{_TreeMemory.interval_s} s; shared pages counted in each): {tree_memory.peak_gb:.3f} GB")
+
+
+class _TreeMemory(threading.Thread):
+    """Samples the summed RSS of this process and all its descendants (a local cluster's scheduler, nannies' workers,
+    an external cluster's processes): the machine's memory for the release, not one process's. A sum of RSS counts
+    pages shared between processes once per process, so it errs high."""
+
+    interval_s = 0.2
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak_gb = 0.0
+        self.stage_peak_gb = 0.0  # reset by the caller at each stage's start
+        self._done = threading.Event()
+
+    def __enter__(self) -> _TreeMemory:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self.join()
+
+    def run(self) -> None:
+        while not self._done.wait(self.interval_s):
+            self.sample()
+
+    def sample(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        total = 0
+        for process in [me, *me.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                total += process.memory_info().rss
+        self.peak_gb = max(self.peak_gb, total / 1024**3)
+        self.stage_peak_gb = max(self.stage_peak_gb, total / 1024**3)
 
 
 def _external_cluster(stack: contextlib.ExitStack, workers: int, folder: Path) -> str:
