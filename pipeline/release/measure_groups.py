@@ -1,14 +1,15 @@
 """Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers.
 
-The input is read group by group: a group is the nodes of one *partition level* whose records sit in their own
-files (a Parquet dataset partitioned by state: ``microdata/state=01/...``, one group per state), or, for a single
-file or a dataset without partition folders, the whole tree (one group at the root).  A group's task reads only its
-files, batch by batch (``pipeline.io.microdata.encoded_rows``: every value check), keeps one int64 key per record
-(unit x cells + cell, sorted), and measures every level from the partition level down, chunk by chunk (chunks of
-whole parents inside the group): histogram, exact noise (``release.measure.measure_level``), written at once.  What
-the levels above the partition level need from a group is its total histogram (confidential): it is summed into
-those levels' nodes by ``measure_upper``, which runs where the groups ran (on Dask, worker to worker: the driver
-never holds it).  Memory per task: 8 bytes per record of the group, plus one chunk's dense histograms and noise.
+The input is read group by group: a group is the nodes of one *partition level* whose records sit in their own files
+(a Parquet dataset partitioned by state: ``microdata/state=01/...``, one group per state), or, for a single file or
+a dataset without partition folders, the whole tree (one group at the root). A group's task reads only its files,
+batch by batch (``pipeline.io.microdata.encoded_rows``: every value check), keeps one int64 key per record (unit x
+cells + cell, in sorted runs of one batch each), and measures every level from the partition level down, chunk by
+chunk (chunks of whole parents inside the group): histogram, exact noise (``release.measure.measure_level``),
+written at once. What the levels above the partition level need from a group is its total histogram (confidential):
+it is summed into those levels' nodes by ``measure_upper``, which runs where the groups ran (on Dask, worker to
+worker: the driver never holds it). Memory per task: 8 bytes per record of the group, plus one chunk's dense
+histograms and noise and a bounded slice of keys counted at a time (``SLICE_KEYS``).
 
 Every chunk draws from its own stream (``pipeline.dp.random_source.substream_key``): in production the OS CSPRNG
 of the process that measures it; with a test seed, a stream keyed from the run's seeded source and the chunk's
@@ -83,27 +84,51 @@ class InputCategoryError(InputError):
         super().__init__("(input)", "a value check failed", category=category)
 
 
-def group_keys(files: InputFiles, task: GroupTask) -> np.ndarray:
-    """Sorted int64 keys (unit index in the subtree x cells + cell) of every record of the group (confidential)."""
+def group_keys(files: InputFiles, task: GroupTask) -> list[np.ndarray]:
+    """Every record of the group as an int64 key (unit index in the subtree x cells + cell), in sorted runs of one
+    input batch each (confidential).  8 bytes a record: the runs are never joined into one array, which would hold
+    the group twice while it was built (``chunk_histograms`` searches every run)."""
     n_cells = files.config.schema.n_cells
     lowest = task.subtree.geoids[-1]
-    blocks = []
+    runs = []
     for part in task.parts:
         for batch in encoded_rows(files, part, lowest):
-            blocks.append(batch.units.astype(np.int64) * n_cells + batch.cells)
-    keys = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
-    keys.sort()
-    return keys
+            run = batch.units.astype(np.int64) * n_cells + batch.cells
+            run.sort()
+            runs.append(run)
+    return runs
 
 
-def chunk_histograms(keys: np.ndarray, unit_offsets: np.ndarray, ancestors: np.ndarray, start: int, stop: int,
-                     n_cells: int) -> np.ndarray:
-    """Dense detailed histograms (stop - start, n_cells) of nodes [start, stop) of a level (confidential).
-    ``unit_offsets`` and ``ancestors`` are that level's ``unit_offsets`` and ``ancestor_of_units`` in the subtree."""
-    lo, hi = np.searchsorted(keys, [unit_offsets[start] * n_cells, unit_offsets[stop] * n_cells])
-    units, cells = np.divmod(keys[lo:hi], n_cells)
-    nodes = ancestors[units] - start
-    flat = np.bincount(nodes * n_cells + cells, minlength=(stop - start) * n_cells)
+SLICE_KEYS = 1 << 20  # keys histogrammed at a time: a chunk of an upper level can hold the whole group's records
+
+
+def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ancestors: np.ndarray, start: int,
+                     stop: int, n_cells: int, *, slice_keys: int = SLICE_KEYS) -> np.ndarray:
+    """Dense detailed histograms (stop - start, n_cells) of nodes [start, stop) of a level (confidential), from
+    ``group_keys``' sorted runs.  ``unit_offsets`` and ``ancestors`` are that level's ``unit_offsets`` and
+    ``ancestor_of_units`` in the subtree.  The chunk's keys are counted ``slice_keys`` at a time, so the
+    transient is bounded by that and the chunk's cells, whatever the group's size."""
+    lo_key, hi_key = unit_offsets[start] * n_cells, unit_offsets[stop] * n_cells
+    size = (stop - start) * n_cells
+    flat = np.zeros(size, dtype=np.int64)
+    pending: list[np.ndarray] = []
+    held = 0
+
+    def count() -> None:
+        units, cells = np.divmod(np.concatenate(pending), n_cells)
+        np.add(flat, np.bincount((ancestors[units] - start) * n_cells + cells, minlength=size), out=flat)
+        pending.clear()
+
+    for run in runs:
+        lo, hi = (int(i) for i in np.searchsorted(run, [lo_key, hi_key]))
+        for a in range(lo, hi, slice_keys):
+            pending.append(run[a:min(hi, a + slice_keys)])
+            held += len(pending[-1])
+            if held >= slice_keys:
+                count()
+                held = 0
+    if pending:
+        count()
     return flat.reshape(stop - start, n_cells)
 
 
@@ -114,7 +139,7 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
     ``InputCategoryError`` (its category only)."""
     files, schema = task.files, task.files.config.schema
     try:
-        keys = group_keys(files, task)
+        runs = group_keys(files, task)
     except InputError as error:  # the row and file stay here: raised outside the handler, category only
         category = error.category
     else:
@@ -132,7 +157,7 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
         ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
         plan, level_invariants_parts = [], []
         for (start, stop), key in zip(task.chunks[level], task.keys[level], strict=True):
-            histograms = chunk_histograms(keys, unit_offsets, ancestors, start, stop, n_cells)
+            histograms = chunk_histograms(runs, unit_offsets, ancestors, start, stop, n_cells)
             noisy = measure_level(schema, histograms, allocations, substream_source(key))
             level_invariants_parts.append(level_invariants(schema, histograms, invariant_queries))
             del histograms
@@ -147,7 +172,9 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
             writer.close()
         plans.append(tuple(plan))
         invariants.append(tuple(joined_invariants(level_invariants_parts)))
-    total = np.bincount(keys % n_cells, minlength=n_cells).astype(np.int64)
+    total = np.zeros(n_cells, dtype=np.int64)
+    for run in runs:
+        total += np.bincount(run % n_cells, minlength=n_cells)
     top_joined = tuple(QueryMeasurement(name=q[0].name, matrix=q[0].matrix, sigma2=q[0].sigma2,
                                         noisy=np.concatenate([m.noisy for m in q])) for q in zip(*top, strict=True))
     return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants), top_joined), total
