@@ -44,6 +44,7 @@ from pipeline.release.measure_groups import (
     measure_upper,
     subtree_chunks,
 )
+from pipeline.release.memory import FreedAfter
 from postprocess import QueryInvariant
 
 PARTS_DIR = "measure-parts"  # inside the run's temporary folder; removed once collected
@@ -211,14 +212,14 @@ def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | No
         pending: deque[Any] = deque()
         try:
             for task in groups:
-                future = client.submit(measure_group, task, pure=False)
+                future = client.submit(FreedAfter(measure_group), task, pure=False)
                 pending.append(client.submit(operator.itemgetter(0), future, pure=False))
                 totals.append(client.submit(operator.itemgetter(1), future, pure=False))
                 del future  # released once both halves are taken: the scheduler forgets the task and its subtree
                 if len(pending) >= window:
                     yield pending.popleft().result()
             if upper is not None:
-                upper_future.append(client.submit(measure_upper, upper, list(totals), pure=False))
+                upper_future.append(client.submit(FreedAfter(measure_upper), upper, list(totals), pure=False))
             totals.clear()
             while pending:
                 yield pending.popleft().result()

@@ -22,7 +22,9 @@ import platform
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import pyarrow as pa
 
@@ -40,6 +42,22 @@ def return_freed_memory() -> None:
         return
     with contextlib.suppress(NotImplementedError):  # a pyarrow built without mimalloc
         pa.mimalloc_memory_pool().release_unused()
+
+
+@dataclass(frozen=True)
+class FreedAfter:
+    """``fn``, then ``return_freed_memory``: what a Dask worker runs for each task.  A worker runs task after task
+    (a state's fingerprint, then its measurement, then reconciliation chunks), and glibc kept the heap pages each
+    one freed, so a worker's RSS carried every task's high-water mark forward (50M-person nation, ``dask-local:2``:
+    each worker held about 1.1 GB from the measure stage to the end, its largest task's peak being +0.4 GB)."""
+
+    fn: Callable[..., Any]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            return_freed_memory()
 
 
 MMAP_THRESHOLD = 1 << 20  # bytes: glibc serves allocations this large by mmap, so their free returns them

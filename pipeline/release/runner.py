@@ -5,7 +5,8 @@
     runner = "tcp://host:8786"    # an existing Dask scheduler; workers must see the run's folder
 
 Chunks of one level are independent once the level above is fixed, so they are mapped in parallel; results
-come back in submission order, with a bounded number in flight so driver memory stays bounded.
+come back in submission order, with a bounded number in flight so driver memory stays bounded.  A worker hands the
+memory a task freed back to the system before its next task (``memory.FreedAfter``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from pipeline.config.model import MeasureOn, ReleaseConfig, check_runner
+from pipeline.release.memory import FreedAfter
 
 
 class LocalRunner:
@@ -66,7 +68,7 @@ class DaskRunner:
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         pending: deque[Any] = deque()
         for task in tasks:
-            pending.append(self.client.submit(fn, task, pure=False))
+            pending.append(self.client.submit(FreedAfter(fn), task, pure=False))
             if len(pending) >= self.window:
                 yield pending.popleft().result()
         while pending:
@@ -74,7 +76,7 @@ class DaskRunner:
 
     def submit(self, fn: Callable[[Any], Any], task: Any) -> Callable[[], Any]:
         """``fn(task)`` started on a worker now, beside what ``map`` runs next; the returned call waits for it."""
-        return self.client.submit(fn, task, pure=False).result
+        return self.client.submit(FreedAfter(fn), task, pure=False).result
 
     def close(self) -> None:
         try:

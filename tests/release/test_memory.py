@@ -202,3 +202,41 @@ def test_large_arrays_go_back_to_the_system_as_they_are_freed() -> None:
 
     assert kept_mb("default") > 100  # glibc's own threshold rose: the arrays came from the heap and stayed
     assert kept_mb("mapped") < 20
+
+
+def test_a_worker_task_returns_its_freed_memory_after_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FreedAfter``: the task's result (or its error) unchanged, then a trim; the runner and the measure stage
+    send every task to the workers wrapped so."""
+    from pipeline.release import memory, measuring, runner
+
+    events: list[str] = []
+    monkeypatch.setattr(memory, "return_freed_memory", lambda: events.append("trim"))
+    assert memory.FreedAfter(lambda x, y=0: events.append("task") or x + y)(2, y=3) == 5
+    with pytest.raises(ZeroDivisionError):
+        memory.FreedAfter(lambda: 1 // 0)()
+    assert events == ["task", "trim", "trim"]
+
+    submitted: list[object] = []
+
+    class Future:
+        def __init__(self, fn: object, *args: object) -> None:
+            submitted.append(fn)
+            self.value = fn(*args) if isinstance(fn, memory.FreedAfter) else None
+
+        def result(self) -> object:
+            return self.value
+
+        def cancel(self) -> None:
+            pass
+
+    client = SimpleNamespace(submit=lambda fn, *args, pure=True: Future(fn, *args))
+    dask_runner = object.__new__(runner.DaskRunner)
+    dask_runner.client, dask_runner.window = client, 2
+    assert list(dask_runner.map(lambda x: x * 2, [1, 2, 3])) == [2, 4, 6]
+    assert dask_runner.submit(lambda x: -x, 4)() == -4
+    assert all(isinstance(fn, memory.FreedAfter) for fn in submitted)
+    submitted.clear()
+    monkeypatch.setattr(measuring, "measure_group", lambda task: (task, task))
+    groups, _ = measuring.dask_measure(client, ["a", "b"], None, 1)
+    list(groups)
+    assert isinstance(submitted[0], memory.FreedAfter) and submitted[0].fn is measuring.measure_group
