@@ -54,15 +54,37 @@ class ChunkLocation:
     row_group: int
 
 
-def _rows(level: str, geoids: np.ndarray, query: str, values: np.ndarray) -> dict[str, pa.Array]:
+def _rows(level: str, geoids: np.ndarray, query: str, values: np.ndarray) -> dict[str, pa.Array | pa.ChunkedArray]:
     n_nodes, q_cells = values.shape
     node = np.repeat(np.arange(n_nodes, dtype=np.int32), q_cells)
     return {
-        "level": pa.DictionaryArray.from_arrays(np.zeros(values.size, dtype=np.int32), pa.array([level])),
+        "level": repeated(_dictionary_block(level, values.size), values.size),
         "geoid": pa.DictionaryArray.from_arrays(node, pa.array(geoids.tolist(), type=pa.string())),
-        "query": pa.DictionaryArray.from_arrays(np.zeros(values.size, dtype=np.int32), pa.array([query])),
-        "cell": pa.array(np.tile(np.arange(q_cells, dtype=np.int32), n_nodes)),
+        "query": repeated(_dictionary_block(query, values.size), values.size),
+        "cell": repeated(_cell_block(q_cells), values.size),
     }
+
+
+REPEATED_ROWS = 1 << 16  # a column that repeats a pattern is one block of about this many values, shared
+
+
+def repeated(block: pa.Array, n: int) -> pa.ChunkedArray:
+    """The first ``n`` values of ``block`` repeated end to end, as chunks that all share ``block``'s buffers: a
+    constant column (or a cell index that repeats every node) of a 4M-row table takes one block's memory, not 4-8
+    bytes a row.  Parquet writes the same column as from one array; only the table in memory differs."""
+    if n == 0 or len(block) == 0:
+        return pa.chunked_array([block.slice(0, 0)], type=block.type)
+    whole, rest = divmod(n, len(block))
+    return pa.chunked_array([block] * whole + ([block.slice(0, rest)] if rest else []), type=block.type)
+
+
+def _cell_block(q_cells: int) -> pa.Array:
+    """Whole nodes' cell indices 0..q_cells-1, as many nodes as fit in about ``REPEATED_ROWS`` (at least one)."""
+    return pa.array(np.tile(np.arange(q_cells, dtype=np.int32), max(1, REPEATED_ROWS // max(1, q_cells))))
+
+
+def _dictionary_block(value: str, n: int) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(np.zeros(min(n, REPEATED_ROWS), dtype=np.int32), pa.array([value]))
 
 
 class LevelMeasurementWriter:
@@ -76,8 +98,9 @@ class LevelMeasurementWriter:
     ``write_chunk`` or by ``close``.
     """
 
-    # a table is one query of one chunk: up to chunk_cells rows of ~44 bytes in Arrow (176 MB at the default 4M
-    # cells), so each one queued is that much memory; two keep the writer thread busy
+    # a table is one query of one chunk: up to chunk_cells rows of 16 bytes in Arrow (its node index and noisy
+    # value; the constant columns are shared blocks: ``repeated``), 64 MB at the default 4M cells, so each one
+    # queued is that much memory; two keep the writer thread busy
     QUEUED = 2
 
     def __init__(self, directory: Path, level: str) -> None:
@@ -119,8 +142,9 @@ class LevelMeasurementWriter:
         for measurement, rho in zip(measurements, rhos, strict=True):
             columns = _rows(self.level, geoids, measurement.name, measurement.noisy)
             columns["noisy_value"] = pa.array(measurement.noisy.ravel().astype(np.int64))
-            columns["rho"] = pa.array(np.full(measurement.noisy.size, float_up(rho)))
-            columns["sigma2"] = pa.array(np.full(measurement.noisy.size, float(measurement.sigma2)))
+            size = measurement.noisy.size
+            columns["rho"] = repeated(pa.array(np.full(min(size, REPEATED_ROWS), float_up(rho))), size)
+            columns["sigma2"] = repeated(pa.array(np.full(min(size, REPEATED_ROWS), float(measurement.sigma2))), size)
             self._put(pa.table(columns))
         return first
 
