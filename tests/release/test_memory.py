@@ -207,7 +207,7 @@ def test_large_arrays_go_back_to_the_system_as_they_are_freed() -> None:
 def test_a_worker_task_returns_its_freed_memory_after_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     """``FreedAfter``: the task's result (or its error) unchanged, then a trim; the runner and the measure stage
     send every task to the workers wrapped so."""
-    from pipeline.release import memory, measuring, runner
+    from pipeline.release import measuring, memory, runner
 
     events: list[str] = []
     monkeypatch.setattr(memory, "return_freed_memory", lambda: events.append("trim"))
