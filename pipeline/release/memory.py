@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import platform
 import sys
 import threading
@@ -52,6 +53,16 @@ class FreedAfter:
     each worker held about 1.1 GB from the measure stage to the end, its largest task's peak being +0.4 GB)."""
 
     fn: Callable[..., Any]
+
+    @property
+    def __name__(self) -> str:  # what Dask names the task after: the function, never its bound arguments
+        fn = self.fn
+        while isinstance(fn, functools.partial):  # a partial's repr shows its arguments (a fingerprint's key)
+            fn = fn.func
+        return getattr(fn, "__name__", type(fn).__name__)
+
+    def __repr__(self) -> str:
+        return f"FreedAfter({self.__name__})"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:

@@ -237,6 +237,26 @@ def test_a_worker_task_returns_its_freed_memory_after_it_ends(monkeypatch: pytes
     assert all(isinstance(fn, memory.FreedAfter) for fn in submitted)
     submitted.clear()
     monkeypatch.setattr(measuring, "measure_group", lambda task: (task, task))
-    groups, _ = measuring.dask_measure(client, ["a", "b"], None, 1)
+    monkeypatch.setattr(measuring, "measure_upper", lambda upper, totals: "upper")
+    groups, upper = measuring.dask_measure(client, ["a", "b"], "the upper task", 1)
     list(groups)
     assert isinstance(submitted[0], memory.FreedAfter) and submitted[0].fn is measuring.measure_group
+    assert upper is not None and upper() == "upper"
+    assert isinstance(submitted[-1], memory.FreedAfter) and submitted[-1].fn is measuring.measure_upper
+
+
+def test_a_wrapped_task_is_named_after_its_function_never_its_arguments() -> None:
+    """Dask names a task (its key, its log lines) after the callable: a wrapped partial's bound arguments, such as
+    a fingerprint's HMAC key, must not appear there."""
+    from functools import partial
+
+    from dask.utils import funcname
+    from distributed.utils import key_split
+
+    from pipeline.io.fingerprint import part_digests
+    from pipeline.release.memory import FreedAfter
+
+    wrapped = FreedAfter(partial(partial(part_digests, "files"), key=b"secret-fingerprint-key", with_paths=False))
+    assert funcname(wrapped) == "part_digests" and repr(wrapped) == "FreedAfter(part_digests)"
+    assert "secret" not in funcname(wrapped) and "secret" not in repr(wrapped) and "secret" not in str(wrapped)
+    assert key_split(f"{funcname(wrapped)}-0123abcd") == "part_digests"
