@@ -110,13 +110,19 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
     transient is bounded by that and the chunk's cells, whatever the group's size."""
     lo_key, hi_key = unit_offsets[start] * n_cells, unit_offsets[stop] * n_cells
     size = (stop - start) * n_cells
-    flat = np.zeros(size, dtype=np.int64)
+    flat: np.ndarray | None = None  # the first slice's counts, the others added in place: one chunk-sized array
     pending: list[np.ndarray] = []
     held = 0
 
     def count() -> None:
+        nonlocal flat
         units, cells = np.divmod(np.concatenate(pending), n_cells)
-        np.add(flat, np.bincount((ancestors[units] - start) * n_cells + cells, minlength=size), out=flat)
+        counted = np.bincount((ancestors[units] - start) * n_cells + cells, minlength=size).astype(np.int64,
+                                                                                                  copy=False)
+        if flat is None:
+            flat = counted
+        else:
+            flat += counted
         pending.clear()
 
     for run in runs:
@@ -129,6 +135,8 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
                 held = 0
     if pending:
         count()
+    if flat is None:  # no record in the chunk's nodes
+        flat = np.zeros(size, dtype=np.int64)
     return flat.reshape(stop - start, n_cells)
 
 
