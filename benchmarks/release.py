@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from pipeline.cli.commands import preset_text
 from pipeline.config.load import load_config
 from pipeline.dp.random_source import system_random_source
@@ -161,8 +163,6 @@ class _TreeMemory(threading.Thread):
             self.sample()
 
     def sample(self) -> None:
-        import psutil
-
         me = psutil.Process()
         total = 0
         for process in [me, *me.children(recursive=True)]:

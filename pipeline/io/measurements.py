@@ -87,6 +87,10 @@ def _dictionary_block(value: str, n: int) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(np.zeros(min(n, REPEATED_ROWS), dtype=np.int32), pa.array([value]))
 
 
+def _constant(value: float, n: int) -> pa.ChunkedArray:
+    return repeated(pa.array(np.full(min(n, REPEATED_ROWS), value)), n)
+
+
 class LevelMeasurementWriter:
     """Appends one level's measurements chunk by chunk: one Parquet row group per (chunk, query).
 
@@ -142,9 +146,8 @@ class LevelMeasurementWriter:
         for measurement, rho in zip(measurements, rhos, strict=True):
             columns = _rows(self.level, geoids, measurement.name, measurement.noisy)
             columns["noisy_value"] = pa.array(measurement.noisy.ravel().astype(np.int64))
-            size = measurement.noisy.size
-            columns["rho"] = repeated(pa.array(np.full(min(size, REPEATED_ROWS), float_up(rho))), size)
-            columns["sigma2"] = repeated(pa.array(np.full(min(size, REPEATED_ROWS), float(measurement.sigma2))), size)
+            columns["rho"] = _constant(float_up(rho), measurement.noisy.size)
+            columns["sigma2"] = _constant(float(measurement.sigma2), measurement.noisy.size)
             self._put(pa.table(columns))
         return first
 

@@ -39,7 +39,7 @@ from pipeline.io.parts import InputPart, discover_parts, part_header, read_batch
 
 # Rows per batch.  A reader's transient grows with it (polars' frames, the texts a fingerprint hashes, the codes
 # searched): reading the 50M-person nation's largest state, 1M rows took +0.46 GB to encode and +0.65 GB to
-# fingerprint, 2^17 rows +0.18 and +0.15 GB, in the same time (5.6 and 5.4 s for the fingerprint)
+# fingerprint, 2^17 rows +0.19 and +0.16 GB, in the same time (5.6 and 5.4 s for the fingerprint)
 BATCH_ROWS = 1 << 17
 __all__ = ["BATCH_ROWS", "EncodedBatch", "InputFiles", "InputPart", "Microdata", "encoded_rows", "geocode_columns",
            "geography_units", "read_input_files", "read_microdata", "validate_input", "validated_rows"]

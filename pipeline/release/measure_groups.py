@@ -112,10 +112,10 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
     size = (stop - start) * n_cells
     flat: np.ndarray | None = None  # the first slice's counts, the others added in place: one chunk-sized array
     pending: list[np.ndarray] = []
-    held = 0
+    held = 0  # keys in pending
 
     def count() -> None:
-        nonlocal flat
+        nonlocal flat, held
         units, cells = np.divmod(np.concatenate(pending), n_cells)
         counted = np.bincount((ancestors[units] - start) * n_cells + cells, minlength=size).astype(np.int64,
                                                                                                   copy=False)
@@ -124,6 +124,7 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
         else:
             flat += counted
         pending.clear()
+        held = 0
 
     for run in runs:
         lo, hi = (int(i) for i in np.searchsorted(run, [lo_key, hi_key]))
@@ -132,7 +133,6 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
             held += len(pending[-1])
             if held >= slice_keys:
                 count()
-                held = 0
     if pending:
         count()
     if flat is None:  # no record in the chunk's nodes
