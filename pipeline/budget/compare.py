@@ -17,10 +17,11 @@ Nodes of one level hold disjoint persons, so each level x query counts once (Pro
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from pipeline.budget.allocation import QueryAllocation
+from pipeline.budget.allocation import QueryAllocation, composed_rho
 from pipeline.config.model import Mechanism
 from pipeline.dp.accounting import (
     advanced_composition,
@@ -38,10 +39,30 @@ def noises_of(allocations: tuple[QueryAllocation, ...]) -> list[Noise]:
             else GaussianNoise(a.sigma2) for a in allocations]
 
 
-def epsilon_pld_of(allocations: tuple[QueryAllocation, ...], delta: float, *, cells: int) -> float:
-    """epsilon at delta of the release's noise by its certified privacy curve (rounded up); ``cells`` is the
-    number of cells a person's change moves by 1 in each query (``Neighbouring.sensitivity2_squared``)."""
-    return epsilon_pld(noises_of(allocations), delta, cells=cells)
+PLD_FALLBACK = ("the certified privacy curve could not hold this delta (its mass at +infinity stayed above a "
+                "sixteenth of delta): epsilon_pld is the CKS20 figure of the release's composed rho")
+
+
+@dataclass(frozen=True)
+class PldEpsilon:
+    """epsilon at delta of a release's noise: by its certified privacy curve, or (``note`` set) the CKS20 figure
+    of its composed rho where the curve cannot hold delta; either bounds the true epsilon from above."""
+
+    epsilon: float
+    note: str | None = None
+
+
+def epsilon_pld_of(allocations: tuple[QueryAllocation, ...], delta: float, *, sensitivity2_squared: int,
+                   sensitivity1: int) -> PldEpsilon:
+    """epsilon at delta of the release's noise (rounded up).  ``sensitivity2_squared`` is the number of cells a
+    person's change moves by 1 in each query, ``sensitivity1`` prices a Laplace query for the fallback (both the
+    relation's: ``Neighbouring``).  Never raises for a valid delta: the accountant runs before the charge, and a
+    figure it cannot give must not stop a release that is already paid for."""
+    certified = epsilon_pld(noises_of(allocations), delta, cells=sensitivity2_squared)
+    if certified is not None:
+        return PldEpsilon(certified)
+    rho = composed_rho(allocations, sensitivity2_squared=sensitivity2_squared, sensitivity1=sensitivity1)
+    return PldEpsilon(epsilon_cks20(rho, delta), PLD_FALLBACK)
 
 
 def comparison_rows(allocations: tuple[QueryAllocation, ...], delta: float, household: int = 4,

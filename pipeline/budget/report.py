@@ -9,7 +9,7 @@ from typing import Any
 from pipeline.budget.compare import comparison_rows, epsilon_pld_of
 from pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
 from pipeline.errors import CensusDPError
-from pipeline.exact import DEFAULT_DELTA, parse_delta, parse_rational
+from pipeline.exact import DEFAULT_DELTA, parse_delta, parse_rational, round_text
 
 
 def _positive_fraction(text: str, name: str) -> Fraction:
@@ -31,10 +31,12 @@ def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
     config = load_config(path)
     delta = parse_delta(delta_text, "--delta") if delta_text else config.budget.delta
     allocations = allocate(config)
-    pld = epsilon_pld_of(allocations, delta, cells=config.budget.sensitivity2_squared)
+    pld = epsilon_pld_of(allocations, delta, sensitivity2_squared=config.budget.sensitivity2_squared,
+                         sensitivity1=config.budget.sensitivity1)
     return {
         **conversion(config.budget.rho, delta),
-        "epsilon_pld": pld,
+        "epsilon_pld": pld.epsilon,
+        **({"epsilon_pld_note": pld.note} if pld.note else {}),
         "accountant": config.budget.accountant,
         "target_epsilon": config.budget.target_epsilon,
         "neighbouring": config.budget.neighbouring,
@@ -43,16 +45,18 @@ def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
                         "expected_abs_error": a.expected_abs_error} for a in allocations],
         "invariants": [{"query": i.query.name, "levels": list(i.levels), "protected": False}
                        for i in config.invariants],
-        "comparison": comparison_rows(allocations, delta, pld_epsilon=pld),
-        **({"units": _units_budget(config.units, delta)} if config.units is not None else {}),
+        "comparison": comparison_rows(allocations, delta, pld_epsilon=pld.epsilon),
+        **({"units": _units_budget(config.budget.rho, config.units, delta)} if config.units is not None else {}),
     }
 
 
-def _units_budget(units: Any, delta: float) -> dict[str, Any]:
-    """The housing-unit universe's own allocation; the ledger charges its rho with the persons'."""
+def _units_budget(persons_rho: Fraction, units: Any, delta: float) -> dict[str, Any]:
+    """The housing-unit universe's own allocation, and the per-person bound the ledger charges for both."""
     from pipeline.budget.allocation import allocate
+    from pipeline.config.units import per_person_rho
 
     return {**conversion(units.budget.rho, delta),
+            "per_person": conversion(per_person_rho(persons_rho, units.budget.rho), delta),
             "allocation": [{"level": a.level, "query": a.query, "rho": float(a.rho), "sigma2": float(a.sigma2)}
                            for a in allocate(units)],
             "invariants": [{"query": i.query.name, "levels": list(i.levels)} for i in units.invariants]}
@@ -63,7 +67,8 @@ def render_text(report: dict[str, Any]) -> str:
              f"epsilon_cks20 = {report['epsilon_cks20']:.6f}",
              f"epsilon_bun_steinke = {report['epsilon_bun_steinke']:.6f}"]
     if "epsilon_pld" in report:
-        lines.append(f"epsilon_pld = {report['epsilon_pld']:.6f}  (certified privacy curve of this allocation's noise)")
+        how = report.get("epsilon_pld_note") or "certified privacy curve of this allocation's noise"
+        lines.append(f"epsilon_pld = {round_text(report['epsilon_pld'], up=True, places=6)}  ({how})")
     if report.get("accountant"):
         lines.append(f"rho set by the {report['accountant']} accountant for epsilon = {report['target_epsilon']:g}")
     if "allocation" in report:
@@ -80,9 +85,11 @@ def render_text(report: dict[str, Any]) -> str:
             lines.append(f"{row['method']:<44}{row['theorem']:<28}{row['epsilon']:>12.4f}{row['delta']:>11.2g}")
     if "units" in report:
         units = report["units"]
-        total = Fraction(report["rho_exact"]) + Fraction(units["rho_exact"])
+        per_person = units["per_person"]
         lines += ["", f"housing-unit universe ([units]): rho = {units['rho_exact']} ({units['rho']:.6g}), "
-                  f"epsilon_cks20 = {units['epsilon_cks20']:.6f}; a release charges {total} in all", "",
+                  f"epsilon_cks20 = {units['epsilon_cks20']:.6f}; a release charges its per-person bound "
+                  f"rho_persons + 4 rho_units = {per_person['rho_exact']} (epsilon_cks20 = "
+                  f"{round_text(per_person['epsilon_cks20'], up=True, places=6)})", "",
                   f"{'level':<14}{'query':<34}{'rho':>12}{'sigma2':>14}"]
         lines += [f"{a['level']:<14}{a['query']:<34}{a['rho']:>12.5g}{a['sigma2']:>14.5g}" for a in units["allocation"]]
         lines += [f"invariant (NOT protected): {inv['query']} at {', '.join(inv['levels'])}"

@@ -4,7 +4,7 @@
     path = "units.parquet"              # relative to the configuration file, like input.path
     format = "parquet"                  # parquet | csv | mdf-units (the Census 2020 MDF unit layout)
     geocode_column = "geocode"          # or geocode_columns = [...]; ignored for mdf-units, which builds it
-    rho = "0.075"                       # the units' zCDP budget (exact); a release is charged persons' + units'
+    rho = "0.075"                       # the units' zCDP budget (exact); a release is charged persons' + 4 units'
     level_shares = { us = "1/6", ... }  # optional: by default the persons' [budget.level_shares]
     [[units.attributes]]                # the units' schema, as [[attributes]] (mapping tables included)
     [[units.recodes]]                   # optional, as [[recodes]]
@@ -30,6 +30,7 @@ from fractions import Fraction
 from typing import Any
 
 from pipeline.config.model import LedgerConfig, Neighbouring, ReleaseConfig, check_nothing_else
+from pipeline.dp.accounting import group_privacy_zcdp
 from pipeline.errors import ConfigError
 
 # [units] keys -> the key of the universe's own configuration table they become (``None``: a table of their own)
@@ -59,7 +60,7 @@ def units_raw(raw: dict[str, Any], source: str) -> dict[str, Any]:
     check_nothing_else(units, UNITS_KEYS, source, "units.")
     if "rho" not in units:
         raise ConfigError(source, "units.rho", "missing: the units' zCDP budget, an exact number such as \"0.075\" "
-                          "(a release is charged the persons' rho plus this one)")
+                          "(a release is charged the persons' rho plus 4 times this one: docs/units.md)")
     postprocess = units.get("postprocess", {})
     if not isinstance(postprocess, dict):
         raise ConfigError(source, "units.postprocess", "expected a table ([units.postprocess])")
@@ -116,10 +117,33 @@ def units_keys(source: str) -> Iterator[None]:
         raise ConfigError(source, key, error.problem) from None
 
 
+# Housing-unit records one person's change can alter while every published invariant keeps its value: the unit
+# they leave (it may become vacant) and the one they join (it may become occupied).  A group-quarters facility's
+# record exists only while occupied, so emptying or filling one alters the units' exact hhgq counts: such pairs
+# are outside the guarantee (``pipeline.io.manifest.guarantee``), not inside a larger group.
+UNITS_PER_PERSON = 2
+
+
+def per_person_rho(persons_rho: Fraction, units_rho: Fraction | None) -> Fraction:
+    """The release's zCDP bound for one person, what the ledger charges and caps (the manifest states it).
+
+    Guarantee: for every pair of datasets that differ in one person's record (the neighbouring relation of the
+    release) and keep every invariant either universe publishes, the persons' measurements cost ``persons_rho``
+    and the units' ``units_rho`` for each unit record that changes; at most UNITS_PER_PERSON = k do, so the
+    units' measurements cost k² units_rho (group privacy in zCDP, Thm 19.31's zCDP form: Bun & Steinke 2016
+    Prop 1.9) and the two compose (Thm 19.37(i)): persons_rho + 4 units_rho.  Without a units universe it is
+    ``persons_rho``.
+    """
+    if units_rho is None:
+        return persons_rho
+    return persons_rho + Fraction(group_privacy_zcdp(units_rho, UNITS_PER_PERSON))
+
+
 def check_units_budget(persons_rho: Fraction, units: ReleaseConfig, ledger: LedgerConfig, source: str) -> None:
-    """Both universes are charged to the one dataset: a release whose persons' and units' rho together pass the
+    """Both universes are charged to the one dataset, as their per-person bound: a release whose bound passes the
     lifetime cap could never run, so it is refused when the configuration loads."""
-    total = persons_rho + units.budget.rho
+    total = per_person_rho(persons_rho, units.budget.rho)
     if total > ledger.cap_rho:
-        raise ConfigError(source, "units.rho", f"the persons' rho plus the units' ({total}) is more than the "
-                          f"dataset's lifetime cap ledger.cap_rho ({ledger.cap_rho}): a release charges both")
+        raise ConfigError(source, "units.rho", f"the per-person bound, the persons' rho plus 4 times the units' "
+                          f"({total}), is more than the dataset's lifetime cap ledger.cap_rho ({ledger.cap_rho}): a "
+                          "release charges it")

@@ -39,6 +39,9 @@ PREC = 160  # arb working precision in bits (balls, so precision only affects ti
 TAIL_Z = 12  # a cell's noise is enumerated over |o| <= 12 sigma + 2: the rest (< 1e-31) is put at +infinity
 GRID_POINTS = 2**14  # at least this many points (at most twice) on the loss grid between floor and cap
 FLOOR_Z, CAP_Z = 10, 14  # floor and cap of the grid, in standard deviations of the total loss around its mean
+# ``epsilon_pld`` widens the cap (x2 each time, at most this many times) until the mass it puts at +infinity is
+# at most INFINITE_SHARE of delta: a lattice of small sigma is skewed, so mean + CAP_Z sd can cut off mass > delta
+WIDENINGS, INFINITE_SHARE = 12, Fraction(1, 16)
 HALVINGS = 10  # bisections of rho_for_epsilon_pld's bracket [lo, 2 lo]: 2^-10 < 1e-3, its documented tolerance
 
 
@@ -261,23 +264,29 @@ def _convolve(a: _Part, b: _Part, floor: int, cap: int) -> _Part:
         below = masses.truncate(floor - offset)
         masses, offset = masses.right_shift(floor - offset) + fmpz_poly([below(1)]), floor
     keep = cap - offset + 1
+    if keep <= 0:  # every partial sum lies above the cap
+        return _Part(floor, fmpz_poly([]), infinite + int(masses(1)))
     if masses.length() > keep:
         infinite += int(masses.right_shift(keep)(1))
         masses = masses.truncate(keep)
     return _Part(offset, masses, infinite)
 
 
-def privacy_curve(noises: Sequence[Noise], *, cells: int) -> PrivacyCurve:
+def privacy_curve(noises: Sequence[Noise], *, cells: int, widen: int = 0) -> PrivacyCurve:
     """The certified curve of the composition of ``noises`` (one per level x query), each moving ``cells`` cells
     by 1 (``Neighbouring``: replace-one moves 2, add-remove 1; 0 means no change and an empty curve).
 
     Identical noises are one group (its cells composed exactly on their lattice), each group is put on a common
-    grid of ~GRID_POINTS points over [mean - FLOOR_Z sd, mean + CAP_Z sd] of the total loss, and the groups are
-    convolved smallest first.  Rounding: every loss UP to the grid (once per group), every mass UP (ceil at
-    2^-BITS after each product), partial sums below the floor UP to it, above the cap to +infinity.
+    grid of ~GRID_POINTS points over [mean - FLOOR_Z sd, mean + 2^widen CAP_Z sd] of the total loss, and the
+    groups are convolved smallest first.  Any cap gives a valid curve (what lies above it is put at +infinity);
+    a wider one only moves less mass there, on a coarser grid.  Rounding: every loss UP to the grid (once per
+    group), every mass UP (ceil at 2^-BITS after each product), partial sums below the floor UP to it, above the
+    cap to +infinity.
     """
     if isinstance(cells, bool) or not isinstance(cells, int) or cells < 0:
         raise ValueError(f"cells must be an integer >= 0, got {cells!r}")
+    if isinstance(widen, bool) or not isinstance(widen, int) or widen < 0:
+        raise ValueError(f"widen must be an integer >= 0, got {widen!r}")
     groups: dict[Noise, int] = {}
     for i, noise in enumerate(noises):
         _check_noise(noise, f"noises[{i}]")
@@ -288,8 +297,8 @@ def privacy_curve(noises: Sequence[Noise], *, cells: int) -> PrivacyCurve:
         return PrivacyCurve(Fraction(1), 0, (), 0)
     moments = [_moments(lattice) for lattice in lattices]
     mean, sd = sum(m for m, _ in moments), math.sqrt(sum(v for _, v in moments))
-    low, high = mean - max(FLOOR_Z * sd, 1.0), mean + max(CAP_Z * sd, 1.0)
-    step = Fraction(1, 2 ** math.ceil(math.log2(GRID_POINTS / (high - low))))  # a power of 2: nearby rhos share it
+    low, high = mean - max(FLOOR_Z * sd, 1.0), mean + max(CAP_Z * sd, 1.0) * 2**widen
+    step = Fraction(2) ** -math.ceil(math.log2(GRID_POINTS / (high - low)))  # a power of 2: nearby rhos share it
     floor, cap = math.floor(low / step), math.ceil(high / step)
     parts = [_on_grid(lattice, step, floor, cap) for lattice in lattices]
     heap = [(p.masses.length(), i, p) for i, p in enumerate(parts)]
@@ -310,9 +319,24 @@ def _check_noise(noise: Noise, name: str) -> None:
         raise ValueError(f"{name} must be a GaussianNoise or LaplaceNoise with a positive Fraction parameter")
 
 
-def epsilon_pld(noises: Sequence[Noise], delta: float, *, cells: int) -> float:
-    """epsilon at ``delta`` of the composed noises by their certified privacy curve, rounded up."""
-    return privacy_curve(noises, cells=cells).epsilon(delta)
+def epsilon_pld(noises: Sequence[Noise], delta: float, *, cells: int) -> float | None:
+    """epsilon at ``delta`` of the composed noises by their certified privacy curve, rounded up; None when no curve
+    of at most WIDENINGS widenings puts less than INFINITE_SHARE of ``delta`` at +infinity (the caller then states
+    another accountant's figure: ``pipeline.budget.compare.epsilon_pld_of``).  Never raises for a valid ``delta``.
+
+    The cap starts at mean + CAP_Z sd of the total loss and doubles while the mass above it is too large: the
+    loss of a query of small sigma is a skewed lattice (nearly all its mass at one point), whose sd says nothing
+    of the few points above it, each of mass possibly > delta.  The curve that is used is certified whatever its
+    cap; the widening only makes it useful at this delta.
+    """
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
+    allowed = Fraction(delta) * INFINITE_SHARE * 2**BITS
+    for widen in range(WIDENINGS + 1):
+        curve = privacy_curve(noises, cells=cells, widen=widen)
+        if curve.infinite <= allowed:
+            return curve.epsilon(delta)
+    return None
 
 
 def delta_pld(noises: Sequence[Noise], epsilon: Fraction | float, *, cells: int) -> float:
@@ -325,17 +349,19 @@ def rho_for_epsilon_pld(epsilon: float, delta: float, noises_for: Callable[[Frac
     """The largest rho on a dyadic grid whose noises ``noises_for(rho)`` have a certified PLD epsilon <= ``epsilon``
     at ``delta``: less than a relative 2^-HALVINGS < 1e-3 below the largest admissible rho (rounded DOWN).
 
-    A plain bisection (epsilon_pld is non-decreasing in rho): [lo, 2 lo] with lo a power of 2, admissible and
-    2 lo not, found by halving or doubling from the power of 2 at or below ``start`` (a rho known to be admissible
-    or nearly so, the CKS20 answer: it only saves evaluations, the answer does not depend on it); then HALVINGS
-    bisections of it, so the answer is the largest admissible j lo 2^-HALVINGS and lo 2^-HALVINGS <= 2^-HALVINGS
-    rho.  Every rho it keeps was checked by the definition (``epsilon_pld``, the figure that reports use).
+    A plain bisection: [lo, 2 lo] with lo a power of 2, admissible and 2 lo not, found by halving or doubling from
+    the power of 2 at or below ``start`` (a rho known to be admissible or nearly so, the CKS20 answer: it only
+    saves evaluations); then HALVINGS bisections of it.  The certified epsilon is not monotone in rho at small
+    sigma (the grid and the lattice's points move; docs/accounting.md), so the bisection may stop below the
+    largest admissible rho, never above an admissible one: every rho it keeps was checked by the definition
+    (``epsilon_pld``, the figure that reports use), and a rho whose curve cannot certify ``delta`` is inadmissible.
     """
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
         raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
 
     def admissible(rho: Fraction) -> bool:
-        return epsilon_pld(noises_for(rho), delta, cells=cells) <= epsilon
+        certified = epsilon_pld(noises_for(rho), delta, cells=cells)
+        return certified is not None and certified <= epsilon
 
     lo = Fraction(2) ** math.floor(math.log2(start))
     while not admissible(lo):

@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.budget.allocation import QueryAllocation, level_rho
 from pipeline.budget.compare import epsilon_pld_of
-from pipeline.config.model import ReleaseConfig
+from pipeline.config.model import ReleaseConfig, Universe
 from pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20
 from pipeline.dp.noise import laplace_epsilon
 from pipeline.exact import round_text
@@ -67,12 +67,42 @@ def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
     }
 
 
-def guarantee(config: ReleaseConfig, rho: Fraction) -> str:
-    """One sentence: for which pairs of datasets the rho-zCDP bound holds.
+UNIVERSE_LABEL = {Universe.PERSONS: "persons", Universe.UNITS: "housing units"}
+
+PER_PERSON = ("per person, the whole release (the persons' and the housing units' measurements) is rho-zCDP with "
+              "rho = rho_persons + 4 rho_units for every pair of datasets that differ in one person's record and "
+              "keep every invariant either universe publishes: such a change alters the occupancy of at most two "
+              "housing-unit records (the unit left and the unit joined), so the units' share counts 2² = 4 times "
+              "(group privacy in zCDP, Thm 19.31), and the universes compose (Thm 19.37(i)); the ledger charges "
+              "and caps this bound. A change that would alter an invariant is not protected: the housing units' "
+              "exact group-quarters counts say in which blocks persons of each group-quarters type live, so the "
+              "only resident of a facility, or a person moving into a group-quarters type their block lacks, is "
+              "outside the guarantee")
+
+
+def universe_pair(config: ReleaseConfig, other: ReleaseConfig | None = None) -> list[ReleaseConfig]:
+    """The release's universes, persons first: a persons' configuration brings its ``[units]``, a units' one is
+    given its persons' (``other``)."""
+    partner = other if other is not None else config.units
+    universes = [config] if partner is None else [config, partner]
+    return sorted(universes, key=lambda universe: list(Universe).index(universe.universe))
+
+
+def published_invariants(config: ReleaseConfig, other: ReleaseConfig | None = None) -> list[tuple[str, str]]:
+    """Every invariant the release publishes as (its universe, "total at us, state"): a neighbouring pair that
+    changes any of them is told apart with certainty."""
+    return [(UNIVERSE_LABEL[universe.universe], f"{i.query.name} at {', '.join(i.levels)}")
+            for universe in universe_pair(config, other) for i in universe.invariants]
+
+
+def guarantee(config: ReleaseConfig, rho: Fraction, other: ReleaseConfig | None = None) -> str:
+    """One sentence: for which pairs of datasets the rho-zCDP bound of ``config``'s measurements holds.
 
     An epsilon or rho means nothing without the neighbouring relation (Def 19.1; the seed's pitfall list), and
     exact invariants shrink the protected set further: two datasets whose invariant values differ are told apart
-    with certainty, so the bound holds only among datasets that share those values.
+    with certainty, so the bound holds only among datasets that share those values -- every invariant the release
+    publishes, the other universe's too (the units' facility counts are facts about persons: a counted facility
+    has residents).
     """
     record = "person" if config.universe.record == "person" else "housing unit"  # the universe's unit of privacy
     if config.budget.neighbouring == "add-remove":
@@ -80,25 +110,39 @@ def guarantee(config: ReleaseConfig, rho: Fraction) -> str:
     else:
         pairs = f"datasets of the same size that differ in one {record}'s record (replace-one)"
     sentence = f"rho-zCDP (rho = {rho}) for every pair of {pairs}"
-    if config.invariants:
-        listed = "; ".join(f"{i.query.name} at {', '.join(i.levels)}" for i in config.invariants)
+    invariants = published_invariants(config, other)
+    if invariants and len(universe_pair(config, other)) > 1:
+        listed = "; ".join(f"{universe}: {text}" for universe, text in invariants)
+        sentence += (f" and share the values of every invariant the release publishes ({listed}): the invariants "
+                     "are published exactly and are not protected")
+    elif invariants:
+        listed = "; ".join(text for _, text in invariants)
         sentence += (f" and share the invariants' values ({listed}): the invariants are published exactly and "
                      "are not protected")
     return sentence
 
 
 def privacy_section(config: ReleaseConfig, rho: Fraction,
-                    allocations: tuple[QueryAllocation, ...] | None = None) -> dict[str, Any]:
-    """The guarantee of the release: relation, rho (exact and rounded up), epsilon at delta, and for whom; with
-    the allocations also the certified privacy-curve epsilon of their noise (``epsilon_pld``), and always which
-    accountant set rho from an epsilon target (``rho_set_by``: "pld", "cks20", or "rho" when rho was given)."""
-    delta = config.budget.delta
-    pld = ({"epsilon_pld": epsilon_pld_of(allocations, delta, cells=config.budget.sensitivity2_squared)}
-           if allocations is not None else {})
-    return {
+                    allocations: tuple[QueryAllocation, ...] | None = None, *, other: ReleaseConfig | None = None,
+                    per_person: Fraction | None = None) -> dict[str, Any]:
+    """The guarantee of a universe's measurements: relation, rho (exact and rounded up), epsilon at delta, and for
+    whom; with the allocations also the epsilon of their noise by its certified privacy curve (``epsilon_pld``,
+    with ``epsilon_pld_note`` where it is the CKS20 fallback), and always which accountant set rho from an
+    epsilon target (``rho_set_by``: "pld", "cks20", or "rho" when rho was given).  ``other`` is the other
+    universe's configuration where ``config`` cannot name it (the units'); ``per_person``, with two universes,
+    the release's per-person bound (``pipeline.budget.allocation.per_person_rho``, the ledger's charge), stated
+    under ``per_person``."""
+    budget = config.budget
+    delta = budget.delta
+    pld: dict[str, Any] = {}
+    if allocations is not None:
+        figure = epsilon_pld_of(allocations, delta, sensitivity2_squared=budget.sensitivity2_squared,
+                                sensitivity1=budget.sensitivity1)
+        pld = {"epsilon_pld": figure.epsilon, **({"epsilon_pld_note": figure.note} if figure.note else {})}
+    section = {
         "unit": "person" if config.universe.record == "person" else "housing unit",
         "neighbouring": config.budget.neighbouring,
-        "guarantee": guarantee(config, rho),
+        "guarantee": guarantee(config, rho, other),
         "sensitivity_l2_squared": config.budget.sensitivity2_squared,
         "rho": float_up(rho),
         "rho_exact": str(rho),
@@ -111,6 +155,10 @@ def privacy_section(config: ReleaseConfig, rho: Fraction,
         "mechanism": "exact discrete Gaussian (Canonne, Kamath, Steinke 2020); exact discrete Laplace where the "
                      "strategy says so (pure epsilon-DP, accounted as epsilon²/2-zCDP)",
     }
+    if per_person is not None:
+        section["per_person"] = {"rho": float_up(per_person), "rho_exact": str(per_person),
+                                 "epsilon": epsilon_cks20(per_person, delta), "statement": PER_PERSON}
+    return section
 
 
 def allocation_section(allocations: tuple[QueryAllocation, ...], *, sensitivity1: int) -> list[dict[str, Any]]:
@@ -131,8 +179,12 @@ def invariants_section(config: ReleaseConfig) -> list[dict[str, Any]]:
     return [{"query": i.query.name, "levels": list(i.levels), "protected": False} for i in config.invariants]
 
 
-def not_protected(config: ReleaseConfig) -> list[str]:
-    notes = [f"invariant {i.query.name} at {', '.join(i.levels)}: published exactly" for i in config.invariants]
+def not_protected(config: ReleaseConfig, other: ReleaseConfig | None = None) -> list[str]:
+    """What a universe's guarantee does not cover: every invariant the release publishes (the other universe's
+    too), the set of units where no geography file lists them, and the structural zeros."""
+    own = UNIVERSE_LABEL[config.universe]
+    notes = [f"invariant {text}: published exactly" + ("" if universe == own else f" (the {universe}' universe)")
+             for universe, text in published_invariants(config, other)]
     if config.input.geography is None:
         notes.append("the set of geographic units was taken from the microdata (no geography file): which units "
                      "are populated is NOT protected")

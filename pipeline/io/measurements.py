@@ -107,9 +107,10 @@ class LevelMeasurementWriter:
     # queued is that much memory; two keep the writer thread busy
     QUEUED = 2
 
-    def __init__(self, directory: Path, level: str) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"{level}.parquet"
+    def __init__(self, directory: Path, level: str, file_name: str | None = None) -> None:
+        # the folder is the caller's to make: a writer never creates one, so a task still running after its run
+        # failed or was published (its folder removed or renamed) cannot recreate it
+        self.path = directory / (file_name or f"{level}.parquet")
         self.file = self.path.name  # relative to the measurements folder (``ChunkLocation.file``)
         self.level = level
         self.row_groups = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from fractions import Fraction
 
 from pipeline.budget.ledger.charges import PrivacyLedger, config_digest, config_hash
 from pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
@@ -44,7 +45,10 @@ def charge(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) -> N
         units_files = stage_output(run.units.input_files, "the units' input files (read_files)")
         units = data_fingerprints(units_files, key, legacy=legacy, map_parts=map_parts)
         fingerprints |= {f"units-{kind}": digest for kind, digest in units.items()}
-    rho = run.charged_rho
+    # the guarantee is stated (every accountant run) before anything is spent, and the charge is the per-person
+    # bound it states: an accountant that failed after the charge would leave budget spent and nothing published
+    stated = run.privacy[config.universe]
+    rho = Fraction(stated.get("per_person", stated)["rho_exact"])
     run.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict the noise
     entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,
                                   config.budget.delta, config_digest(config.raw), run.rng.publishable)

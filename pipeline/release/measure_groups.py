@@ -37,6 +37,7 @@ from pipeline.io.histograms import compact_counts
 from pipeline.io.measurements import LevelMeasurementWriter
 from pipeline.io.microdata import InputFiles, encoded_rows
 from pipeline.release.chunks import level_chunks
+from pipeline.release.draws import UPPER, claim_draw, group_name, part_name
 from pipeline.release.measure import level_invariants, measure_level
 from postprocess import QueryInvariant, QueryMeasurement
 
@@ -144,7 +145,9 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
                   ) -> tuple[GroupMeasured, np.ndarray]:
     """Measure every level of one group (see the module docstring); returns the public result and the group's
     total detailed histogram (confidential: for ``measure_upper`` only).  A failed value check raises
-    ``InputCategoryError`` (its category only)."""
+    ``InputCategoryError`` (its category only).  A task that writes its own parts (``out_dir``) first claims
+    its draw (``claim_draw``): at most one attempt per run draws, and its parts carry its attempt id."""
+    attempt = claim_draw(task.out_dir, group_name(task.index)) if task.out_dir is not None else None
     files, schema = task.files, task.files.config.schema
     try:
         runs = group_keys(files, task)
@@ -159,7 +162,7 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
     plans, invariants, top = [], [], []
     for level, (name, allocations, invariant_queries) in enumerate(task.levels):
         returned = level == 0 and task.level > 0  # the partition level below the root: handed back, not written
-        writer, part = (None, None) if returned else _writer(task, name, writers)
+        writer, part = (None, None) if returned else _writer(task, name, writers, attempt)
         parts.append(part)
         rhos = [a.rho for a in allocations]
         ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
@@ -188,13 +191,13 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
     return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants), top_joined), total
 
 
-def _writer(task: GroupTask, name: str, writers: dict[str, LevelMeasurementWriter] | None
+def _writer(task: GroupTask, name: str, writers: dict[str, LevelMeasurementWriter] | None, attempt: str | None
             ) -> tuple[LevelMeasurementWriter, str | None]:
     if writers is not None:
         return writers[name], None
-    if task.out_dir is None:
+    if task.out_dir is None or attempt is None:
         raise ValueError("a group task needs the caller's writers or an output folder")
-    writer = LevelMeasurementWriter(Path(task.out_dir) / f"{task.index:06d}", name)
+    writer = LevelMeasurementWriter(Path(task.out_dir), name, part_name(task.index, attempt, name))
     return writer, str(writer.path)
 
 
@@ -216,6 +219,7 @@ class UpperTask:
     levels: tuple[LevelPlan, ...]
     chunks: tuple[tuple[tuple[int, int], ...], ...]
     keys: tuple[tuple[bytes | None, ...], ...]
+    out_dir: str | None = None  # the run's parts folder where the task runs on a worker: its draw is claimed there
 
 
 UpperChunk = tuple[list[QueryMeasurement], list[QueryInvariant]]
@@ -223,7 +227,10 @@ UpperChunk = tuple[list[QueryMeasurement], list[QueryInvariant]]
 
 def measure_upper(task: UpperTask, totals: Sequence[np.ndarray]) -> list[list[UpperChunk]]:
     """Noisy measurements of every level above the partition level from the groups' total histograms; returns per
-    level and chunk (noisy answers per query, their σ², the chunk's invariants).  Public output only."""
+    level and chunk (noisy answers per query, their σ², the chunk's invariants).  Public output only.  On a worker
+    (``out_dir``) it first claims its draw, as a group does."""
+    if task.out_dir is not None:
+        claim_draw(task.out_dir, UPPER)
     schema = task.schema
     stacked = np.stack(totals) if totals else np.zeros((0, schema.n_cells), dtype=np.int64)
     out = []

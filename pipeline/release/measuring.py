@@ -33,6 +33,7 @@ from pipeline.errors import InputError, InputProblem
 from pipeline.io.measurements import ChunkLocation, LevelMeasurementWriter, adopt_part
 from pipeline.io.microdata import InputFiles, encoded_rows
 from pipeline.release.chunks import level_chunks
+from pipeline.release.draws import check_claimed, chunk_label
 from pipeline.release.measure_groups import (
     GroupMeasured,
     GroupTask,
@@ -77,6 +78,9 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
     order, so the plan is the same wherever the tasks run; ``rng`` None: no keys, a plan for validation only)."""
     p = partition_level(tree, files)
     n_cells = files.config.schema.n_cells
+    if parts_dir is not None:  # the tasks' claims and parts; made once, here: no task creates a folder
+        parts_dir.mkdir()
+    out_dir = str(parts_dir) if parts_dir is not None else None
     by_node: dict[int, list[int]] = {}
     for index, part in enumerate(files.parts):
         node = 0
@@ -96,7 +100,7 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
             node = tree.parent[level + 1][node]
             ancestors.insert(0, node)
         upper = UpperTask(tree=upper_tree, group_ancestors=tuple(ancestors), schema=files.config.schema,
-                          levels=tuple(level_plans[:p]), chunks=chunks, keys=keys)
+                          levels=tuple(level_plans[:p]), chunks=chunks, keys=keys, out_dir=out_dir)
     groups = []
     for index, node in enumerate(range(tree.n_nodes(p)) if p > 0 else [0]):
         subtree, first = tree.subtree(p, node, node + 1) if p > 0 else tree.subtree(0, 0, tree.n_nodes(0))
@@ -104,15 +108,20 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
         groups.append(GroupTask(index=index, level=p, subtree=subtree, first=first, files=files,
                                 parts=tuple(by_node.get(node, [])), levels=tuple(level_plans[p:]), chunks=chunks,
                                 keys=_keys(rng, universe, level_plans[p:], chunks, first),
-                                out_dir=str(parts_dir) if parts_dir is not None else None))
+                                out_dir=out_dir))
     return MeasurementPlan(p, tuple(groups), upper)
 
 
 def _keys(rng: RandomSource | None, universe: str, levels: Sequence[LevelPlan],
           chunks: Sequence[Sequence[tuple[int, int]]], first: Sequence[int]) -> tuple[tuple[bytes | None, ...], ...]:
-    return tuple(tuple(substream_key(rng, f"{universe}:{name}:{offset + start}") if rng is not None else None
-                       for start, _ in level_chunks)
-                 for (name, _, _), level_chunks, offset in zip(levels, chunks, first, strict=True))
+    """Each chunk's stream key, labelled by everything that decides which counts its draws land on: the universe,
+    the level, the chunk's first and last node in the whole tree and its queries in drawing order.  Two layouts of
+    one input (a flat file, partition folders) cut a level into other chunks: under a test seed a label shared
+    by chunks of different nodes would put one stream on two sets of counts, and the difference of the two
+    releases would cancel the noise."""
+    return tuple(tuple(substream_key(rng, chunk_label(universe, name, allocations, offset + start, offset + stop))
+                       if rng is not None else None for start, stop in level_chunks)
+                 for (name, allocations, _), level_chunks, offset in zip(levels, chunks, first, strict=True))
 
 
 def validate_group(task: GroupTask) -> tuple[InputProblem | None, bool]:
@@ -143,6 +152,7 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
     for name, _, _ in level_plans:  # a failed attempt's leftovers (a resumable run never measures again)
         shutil.rmtree(directory / name, ignore_errors=True)
         (directory / f"{name}.parquet").unlink(missing_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
     writers = {name: LevelMeasurementWriter(directory, name) for name, _, _ in level_plans}
     p = plan.partition_level
     plans: dict[int, list[tuple[int, int, ChunkLocation]]] = {level: [] for level in range(tree.depth)}
@@ -153,6 +163,7 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
         else:
             results, upper = _on_driver(plan, writers)
         tops = []
+        parts_dir = plan.groups[0].out_dir if plan.groups else None
         for measured in results:
             if measured.top:
                 tops.append(measured.top)
@@ -161,7 +172,9 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
                 name = level_plans[level][0]
                 part = measured.parts[offset]
                 if level_plan:  # a worker's part file joins its level's folder; else the driver's writer has them
-                    file = adopt_part(directory, name, measured.index, Path(part)) if part else writers[name].file
+                    file = (adopt_part(directory, name, measured.index,
+                                       check_claimed(parts_dir, measured.index, Path(part)))
+                            if part else writers[name].file)
                     plans[level].extend((start, stop, ChunkLocation(file, row_group))
                                         for start, stop, row_group in level_plan)
                 invariant_parts[level].append(measured.invariants[offset])

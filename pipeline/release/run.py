@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,8 +19,9 @@ import scipy.sparse as sp
 from geography.tree import GeoTree
 from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of, composed_rho
 from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.config.model import ReleaseConfig
+from pipeline.config.model import ReleaseConfig, Universe
 from pipeline.config.schema import Schema
+from pipeline.config.units import per_person_rho
 from pipeline.dp.random_source import RandomSource
 from pipeline.errors import CensusDPError
 from pipeline.io import manifest as mf
@@ -116,8 +118,22 @@ class ReleaseRun:
 
     @property
     def charged_rho(self) -> Fraction:
-        """What the ledger charges for the release: every universe's spent rho (zCDP composition, Thm 19.37(i))."""
-        return self.spent_rho + (self.units.spent_rho if self.units is not None else Fraction(0))
+        """What the ledger charges and caps for the release: its per-person bound (``per_person_rho``: the persons'
+        rho plus four times the units'), the figure the manifest states."""
+        return per_person_rho(self.spent_rho, self.units.spent_rho if self.units is not None else None)
+
+    @cached_property
+    def privacy(self) -> dict[Universe, dict[str, Any]]:
+        """The manifest's privacy section of each universe of this (main) run: public, from the configuration
+        alone.  The charge stage reads it before it charges, so an accountant that cannot state the guarantee
+        stops the release before anything is spent; publish writes the same sections."""
+        units = self.units
+        sections = {self.config.universe: mf.privacy_section(
+            self.config, self.spent_rho, self.allocations, per_person=self.charged_rho if units else None)}
+        if units is not None:
+            sections[units.config.universe] = mf.privacy_section(units.config, units.spent_rho, units.allocations,
+                                                                 other=self.config)
+        return sections
 
     def universes(self) -> list[ReleaseRun]:
         """The runs a per-universe stage calls, units first: the persons' run writes the complete marker last."""

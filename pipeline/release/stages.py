@@ -243,7 +243,6 @@ def publish(run: ReleaseRun) -> Path:
     then move the run into place atomically."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
-    rho = run.spent_rho
     manifest = {
         "run_id": run.run_id,
         "started_at": run.started_at,
@@ -253,7 +252,7 @@ def publish(run: ReleaseRun) -> Path:
         "config_raw": public_config_raw(config.raw),
         "levels": [{"name": lv.name, "width": lv.width, "nodes": tree.n_nodes(i)}
                    for i, lv in enumerate(config.levels)],
-        "privacy": mf.privacy_section(config, rho, run.allocations),
+        "privacy": run.privacy[config.universe],
         "allocation": mf.allocation_section(run.allocations, sensitivity1=config.budget.sensitivity1),
         "invariants": mf.invariants_section(config),
         "not_protected": mf.not_protected(config),
@@ -264,7 +263,7 @@ def publish(run: ReleaseRun) -> Path:
         "summary_tables": run.summary_tables,
         "expected_errors": run.expected_errors,
         "reconciliation": run.diagnostics,
-        **({"units": with_disagreements(units_section(run.units), run)} if run.units is not None else {}),
+        **({"units": with_disagreements(units_section(run), run)} if run.units is not None else {}),
         "ledger": ledger_section(run),
         **run.manifest_extra,
     }

@@ -16,20 +16,23 @@ from pipeline.io.summary_tables import summary_counts, variable_matrix
 from pipeline.release.run import UNITS_DIR, ReleaseRun, stage_output
 
 
-def units_section(units: ReleaseRun) -> dict[str, Any]:
-    """The units universe's own guarantee, allocation, invariants (not protected), files and diagnostics."""
+def units_section(run: ReleaseRun) -> dict[str, Any]:
+    """The units universe's own guarantee, allocation, invariants (not protected), files and diagnostics; ``run``
+    is the persons' (main) run, whose invariants the units' guarantee is conditional on too."""
+    units = stage_output(run.units, "the units universe")
     config = units.config
     levels = [lv.name for lv in config.levels]
     return {
-        "privacy": mf.privacy_section(config, units.spent_rho, units.allocations),
+        "privacy": run.privacy[config.universe],
         "allocation": mf.allocation_section(units.allocations, sensitivity1=config.budget.sensitivity1),
         "invariants": mf.invariants_section(config),
-        "not_protected": mf.not_protected(config),
+        "not_protected": mf.not_protected(config, other=run.config),
         "warnings": units.warnings,
         "measurements": units.measurement_entries(f"{UNITS_DIR}/measurements"),
         "tables": {name: f"{UNITS_DIR}/tables/{name}.parquet" for name in levels},
         "reconciliation": units.diagnostics,
-        "combined": COMBINED,
+        "combined": mf.PER_PERSON,
+        "per_person_rho": str(run.charged_rho),
     }
 
 
@@ -39,10 +42,6 @@ def with_disagreements(section: dict[str, Any], run: ReleaseRun) -> dict[str, An
     return {**section, "disagreements": dict(run.disagreements)}
 
 
-COMBINED = ("the ledger charges the persons' rho plus the units' (zCDP composition, Thm 19.37(i)); each universe's "
-            "guarantee is for one record of its own kind. One person's change can also change the occupancy of up "
-            "to two housing-unit records, so for a person the units' share counts up to four times (group privacy, "
-            "rho scales with the square of the distance): a per-person bound is rho_persons + 4 rho_units")
 OCCUPIED_VARIABLE = "H1_002N"  # occupied housing units
 
 
@@ -96,7 +95,7 @@ def units_markdown(section: dict[str, Any], charged_rho: str) -> str:
     lines = ["", "## Housing-unit universe", "",
              f"- Budget: rho = {privacy['rho_exact']} zCDP (epsilon = "
              f"{round_text(privacy['epsilon'], up=True, places=4)} at delta = {privacy['delta']:g}, CKS20), "
-             f"charged to the ledger with the persons' rho: {charged_rho} in all",
+             f"charged to the ledger as the per-person bound rho_persons + 4 rho_units = {charged_rho}",
              f"- Combined: {section['combined']}",
              "- Tables: `units/tables/<level>.parquet`; H1 joins the P.L. 94-171 tables", "",
              "| level | query | rho | sigma² |", "|---|---|---|---|"]

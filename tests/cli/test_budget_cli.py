@@ -98,5 +98,6 @@ def test_a_preset_shows_its_units_universe_and_the_total_charged(tmp_path: Path,
     assert code == 0 and report["units"]["rho_exact"] == "11417641/152349649"
     assert {a["query"] for a in report["units"]["allocation"]} == {"detailed", "occupancy"}
     code, text, _ = run(capsys, "budget", str(tmp_path / "p.toml"))
-    total = Fraction(report["rho_exact"]) + Fraction("11417641/152349649")
-    assert f"a release charges {total} in all" in text and "invariant (NOT protected): hhgq at us" in text
+    total = Fraction(report["rho_exact"]) + 4 * Fraction("11417641/152349649")  # the per-person bound charged
+    assert report["units"]["per_person"]["rho_exact"] == str(total)
+    assert f"rho_persons + 4 rho_units = {total}" in text and "invariant (NOT protected): hhgq at us" in text

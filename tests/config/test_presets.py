@@ -115,7 +115,7 @@ def test_pl94_2020_units_are_the_production_housing_unit_run(tmp_path: Path) -> 
     assert units.budget.rho == UNITS_RHO_2020 == F(11417641, 152349649)
     assert units.budget.level_shares == UNITS_LEVEL_SHARES_2020 and sum(UNITS_LEVEL_SHARES_2020.values()) == 1
     assert abs(epsilon_cks20(units.budget.rho, 1e-10) - 2.47) < 0.01  # the certificate's "h1 2.47"
-    assert config.ledger.cap_rho == RHO_2020 + UNITS_RHO_2020
+    assert config.ledger.cap_rho == RHO_2020 + 4 * UNITS_RHO_2020  # one release's per-person bound
     assert units.level_passes("block").rounding == ()  # production rounds the cells in one pass
 
 

@@ -46,7 +46,10 @@ def test_pl94_2020_figure() -> None:
     """issue 12: at rho = 293764/114921, delta = 1e-10, CKS20 gives 17.14, the continuous Gaussian 16.47; the
     certified discrete composition lies between (above the continuous value less 0.1%)."""
     config = load_config(PRESET)
-    eps = epsilon_pld_of(allocate(config), 1e-10, cells=config.budget.sensitivity2_squared)
+    figure = epsilon_pld_of(allocate(config), 1e-10, sensitivity2_squared=config.budget.sensitivity2_squared,
+                            sensitivity1=config.budget.sensitivity1)
+    eps = figure.epsilon
+    assert figure.note is None  # certified by the curve, not the fallback
     assert gaussian_epsilon(float(config.budget.rho), 1e-10) * 0.999 <= eps < 16.55
     assert eps < epsilon_cks20(config.budget.rho, 1e-10) - 0.5
 
@@ -62,7 +65,8 @@ def test_pld_target_is_met_and_tight(tmp_path: Path) -> None:
     budget = config.budget
     assert budget.accountant is Accountant.PLD and budget.target_epsilon == 3.0
     cells = budget.sensitivity2_squared
-    assert epsilon_pld_of(allocate(config), budget.delta, cells=cells) <= 3.0
+    assert epsilon_pld_of(allocate(config), budget.delta, sensitivity2_squared=cells,
+                          sensitivity1=budget.sensitivity1).epsilon <= 3.0
     shares = [budget.level_shares[lv.name] * e.share for lv in config.levels for e in config.strategy[lv.name]]
     more = budget.rho * Fraction(1002, 1000)
     assert epsilon_pld([GaussianNoise(Fraction(cells) / (2 * more * s)) for s in shares], budget.delta,

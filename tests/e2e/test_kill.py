@@ -42,7 +42,7 @@ def check_runs_folder(runs: Path, levels: list[str]) -> int:
     return complete
 
 
-CHARGED = Fraction(64, 25) + Fraction(3, 40)  # the pl94 preset's persons and units universes, in one charge
+CHARGED = Fraction(64, 25) + 4 * Fraction(3, 40)  # the pl94 preset's per-person bound (persons + 4 units), one charge
 
 
 @pytest.mark.slow

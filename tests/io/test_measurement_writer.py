@@ -36,12 +36,27 @@ def chunk(start: int, stop: int, cells: int, seed: int) -> list[QueryMeasurement
                              Fraction(9, 2))]
 
 
+def made(path: Path) -> Path:
+    """A writer's folder, made by its caller (a writer never creates one)."""
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_a_writer_never_creates_a_folder(tmp_path: Path) -> None:
+    """A task still running after its run ended must not recreate the run's folder (its writer's would be gone)."""
+    writer = LevelMeasurementWriter(tmp_path / "gone" / "measure-parts", "block")
+    with pytest.raises(FileNotFoundError):
+        writer.write_chunk(np.array(["a"]), chunk(0, 1, 2, 1), [Fraction(1), Fraction(1)])
+        writer.close()
+    assert not (tmp_path / "gone").exists()
+
+
 def test_chunks_and_parts_read_back_in_order(tmp_path: Path) -> None:
     geoids = np.array([f"{i:03d}" for i in range(23)])
     plan = [(0, 5), (5, 6), (6, 17), (17, 23)]
     drawn = {start: chunk(start, stop, 6, start) for start, stop in plan}
     rhos = [Fraction(1, 3), Fraction(1, 7)]
-    writer = LevelMeasurementWriter(tmp_path / "driver", "block")  # one process: one file
+    writer = LevelMeasurementWriter(made(tmp_path / "driver"), "block")  # one process: one file
     firsts = [writer.write_chunk(geoids[s:e], drawn[s], rhos) for s, e in plan]
     assert firsts == [0, 2, 4, 6] and writer.row_groups == 8
     assert writer.close() == tmp_path / "driver" / "block.parquet" and writer.file == "block.parquet"
@@ -50,7 +65,7 @@ def test_chunks_and_parts_read_back_in_order(tmp_path: Path) -> None:
     # two workers' parts, adopted out of order: name order (the group's index) is node order
     workers = tmp_path / "measurements"
     for index, chunks in ((1, plan[2:]), (0, plan[:2])):
-        part = LevelMeasurementWriter(tmp_path / f"worker{index}", "block")
+        part = LevelMeasurementWriter(made(tmp_path / f"worker{index}"), "block")
         for start, stop in chunks:
             part.write_chunk(geoids[start:stop], drawn[start], rhos)
         assert adopt_part(workers, "block", index, part.close()) == f"block/part-{index:06d}.parquet"
@@ -82,7 +97,7 @@ def test_chunks_and_parts_read_back_in_order(tmp_path: Path) -> None:
 def test_the_digest_covers_every_part_of_a_level_folder(tmp_path: Path) -> None:
     geoids = np.array(["a", "b", "c"])
     for index in (0, 1):
-        part = LevelMeasurementWriter(tmp_path / f"w{index}", "block")
+        part = LevelMeasurementWriter(made(tmp_path / f"w{index}"), "block")
         part.write_chunk(geoids, chunk(0, 3, 2, index), [Fraction(1), Fraction(1)])
         adopt_part(tmp_path / "measurements", "block", index, part.close())
     digest = measurements_digest(tmp_path / "measurements")
@@ -117,7 +132,7 @@ def test_a_linked_level_folder_or_a_stray_part_is_refused_and_parts_keep_node_or
     index, read in numeric order past 999,999 groups."""
     geoids = np.array(["a", "b"])
     measured = tmp_path / "measurements"
-    driver = LevelMeasurementWriter(measured, "block")
+    driver = LevelMeasurementWriter(made(measured), "block")
     driver.write_chunk(geoids, chunk(0, 2, 2, 1), [Fraction(1), Fraction(1)])
     driver.close()
     digest = measurements_digest(measured)
@@ -130,7 +145,7 @@ def test_a_linked_level_folder_or_a_stray_part_is_refused_and_parts_keep_node_or
         level_files(measured, "block")
     (measured / "block").unlink()
     for index in (999_999, 1_000_000, 7):
-        part = LevelMeasurementWriter(tmp_path / f"w{index}", "tract")
+        part = LevelMeasurementWriter(made(tmp_path / f"w{index}"), "tract")
         part.write_chunk(geoids, chunk(0, 2, 2, index), [Fraction(1), Fraction(1)])
         adopt_part(measured, "tract", index, part.close())
     assert level_files(measured, "tract") == ["tract/part-000007.parquet", "tract/part-999999.parquet",

@@ -94,10 +94,21 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     manifest = json.loads((run_dir / "manifest.json").read_text())
     persons, units = Fraction(manifest["privacy"]["rho_exact"]), Fraction(manifest["units"]["privacy"]["rho_exact"])
     assert (persons, units) == (config.budget.rho, config.units.budget.rho)
-    assert Fraction(manifest["ledger"]["charged_rho"]) == persons + units
-    assert PrivacyLedger(config.ledger.location).spent("units-state") == persons + units
+    # the ledger charges the per-person bound the manifest states: a person's change alters at most two unit records
+    per_person = manifest["privacy"]["per_person"]
+    assert Fraction(per_person["rho_exact"]) == persons + 4 * units == Fraction(manifest["units"]["per_person_rho"])
+    assert Fraction(manifest["ledger"]["charged_rho"]) == persons + 4 * units
+    assert PrivacyLedger(config.ledger.location).spent("units-state") == persons + 4 * units
+    assert "rho_persons + 4 rho_units" in per_person["statement"] and "not protected" in per_person["statement"]
+    assert f"rho_persons + 4 rho_units = {persons + 4 * units}" in (run_dir / "report.md").read_text()
     assert {e["query"] for e in manifest["units"]["allocation"]} == {"detailed", "occupancy"}
-    assert any("invariant hhgq" in note for note in manifest["units"]["not_protected"])
+    # the units' facility counts are facts about persons: both guarantees are conditional on every invariant of
+    # both universes, and both universes list them as not protected
+    every = "every invariant the release publishes (persons: total at us, state; housing units: hhgq at us, state, "
+    assert every in manifest["privacy"]["guarantee"] and every in manifest["units"]["privacy"]["guarantee"]
+    for notes in (manifest["not_protected"], manifest["units"]["not_protected"]):
+        assert any(note.startswith("invariant hhgq at us, state, county, tract, block_group, block") for note in notes)
+        assert any(note.startswith("invariant total at us, state") for note in notes)
     blocks = pl.read_parquet(run_dir / "tables" / "pl94" / "block.parquet")
     assert {"P1_001N", "P5_010N", "H1_001N", "H1_002N", "H1_003N"} <= set(blocks.columns)
     people = pl.read_parquet(run_dir / "tables" / "block.parquet")
@@ -152,6 +163,22 @@ def test_the_units_file_belongs_to_the_dataset_too(synthetic: Path, tmp_path: Pa
     manifest = json.loads((Path(out.splitlines()[-1]) / "manifest.json").read_text())
     assert manifest["ledger"]["dataset"] == "units-state"  # found by the units file's fingerprint
     assert any("charged to 'units-state'" in w for w in manifest["warnings"])
+    # the cap is checked against the per-person bound, persons + 4 units, not persons + units: with 4.52 left,
+    # persons 2.6 and units 0.6 (2.6 + 0.6 = 3.2, but 2.6 + 2.4 = 5.0) is refused before any noise is drawn
+    ledger = PrivacyLedger(load_config(config_path).ledger.location)
+    assert ledger.remaining("units-state") == Fraction("10.24") - 2 * (Fraction("2.56") + 4 * Fraction("0.075"))
+    costly = config_path.read_text().replace('rho = "2.56"', 'rho = "2.6"').replace('rho = "0.075"', 'rho = "0.6"')
+    config_path.write_text(costly)
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    code, _, err = release(capsys, config_path)
+    assert code != 0 and "cap" in err
+    assert ledger.remaining("units-state") == Fraction("10.24") - 2 * (Fraction("2.56") + 4 * Fraction("0.075"))
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs  # nothing drawn, nothing left
+    # and a bound over the whole cap is refused when the configuration loads, naming the key
+    config_path.write_text(costly.replace('rho = "0.6"', 'rho = "1.96"'))  # 2.6 + 1.96 < 10.24 < 2.6 + 7.84
+    with pytest.raises(ConfigError) as caught:
+        load_config(config_path)
+    assert caught.value.key == "units.rho" and "per-person bound" in str(caught.value)
 
 
 def test_no_units_releases_the_persons_only(synthetic: Path, tmp_path: Path,

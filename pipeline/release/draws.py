@@ -1,0 +1,81 @@
+"""Each measurement's draw: the stream it comes from and the claim that lets it happen once per run.
+
+Guarantee.  A release is charged for one noisy measurement of each (level, query, node) (Thm 19.37(i)); a second,
+independent draw of the same counts would be a second measurement, uncharged.  So:
+
+- every measurement task (a group of subtrees, or the levels above them) claims its draw before it reads a record
+  or draws a value (``claim_draw``): an ``O_EXCL`` file in the run's parts folder, one per task and run.  Dask
+  re-runs a task whose worker, or whose result's worker, was lost; that attempt finds the claim and fails
+  without drawing.  The parts folder is made once by the driver and no task creates a folder, so an attempt
+  that starts after the run failed or was published creates nothing;
+- a task's part files carry the claiming attempt's id (``part_name``), and the driver adopts a part only if the
+  claim names its attempt (``check_claimed``): exactly one attempt's parts are published;
+- under a test seed each chunk's stream is keyed by a label naming what decides the counts its draws land on
+  (``chunk_label``), so that two layouts of one input, which cut a level into other chunks, never put one
+  stream on different counts (subtracting the two releases would cancel the noise).  In production every
+  chunk draws from fresh OS entropy and the label only names it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+
+from pipeline.budget.allocation import QueryAllocation
+from pipeline.errors import CensusDPError
+
+CLAIM_SUFFIX = ".claim"  # a task's claim of its draw, in the run's parts folder
+UPPER = "upper"  # the claim of the upper levels' task (a group's is its zero-padded index)
+
+
+class MeasurementRepeatedError(CensusDPError):
+    """A measurement task ran again in the same run, or after its run ended: it drew nothing, wrote nothing."""
+
+
+def group_name(index: int) -> str:
+    return f"{index:06d}"
+
+
+def claim_draw(out_dir: str, name: str) -> str:
+    """Claim the one draw of task ``name`` in this run, atomically, before anything is read or drawn; returns a
+    fresh attempt id, written into the claim and into the names of the attempt's part files.
+
+    A second attempt finds the claim (``FileExistsError``) and an attempt after the run ended finds no folder
+    (``FileNotFoundError``, nothing created): both raise ``MeasurementRepeatedError`` without drawing."""
+    attempt = secrets.token_hex(8)
+    try:
+        descriptor = os.open(Path(out_dir) / f"{name}{CLAIM_SUFFIX}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise MeasurementRepeatedError(f"measurement task {name} ran twice in this run (a lost Dask worker): its "
+                                       "noise is never drawn again; the run failed, its charge stands") from None
+    except FileNotFoundError:
+        raise MeasurementRepeatedError(f"measurement task {name} started after its run ended: nothing was drawn "
+                                       "or written") from None
+    with os.fdopen(descriptor, "w") as claim:
+        claim.write(attempt)
+    return attempt
+
+
+def part_name(index: int, attempt: str, level: str) -> str:
+    """Group ``index``'s part file of ``level``, named by the attempt that claimed the group."""
+    return f"{group_name(index)}-{attempt}-{level}.parquet"
+
+
+def check_claimed(out_dir: str | None, index: int, part: Path) -> Path:
+    """``part`` if the attempt that wrote it is the one that claimed group ``index``'s draw in the parts folder
+    ``out_dir``, else refused: the parts of exactly one attempt are adopted."""
+    name = group_name(index)
+    claim = Path(out_dir) / f"{name}{CLAIM_SUFFIX}" if out_dir is not None else None
+    if claim is None or not claim.is_file() or not part.name.startswith(f"{name}-{claim.read_text()}-"):
+        raise CensusDPError(f"measurement task {name} handed back a part its claim does not name: nothing was "
+                            "published")
+    return part
+
+
+def chunk_label(universe: str, level: str, allocations: Sequence[QueryAllocation], start: int, stop: int) -> str:
+    """A chunk's stream label: nodes [start, stop) of ``level`` (numbered in the whole tree) and its queries in
+    drawing order, with their mechanisms."""
+    queries = ",".join(f"{a.query}/{a.mechanism}" for a in allocations)
+    return f"{universe}:{level}:{start}-{stop}:{queries}"
