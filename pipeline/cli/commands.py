@@ -226,9 +226,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     privacy = manifest["privacy"]
     print(f"censusdp demo: {args.persons:,} synthetic persons released in {time.monotonic() - started:.1f} s: "
           f"rho = {privacy['rho_exact']}, epsilon = {privacy['epsilon']:.3f} at delta = {privacy['delta']:g}"
-          + (f"; housing units rho = {manifest['units']['privacy']['rho_exact']} (charged as the per-person "
-             f"bound rho + 4 x units rho = {manifest['ledger']['charged_rho']})" if "units" in manifest else ""),
-          file=sys.stderr)
+          + (f"; housing units rho = {manifest['units']['privacy']['rho_exact']}; per person, with the units, rho = "
+             f"{privacy['per_person']['rho_exact']} (epsilon = {privacy['per_person']['epsilon']:.3f}), as charged"
+             if "per_person" in privacy else ""), file=sys.stderr)
     print(run_dir)
     return 0
 

@@ -33,6 +33,10 @@ def pld_target(budget: BudgetConfig, strategy: dict[str, tuple[StrategyQuery, ..
     def noises(rho: Fraction) -> list[GaussianNoise]:
         return [GaussianNoise(gaussian_sigma2(rho * share, budget.sensitivity2_squared)) for share in shares]
 
-    rho = rho_for_epsilon_pld(budget.target_epsilon, budget.delta, noises, cells=budget.sensitivity2_squared,
-                              start=budget.rho)
+    try:
+        rho = rho_for_epsilon_pld(budget.target_epsilon, budget.delta, noises, cells=budget.sensitivity2_squared,
+                                  start=budget.rho)
+    except ValueError as error:  # public: the target and delta are configuration values
+        raise ConfigError(source, "budget.delta", f"the certified (pld) accountant cannot meet this target: {error}; "
+                          'use accountant = "cks20" or a larger delta') from None
     return dataclasses.replace(budget, rho=rho)

@@ -30,7 +30,6 @@ from fractions import Fraction
 from typing import Any
 
 from pipeline.config.model import LedgerConfig, Neighbouring, ReleaseConfig, check_nothing_else
-from pipeline.dp.accounting import group_privacy_zcdp
 from pipeline.errors import ConfigError
 
 # [units] keys -> the key of the universe's own configuration table they become (``None``: a table of their own)
@@ -117,26 +116,29 @@ def units_keys(source: str) -> Iterator[None]:
         raise ConfigError(source, key, error.problem) from None
 
 
-# Housing-unit records one person's change can alter while every published invariant keeps its value: the unit
-# they leave (it may become vacant) and the one they join (it may become occupied).  A group-quarters facility's
-# record exists only while occupied, so emptying or filling one alters the units' exact hhgq counts: such pairs
-# are outside the guarantee (``pipeline.io.manifest.guarantee``), not inside a larger group.
-UNITS_PER_PERSON = 2
+# How many times the units' rho one person's change can cost (``per_person_rho``, where the proof is).
+UNITS_LOSS_FACTOR = 4
 
 
 def per_person_rho(persons_rho: Fraction, units_rho: Fraction | None) -> Fraction:
-    """The release's zCDP bound for one person, what the ledger charges and caps (the manifest states it).
+    """The release's zCDP bound for one person: what the ledger charges and caps, and the manifest states.
 
-    Guarantee: for every pair of datasets that differ in one person's record (the neighbouring relation of the
-    release) and keep every invariant either universe publishes, the persons' measurements cost ``persons_rho``
-    and the units' ``units_rho`` for each unit record that changes; at most UNITS_PER_PERSON = k do, so the
-    units' measurements cost k² units_rho (group privacy in zCDP, Thm 19.31's zCDP form: Bun & Steinke 2016
-    Prop 1.9) and the two compose (Thm 19.37(i)): persons_rho + 4 units_rho.  Without a units universe it is
-    ``persons_rho``.
+    Guarantee: persons_rho + 4 units_rho-zCDP for every pair of datasets that differ in one person's record (the
+    release's neighbouring relation) and keep every invariant either universe publishes.  Proof, by sensitivity:
+    one person's change alters at most two housing-unit records, the unit they leave and the unit they join
+    (each may change occupancy, or a group-quarters facility, counted only while occupied, may appear or
+    disappear).  In the units' detailed histogram that is at most four cells moved by 1 (two under add-remove),
+    and a marginal query's answers move by at most as much, so every units query's L1 and squared L2 change is
+    at most twice the sensitivity its noise was calibrated for (replace-one: 2; add-remove: 1).  A Gaussian
+    query's loss is proportional to the squared L2 sensitivity (Thm 19.37(iii)): at most twice its rho; a
+    Laplace query's epsilon to the L1 one (Thm 19.14): twice its epsilon, four times its rho = epsilon²/2.  So
+    the units' measurements cost at most 4 units_rho, and with the persons' they compose (Thm 19.37(i)).  This
+    needs no neighbouring relation on the units file, so it also covers a facility that appears or disappears
+    where its count is not published.  Without a units universe the bound is ``persons_rho``.
     """
     if units_rho is None:
         return persons_rho
-    return persons_rho + Fraction(group_privacy_zcdp(units_rho, UNITS_PER_PERSON))
+    return persons_rho + UNITS_LOSS_FACTOR * units_rho
 
 
 def check_units_budget(persons_rho: Fraction, units: ReleaseConfig, ledger: LedgerConfig, source: str) -> None:

@@ -43,6 +43,10 @@ FLOOR_Z, CAP_Z = 10, 14  # floor and cap of the grid, in standard deviations of 
 # at most INFINITE_SHARE of delta: a lattice of small sigma is skewed, so mean + CAP_Z sd can cut off mass > delta
 WIDENINGS, INFINITE_SHARE = 12, Fraction(1, 16)
 HALVINGS = 10  # bisections of rho_for_epsilon_pld's bracket [lo, 2 lo]: 2^-10 < 1e-3, its documented tolerance
+SEARCH_STEPS = 40  # halvings (or doublings) of rho_for_epsilon_pld's start before it gives up: a factor 2^40
+# masses are kept at 2^-BITS and every entry rounds up by one unit: below this delta no curve puts less than
+# INFINITE_SHARE of delta at +infinity (``epsilon_pld`` answers None at once)
+MIN_DELTA = 2.0**-80
 
 
 @dataclass(frozen=True)
@@ -331,6 +335,8 @@ def epsilon_pld(noises: Sequence[Noise], delta: float, *, cells: int) -> float |
     """
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
         raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
+    if delta < MIN_DELTA:
+        return None
     allowed = Fraction(delta) * INFINITE_SHARE * 2**BITS
     for widen in range(WIDENINGS + 1):
         curve = privacy_curve(noises, cells=cells, widen=widen)
@@ -346,8 +352,10 @@ def delta_pld(noises: Sequence[Noise], epsilon: Fraction | float, *, cells: int)
 
 def rho_for_epsilon_pld(epsilon: float, delta: float, noises_for: Callable[[Fraction], Sequence[Noise]], *,
                         cells: int, start: Fraction) -> Fraction:
-    """The largest rho on a dyadic grid whose noises ``noises_for(rho)`` have a certified PLD epsilon <= ``epsilon``
-    at ``delta``: less than a relative 2^-HALVINGS < 1e-3 below the largest admissible rho (rounded DOWN).
+    """A rho on a dyadic grid whose noises ``noises_for(rho)`` have a certified PLD epsilon <= ``epsilon`` at
+    ``delta`` (rounded DOWN): where that epsilon grows with rho, less than a relative 2^-HALVINGS < 1e-3 below the
+    largest admissible rho.  ``ValueError`` when no rho is admissible within SEARCH_STEPS halvings of ``start``
+    (or ``delta`` is below MIN_DELTA, which no curve can hold): the caller then says to use CKS20.
 
     A plain bisection: [lo, 2 lo] with lo a power of 2, admissible and 2 lo not, found by halving or doubling from
     the power of 2 at or below ``start`` (a rho known to be admissible or nearly so, the CKS20 answer: it only
@@ -359,14 +367,24 @@ def rho_for_epsilon_pld(epsilon: float, delta: float, noises_for: Callable[[Frac
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
         raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
 
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not MIN_DELTA <= delta < 1:
+        raise ValueError(f"delta must be a number in [{MIN_DELTA:g}, 1) for a certified target, got {delta!r}")
+
     def admissible(rho: Fraction) -> bool:
         certified = epsilon_pld(noises_for(rho), delta, cells=cells)
         return certified is not None and certified <= epsilon
 
     lo = Fraction(2) ** math.floor(math.log2(start))
-    while not admissible(lo):
+    for _ in range(SEARCH_STEPS):
+        if admissible(lo):
+            break
         lo /= 2
-    while admissible(2 * lo):
+    else:
+        raise ValueError(f"no rho within 2^-{SEARCH_STEPS} of the start has a certified epsilon <= {epsilon:g} at "
+                         f"delta = {delta:g}")
+    for _ in range(SEARCH_STEPS):
+        if not admissible(2 * lo):
+            break
         lo *= 2
     width = lo
     for _ in range(HALVINGS):

@@ -69,15 +69,26 @@ def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
 
 UNIVERSE_LABEL = {Universe.PERSONS: "persons", Universe.UNITS: "housing units"}
 
-PER_PERSON = ("per person, the whole release (the persons' and the housing units' measurements) is rho-zCDP with "
-              "rho = rho_persons + 4 rho_units for every pair of datasets that differ in one person's record and "
-              "keep every invariant either universe publishes: such a change alters the occupancy of at most two "
-              "housing-unit records (the unit left and the unit joined), so the units' share counts 2² = 4 times "
-              "(group privacy in zCDP, Thm 19.31), and the universes compose (Thm 19.37(i)); the ledger charges "
-              "and caps this bound. A change that would alter an invariant is not protected: the housing units' "
-              "exact group-quarters counts say in which blocks persons of each group-quarters type live, so the "
-              "only resident of a facility, or a person moving into a group-quarters type their block lacks, is "
-              "outside the guarantee")
+def per_person_statement(config: ReleaseConfig) -> str:
+    """What ``privacy.per_person`` states for a release with a units universe (``config`` the persons'),
+    conditioned on the invariants actually configured (``pipeline.config.units.per_person_rho`` proves it)."""
+    statement = ("per person, the whole release (the persons' and the housing units' measurements) is rho-zCDP with "
+                 "rho = rho_persons + 4 rho_units: one person's change alters at most two housing-unit records (the "
+                 "unit left and the unit joined), which moves every units query by at most twice the sensitivity "
+                 "its noise was calibrated for, so the units' measurements cost at most 4 rho_units (a Gaussian "
+                 "query's loss at most doubles, a Laplace query's quadruples), and the universes compose (Thm "
+                 "19.37(i)); a release is charged this bound")
+    invariants = published_invariants(config)
+    if invariants:
+        statement += (f". It holds for pairs of datasets that keep every invariant the release publishes "
+                      f"({'; '.join(f'{universe}: {text}' for universe, text in invariants)}); a person whose change "
+                      "would alter one is not protected")
+    if config.units is not None and config.units.invariants:
+        statement += (", and the housing units' exact counts are facts about persons: a group-quarters facility is "
+                      "counted only when occupied, so the only resident of a facility, or a person moving into a "
+                      "group-quarters type their block lacks, is outside the guarantee where those counts are "
+                      "published")
+    return statement
 
 
 def universe_pair(config: ReleaseConfig, other: ReleaseConfig | None = None) -> list[ReleaseConfig]:
@@ -130,7 +141,7 @@ def privacy_section(config: ReleaseConfig, rho: Fraction,
     with ``epsilon_pld_note`` where it is the CKS20 fallback), and always which accountant set rho from an
     epsilon target (``rho_set_by``: "pld", "cks20", or "rho" when rho was given).  ``other`` is the other
     universe's configuration where ``config`` cannot name it (the units'); ``per_person``, with two universes,
-    the release's per-person bound (``pipeline.budget.allocation.per_person_rho``, the ledger's charge), stated
+    the release's per-person bound (``pipeline.config.units.per_person_rho``, the ledger's charge), stated
     under ``per_person``."""
     budget = config.budget
     delta = budget.delta
@@ -157,7 +168,8 @@ def privacy_section(config: ReleaseConfig, rho: Fraction,
     }
     if per_person is not None:
         section["per_person"] = {"rho": float_up(per_person), "rho_exact": str(per_person),
-                                 "epsilon": epsilon_cks20(per_person, delta), "statement": PER_PERSON}
+                                 "epsilon": epsilon_cks20(per_person, delta),
+                                 "statement": per_person_statement(config)}
     return section
 
 
@@ -214,6 +226,10 @@ def report_markdown(manifest: dict[str, Any], allocations: tuple[QueryAllocation
         f"- Unit of privacy: {privacy['unit']}; neighbouring relation: {privacy['neighbouring']}",
         f"- Guarantee: {privacy['guarantee']}",
         f"- Total budget: rho = {privacy['rho_exact']} ({_up(Fraction(privacy['rho_exact']))}) zCDP",
+        *([f"- Per person, with the housing units: rho = {privacy['per_person']['rho_exact']} "
+           f"({_up(Fraction(privacy['per_person']['rho_exact']))}) zCDP, epsilon = "
+           f"{round_text(privacy['per_person']['epsilon'], up=True, places=4)} at delta = {privacy['delta']:g} "
+           "(CKS20): what the ledger charged"] if "per_person" in privacy else []),
         f"- Implied (epsilon, delta): epsilon = {round_text(privacy['epsilon'], up=True, places=4)} at "
         f"delta = {privacy['delta']:g} (CKS20); "
         f"Bun–Steinke bound {round_text(privacy['epsilon_bun_steinke'], up=True, places=4)}",

@@ -176,6 +176,9 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
                             started_at=marker.get("started_at", ""), write_estimates=write_estimates)
     run.ledger, run.dataset = ledger, charge.dataset
     attach_units(run)
+    if charge.rho < run.charged_rho:  # charged by an earlier version (persons + units): the manifest would overstate it
+        raise CensusDPError(f"cannot resume run {run_id}: the ledger charged it rho {charge.rho}, below the per-person "
+                            f"bound its measurements cost ({run.charged_rho}); start a new release")
     if run.units is not None:
         run.units.ledger, run.units.dataset = ledger, charge.dataset
     run.manifest_extra = {"resumed": True}

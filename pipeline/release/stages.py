@@ -44,6 +44,7 @@ from pipeline.io.microdata import read_input_files
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter
 from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
+from pipeline.release.draws import CLAIM_SUFFIX, claim_draw
 from pipeline.release.expected_errors import compute_expected_errors, expected_errors_job
 from pipeline.release.full_information import (  # noqa: F401 - estimate: a stage (STAGES)
     ReconciliationMethod,
@@ -152,9 +153,14 @@ def _warn_delta(run: ReleaseRun) -> None:
         log.warning(run.warnings[-1])
 
 
+MEASURE_CLAIM = ".measure"  # the measure stage's claim in the run's temporary folder (release.draws.claim_draw)
+
+
 def measure(run: ReleaseRun, runner: Any = None) -> None:
     """Draw every level's noisy measurements, group by group and chunk by chunk (``release.measuring``: on the
-    driver, or on the Dask workers), and write them with the invariants."""
+    driver, or on the Dask workers), and write them with the invariants.  The stage claims the run's draw first
+    (``release.draws.claim_draw``): it runs once per run, whatever calls it again."""
+    claim_draw(str(run.work_dir), MEASURE_CLAIM)
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     files = stage_output(run.input_files, "the input files (read_files)")
     config = run.config
@@ -277,6 +283,8 @@ def publish(run: ReleaseRun) -> Path:
     (run.work_dir / "report.md").write_text(report)
     if config.output.estimates and run.write_estimates is not None:  # required at start_release
         run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
+    for universe in run.universes():  # the measure stage's claim is the run's own bookkeeping, not published
+        (universe.work_dir / f"{MEASURE_CLAIM}{CLAIM_SUFFIX}").unlink(missing_ok=True)
     run.work_dir.rename(run.final_dir)
     run.published = Published(run.final_dir, report, shares_png)
     ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed
@@ -290,12 +298,14 @@ def publish(run: ReleaseRun) -> Path:
 
 
 def ledger_section(run: ReleaseRun) -> dict[str, Any] | None:
+    """Where the release was charged and what: ``charged_rho`` is the ledger's own record of the charge."""
     if run.ledger is None:
         return None
     dataset = run.dataset or run.config.ledger.dataset
+    entry = run.ledger.charge_of(run.run_id)
     return {"location": run.ledger.location, "dataset": dataset, "configured_dataset": run.config.ledger.dataset,
             "cap_rho": str(run.ledger.datasets()[dataset]), "remaining_rho": str(run.ledger.remaining(dataset)),
-            "charged": True, "charged_rho": str(run.charged_rho)}
+            "charged": entry is not None, "charged_rho": str(entry.rho) if entry is not None else None}
 
 
 def abandon(run: ReleaseRun) -> None:

@@ -31,7 +31,7 @@ def units_section(run: ReleaseRun) -> dict[str, Any]:
         "measurements": units.measurement_entries(f"{UNITS_DIR}/measurements"),
         "tables": {name: f"{UNITS_DIR}/tables/{name}.parquet" for name in levels},
         "reconciliation": units.diagnostics,
-        "combined": mf.PER_PERSON,
+        "combined": mf.per_person_statement(run.config),
         "per_person_rho": str(run.charged_rho),
     }
 

@@ -12,7 +12,7 @@ import pytest
 from pipeline.config.load import load_config, parse_recorded_config
 from pipeline.config.model import Format, Universe
 from pipeline.config.toml_writer import dump_toml
-from pipeline.config.units import UNITS_PER_PERSON, per_person_rho, translate_key
+from pipeline.config.units import UNITS_LOSS_FACTOR, per_person_rho, translate_key
 from pipeline.errors import ConfigError
 from tests.helpers.tiny import TINY_TOML, TINY_UNITS_TOML
 
@@ -176,10 +176,11 @@ def test_key_translation(ours: str, theirs: str | None) -> None:
 
 
 def test_the_per_person_bound_counts_the_units_four_times(tmp_path: Path) -> None:
-    """One person's change alters at most two unit records (the unit left, the unit joined): group privacy gives
-    2² = 4 times the units' rho, and the lifetime cap is checked against that bound when the configuration loads."""
+    """One person's change alters at most two unit records (the unit left, the unit joined), at most twice each
+    units query's sensitivity: at most 4 times the units' rho (a Laplace query's), and the lifetime cap is
+    checked against that bound when the configuration loads."""
     assert per_person_rho(F(4), F(1, 2)) == F(6) and per_person_rho(F(4), None) == F(4)
-    assert per_person_rho(F(0), F(1, 3)) == F(4, 3) and UNITS_PER_PERSON == 2
+    assert per_person_rho(F(0), F(1, 3)) == F(4, 3) and UNITS_LOSS_FACTOR == 4
     at_cap = TINY_TOML.format(rho="4") + TINY_UNITS_TOML.replace('rho = "1/2"', 'rho = "249"', 1)
     assert load_config(write(tmp_path, at_cap)).units is not None  # 4 + 4 x 249 = 1000, the cap itself
     with pytest.raises(ConfigError) as caught:  # 4 + 249.01 is far below the cap; 4 + 4 x 249.01 is not

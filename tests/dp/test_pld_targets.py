@@ -86,3 +86,16 @@ def test_budget_report_shows_the_pld(tmp_path: Path) -> None:
     report = config_budget(str(_write(tmp_path, 'epsilon = "3"')), None)
     assert report["epsilon_pld"] <= 3.0 < report["epsilon_cks20"] and report["accountant"] == "pld"
     assert any(row["method"].endswith("(PLD)") for row in report["comparison"])
+
+
+def test_a_target_no_curve_can_certify_is_refused_by_key_at_once(tmp_path: Path) -> None:
+    """delta = 1e-30 is below what any curve at 2^-96 can hold: the search used to halve rho for ever; now the
+    configuration is refused naming budget.delta, and the CKS20 accountant still serves it."""
+    path = tmp_path / "config.toml"
+    text = TINY_TOML.format(rho="4").replace('rho = "4"', 'epsilon = "5"').replace('delta = "1e-10"', 'delta = "1e-30"')
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.key == "budget.delta" and "cks20" in caught.value.problem
+    path.write_text(text.replace('epsilon = "5"', 'epsilon = "5"\naccountant = "cks20"'))
+    assert load_config(path).budget.rho > 0

@@ -81,3 +81,16 @@ def test_a_straggler_after_the_run_ended_creates_nothing(tiny_release: Path) -> 
             measure_group(task) if task is plan.groups[1] else measure_upper(task, [])
     assert not run.work_dir.exists()  # the partial folder was not recreated
     assert not (final / PARTS_DIR).exists() or not any((final / PARTS_DIR).iterdir())
+
+
+def test_the_measure_stage_runs_once_per_run(tiny_release: Path) -> None:
+    """Whatever runs the stage (a retried flow task, a caller's mistake), a run's measurements are drawn once."""
+    run = stages.start_release(load_config(tiny_release), tiny_release.parent / "runs", seeded_random_source(6))
+    stages.read_files(run)
+    stages.charge(run)
+    stages.validate_inputs(run)
+    stages.measure(run)
+    measured = files_under(run.work_dir / "measurements")
+    with pytest.raises(MeasurementRepeatedError, match="ran twice"):
+        stages.measure(run)
+    assert files_under(run.work_dir / "measurements") == measured

@@ -19,6 +19,7 @@ from pipeline.evaluate.compare import evaluate
 from pipeline.io import measurements
 from pipeline.io.measurements import measurements_digest
 from pipeline.release import lowest_parts, stages
+from pipeline.release import run as run_module
 from pipeline.synth.population import write_synthetic
 from tests.helpers.releases import cli, release, release_dir
 
@@ -100,7 +101,10 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     assert Fraction(manifest["ledger"]["charged_rho"]) == persons + 4 * units
     assert PrivacyLedger(config.ledger.location).spent("units-state") == persons + 4 * units
     assert "rho_persons + 4 rho_units" in per_person["statement"] and "not protected" in per_person["statement"]
-    assert f"rho_persons + 4 rho_units = {persons + 4 * units}" in (run_dir / "report.md").read_text()
+    assert "housing units: hhgq at us" in per_person["statement"]  # conditioned on the invariants configured
+    report = (run_dir / "report.md").read_text()
+    assert f"rho_persons + 4 rho_units = {persons + 4 * units}" in report
+    assert f"- Per person, with the housing units: rho = {persons + 4 * units} " in report  # the headline too
     assert {e["query"] for e in manifest["units"]["allocation"]} == {"detailed", "occupancy"}
     # the units' facility counts are facts about persons: both guarantees are conditional on every invariant of
     # both universes, and both universes list them as not protected
@@ -218,6 +222,12 @@ def test_a_rerun_and_a_resume_carry_the_units(synthetic: Path, tmp_path: Path, c
     run_id = partial.name[1: -len(".partial")]
     noisy_before = pl.read_parquet(partial / "units" / "measurements" / "block.parquet")["noisy_value"].to_numpy()
     monkeypatch.setattr(stages, "reconcile", real)
+    # a run charged below the per-person bound its measurements cost (by an earlier version, which charged
+    # persons + units) is not finished under a manifest that would state the bound as charged
+    with monkeypatch.context() as patched:
+        patched.setattr(run_module, "per_person_rho", lambda persons, units: persons + 5 * units)
+        code, _, err = cli(capsys, "release", str(config_path), "--resume", run_id)
+    assert code != 0 and "below the per-person bound" in err and partial.exists()
     code, out, err = cli(capsys, "release", str(config_path), "--resume", run_id)
     assert code == 0, err
     final = Path(out)
