@@ -26,6 +26,7 @@ those two, so the final sum bounds delta(epsilon) from above.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,9 +40,9 @@ PREC = 160  # arb working precision in bits (balls, so precision only affects ti
 TAIL_Z = 12  # a cell's noise is enumerated over |o| <= 12 sigma + 2: the rest (< 1e-31) is put at +infinity
 GRID_POINTS = 2**14  # at least this many points (at most twice) on the loss grid between floor and cap
 FLOOR_Z, CAP_Z = 10, 14  # floor and cap of the grid, in standard deviations of the total loss around its mean
-# ``epsilon_pld`` widens the cap (x2 each time, at most this many times) until the mass it puts at +infinity is
-# at most INFINITE_SHARE of delta: a lattice of small sigma is skewed, so mean + CAP_Z sd can cut off mass > delta
-WIDENINGS, INFINITE_SHARE = 12, Fraction(1, 16)
+# ``epsilon_pld`` widens the cap (x2 each time) until the mass it puts at +infinity is at most INFINITE_SHARE of
+# delta: a lattice of small sigma is skewed, so mean + CAP_Z sd can cut off mass > delta
+INFINITE_SHARE = Fraction(1, 16)
 HALVINGS = 10  # bisections of rho_for_epsilon_pld's bracket [lo, 2 lo]: 2^-10 < 1e-3, its documented tolerance
 SEARCH_STEPS = 40  # halvings (or doublings) of rho_for_epsilon_pld's start before it gives up: a factor 2^40
 # masses are kept at 2^-BITS and every entry rounds up by one unit: below this delta no curve puts less than
@@ -87,6 +88,7 @@ class PrivacyCurve:
     offset: int
     masses: tuple[int, ...]
     infinite: int
+    cut: bool = False  # whether the cap moved finite losses to +infinity (else only the lattices' tails are there)
 
     def delta(self, epsilon: Fraction | float) -> float:
         """delta(epsilon) rounded up: 2^-BITS (infinite + sum_{l_j > epsilon} c_j (1 - e^(epsilon - l_j)))."""
@@ -240,6 +242,7 @@ class _Part:
     offset: int
     masses: fmpz_poly
     infinite: int
+    cut: bool = False  # some finite loss was moved above the cap, to +infinity
 
 
 def _on_grid(lattice: _Lattice, step: Fraction, floor: int, cap: int) -> _Part:
@@ -247,17 +250,18 @@ def _on_grid(lattice: _Lattice, step: Fraction, floor: int, cap: int) -> _Part:
     clamped UP to the floor; losses above the cap go to +infinity."""
     ratio = lattice.unit / step
     bins: dict[int, int] = {}
-    infinite = lattice.infinite
+    infinite, cut = lattice.infinite, False
     for s, c in enumerate(lattice.masses.coeffs()):
         j = max(floor, -((-(lattice.top - 2 * s) * ratio.numerator) // ratio.denominator))
         if j > cap:
             infinite += int(c)
+            cut = cut or c > 0
         else:
             bins[j] = bins.get(j, 0) + int(c)
     if not bins:
-        return _Part(floor, fmpz_poly([]), infinite)
+        return _Part(floor, fmpz_poly([]), infinite, cut)
     low = min(bins)
-    return _Part(low, fmpz_poly([bins.get(j, 0) for j in range(low, max(bins) + 1)]), infinite)
+    return _Part(low, fmpz_poly([bins.get(j, 0) for j in range(low, max(bins) + 1)]), infinite, cut)
 
 
 def _convolve(a: _Part, b: _Part, floor: int, cap: int) -> _Part:
@@ -269,11 +273,10 @@ def _convolve(a: _Part, b: _Part, floor: int, cap: int) -> _Part:
         masses, offset = masses.right_shift(floor - offset) + fmpz_poly([below(1)]), floor
     keep = cap - offset + 1
     if keep <= 0:  # every partial sum lies above the cap
-        return _Part(floor, fmpz_poly([]), infinite + int(masses(1)))
-    if masses.length() > keep:
-        infinite += int(masses.right_shift(keep)(1))
-        masses = masses.truncate(keep)
-    return _Part(offset, masses, infinite)
+        above = int(masses(1))
+        return _Part(floor, fmpz_poly([]), infinite + above, a.cut or b.cut or above > 0)
+    above = int(masses.right_shift(keep)(1)) if masses.length() > keep else 0
+    return _Part(offset, masses.truncate(keep), infinite + above, a.cut or b.cut or above > 0)
 
 
 def privacy_curve(noises: Sequence[Noise], *, cells: int, widen: int = 0) -> PrivacyCurve:
@@ -314,7 +317,7 @@ def privacy_curve(noises: Sequence[Noise], *, cells: int, widen: int = 0) -> Pri
         heapq.heappush(heap, (part.masses.length(), counter, part))
         counter += 1
     part = heap[0][2]
-    return PrivacyCurve(step, part.offset, tuple(int(c) for c in part.masses.coeffs()), part.infinite)
+    return PrivacyCurve(step, part.offset, tuple(int(c) for c in part.masses.coeffs()), part.infinite, part.cut)
 
 
 def _check_noise(noise: Noise, name: str) -> None:
@@ -324,25 +327,30 @@ def _check_noise(noise: Noise, name: str) -> None:
 
 
 def epsilon_pld(noises: Sequence[Noise], delta: float, *, cells: int) -> float | None:
-    """epsilon at ``delta`` of the composed noises by their certified privacy curve, rounded up; None when no curve
-    of at most WIDENINGS widenings puts less than INFINITE_SHARE of ``delta`` at +infinity (the caller then states
-    another accountant's figure: ``pipeline.budget.compare.epsilon_pld_of``).  Never raises for a valid ``delta``.
+    """epsilon at ``delta`` of the composed noises by their certified privacy curve, rounded up; None when no cap
+    puts at most INFINITE_SHARE of ``delta`` at +infinity (the caller then states another accountant's figure:
+    ``pipeline.budget.compare.epsilon_pld_of``).  Never raises for a valid ``delta``.
 
     The cap starts at mean + CAP_Z sd of the total loss and doubles while the mass above it is too large: the
     loss of a query of small sigma is a skewed lattice (nearly all its mass at one point), whose sd says nothing
-    of the few points above it, each of mass possibly > delta.  The curve that is used is certified whatever its
-    cap; the widening only makes it useful at this delta.
+    of the few points above it, each of mass possibly > delta.  It stops once the cap cuts nothing off (what is
+    left at +infinity is the lattices' own tails and roundings): that happens after finitely many doublings,
+    since every partial sum is at most the groups' largest losses plus one grid step each, and the grid's step
+    grows with the cap 2^14 times slower than the cap.  The curve that is used is certified whatever its cap;
+    the widening only makes it useful at this delta.
     """
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
         raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
     if delta < MIN_DELTA:
         return None
     allowed = Fraction(delta) * INFINITE_SHARE * 2**BITS
-    for widen in range(WIDENINGS + 1):
+    for widen in itertools.count():
         curve = privacy_curve(noises, cells=cells, widen=widen)
         if curve.infinite <= allowed:
             return curve.epsilon(delta)
-    return None
+        if not curve.cut:  # only the lattices' own tails are at +infinity: no cap holds less
+            return None
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def delta_pld(noises: Sequence[Noise], epsilon: Fraction | float, *, cells: int) -> float:

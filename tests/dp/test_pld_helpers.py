@@ -155,13 +155,14 @@ LATTICE = _Lattice(fmpz_poly([1, 2, 3, 4, 5]), 7, 4, Fraction(1, 3))  # losses 4
 
 @pytest.mark.parametrize(("step", "floor", "cap", "expected"), [
     (Fraction(1, 3), -10, 10, _Part(-4, fmpz_poly([5, 0, 4, 0, 3, 0, 2, 0, 1]), 7)),  # on the grid: unchanged
-    (Fraction(1, 2), -1, 2, _Part(-1, fmpz_poly([9, 3, 0, 2]), 8)),  # up to ceil(loss/step); floor, cap
+    (Fraction(1, 2), -1, 2, _Part(-1, fmpz_poly([9, 3, 0, 2]), 8, True)),  # up to ceil(loss/step); floor, cap
     (Fraction(1, 3), 5, 10, _Part(5, fmpz_poly([15]), 7)),  # everything below the floor: clamped UP onto it
-    (Fraction(1, 3), -10, -5, _Part(-10, fmpz_poly([]), 22)),  # everything above the cap: at +infinity
+    (Fraction(1, 3), -10, -5, _Part(-10, fmpz_poly([]), 22, True)),  # everything above the cap: at +infinity
 ])
 def test_on_grid_rounds_every_loss_up(step: Fraction, floor: int, cap: int, expected: _Part) -> None:
     part = _on_grid(LATTICE, step, floor, cap)
-    assert (part.offset, part.masses, part.infinite) == (expected.offset, expected.masses, expected.infinite)
+    assert (part.offset, part.masses, part.infinite, part.cut) == (expected.offset, expected.masses,
+                                                                   expected.infinite, expected.cut)
 
 
 @pytest.mark.parametrize("delta", [0.3, 0.2, 0.15, 0.1250001])

@@ -6,15 +6,27 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from flint import fmpz_poly
 
 from pipeline.budget.allocation import QueryAllocation
 from pipeline.budget.compare import PLD_FALLBACK, epsilon_pld_of
 from pipeline.dp.accounting import epsilon_cks20
-from pipeline.dp.pld import BITS, INFINITE_SHARE, GaussianNoise, epsilon_pld, privacy_curve, rho_for_epsilon_pld
+from pipeline.dp.pld import (
+    BITS,
+    INFINITE_SHARE,
+    GaussianNoise,
+    _convolve,
+    _Part,
+    epsilon_pld,
+    privacy_curve,
+    rho_for_epsilon_pld,
+)
 from tests.helpers.pld_reference import discrete_gaussian_delta
 
 
-@pytest.mark.parametrize(("rho_q", "copies"), [(5, 1), (8, 1), (5, 6), (Fraction(15, 2), 4)])
+# 11/2 and 59/10: the first cap leaves 2.8 and 0.56 times delta at +infinity (between delta/16 and 16 delta)
+@pytest.mark.parametrize(("rho_q", "copies"), [(5, 1), (8, 1), (5, 6), (Fraction(15, 2), 4), (Fraction(11, 2), 1),
+                                               (Fraction(59, 10), 1)])
 def test_a_small_sigma_is_certified_near_the_exact_epsilon(rho_q: int | Fraction, copies: int) -> None:
     """Add-remove, one cell per query, delta 1e-10: at these rho_q the cap at mean + 14 sd throws lattice points
     of mass > delta/16 to +infinity (``epsilon`` raised there at rho_q >= 5).  The widened answer meets delta by
@@ -74,3 +86,20 @@ def test_a_huge_rho_never_raises() -> None:
                         for level, rho in (("a", 100), ("b", 200), ("c", 300), ("d", 400)))
     figure = epsilon_pld_of(allocations, 1e-10, sensitivity2_squared=2, sensitivity1=2)
     assert figure.epsilon > 999 and (figure.note is None or figure.note == PLD_FALLBACK)  # the loss is 1000 a.s.
+
+
+def test_a_convolution_wholly_above_the_cap_moves_all_its_mass_to_infinity() -> None:
+    """Two parts whose every partial sum lies above the cap: the product's whole mass (here exactly 1, at the
+    2^-BITS scale) goes to +infinity, on top of the parts' own, and the curve says the cap cut it."""
+    half = fmpz_poly([2 ** (BITS - 1)])  # mass 1/2 at one loss
+    a, b = _Part(10, half * 2, 3), _Part(12, fmpz_poly([2**BITS]), 4)
+    part = _convolve(a, b, 0, 5)
+    assert part.infinite == 2**BITS + 3 + 4 and part.masses.length() == 0 and part.cut
+    kept = _convolve(_Part(1, half, 0), _Part(2, half, 0), 0, 5)  # at 3, below the cap: nothing cut
+    assert kept.infinite == 0 and not kept.cut and kept.offset == 3 and kept.masses == fmpz_poly([2 ** (BITS - 2)])
+
+
+@pytest.mark.parametrize("delta", ["0.1", True, 0.0, 1.0])
+def test_a_bad_delta_is_refused_by_name(delta: object) -> None:
+    with pytest.raises(ValueError, match="delta"):
+        epsilon_pld([GaussianNoise(Fraction(1))], delta, cells=1)  # type: ignore[arg-type]

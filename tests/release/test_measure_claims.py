@@ -52,6 +52,8 @@ def test_a_second_attempt_of_a_group_draws_nothing_and_leaves_nothing(tiny_relea
     first_draws = len(draws)
     assert first_draws > 0 and all(part is not None for part in measured.parts[1:])
     parts_dir = run.work_dir / PARTS_DIR
+    claim = parts_dir / "000000.claim"
+    assert claim.stat().st_mode & 0o777 == 0o600 and len(claim.read_text()) == 16  # its own, a fresh attempt id
     before = files_under(run.work_dir)
     with pytest.raises(MeasurementRepeatedError, match="ran twice"):
         measure_group(task)  # the same group again: Dask's re-run after a lost worker
