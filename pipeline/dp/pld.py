@@ -26,7 +26,6 @@ those two, so the final sum bounds delta(epsilon) from above.
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,9 +44,7 @@ FLOOR_Z, CAP_Z = 10, 14  # floor and cap of the grid, in standard deviations of 
 INFINITE_SHARE = Fraction(1, 16)
 HALVINGS = 10  # bisections of rho_for_epsilon_pld's bracket [lo, 2 lo]: 2^-10 < 1e-3, its documented tolerance
 SEARCH_STEPS = 40  # halvings (or doublings) of rho_for_epsilon_pld's start before it gives up: a factor 2^40
-# masses are kept at 2^-BITS and every entry rounds up by one unit: below this delta no curve puts less than
-# INFINITE_SHARE of delta at +infinity (``epsilon_pld`` answers None at once)
-MIN_DELTA = 2.0**-80
+MIN_DELTA = 2.0**-80  # masses are kept at 2^-BITS, each rounded up: no curve holds a smaller delta (None at once)
 
 
 @dataclass(frozen=True)
@@ -344,13 +341,14 @@ def epsilon_pld(noises: Sequence[Noise], delta: float, *, cells: int) -> float |
     if delta < MIN_DELTA:
         return None
     allowed = Fraction(delta) * INFINITE_SHARE * 2**BITS
-    for widen in itertools.count():
+    widen = 0
+    while True:
         curve = privacy_curve(noises, cells=cells, widen=widen)
         if curve.infinite <= allowed:
             return curve.epsilon(delta)
         if not curve.cut:  # only the lattices' own tails are at +infinity: no cap holds less
             return None
-    raise AssertionError("unreachable")  # pragma: no cover
+        widen += 1
 
 
 def delta_pld(noises: Sequence[Noise], epsilon: Fraction | float, *, cells: int) -> float:
