@@ -53,7 +53,7 @@ def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
 def _units_budget(persons_rho: Fraction, units: Any, delta: float) -> dict[str, Any]:
     """The housing-unit universe's own allocation, and the per-person bound the ledger charges for both."""
     from pipeline.budget.allocation import allocate
-    from pipeline.config.units import per_person_rho
+    from pipeline.dp.accounting import per_person_rho
 
     return {**conversion(units.budget.rho, delta),
             "per_person": conversion(per_person_rho(persons_rho, units.budget.rho), delta),

@@ -30,6 +30,7 @@ from fractions import Fraction
 from typing import Any
 
 from pipeline.config.model import LedgerConfig, Neighbouring, ReleaseConfig, check_nothing_else
+from pipeline.dp.accounting import per_person_rho
 from pipeline.errors import ConfigError
 
 # [units] keys -> the key of the universe's own configuration table they become (``None``: a table of their own)
@@ -114,31 +115,6 @@ def units_keys(source: str) -> Iterator[None]:
         if key is None:
             raise ConfigError(source, error.key, f"in the [units] universe: {error.problem}") from None
         raise ConfigError(source, key, error.problem) from None
-
-
-# How many times the units' rho one person's change can cost (``per_person_rho``, where the proof is).
-UNITS_LOSS_FACTOR = 4
-
-
-def per_person_rho(persons_rho: Fraction, units_rho: Fraction | None) -> Fraction:
-    """The release's zCDP bound for one person: what the ledger charges and caps, and the manifest states.
-
-    Guarantee: persons_rho + 4 units_rho-zCDP for every pair of datasets that differ in one person's record (the
-    release's neighbouring relation) and keep every invariant either universe publishes.  Proof, by sensitivity:
-    one person's change alters at most two housing-unit records, the unit they leave and the unit they join
-    (each may change occupancy, or a group-quarters facility, counted only while occupied, may appear or
-    disappear).  In the units' detailed histogram that is at most four cells moved by 1 (two under add-remove),
-    and a marginal query's answers move by at most as much, so every units query's L1 and squared L2 change is
-    at most twice the sensitivity its noise was calibrated for (replace-one: 2; add-remove: 1).  A Gaussian
-    query's loss is proportional to the squared L2 sensitivity (Thm 19.37(iii)): at most twice its rho; a
-    Laplace query's epsilon to the L1 one (Thm 19.14): twice its epsilon, four times its rho = epsilon²/2.  So
-    the units' measurements cost at most 4 units_rho, and with the persons' they compose (Thm 19.37(i)).  This
-    needs no neighbouring relation on the units file, so it also covers a facility that appears or disappears
-    where its count is not published.  Without a units universe the bound is ``persons_rho``.
-    """
-    if units_rho is None:
-        return persons_rho
-    return persons_rho + UNITS_LOSS_FACTOR * units_rho
 
 
 def check_units_budget(persons_rho: Fraction, units: ReleaseConfig, ledger: LedgerConfig, source: str) -> None:

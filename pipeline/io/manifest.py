@@ -71,7 +71,7 @@ UNIVERSE_LABEL = {Universe.PERSONS: "persons", Universe.UNITS: "housing units"}
 
 def per_person_statement(config: ReleaseConfig) -> str:
     """What ``privacy.per_person`` states for a release with a units universe (``config`` the persons'),
-    conditioned on the invariants actually configured (``pipeline.config.units.per_person_rho`` proves it)."""
+    conditioned on the invariants actually configured (``pipeline.dp.accounting.per_person_rho`` proves it)."""
     statement = ("per person, the whole release (the persons' and the housing units' measurements) is rho-zCDP with "
                  "rho = rho_persons + 4 rho_units: one person's change alters at most two housing-unit records (the "
                  "unit left and the unit joined), which moves every units query by at most twice the sensitivity "
@@ -141,7 +141,7 @@ def privacy_section(config: ReleaseConfig, rho: Fraction,
     with ``epsilon_pld_note`` where it is the CKS20 fallback), and always which accountant set rho from an
     epsilon target (``rho_set_by``: "pld", "cks20", or "rho" when rho was given).  ``other`` is the other
     universe's configuration where ``config`` cannot name it (the units'); ``per_person``, with two universes,
-    the release's per-person bound (``pipeline.config.units.per_person_rho``, the ledger's charge), stated
+    the release's per-person bound (``pipeline.dp.accounting.per_person_rho``, the ledger's charge), stated
     under ``per_person``."""
     budget = config.budget
     delta = budget.delta

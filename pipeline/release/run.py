@@ -21,7 +21,7 @@ from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of
 from pipeline.budget.ledger.charges import PrivacyLedger
 from pipeline.config.model import ReleaseConfig, Universe
 from pipeline.config.schema import Schema
-from pipeline.config.units import per_person_rho
+from pipeline.dp.accounting import per_person_rho
 from pipeline.dp.random_source import RandomSource
 from pipeline.errors import CensusDPError
 from pipeline.io import manifest as mf

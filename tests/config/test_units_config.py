@@ -12,7 +12,8 @@ import pytest
 from pipeline.config.load import load_config, parse_recorded_config
 from pipeline.config.model import Format, Universe
 from pipeline.config.toml_writer import dump_toml
-from pipeline.config.units import UNITS_LOSS_FACTOR, per_person_rho, translate_key
+from pipeline.config.units import translate_key
+from pipeline.dp.accounting import UNITS_LOSS_FACTOR, per_person_rho
 from pipeline.errors import ConfigError
 from tests.helpers.tiny import TINY_TOML, TINY_UNITS_TOML
 

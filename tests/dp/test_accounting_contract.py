@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from pipeline.dp.accounting import (
+    UNITS_LOSS_FACTOR,
     _real,
     _up,
     advanced_composition,
@@ -33,6 +34,7 @@ from pipeline.dp.accounting import (
     group_privacy_epsilon,
     group_privacy_epsilon_delta,
     group_privacy_zcdp,
+    per_person_rho,
     renyi_gaussian_epsilon,
     rho_for_epsilon_delta,
     zcdp_from_pure_dp,
@@ -224,3 +226,12 @@ def test_epsilon_bun_steinke_is_rounded_up(rho: Any, delta: float) -> None:
         r = mpf_of(exact(rho))
         expected = reported(r + 2 * mp.sqrt(r * -mp.log(mpf_of(exact(delta)))))
     assert epsilon_bun_steinke(rho, delta) == expected
+
+
+def test_the_per_person_bound_adds_four_times_the_units_rho() -> None:
+    """A person's change moves every units query by at most twice its calibrated sensitivity: 4 rho_units at most
+    (a Laplace query's), added to the persons' rho; without units, the persons' rho alone."""
+    assert per_person_rho(Fraction(4), Fraction(1, 2)) == Fraction(6)
+    assert per_person_rho(Fraction(4), None) == Fraction(4)
+    assert per_person_rho(Fraction(0), Fraction(1, 3)) == Fraction(4, 3)
+    assert per_person_rho(Fraction(2, 7), Fraction(0)) == Fraction(2, 7) and UNITS_LOSS_FACTOR == 4

@@ -14,8 +14,11 @@ from pipeline.dp.accounting import epsilon_cks20
 from pipeline.dp.pld import (
     BITS,
     INFINITE_SHARE,
+    MIN_DELTA,
     GaussianNoise,
     _convolve,
+    _Lattice,
+    _on_grid,
     _Part,
     epsilon_pld,
     privacy_curve,
@@ -90,13 +93,45 @@ def test_a_huge_rho_never_raises() -> None:
 
 def test_a_convolution_wholly_above_the_cap_moves_all_its_mass_to_infinity() -> None:
     """Two parts whose every partial sum lies above the cap: the product's whole mass (here exactly 1, at the
-    2^-BITS scale) goes to +infinity, on top of the parts' own, and the curve says the cap cut it."""
-    half = fmpz_poly([2 ** (BITS - 1)])  # mass 1/2 at one loss
-    a, b = _Part(10, half * 2, 3), _Part(12, fmpz_poly([2**BITS]), 4)
-    part = _convolve(a, b, 0, 5)
+    2^-BITS scale, over two losses) goes to +infinity, on top of the parts' own, and the part says the cap cut."""
+    half, one = fmpz_poly([2 ** (BITS - 1), 2 ** (BITS - 1)]), fmpz_poly([2**BITS])
+    part = _convolve(_Part(10, half, 3), _Part(12, one, 4), 0, 5)
     assert part.infinite == 2**BITS + 3 + 4 and part.masses.length() == 0 and part.cut
-    kept = _convolve(_Part(1, half, 0), _Part(2, half, 0), 0, 5)  # at 3, below the cap: nothing cut
+    assert _convolve(_Part(10, fmpz_poly([1]), 0), _Part(12, one, 0), 0, 5).cut  # one unit above is a cut
+    assert not _convolve(_Part(10, fmpz_poly([]), 0), _Part(12, one, 0), 0, 5).cut  # nothing above: no cut
+    assert _convolve(_Part(10, fmpz_poly([]), 0, True), _Part(12, one, 0), 0, 5).cut  # a part's cut is kept
+
+
+def test_a_convolution_partly_above_the_cap_keeps_the_rest() -> None:
+    half, one = fmpz_poly([2 ** (BITS - 1), 2 ** (BITS - 1)]), fmpz_poly([2**BITS])
+    part = _convolve(_Part(1, half, 0), _Part(2, one, 0), 0, 3)  # losses 3 (kept) and 4 (above the cap)
+    assert (part.offset, part.masses, part.infinite, part.cut) == (3, fmpz_poly([2 ** (BITS - 1)]), 2 ** (BITS - 1),
+                                                                   True)
+    assert _convolve(_Part(1, fmpz_poly([2**BITS, 1]), 0), _Part(2, one, 0), 0, 3).cut  # one unit above
+    kept = _convolve(_Part(1, fmpz_poly([2 ** (BITS - 1)]), 0), _Part(2, fmpz_poly([2 ** (BITS - 1)]), 0), 0, 5)
     assert kept.infinite == 0 and not kept.cut and kept.offset == 3 and kept.masses == fmpz_poly([2 ** (BITS - 2)])
+    assert _convolve(_Part(1, fmpz_poly([1]), 0, True), _Part(2, one, 0), 0, 5).cut  # a part's cut is kept
+
+
+def test_a_zero_mass_above_the_cap_is_no_cut() -> None:
+    """The lattice's top loss carries no mass: moving nothing to +infinity is not a cut (the widening stops)."""
+    lattice = _Lattice(fmpz_poly([0, 1]), 0, 2, Fraction(1))  # mass 0 at loss 2, mass 1 unit at loss 0
+    part = _on_grid(lattice, Fraction(1), -5, 1)
+    assert not part.cut and part.infinite == 0
+    assert _on_grid(_Lattice(fmpz_poly([1, 1]), 0, 2, Fraction(1)), Fraction(1), -5, 1).cut
+
+
+def test_bad_widen_and_target_deltas_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="widen"):
+        privacy_curve([GaussianNoise(Fraction(1))], cells=1, widen=-1)
+
+    def noises_for(rho: Fraction) -> list[GaussianNoise]:
+        return [GaussianNoise(1 / (2 * rho))]
+
+    for delta in ("0.1", 1.0, MIN_DELTA / 2):
+        with pytest.raises(ValueError, match="for a certified target"):
+            rho_for_epsilon_pld(20.0, delta, noises_for, cells=1, start=Fraction(1))  # type: ignore[arg-type]
+    assert rho_for_epsilon_pld(40.0, MIN_DELTA, noises_for, cells=1, start=Fraction(1)) > 0  # the bound itself
 
 
 @pytest.mark.parametrize("delta", ["0.1", True, 0.0, 1.0])

@@ -6,22 +6,25 @@ would give exact counts."""
 from __future__ import annotations
 
 import shutil
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from pipeline.budget.allocation import QueryAllocation
 from pipeline.config.load import load_config
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.histograms import all_level_histograms, lowest_histograms
 from pipeline.io.measurements import read_level_table
 from pipeline.io.microdata import validated_rows
 from pipeline.release import stages
+from pipeline.release.draws import chunk_label
 from pipeline.release.measuring import partition_level
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.tiny import TINY_TOML
 
-WINDOW = 4  # noise values in a row; sigma² is 800 here, so two independent windows agree with chance ~1e-8
+WINDOW = 6  # noise values in a row; sigma² is at least 1,000 here: two independent windows agree with chance ~1e-12
 
 
 def noise_and_truth(config_path: Path, flat: bool) -> tuple[list[int], list[int], int]:
@@ -70,15 +73,23 @@ def leaking(noise_a: list[int], truth_a: list[int], noise_b: list[int], truth_b:
 
 
 def test_two_layouts_of_the_same_rows_give_unrelated_noise(tiny_release: Path) -> None:
-    # rho 0.04: every query's sigma² is at least 800, so an accidental run of WINDOW equal noise values is
+    # rho 0.004: every query's sigma² is at least 1,000, so an accidental run of WINDOW equal noise values is
     # negligible; chunks of 60 cells put several regions in one chunk of the flat layout, one in the other
-    tiny_release.write_text(TINY_TOML.format(rho="0.04") + '\n[postprocess]\nchunk_cells = 60\n')
+    tiny_release.write_text(TINY_TOML.format(rho="0.004") + '\n[postprocess]\nchunk_cells = 60\n')
     (tiny_release.parent / "microdata.parquet").rename(tiny_release.parent / "flat.parquet")
     noise_a, truth_a, level_a = noise_and_truth(tiny_release, flat=True)
     noise_b, truth_b, level_b = noise_and_truth(tiny_release, flat=False)
     assert (level_a, level_b) == (0, 1)  # one group, then one group per region
     assert sorted(truth_a) == sorted(truth_b)  # the same counts
-    assert np.std(noise_a) > 10 and np.std(noise_b) > 10  # the spread the window's power assumes
+    assert np.std(noise_a) > 25 and np.std(noise_b) > 25  # the spread the window's power assumes
     assert leaking(noise_a, truth_a, noise_b, truth_b) == []  # no stream lands on other counts in the other layout
     # the statistic's power: A's noise moved one value along, onto its neighbours' counts, is seen
     assert leaking(noise_a, truth_a, noise_a[1:], truth_a[:-1]) != []
+
+
+def test_a_chunk_label_names_its_nodes_and_queries() -> None:
+    total, detailed = (QueryAllocation("unit", q, Fraction(1), Fraction(1)) for q in ("total", "detailed"))
+    labels = {chunk_label("persons", "unit", (total, detailed), 0, 2), chunk_label("persons", "unit", (total,), 0, 2),
+              chunk_label("persons", "unit", (detailed, total), 0, 2), chunk_label("persons", "unit", (total,), 0, 1),
+              chunk_label("units", "unit", (total,), 0, 2), chunk_label("persons", "block", (total,), 0, 2)}
+    assert len(labels) == 6
