@@ -69,6 +69,7 @@ def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
 
 UNIVERSE_LABEL = {Universe.PERSONS: "persons", Universe.UNITS: "housing units"}
 
+
 def per_person_statement(config: ReleaseConfig) -> str:
     """What ``privacy.per_person`` states for a release with a units universe (``config`` the persons'),
     conditioned on the invariants actually configured (``pipeline.dp.accounting.per_person_rho`` proves it)."""
@@ -122,14 +123,11 @@ def guarantee(config: ReleaseConfig, rho: Fraction, other: ReleaseConfig | None 
         pairs = f"datasets of the same size that differ in one {record}'s record (replace-one)"
     sentence = f"rho-zCDP (rho = {rho}) for every pair of {pairs}"
     invariants = published_invariants(config, other)
-    if invariants and len(universe_pair(config, other)) > 1:
-        listed = "; ".join(f"{universe}: {text}" for universe, text in invariants)
-        sentence += (f" and share the values of every invariant the release publishes ({listed}): the invariants "
-                     "are published exactly and are not protected")
-    elif invariants:
-        listed = "; ".join(text for _, text in invariants)
-        sentence += (f" and share the invariants' values ({listed}): the invariants are published exactly and "
-                     "are not protected")
+    if invariants:
+        both = len(universe_pair(config, other)) > 1  # then each invariant is named with its universe
+        listed = "; ".join(f"{universe}: {text}" if both else text for universe, text in invariants)
+        which = "the values of every invariant the release publishes" if both else "the invariants' values"
+        sentence += f" and share {which} ({listed}): the invariants are published exactly and are not protected"
     return sentence
 
 

@@ -38,6 +38,11 @@ def group_name(index: int) -> str:
     return f"{index:06d}"
 
 
+def claim_path(out_dir: str | Path, name: str) -> Path:
+    """Where task ``name``'s claim lives in the folder ``out_dir``."""
+    return Path(out_dir) / f"{name}{CLAIM_SUFFIX}"
+
+
 def claim_draw(out_dir: str, name: str) -> str:
     """Claim the one draw of task ``name`` in this run, atomically, before anything is read or drawn; returns a
     fresh attempt id, written into the claim and into the names of the attempt's part files.
@@ -46,7 +51,7 @@ def claim_draw(out_dir: str, name: str) -> str:
     (``FileNotFoundError``, nothing created): both raise ``MeasurementRepeatedError`` without drawing."""
     attempt = secrets.token_hex(8)
     try:
-        descriptor = os.open(Path(out_dir) / f"{name}{CLAIM_SUFFIX}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        descriptor = os.open(claim_path(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         raise MeasurementRepeatedError(f"measurement task {name} ran twice in this run (a lost Dask worker): its "
                                        "noise is never drawn again; the run failed, its charge stands") from None
@@ -67,7 +72,7 @@ def check_claimed(out_dir: str | None, index: int, part: Path) -> Path:
     """``part`` if the attempt that wrote it is the one that claimed group ``index``'s draw in the parts folder
     ``out_dir``, else refused: the parts of exactly one attempt are adopted."""
     name = group_name(index)
-    claim = Path(out_dir) / f"{name}{CLAIM_SUFFIX}" if out_dir is not None else None
+    claim = claim_path(out_dir, name) if out_dir is not None else None
     if claim is None or not claim.is_file() or not part.name.startswith(f"{name}-{claim.read_text()}-"):
         raise CensusDPError(f"measurement task {name} handed back a part its claim does not name: nothing was "
                             "published")

@@ -44,7 +44,7 @@ from pipeline.io.microdata import read_input_files
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter
 from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
-from pipeline.release.draws import CLAIM_SUFFIX, claim_draw
+from pipeline.release.draws import claim_draw, claim_path
 from pipeline.release.expected_errors import compute_expected_errors, expected_errors_job
 from pipeline.release.full_information import (  # noqa: F401 - estimate: a stage (STAGES)
     ReconciliationMethod,
@@ -284,7 +284,7 @@ def publish(run: ReleaseRun) -> Path:
     if config.output.estimates and run.write_estimates is not None:  # required at start_release
         run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
     for universe in run.universes():  # the measure stage's claim is the run's own bookkeeping, not published
-        (universe.work_dir / f"{MEASURE_CLAIM}{CLAIM_SUFFIX}").unlink(missing_ok=True)
+        claim_path(universe.work_dir, MEASURE_CLAIM).unlink(missing_ok=True)
     run.work_dir.rename(run.final_dir)
     run.published = Published(run.final_dir, report, shares_png)
     ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed

@@ -29,7 +29,7 @@ from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.histograms import all_level_histograms, lowest_histograms
 from pipeline.io.microdata import validated_rows
 from pipeline.release import stages
-from pipeline.release.draws import CLAIM_SUFFIX
+from pipeline.release.draws import claim_path
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 REPS = {"gaussian": 400, "laplace": 1000}  # the Laplace's heavier tails need more draws for the same power
@@ -97,7 +97,7 @@ def noise_samples(config_path: Path, reps: int) -> tuple[dict[tuple[str, str], l
         run.rng = seeded_random_source(1000 + rep)
         run.input_files = files  # measuring releases the inputs: put them back between draws
         # a release draws once; this test samples the stage many times, so it withdraws the stage's claim
-        (run.work_dir / f"{stages.MEASURE_CLAIM}{CLAIM_SUFFIX}").unlink(missing_ok=True)
+        claim_path(run.work_dir, stages.MEASURE_CLAIM).unlink(missing_ok=True)
         stages.measure(run)
         for level in range(depth if rep < LOWEST_REPS else depth - 1):
             collect(level)
