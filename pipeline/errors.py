@@ -52,6 +52,7 @@ class InputProblem(StrEnum):
     GEOGRAPHY = "geography"          # a unit not in the geography file, or a malformed geography file
     DUPLICATE = "duplicate"          # a unit listed twice in the geography file
     LAYOUT = "layout"                # a record that breaks its layout's rules (an MDF unit's RTYPE against GQTYPE)
+    PERSONS_UNITS = "persons-units"  # a block's persons and units break a [[units.persons_per_unit]] rule
 
     @property
     def depends_on_values(self) -> bool:

@@ -9,8 +9,16 @@ with HiGHS rounding (``rounding``) otherwise; ``report["path"]`` says which ran.
 with the run's random source when one is passed (``ties``).
 """
 
-from postprocess.problem import LevelResult, QueryInvariant, QueryMeasurement, ReconciliationError
+from postprocess.problem import (
+    UNBOUNDED,
+    LevelResult,
+    QueryBound,
+    QueryInvariant,
+    QueryMeasurement,
+    ReconciliationError,
+)
 from postprocess.reconcile import reconcile_level
 from postprocess.ties import TieSource
 
-__all__ = ["LevelResult", "QueryInvariant", "QueryMeasurement", "ReconciliationError", "reconcile_level", "TieSource"]
+__all__ = ["UNBOUNDED", "LevelResult", "QueryBound", "QueryInvariant", "QueryMeasurement", "ReconciliationError",
+           "reconcile_level", "TieSource"]

@@ -26,6 +26,9 @@ def check_inputs(inputs: Inputs) -> None:
             raise ReconciliationError(
                 f"invariant {inv.name!r} asks for a positive count in structural-zero cells only {sizes}"
             )
+    for bound in inputs.bounds:
+        if np.any(bound.lower < 0) or np.any(bound.lower > bound.upper):
+            raise ReconciliationError(f"bound {bound.name!r} has a lower bound below 0 or above its upper one {sizes}")
     if inputs.parent_counts is None or inputs.parent_index is None:
         return
     used = np.unique(inputs.parent_index)
@@ -58,6 +61,11 @@ def check_table(inputs: Inputs, counts: np.ndarray) -> None:
         bad = np.any(_apply(inv.matrix, counts) != inv.values, axis=1)
         if bad.any():
             raise ReconciliationError(f"invariant {inv.name!r} fails for {int(bad.sum())} nodes {sizes}")
+    for bound in inputs.bounds:
+        answers = _apply(bound.matrix, counts)
+        bad = np.any((answers < bound.lower) | (answers > bound.upper), axis=1)
+        if bad.any():
+            raise ReconciliationError(f"bound {bound.name!r} fails for {int(bad.sum())} nodes {sizes}")
     if inputs.parent_counts is None or inputs.parent_index is None:
         return
     used = np.unique(inputs.parent_index)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess.problem import Inputs, ReconciliationError
+from postprocess.problem import UNBOUNDED, Inputs, ReconciliationError
 
 BATCH_VARIABLES = 20_000  # stack blocks until a batch has about this many variables (measured: flat above 5k)
 BATCH_DENSE_ENTRIES = 16_000_000  # cap on nodes x n_cells of a batch (its dense free-cell mask)
@@ -130,6 +130,8 @@ def build_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray) -> Batch:
         parent_rows = inputs.parent_counts[blocks.parent[block_ids]]
         free = free & (parent_rows > 0)
     node_free = free[node_block]
+    if inputs.node_zeros is not None:  # a bound's zero: the node holds nothing in those cells
+        node_free = node_free & ~inputs.node_zeros[nodes]
     var_node, var_cell = np.nonzero(node_free)
     if blocks.parent is None:
         return Batch(
@@ -146,6 +148,9 @@ def build_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray) -> Batch:
     block_cell[free] = np.arange(int(free.sum()))
     sum_row = block_cell[node_block[var_node], var_cell]
     sum_rhs = parent_rows[free].astype(np.int64)
+    if inputs.node_zeros is not None and np.bincount(sum_row, minlength=sum_rhs.size).min(initial=1) == 0:
+        raise ReconciliationError(f"the bounds leave no child to hold a parent's count in a batch of "
+                                  f"{block_ids.size} blocks (the bounds contradict the parent table)")
     upper = sum_rhs[sum_row].astype(np.float64)
     return Batch(nodes, node_block, var_node, var_cell, sum_row, sum_rhs, upper, int(block_ids.size))
 
@@ -196,3 +201,29 @@ def invariant_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndar
         rhs.append(values[rows])
         redundant.append(last[rows // inv.matrix.shape[0]])
     return sp.vstack(mats, format="csr"), np.concatenate(rhs), np.concatenate(redundant)
+
+
+def bound_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """The batch's bounds that can bind: (matrix, lower, upper) over its variables, float, upper ``inf`` where none.
+
+    A row binds unless its lower bound is 0 and its upper bound is at least what its free cells can hold (their
+    parent counts); a row whose cells are all fixed at 0 must have lower bound 0 (else the bounds are infeasible).
+    """
+    mats, lows, highs = [sp.csr_matrix((0, batch.n_vars))], [np.zeros(0)], [np.zeros(0)]
+    for bound in inputs.bounds:
+        k, rows = restrict_rows(bound.matrix, batch)
+        lower = bound.lower[batch.nodes].ravel()
+        upper = bound.upper[batch.nodes].ravel()
+        fixed = np.ones(lower.size, dtype=bool)
+        fixed[rows] = False
+        if np.any(lower[fixed] > 0):
+            raise ReconciliationError(f"bound {bound.name!r} asks for a positive count in cells fixed at 0 in a "
+                                      f"batch of {batch.n_blocks} blocks")
+        room = k @ batch.upper
+        low, high = lower[rows].astype(np.float64), upper[rows].astype(np.float64)
+        high[upper[rows] >= UNBOUNDED] = np.inf
+        binding = (low > 0) | (high < room)
+        mats.append(k[binding])
+        lows.append(low[binding])
+        highs.append(high[binding])
+    return sp.vstack(mats, format="csr"), np.concatenate(lows), np.concatenate(highs)

@@ -78,6 +78,26 @@ class Band:
     half_width: float
 
 
+@dataclass(frozen=True)
+class Inequalities:
+    """``lower <= matrix @ x <= upper`` (``-inf``/``inf`` where a side is open): public bounds on node marginals."""
+
+    matrix: sp.csr_matrix
+    lower: np.ndarray
+    upper: np.ndarray
+
+    @property
+    def empty(self) -> bool:
+        return self.lower.size == 0
+
+    def excess(self, point: np.ndarray) -> float:
+        """The largest amount by which ``point`` breaks a bound (0 when it keeps them all)."""
+        if self.empty:
+            return 0.0
+        values = self.matrix @ point
+        return float(max(0.0, (self.lower - values).max(), (values - self.upper).max()))
+
+
 @dataclass
 class Solution:
     x: np.ndarray | None = None
@@ -129,9 +149,9 @@ def resolve_solvers(solver: str) -> tuple[str, ...]:
 
 
 def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers: tuple[str, ...],
-          bands: list[Band] | None = None) -> Solution:
+          bands: list[Band] | None = None, bounds: Inequalities | None = None) -> Solution:
     """Try each solver in turn until one returns an accepted point; ``x`` stays None if none does.  ``bands``
-    (``postprocess.passes``) are further two-sided inequalities, checked like the equalities."""
+    (``postprocess.passes``) and ``bounds`` are further inequalities, checked like the equalities."""
     bands = bands or []
     started = time.perf_counter()
     if n_vars == 0:
@@ -142,6 +162,12 @@ def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers:
     for band in bands:
         constraints += [band.matrix @ x <= (band.center + band.half_width) / scale,
                         band.matrix @ x >= (band.center - band.half_width) / scale]
+    if bounds is not None and not bounds.empty:
+        low, high = np.isfinite(bounds.lower), np.isfinite(bounds.upper)
+        if low.any():
+            constraints.append(bounds.matrix[low] @ x >= bounds.lower[low] / scale)
+        if high.any():
+            constraints.append(bounds.matrix[high] @ x <= bounds.upper[high] / scale)
     problem = cp.Problem(cp.Minimize(_objective(terms, x, scale)), constraints)
     tolerance = ABS_TOLERANCE + REL_TOLERANCE * scale
     result = Solution()
@@ -150,7 +176,8 @@ def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers:
         if status in ("optimal", "inaccurate") and x.value is not None:
             point = np.asarray(x.value, dtype=np.float64) * scale
             violations = tuple(_violation(eq, point) for eq in equalities)
-            worst = max([*violations, *(_band_excess(band, point) for band in bands)], default=0.0)
+            worst = max([*violations, *(_band_excess(band, point) for band in bands),
+                         bounds.excess(point) if bounds is not None else 0.0], default=0.0)
             minimum = float(point.min()) if point.size else 0.0
             if np.isfinite(worst) and worst <= tolerance and minimum >= -tolerance:
                 result.attempts.append((name, status))

@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from postprocess.layout import Batch, restrict_rows
-from postprocess.least_squares import Band, Equalities, Solution, Term, solve
+from postprocess.least_squares import Band, Equalities, Inequalities, Solution, Term, solve
 from postprocess.rounding import round_batch
 from postprocess.ties import TieSource
 
@@ -50,7 +50,8 @@ def check_marginal(marginal: RoundingMarginal, n_cells: int) -> RoundingMarginal
 
 
 def solve_in_passes(terms: Sequence[tuple[str, Term]], passes: Sequence[Sequence[str]], tolerance: float,
-                    equalities: list[Equalities], n_vars: int, solvers: tuple[str, ...]) -> Solution:
+                    equalities: list[Equalities], n_vars: int, solvers: tuple[str, ...],
+                    bounds: Inequalities | None = None) -> Solution:
     """Least squares in ordered passes of named terms; queries not named by any pass join the last one."""
     named = {name for group in passes for name in group}
     groups = [[t for name, t in terms if name in group] for group in passes]
@@ -59,7 +60,7 @@ def solve_in_passes(terms: Sequence[tuple[str, Term]], passes: Sequence[Sequence
     bands: list[Band] = []
     total = Solution()
     for k, group in enumerate(groups):
-        solution = solve(group, equalities, n_vars, solvers, bands=bands)
+        solution = solve(group, equalities, n_vars, solvers, bands=bands, bounds=bounds)
         total.attempts += [(name, f"pass {k}: {status}") for name, status in solution.attempts]
         total.seconds += solution.seconds
         if solution.x is None:

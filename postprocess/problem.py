@@ -49,6 +49,22 @@ class QueryInvariant:
     values: np.ndarray
 
 
+UNBOUNDED = np.iinfo(np.int64).max // 4  # an upper bound that bounds nothing
+
+
+@dataclass(frozen=True)
+class QueryBound:
+    """Public bounds on one query at every node of a level: ``lower[node] <= matrix @ histogram <= upper[node]``
+    (``UNBOUNDED``: no upper bound).  Where ``upper`` is 0 every cell of that query cell is 0 in that node.  They
+    come from published values (e.g. the housing units a node's persons may live in), so fitting within them is
+    post-processing like the rest."""
+
+    name: str
+    matrix: sp.csr_matrix
+    lower: np.ndarray
+    upper: np.ndarray
+
+
 @dataclass
 class LevelResult:
     """The level's integer table (n_nodes, n_cells) and public diagnostics of how it was obtained."""
@@ -68,6 +84,8 @@ class Inputs:
     parent_counts: np.ndarray | None
     parent_index: np.ndarray | None
     structural_zeros: np.ndarray
+    bounds: tuple[QueryBound, ...] = ()
+    node_zeros: np.ndarray | None = None  # (n_nodes, n_cells): cells a bound's upper 0 fixes at 0 in that node
 
     @property
     def is_root(self) -> bool:
@@ -82,6 +100,7 @@ def validate(
     parent_counts: np.ndarray | None,
     parent_index: np.ndarray | None,
     structural_zeros: np.ndarray | None,
+    bounds: Sequence[QueryBound] = (),
 ) -> Inputs:
     """Check shapes and types (``ValueError``: a programming error, not a data problem) and normalise them."""
     if n_cells < 1:
@@ -111,7 +130,14 @@ def validate(
         zeros = np.asarray(structural_zeros)
         if zeros.shape != (n_cells,) or zeros.dtype != np.bool_:
             raise ValueError(f"structural_zeros must be a boolean array of shape ({n_cells},)")
-    return Inputs(n_nodes, n_cells, clean_m, clean_i, counts, index, zeros)
+    clean_b = tuple(_clean_bound(b, n_nodes, n_cells) for b in bounds)
+    node_zeros = None
+    for bound in clean_b:
+        closed = bound.upper == 0  # (n_nodes, q): those query cells hold nothing
+        if closed.any():
+            hit = (sp.csr_matrix(closed.astype(np.float64)) @ bound.matrix).toarray() > 0
+            node_zeros = hit if node_zeros is None else node_zeros | hit
+    return Inputs(n_nodes, n_cells, clean_m, clean_i, counts, index, zeros, clean_b, node_zeros)
 
 
 def _clean_matrix(name: str, matrix: sp.spmatrix, n_cells: int) -> sp.csr_matrix:
@@ -144,3 +170,13 @@ def _clean_invariant(inv: QueryInvariant, n_nodes: int, n_cells: int) -> QueryIn
             f"invariant {inv.name!r}: values must be integers of shape ({n_nodes}, {matrix.shape[0]})"
         )
     return QueryInvariant(inv.name, matrix, values.astype(np.int64))
+
+
+def _clean_bound(bound: QueryBound, n_nodes: int, n_cells: int) -> QueryBound:
+    matrix = _clean_matrix(bound.name, bound.matrix, n_cells)
+    lower, upper = np.asarray(bound.lower), np.asarray(bound.upper)
+    shape = (n_nodes, matrix.shape[0])
+    for values in (lower, upper):
+        if values.shape != shape or not np.issubdtype(values.dtype, np.integer):
+            raise ValueError(f"bound {bound.name!r}: lower and upper must be integers of shape {shape}")
+    return QueryBound(bound.name, matrix, lower.astype(np.int64), upper.astype(np.int64))

@@ -21,17 +21,29 @@ from postprocess.checks import check_inputs, check_table
 from postprocess.layout import (
     Batch,
     Blocks,
+    bound_rows,
     build_batch,
     invariant_rows,
     plan_batches,
     plan_blocks,
     restrict_rows,
 )
-from postprocess.least_squares import Equalities, Solution, SolverPath, Term, check_solver, resolve_solvers, solve
+from postprocess.least_squares import (
+    ABS_TOLERANCE,
+    Equalities,
+    Inequalities,
+    Solution,
+    SolverPath,
+    Term,
+    check_solver,
+    resolve_solvers,
+    solve,
+)
 from postprocess.passes import RoundingMarginal, check_marginal, fix_marginals, solve_in_passes
 from postprocess.problem import (
     Inputs,
     LevelResult,
+    QueryBound,
     QueryInvariant,
     QueryMeasurement,
     ReconciliationError,
@@ -54,6 +66,7 @@ def reconcile_level(
     passes: Sequence[Sequence[str]] = (),
     tolerance: float = 0.1,
     rounding: Sequence[RoundingMarginal] = (),
+    bounds: Sequence[QueryBound] = (),
 ) -> LevelResult:
     """Non-negative, consistent integer table (n_nodes, n_cells) of one level, with a public report.
 
@@ -78,6 +91,10 @@ def reconcile_level(
     pass neither closed form nor first-order solver applies); ``rounding`` lists marginals rounded and fixed, in
     order, before the cells are rounded (the closed forms round cell by cell, so they are not used with it).
 
+    ``bounds``: public bounds on node marginals (``QueryBound``); an upper bound of 0 removes those cells of that
+    node before any solver sees them, the others are constraints of the least squares and of the rounding where
+    they can bind (a first-order or greedy point that keeps them is kept: it is optimal under them too).
+
     Raises ``ValueError`` for malformed arguments and ``ReconciliationError`` when the constraints are
     inconsistent, every solver fails, or the rounded table breaks a constraint: the run must then fail.
     """
@@ -89,6 +106,7 @@ def reconcile_level(
         parent_counts=parent_counts,
         parent_index=parent_index,
         structural_zeros=structural_zeros,
+        bounds=bounds,
     )
     rng = check_source(rng)
     check_solver(solver)
@@ -99,9 +117,11 @@ def reconcile_level(
     if solver in (SolverPath.FAST, SolverPath.FIRST_ORDER) and (multi_pass or rounding):
         raise ValueError(f"solver={solver!r} does not run several passes or round marginals first; use auto")
     plain = not multi_pass and not rounding
-    fast = solver == SolverPath.FAST or (solver == SolverPath.AUTO and plain and fast_path.applies(inputs))
-    if solver == SolverPath.FAST and not fast_path.applies(inputs):
-        raise ValueError("solver='fast' needs detailed-only measurements (identity matrices) and no invariants")
+    fast = solver == SolverPath.FAST or (solver == SolverPath.AUTO and plain and not inputs.bounds
+                                         and fast_path.applies(inputs))
+    if solver == SolverPath.FAST and (inputs.bounds or not fast_path.applies(inputs)):
+        raise ValueError("solver='fast' needs detailed-only measurements (identity matrices), no invariants and no "
+                         "bounds")
     first = solver == SolverPath.FIRST_ORDER or (solver == SolverPath.AUTO and not fast and not multi_pass
                                                  and first_order.applies(inputs))
     always = solver == SolverPath.FIRST_ORDER  # auto: only on batches of large blocks (first_order.worthwhile)
@@ -166,8 +186,8 @@ def _reconcile_general(
     batches = plan_batches(blocks, inputs.n_cells)
     variables = fallbacks = 0
     for block_ids in batches:
-        batch, inv_matrix, inv_rhs, solution = solve_batch(inputs, blocks, block_ids, solvers, first, always,
-                                                           passes, tolerance)
+        batch, inv_matrix, inv_rhs, solution, limits = solve_batch(inputs, blocks, block_ids, solvers, first,
+                                                                   always, passes, tolerance)
         statuses.update(f"{name}:{status}" for name, status in solution.attempts)
         fallbacks += len(solution.attempts) > 1
         seconds["solve"] += solution.seconds
@@ -180,7 +200,7 @@ def _reconcile_general(
         if marginals:
             inv_matrix, inv_rhs, methods = fix_marginals(batch, solution.x, inv_matrix, inv_rhs, marginals, rng)
             rounding.update(f"{m.name}:{method}" for m, method in zip(marginals, methods, strict=True))
-        values, method = round_batch(batch, solution.x, inv_matrix, inv_rhs, rng)
+        values, method = round_batch(batch, solution.x, inv_matrix, inv_rhs, rng, limits)
         seconds["rounding"] += time.perf_counter() - tick
         rounding[method] += 1
         variables += batch.n_vars
@@ -212,14 +232,16 @@ def solve_batch(
     always: bool = False,
     passes: tuple[tuple[str, ...], ...] = (),
     tolerance: float = 0.1,
-) -> tuple[Batch, sp.csr_matrix, np.ndarray, Solution]:
-    """Least squares of a stack of blocks; also returns the batch and its invariant rows for the rounding.
+) -> tuple[Batch, sp.csr_matrix, np.ndarray, Solution, Inequalities]:
+    """Least squares of a stack of blocks; also returns the batch, its invariant rows and its bounds that can bind,
+    for the rounding.
 
     ``first``: try ``postprocess.first_order`` (certified FISTA) before the cvxpy ``solvers``, on every batch
     when ``always``, else on batches of large blocks only.
     """
     batch = build_batch(inputs, blocks, block_ids)
     inv_matrix, inv_rhs, redundant = invariant_rows(inputs, batch)
+    limits = Inequalities(*bound_rows(inputs, batch))
     equalities = [
         Equalities(batch.sum_matrix, batch.sum_rhs, np.ones(batch.sum_rhs.size, dtype=bool)),
         Equalities(inv_matrix, inv_rhs, ~redundant),
@@ -227,20 +249,21 @@ def solve_batch(
     named = _terms(inputs, batch)
     if len(passes) > 1:
         return batch, inv_matrix, inv_rhs, solve_in_passes(named, passes, tolerance, equalities, batch.n_vars,
-                                                           solvers)
+                                                           solvers, limits), limits
     terms = [term for _, term in named]
     if first and terms and (always or first_order.worthwhile(batch)):
         x, info = first_order.solve(terms, batch)
-        if x is not None:
+        # without the bounds; its point is kept where it keeps them, as it is then their problem's optimum too
+        if x is not None and limits.excess(x) <= ABS_TOLERANCE:
             violations = tuple(float(np.abs(eq.matrix @ x - eq.rhs).max()) if eq.rhs.size else 0.0 for eq in equalities)
             minimum = float(x.min()) if x.size else 0.0
             solution = Solution(x, [("first_order", "optimal")], violations, minimum, info["seconds"])
-            return batch, inv_matrix, inv_rhs, solution
-        solution = solve(terms, equalities, batch.n_vars, solvers)
-        solution.attempts.insert(0, ("first_order", "limit"))
+            return batch, inv_matrix, inv_rhs, solution, limits
+        solution = solve(terms, equalities, batch.n_vars, solvers, bounds=limits)
+        solution.attempts.insert(0, ("first_order", "limit" if x is None else "bounds"))
         solution.seconds += info["seconds"]
-        return batch, inv_matrix, inv_rhs, solution
-    return batch, inv_matrix, inv_rhs, solve(terms, equalities, batch.n_vars, solvers)
+        return batch, inv_matrix, inv_rhs, solution, limits
+    return batch, inv_matrix, inv_rhs, solve(terms, equalities, batch.n_vars, solvers, bounds=limits), limits
 
 
 def _fill_only_children(inputs: Inputs, blocks: Blocks, counts: np.ndarray) -> int:

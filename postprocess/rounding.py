@@ -37,6 +37,7 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from postprocess.layout import Batch
+from postprocess.least_squares import Inequalities
 from postprocess.problem import ReconciliationError
 from postprocess.ties import TieSource, cost_jitter, priority, snap_costs
 
@@ -51,33 +52,46 @@ def round_batch(
     inv_matrix: sp.csr_matrix,
     inv_rhs: np.ndarray,
     rng: TieSource | None = None,
+    bounds: Inequalities | None = None,
 ) -> tuple[np.ndarray, str]:
-    """Integer point (int64, one per variable) and the backend that produced it; ``rng`` breaks ties."""
+    """Integer point (int64, one per variable) and the backend that produced it; ``rng`` breaks ties.  ``bounds``:
+    node marginals kept within public bounds; the fast backends' point is kept when it keeps them (it is then
+    optimal under them too), else HiGHS solves with them."""
     point = np.clip(x, 0.0, batch.upper)
     nearest = np.rint(point)
     point = np.where(np.abs(point - nearest) <= SNAP, nearest, point)
     floor = np.floor(point)
     cost = 1.0 - 2.0 * (point - floor)
     floor_int = floor.astype(np.int64)
+    bounded = bounds is not None and not bounds.empty
     sum_gap = batch.sum_rhs - np.bincount(
         batch.var_sum_row[batch.var_sum_row >= 0],
         weights=floor[batch.var_sum_row >= 0],
         minlength=batch.sum_rhs.size,
     ).astype(np.int64)
     if inv_rhs.size == 0:
-        if batch.sum_rhs.size == 0:
-            return floor_int + (cost < 0), "nearest"
-        sizes = np.bincount(batch.var_sum_row, minlength=batch.sum_rhs.size)
-        if np.all((sum_gap >= 0) & (sum_gap <= sizes)):
-            return floor_int + _greedy(batch.var_sum_row, cost, sum_gap, rng), "greedy"
-    else:
-        inv_gap = inv_rhs - _int_matmul(inv_matrix, floor_int)
-        if rng is not None:
-            cost = snap_costs(cost) + cost_jitter(cost.size, rng)
-        increments, method = _binary(batch, cost, floor, sum_gap, inv_matrix, inv_gap)
-        if increments is not None:
-            return floor_int + increments, method
-    return _integer_milp(batch, point, inv_matrix, inv_rhs)
+        sizes = np.bincount(batch.var_sum_row, minlength=batch.sum_rhs.size) if batch.sum_rhs.size else None
+        if sizes is None:
+            values, method = floor_int + (cost < 0), "nearest"
+        elif np.all((sum_gap >= 0) & (sum_gap <= sizes)):
+            values, method = floor_int + _greedy(batch.var_sum_row, cost, sum_gap, rng), "greedy"
+        else:
+            values, method = None, ""
+        if values is not None and (not bounded or _within(bounds, values)):
+            return values, method
+    inv_gap = inv_rhs - _int_matmul(inv_matrix, floor_int)
+    if rng is not None:
+        cost = snap_costs(cost) + cost_jitter(cost.size, rng)
+    increments, method = _binary(batch, cost, floor, sum_gap, inv_matrix, inv_gap, bounds if bounded else None)
+    if increments is not None:
+        return floor_int + increments, method
+    return _integer_milp(batch, point, inv_matrix, inv_rhs, bounds if bounded else None)
+
+
+def _within(bounds: Inequalities, values: np.ndarray) -> bool:
+    """Exact check of an integer point against the bounds."""
+    answers = _int_matmul(bounds.matrix, values.astype(np.int64))
+    return bool(np.all(answers >= bounds.lower) and np.all(answers <= bounds.upper))
 
 
 def _greedy(row: np.ndarray, cost: np.ndarray, gap: np.ndarray, rng: TieSource | None = None) -> np.ndarray:
@@ -98,12 +112,17 @@ def _binary(
     sum_gap: np.ndarray,
     inv_matrix: sp.csr_matrix,
     inv_gap: np.ndarray,
+    bounds: Inequalities | None = None,
 ) -> tuple[np.ndarray | None, str]:
     matrix = sp.vstack([batch.sum_matrix, inv_matrix], format="csr")
     rhs = np.concatenate([sum_gap, inv_gap]).astype(np.float64)
     upper = np.minimum(1.0, batch.upper - floor)
     if np.any(upper < 0) or np.any(rhs < 0):
         return None, ""
+    constraints = [LinearConstraint(matrix, rhs, rhs)] if rhs.size else []
+    if bounds is not None:  # the increments' share of each bounded marginal
+        taken = bounds.matrix @ floor
+        constraints.append(LinearConstraint(bounds.matrix, bounds.lower - taken, bounds.upper - taken))
     for relaxed in (True, False):
         # First the LP relaxation: HiGHS's simplex returns a vertex, integral when the matrix is totally
         # unimodular (nested invariants), which is far faster than branch and bound; else the MILP.
@@ -112,7 +131,7 @@ def _binary(
             cost,
             integrality=np.zeros(cost.size) if relaxed else np.ones(cost.size),
             bounds=Bounds(np.zeros(cost.size), upper),
-            constraints=LinearConstraint(matrix, rhs, rhs),
+            constraints=constraints,
             options={"presolve": not relaxed, "time_limit": MILP_SECONDS},
         )
         if result.x is None or result.status not in ((0,) if relaxed else (0, 1)):
@@ -121,7 +140,8 @@ def _binary(
             return None, ""
         increments = np.rint(result.x)
         if np.abs(result.x - increments).max(initial=0.0) <= INTEGRAL:
-            if not _satisfies(matrix, increments, rhs, upper):
+            if not _satisfies(matrix, increments, rhs, upper) or (
+                    bounds is not None and not _within(bounds, floor.astype(np.int64) + increments.astype(np.int64))):
                 return None, ""
             method = "binary_lp" if relaxed else "binary_milp"
             return increments.astype(np.int64), method if result.status == 0 else method + "_incumbent"
@@ -136,7 +156,8 @@ def _satisfies(matrix: sp.csr_matrix, values: np.ndarray, rhs: np.ndarray, upper
 
 
 def _integer_milp(
-    batch: Batch, point: np.ndarray, inv_matrix: sp.csr_matrix, inv_rhs: np.ndarray
+    batch: Batch, point: np.ndarray, inv_matrix: sp.csr_matrix, inv_rhs: np.ndarray,
+    bounds: Inequalities | None = None,
 ) -> tuple[np.ndarray, str]:
     """min sum t  s.t.  t >= |x - point|, constraints, x integer in [0, parent cell]."""
     n = point.size
@@ -149,6 +170,9 @@ def _integer_milp(
         LinearConstraint(sp.hstack([batch.sum_matrix, zeros_sum]), batch.sum_rhs, batch.sum_rhs),
         LinearConstraint(sp.hstack([inv_matrix, zeros_inv]), inv_rhs, inv_rhs),
     ]
+    if bounds is not None:
+        zeros_bounds = sp.csr_matrix((bounds.lower.size, n))
+        constraints.append(LinearConstraint(sp.hstack([bounds.matrix, zeros_bounds]), bounds.lower, bounds.upper))
     result = milp(
         np.concatenate([np.zeros(n), np.ones(n)]),
         integrality=np.concatenate([np.ones(n), np.zeros(n)]),
@@ -159,7 +183,8 @@ def _integer_milp(
     if result.status in (0, 1) and result.x is not None:
         values = np.rint(result.x[:n])
         equalities = sp.vstack([batch.sum_matrix, inv_matrix], format="csr")
-        if _satisfies(equalities, values, np.concatenate([batch.sum_rhs, inv_rhs]), batch.upper):
+        if _satisfies(equalities, values, np.concatenate([batch.sum_rhs, inv_rhs]), batch.upper) and (
+                bounds is None or _within(bounds, values)):
             return values.astype(np.int64), "integer_milp" if result.status == 0 else "integer_milp_incumbent"
     raise ReconciliationError(
         f"integer rounding failed ({result.message.split('.')[0]}) for {batch.n_blocks} blocks "

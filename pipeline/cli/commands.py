@@ -172,16 +172,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Every check a release makes, before and after its charge, with precise errors.  Its output names rows of
     the confidential data: only someone allowed to read the microdata may run it; deployments never expose it."""
     from pipeline.config.options import load_release_config
+    from pipeline.errors import InputError, InputProblem
+    from pipeline.io.checks import persons_units_problem
     from pipeline.io.microdata import read_input_files, validated_rows
 
     config = load_release_config(args.config, args.microdata, args.geography, args.fmt, units=args.units,
                                  no_units=args.no_units)
-    tree, unit_index, _ = validated_rows(read_input_files(config))
+    tree, unit_index, cells = validated_rows(read_input_files(config))
     levels = ", ".join(f"{lv.name} {tree.n_nodes(i):,}" for i, lv in enumerate(config.levels))
     print(f"censusdp check: {config.input.path}: valid ({len(unit_index):,} person records; units: {levels})")
     if config.units is not None:  # the housing-unit universe's file, checked the same way
-        _, unit_rows, _ = validated_rows(read_input_files(config.units))
+        _, unit_rows, unit_cells = validated_rows(read_input_files(config.units))
         print(f"censusdp check: {config.units.input.path}: valid ({len(unit_rows):,} unit records)")
+        problem = persons_units_problem(config, tree, (unit_index, cells), (unit_rows, unit_cells))
+        if problem is not None:
+            raise InputError(f"{config.input.path} and {config.units.input.path}", problem,
+                             category=InputProblem.PERSONS_UNITS)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import tomllib
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from pipeline.config.model import (
     require,
 )
 from pipeline.config.passes import parse_reconciliation
+from pipeline.config.persons_per_unit import parse_rules
 from pipeline.config.pl94_tables import summary_tables
 from pipeline.config.recodes import schema_with_recodes
 from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
@@ -94,18 +96,21 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
     input_config = _input(raw, source, base, universe)
     ledger = _ledger(raw, source, base, budget.delta)
     output = _output(raw, source, base, schema)
-    units = None
+    units, persons_per_unit = None, ()
     if "units" in raw:  # last: the universe reuses the persons' tables, valid by now
         table = units_raw(raw, source)
         with units_keys(source):
             units = parse_config(table, source, base, Universe.UNITS)
         check_units_budget(budget.rho, units, ledger, source)
+        # the units are measured and reconciled in the persons' chunks (release.tasks.paired_tasks): as many nodes
+        units = replace(units, chunk_cells=max(1, chunk_cells // schema.n_cells) * units.schema.n_cells)
+        persons_per_unit = parse_rules(raw["units"], source, schema, units.schema, levels)
     return ReleaseConfig(
         source=source, input=input_config, ledger=ledger, output=output, levels=levels,
         schema=schema, budget=budget, strategy=strategy, invariants=invariants, structural_zeros=zeros,
         solver=solver, runner=runner, measure_on=MeasureOn(measure_on), chunk_cells=chunk_cells,
         reconciliation=reconciliation, raw=raw,
-        universe=universe, units=units,
+        universe=universe, units=units, persons_per_unit=persons_per_unit,
     )
 
 

@@ -227,6 +227,8 @@ class ReleaseConfig:
     # the housing-unit universe ([units], pipeline.config.units): a full configuration of its own that shares the
     # levels, geography, ledger, output and neighbouring relation; None when the release has persons only
     units: ReleaseConfig | None = None
+    # persons and units tied together ([[units.persons_per_unit]], pipeline.config.persons_per_unit)
+    persons_per_unit: tuple[Any, ...] = ()
 
     def __repr__(self) -> str:  # the raw table and the ledger URL may hold secrets
         return f"ReleaseConfig(source={self.source!r})"

@@ -40,7 +40,7 @@ SCHEMA_KEYS = ("attributes", "recodes", "strategy", "invariants", "structural_ze
 POSTPROCESS_KEYS = {"reconciliation", "rounding", "passes"}  # they name the universe's queries
 # the machine's settings: the release's, for both
 SHARED_POSTPROCESS = ("solver", "runner", "measure_on", "chunk_cells")
-UNITS_KEYS = {*INPUT_KEYS, *SCHEMA_KEYS, "rho", "level_shares", "postprocess"}
+UNITS_KEYS = {*INPUT_KEYS, *SCHEMA_KEYS, "rho", "level_shares", "postprocess", "persons_per_unit"}
 
 # the universe's key as parse_config names it -> the user's key (longest first: input.geocode_columns before ...)
 _TRANSLATED = (

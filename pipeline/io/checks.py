@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 
-from geography.tree import codes_like
+from geography.tree import GeoTree, codes_like
 from pipeline.config.model import Format, ReleaseConfig
+from pipeline.config.persons_per_unit import selection_mask
+from pipeline.config.schema import Schema
 from pipeline.errors import InputError, InputProblem
 
 MDF_GEO_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
@@ -191,3 +194,37 @@ def sorted_codes(codes: pl.Series, width: int) -> np.ndarray:
         joined = ordered.str.join("").item().encode("ascii")
         return np.frombuffer(joined, dtype=f"S{width}").astype(f"<U{width}")
     return ordered.to_numpy().astype(np.str_)
+
+
+def persons_units_problem(config: ReleaseConfig, tree: GeoTree, persons: tuple[np.ndarray, np.ndarray],
+                          units: tuple[np.ndarray, np.ndarray]) -> str | None:
+    """The first lowest-level unit (in code order) whose records break a ``[[units.persons_per_unit]]`` rule, named
+    with the rule, or None.  ``persons``/``units``: every record's lowest-level unit index and cell.  For the
+    curator (``censusdp check``): it names a block of the confidential data."""
+    if config.units is None or not config.persons_per_unit:
+        return None
+    rules = config.persons_per_unit
+    n_blocks = tree.n_nodes(tree.depth - 1)
+
+    def per_block(schema: Schema, selections: list[Any], records: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        rule_of_cell = np.full(schema.n_cells, -1)
+        for i, selection in enumerate(selections):
+            rule_of_cell[selection_mask(schema, selection)] = i
+        index, cells = records
+        rule = rule_of_cell[cells]
+        kept = rule >= 0
+        flat = np.bincount(index[kept] * len(selections) + rule[kept], minlength=n_blocks * len(selections))
+        return flat.reshape(n_blocks, len(selections))
+
+    people = per_block(config.schema, [r.persons for r in rules], persons)
+    housing = per_block(config.units.schema, [r.units for r in rules], units)
+    low = np.array([r.min_persons for r in rules]) * housing
+    high = np.array([r.max_persons for r in rules]) * housing
+    bad = (people < low) | (people > high)
+    if not bad.any():
+        return None
+    block, i = (int(v[0]) for v in np.nonzero(bad))
+    rule = rules[i]
+    return (f"{tree.geoids[-1][block]}: rule {rule.name!r} ([[units.persons_per_unit]]) is broken: every unit of its "
+            f"units cells must hold {rule.min_persons} to {rule.max_persons} of its persons, and this block has "
+            f"{int(people[block, i])} such persons in {int(housing[block, i])} such units")

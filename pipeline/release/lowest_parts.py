@@ -20,8 +20,8 @@ and no part's writer creates a folder: a task of an abandoned attempt still runn
 a running task) fails once a new attempt (``--resume``) has removed its staging folder, or once its run folder is
 gone, instead of writing a part the new attempt would publish.  The driver checks every output holds exactly one
 part per chunk once the level is done (a failure between a chunk's renames leaves some of its parts: the run
-fails).  The housing columns (H1) come from the units universe's counts of the same blocks, reconciled before and
-carried in the task.
+fails).  The housing columns (H1) come from the units universe's counts of the same blocks,
+reconciled in the same task, after the persons (``release.persons_units``).
 
 Post-processing of published counts only (Thm 19.25): a task carries public values.  The workers that write the
 parts are trusted with the published files' integrity, as with the counts they compute (docs/dask.md).
@@ -33,7 +33,8 @@ import os
 import shutil
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,7 @@ class LowestOutputs:
     schema: Schema
     geocode_parts: tuple[tuple[str, int], ...]
     units_schema: Schema | None  # the units universe's, when its disagreements with the persons are counted
+    with_units: bool = False  # a units universe: its lowest tasks write the summary tables (H1 is theirs)
 
     def folders(self) -> list[Path]:
         return [Path(f) for f in (self.level_table, self.microdata, *(f for f, _ in self.summary_tables)) if f]
@@ -70,13 +72,11 @@ class LowestOutputs:
 
 @dataclass(frozen=True)
 class LowestPart:
-    """One chunk's share of the lowest outputs: its index, its nodes' geoids and (with a units universe) the units'
-    published counts of the same nodes."""
+    """One chunk's share of the lowest outputs: its index and its nodes' geoids."""
 
     outputs: LowestOutputs
     index: int
     geoids: np.ndarray
-    units_counts: sp.csr_matrix | None
 
     def __repr__(self) -> str:
         return f"LowestPart(index={self.index}, nodes={len(self.geoids)})"
@@ -97,7 +97,7 @@ def lowest_outputs(run: ReleaseRun) -> LowestOutputs:
         staging=str(work / f"{STAGING}{uuid.uuid4().hex}"), schema=run.schema,
         geocode_parts=config.output.geocode_parts,
         units_schema=units_schema if units_schema is not None and disagreements_apply(run.schema, units_schema)
-        else None)
+        else None, with_units=units_schema is not None)
     prepare(outputs)
     return outputs
 
@@ -116,51 +116,82 @@ def prepare(outputs: LowestOutputs) -> None:
 
 def lowest_part(run: ReleaseRun, outputs: LowestOutputs, index: int, start: int, stop: int) -> LowestPart:
     tree = stage_output(run.tree, "the geography")
-    units = run.units.counts[tree.depth - 1][start:stop] if run.units is not None else None
-    return LowestPart(outputs, index, tree.geoids[-1][start:stop], units)
+    return LowestPart(outputs, index, tree.geoids[-1][start:stop])
+
+
+PERSONS_COUNTS = "persons-{:06d}.npz"  # in the staging folder: a chunk's persons, for its units' task (H1)
 
 
 def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]:
-    """Write the chunk's part of every lowest output; return its disagreement counts (empty without units)."""
-    outputs, name = part.outputs, PART_FILE.format(part.index)
-    staging = Path(outputs.staging)
-    token = uuid.uuid4().hex  # this task attempt's own names: a second attempt of the task never shares them
+    """Write the chunk's part of every lowest output.  With a units universe, the summary tables (which hold H1)
+    are written by the units' task of the same chunk, after the units are reconciled within the bounds these
+    persons imply: the persons' counts wait for it in the staging folder."""
+    outputs = part.outputs
+    with _staged_parts(part) as staged:
+        table = LevelTableWriter(staged(outputs.level_table), outputs.schema, make_folder=False)
+        table.write_chunk(part.geoids, counts)
+        table.close()
+        if outputs.microdata is not None:
+            microdata = ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts,
+                                                 make_folder=False)
+            microdata.write_chunk(part.geoids, counts)
+            microdata.close()
+        if outputs.with_units:
+            pending = staged(outputs.staging, PERSONS_COUNTS.format(part.index))
+            with open(pending, "wb") as handle:  # a file object: np.savez would add its own suffix
+                sp.save_npz(handle, counts)
+        else:
+            _write_summaries(part, staged, [counts])
+    return {}
 
-    def staged(folder: str) -> Path:
-        source = staging / f"{token}-{len(written)}-{name}"
-        written.append((source, Path(folder) / name))
+
+def write_units_part(part: LowestPart, units_counts: sp.csr_matrix) -> dict[str, int]:
+    """The units' lowest task: the chunk's summary tables from its persons (staged by their task) and its units;
+    returns the chunk's disagreement counts (empty when the schemas are not P.L.'s)."""
+    outputs = part.outputs
+    counts = sp.load_npz(Path(outputs.staging) / PERSONS_COUNTS.format(part.index)).tocsr()
+    with _staged_parts(part) as staged:
+        _write_summaries(part, staged, [counts, units_counts])
+    if outputs.units_schema is None:
+        return {}
+    return disagreements(outputs.schema, outputs.units_schema, counts, units_counts)
+
+
+@contextmanager
+def _staged_parts(part: LowestPart) -> Iterator[Callable[..., Path]]:
+    """Names in the staging folder for this attempt's files, renamed into place once all are written."""
+    name, staging = PART_FILE.format(part.index), Path(part.outputs.staging)
+    token = uuid.uuid4().hex  # this task attempt's own names: a second attempt of the task never shares them
+    written: list[tuple[Path, Path]] = []
+
+    def staged(folder: str, target: str = name) -> Path:
+        source = staging / f"{token}-{len(written)}-{target}"
+        written.append((source, Path(folder) / target))
         return source
 
-    written: list[tuple[Path, Path]] = []
-    table = LevelTableWriter(staged(outputs.level_table), outputs.schema, make_folder=False)
-    table.write_chunk(part.geoids, counts)
-    table.close()
-    if outputs.microdata is not None:
-        microdata = ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts,
-                                             make_folder=False)
-        microdata.write_chunk(part.geoids, counts)
-        microdata.close()
-    for folder, columns in outputs.summary_tables:
-        writer = SummaryTableWriter(staged(folder), columns, make_folder=False)
-        sources = [counts, *([part.units_counts] if len(columns) > 1 else [])]  # H1: the units' counts
-        writer.write_rows(np.asarray(part.geoids), sources)
-        writer.close()
+    yield staged
     for source, target in written:  # each part complete before it is in place
         os.replace(source, target)
-    if outputs.units_schema is None or part.units_counts is None:
-        return {}
-    return disagreements(outputs.schema, outputs.units_schema, counts, part.units_counts)
 
 
-def finish_lowest_outputs(outputs: LowestOutputs, n_chunks: int, found: Iterable[Mapping[str, int]]
-                          ) -> dict[str, int] | None:
+def _write_summaries(part: LowestPart, staged: Callable[..., Path], sources: list[sp.csr_matrix]) -> None:
+    for folder, columns in part.outputs.summary_tables:
+        writer = SummaryTableWriter(staged(folder), columns, make_folder=False)
+        writer.write_rows(np.asarray(part.geoids), sources[:len(columns)])  # H1: the units' counts
+        writer.close()
+
+
+def finish_lowest_outputs(outputs: LowestOutputs, n_chunks: int, found: Iterable[Mapping[str, int]],
+                          folders: Iterable[Path] | None = None) -> dict[str, int] | None:
     """Once every task is back: check every output holds one part per chunk (else the run fails), remove the
     staging folder, and return the disagreements summed over the chunks (None without a units universe whose
     disagreements are counted)."""
     expected = {PART_FILE.format(i) for i in range(n_chunks)}
-    for folder in outputs.folders():
+    for folder in outputs.folders() if folders is None else folders:
         if {p.name for p in folder.iterdir()} != expected:
             raise CensusDPError(f"internal error: {folder.name} does not hold one part per chunk of the lowest level")
+    if folders is not None:  # the persons' outputs: the units' tasks still read the staged persons
+        return None
     shutil.rmtree(outputs.staging, ignore_errors=True)
     total: Counter[str] = Counter()
     for counts in found:

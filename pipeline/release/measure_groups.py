@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +60,9 @@ class GroupTask:
     chunks: tuple[tuple[tuple[int, int], ...], ...]  # per subtree level: node ranges (subtree indices)
     keys: tuple[tuple[bytes | None, ...], ...]  # per subtree level and chunk: its noise stream (None: OS CSPRNG)
     out_dir: str | None  # where a worker writes its measurement parts; None: the caller's writers (the driver)
+    # the persons-per-unit rules' bounds on the group's lowest nodes (release.persons_units, from published values):
+    # (rules' matrix, lower, upper); data that break one are refused, by category, once every group is measured
+    limits: tuple[Any, np.ndarray, np.ndarray] | None = None
 
     def __repr__(self) -> str:
         return f"GroupTask(index={self.index}, level={self.level}, nodes={self.first[0]}+{self.subtree.n_nodes(0)})"
@@ -75,6 +79,7 @@ class GroupMeasured:
     # below the root, the partition level's noisy answers: its parents' families span groups, so the caller writes
     # that level in chunks of whole families (``plans[0]`` and ``parts[0]`` are then empty)
     top: tuple[QueryMeasurement, ...] = ()
+    rules_broken: bool = False  # a lowest node's records break a persons-per-unit rule (GroupTask.limits)
 
 
 class InputCategoryError(InputError):
@@ -160,6 +165,7 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
     n_cells, tree = schema.n_cells, task.subtree
     parts: list[str | None] = []
     plans, invariants, top = [], [], []
+    broken = False
     for level, (name, allocations, invariant_queries) in enumerate(task.levels):
         returned = level == 0 and task.level > 0  # the partition level below the root: handed back, not written
         writer, part = (None, None) if returned else _writer(task, name, writers, attempt)
@@ -169,6 +175,10 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
         plan, level_invariants_parts = [], []
         for (start, stop), key in zip(task.chunks[level], task.keys[level], strict=True):
             histograms = chunk_histograms(runs, unit_offsets, ancestors, start, stop, n_cells)
+            if task.limits is not None and level == len(task.levels) - 1:  # checked, and measured all the same
+                matrix, lower, upper = task.limits
+                answers = np.asarray(histograms @ matrix.T.toarray(), dtype=np.int64)
+                broken |= bool(np.any(answers < lower[start:stop]) or np.any(answers > upper[start:stop]))
             noisy = measure_level(schema, histograms, allocations, substream_source(key))
             level_invariants_parts.append(level_invariants(schema, histograms, invariant_queries))
             del histograms
@@ -188,7 +198,7 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
         total += np.bincount(run % n_cells, minlength=n_cells)
     top_joined = tuple(QueryMeasurement(name=q[0].name, matrix=q[0].matrix, sigma2=q[0].sigma2,
                                         noisy=np.concatenate([m.noisy for m in q])) for q in zip(*top, strict=True))
-    return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants), top_joined), total
+    return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants), top_joined, broken), total
 
 
 def _writer(task: GroupTask, name: str, writers: dict[str, LevelMeasurementWriter] | None, attempt: str | None

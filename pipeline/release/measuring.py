@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from geography.levels import Level
 from geography.tree import GeoTree
 from pipeline.budget.allocation import QueryAllocation, allocations_of
 from pipeline.config.model import ReleaseConfig
@@ -62,6 +63,18 @@ def partition_level(tree: GeoTree, files: InputFiles) -> int:
     """The level whose nodes the input's partition folders name (``state=01``: the level of width 2), or 0 (one
     group: the whole tree) for a single file, a dataset without partition folders, or partition values of mixed or
     unknown widths."""
+    return partition_of(tree.levels, files)
+
+
+def shared_partition(levels: Sequence[Level], files: Sequence[InputFiles]) -> int:
+    """The partition level both universes are measured at, so that they are measured, and reconciled, in the same
+    chunks (``release.tasks.paired_tasks``): their own when it is the same, else 0 (one group: any input can be
+    read whole)."""
+    found = {partition_of(levels, f) for f in files}
+    return found.pop() if len(found) == 1 else 0
+
+
+def partition_of(levels: Sequence[Level], files: InputFiles) -> int:
     values = [part.partition for part in files.parts]
     if not values or any(v is None for v in values):
         return 0
@@ -69,14 +82,17 @@ def partition_level(tree: GeoTree, files: InputFiles) -> int:
     if len(widths) != 1:
         return 0
     width = widths.pop()
-    return next((i for i, level in enumerate(tree.levels) if i > 0 and level.width == width), 0)
+    return next((i for i, level in enumerate(levels) if i > 0 and level.width == width), 0)
 
 
 def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[LevelPlan], rng: RandomSource | None,
-                     universe: str, chunk_cells: int, parts_dir: Path | None) -> MeasurementPlan:
+                     universe: str, chunk_cells: int, parts_dir: Path | None, partition: int | None = None,
+                     limits: tuple[Any, np.ndarray, np.ndarray] | None = None) -> MeasurementPlan:
     """Every group's task and the upper levels' task, with each chunk's noise stream key (drawn here, in one fixed
-    order, so the plan is the same wherever the tasks run; ``rng`` None: no keys, a plan for validation only)."""
-    p = partition_level(tree, files)
+    order, so the plan is the same wherever the tasks run; ``rng`` None: no keys, a plan for validation only).
+    ``partition``: the partition level to use (``shared_partition``), by default the input's own; ``limits``: the
+    persons-per-unit bounds of every lowest node, checked by the groups (``GroupTask.limits``)."""
+    p = partition_level(tree, files) if partition is None else partition
     n_cells = files.config.schema.n_cells
     if parts_dir is not None:  # the tasks' claims and parts; made once, here: no task creates a folder
         parts_dir.mkdir()
@@ -105,7 +121,11 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
     for index, node in enumerate(range(tree.n_nodes(p)) if p > 0 else [0]):
         subtree, first = tree.subtree(p, node, node + 1) if p > 0 else tree.subtree(0, 0, tree.n_nodes(0))
         chunks = subtree_chunks(subtree, n_cells, chunk_cells)
-        groups.append(GroupTask(index=index, level=p, subtree=subtree, first=first, files=files,
+        low = first[-1]
+        group_limits = (None if limits is None else
+                        (limits[0], limits[1][low:low + subtree.n_nodes(subtree.depth - 1)],
+                         limits[2][low:low + subtree.n_nodes(subtree.depth - 1)]))
+        groups.append(GroupTask(index=index, level=p, subtree=subtree, first=first, files=files, limits=group_limits,
                                 parts=tuple(by_node.get(node, [])), levels=tuple(level_plans[p:]), chunks=chunks,
                                 keys=_keys(rng, universe, level_plans[p:], chunks, first),
                                 out_dir=out_dir))
@@ -143,6 +163,7 @@ class Measured:
 
     chunk_plan: dict[int, list[tuple[int, int, ChunkLocation]]]
     invariants: dict[int, list[QueryInvariant]]
+    rules_broken: bool = False  # some group's records break a persons-per-unit rule
 
 
 def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tree: GeoTree, directory: Path,
@@ -157,6 +178,7 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
     p = plan.partition_level
     plans: dict[int, list[tuple[int, int, ChunkLocation]]] = {level: [] for level in range(tree.depth)}
     invariant_parts: dict[int, list[tuple[QueryInvariant, ...]]] = {level: [] for level in range(tree.depth)}
+    broken = False
     try:
         if on_workers:
             results, upper = dask_measure(runner.client, plan.groups, plan.upper, runner.window)
@@ -165,6 +187,7 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
         tops = []
         parts_dir = plan.groups[0].out_dir if plan.groups else None
         for measured in results:
+            broken |= measured.rules_broken
             if measured.top:
                 tops.append(measured.top)
             for offset, level_plan in enumerate(measured.plans):
@@ -198,7 +221,7 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
         if plan.groups and plan.groups[0].out_dir is not None:
             shutil.rmtree(plan.groups[0].out_dir, ignore_errors=True)
     invariants = {level: joined_invariants(parts) for level, parts in invariant_parts.items()}
-    return Measured(plans, invariants)
+    return Measured(plans, invariants, broken)
 
 
 def _on_driver(plan: MeasurementPlan, writers: dict[str, LevelMeasurementWriter]) -> tuple[list[GroupMeasured], Any]:

@@ -19,9 +19,10 @@ import scipy.sparse as sp
 from pipeline.config.schema import Query, Schema
 from pipeline.dp.random_source import seeded_random_source
 from pipeline.io.measurements import read_chunk
-from pipeline.release.lowest_parts import LowestPart, write_lowest_part
+from pipeline.release.lowest_parts import LowestPart, write_lowest_part, write_units_part
+from pipeline.release.persons_units import LevelRules
 from pipeline.release.targets import StoredTargets, TargetTerm, lowest_targets
-from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
+from postprocess import QueryBound, QueryInvariant, QueryMeasurement, reconcile_level
 from postprocess.gls_stream_chunk import LowestChunk
 from postprocess.passes import RoundingMarginal
 
@@ -56,6 +57,12 @@ class ChunkTask:
     rounding: tuple[str, ...] = ()  # marginals rounded and fixed before the cells, in order
     # the main universe's lowest level: the task writes its chunk's part of the level's outputs (release.lowest_parts)
     lowest_part: LowestPart | None = None
+    # persons and units tied together (release.persons_units): the chunk's bounds, computed from published values;
+    # a persons' lowest task also hands back its nodes' persons in each rule's cells (``RULE_ANSWERS``), and a units'
+    # lowest task writes the chunk's summary tables (H1 is the units')
+    bound: QueryBound | None = None
+    rules: LevelRules | None = None
+    units_part: LowestPart | None = None
 
     def __repr__(self) -> str:
         return f"ChunkTask(level={self.level!r}, nodes={self.start}:{self.stop})"
@@ -64,10 +71,24 @@ class ChunkTask:
 DISAGREEMENTS = "disagreements"  # a lowest task's report: its blocks where persons and units disagree
 
 
+RULE_ANSWERS = "rule answers"  # a persons' lowest task's report: (nodes, rules) persons in each rule's cells
+
+
 def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix | None, dict[str, Any]]:
-    """Read the chunk's measurements, reconcile them against the fixed parents, return sparse counts and the
-    chunk's report.  A lowest-level task writes its part of the level's outputs instead, and returns no counts
-    (its report adds ``DISAGREEMENTS``)."""
+    """Read the chunk's measurements, reconcile them against the fixed parents (within ``task.bound``), return
+    sparse counts and the chunk's report.  A lowest-level task writes its part of the level's outputs instead, and
+    returns no counts (its report adds ``DISAGREEMENTS``, and for the persons' ``RULE_ANSWERS``)."""
+    counts, report = _reconcile(task, [task.bound] if task.bound is not None else [])
+    if task.units_part is not None:  # the units' table is the driver's to write, as above the lowest level
+        return counts, {**report, DISAGREEMENTS: write_units_part(task.units_part, counts)}
+    if task.lowest_part is None:
+        return counts, report
+    if task.rules is not None:
+        report[RULE_ANSWERS] = task.rules.persons_answers(counts)
+    return None, {**report, DISAGREEMENTS: write_lowest_part(task.lowest_part, counts)}
+
+
+def _reconcile(task: ChunkTask, bounds: list[QueryBound]) -> tuple[sp.csr_matrix, dict[str, Any]]:
     schema = task.schema
     measurements = fitted_measurements(task)
     measurements += [QueryMeasurement(name=label, matrix=schema.query_matrix(schema.parse_query(query)), noisy=values,
@@ -81,11 +102,8 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix | None, dict[str, An
                              rng=seeded_random_source(task.tie_seed), passes=task.passes,
                              tolerance=task.tolerance,
                              rounding=[RoundingMarginal(name, schema.query_matrix(schema.parse_query(name)))
-                                       for name in task.rounding])
-    counts = sp.csr_matrix(result.counts)
-    if task.lowest_part is None:
-        return counts, result.report
-    return None, {**result.report, DISAGREEMENTS: write_lowest_part(task.lowest_part, counts)}
+                                       for name in task.rounding], bounds=bounds)
+    return sp.csr_matrix(result.counts), result.report
 
 
 def fitted_measurements(task: ChunkTask) -> list[QueryMeasurement]:

@@ -93,6 +93,11 @@ class ReleaseRun:
     # with this one; main is False for it (no ledger record of its own, no complete marker, no publish)
     units: ReleaseRun | None = None
     main: bool = True
+    partition: int | None = None  # the partition level both universes are measured at (release.measuring)
+    # persons and units tied together (release.persons_units): each level's bounds on this universe's rule answers,
+    # and (units) the lowest outputs whose summary tables its lowest tasks write
+    bounds: dict[int, Any] = field(default_factory=dict)
+    lowest_outputs: Any = None
 
     def measurement_entries(self, prefix: str) -> dict[str, str]:
         """The manifest's ``measurements``: each level's folder or file, ``prefix``-relative in this run's folder,

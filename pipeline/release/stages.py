@@ -31,11 +31,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import scipy.sparse as sp
 
 from pipeline.budget.ledger.charges import ChargeStatus, FailureReason
 from pipeline.config.ledger_location import public_config_raw
 from pipeline.config.model import ReleaseConfig
+from pipeline.config.schema import TOTAL
 from pipeline.dp.random_source import RandomSource
 from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from pipeline.io import manifest as mf
@@ -57,11 +59,13 @@ from pipeline.release.measuring import (
     level_plans_of,
     plan_measurement,
     run_measurement,
+    shared_partition,
     validate_group,
 )
 from pipeline.release.memory import large_allocations_mapped, return_freed_memory, system_arrow_pool
 from pipeline.release.only_child import only_child_levels
-from pipeline.release.reconcile_chunk import DISAGREEMENTS, ChunkTask, reconcile_chunk
+from pipeline.release.persons_units import level_rules, persons_level_bounds, units_level_bounds, units_range
+from pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWERS, ChunkTask, reconcile_chunk
 from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
     Published,
@@ -73,7 +77,7 @@ from pipeline.release.run import (  # noqa: F401 - part of this module's interfa
 )
 from pipeline.release.runner import make_runner, records_on_workers
 from pipeline.release.shared_tree import geography_tree
-from pipeline.release.support import merge_reports
+from pipeline.release.support import merge_reports, structural_zero_mask
 from pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
 from pipeline.release.tasks import chunk_tasks
 from pipeline.release.universes import units_markdown, units_section, with_disagreements
@@ -90,6 +94,9 @@ def read_files(run: ReleaseRun) -> None:
     release without a charge.  No value is looked at.
     """
     run.input_files = read_input_files(run.config)
+    if run.units is not None and run.units.input_files is not None:  # the units' were read first
+        run.partition = run.units.partition = shared_partition(run.config.levels,
+                                                               [run.input_files, run.units.input_files])
 
 
 def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
@@ -113,7 +120,7 @@ def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
         try:
             tree = stage_output(run.tree, "the geography (build_tree)")
             plan = plan_measurement(tree, files, level_plans_of(config, run.allocations), None,
-                                    config.universe.value, config.chunk_cells, None)
+                                    config.universe.value, config.chunk_cells, None, run.partition)
         except InputError as error:
             problem = error.category
         else:
@@ -135,6 +142,8 @@ def _reject(run: ReleaseRun, problem: InputProblem) -> None:
     geography = f" --geography {config.input.geography}" if config.input.geography else ""
     files = (f"--microdata {config.input.path} --format {config.input.format}" if run.main else
              f"--units {config.input.path}")  # the units universe's file: check reads it with the persons'
+    if run.main and run.units is not None:
+        files += f" --units {run.units.config.input.path}"
     raise InputRejectedError(problem, f"censusdp check {config.source} {files}{geography}")
 
 
@@ -169,13 +178,13 @@ def measure(run: ReleaseRun, runner: Any = None) -> None:
     log.info("measuring %d levels (%s)", tree.depth, "on the Dask workers" if on_workers else "on the driver")
     try:
         plan = plan_measurement(tree, files, level_plans, run.rng, config.universe.value, config.chunk_cells,
-                                run.work_dir / PARTS_DIR if on_workers else None)
+                                run.work_dir / PARTS_DIR if on_workers else None, run.partition, record_limits(run))
         measured = run_measurement(plan, level_plans, tree, run.work_dir / "measurements", runner, on_workers,
                                    config.schema.n_cells, config.chunk_cells)
     except InputError as error:  # checked before any noise; a file changed since: still category only
         problem = error.category
     else:
-        problem = None
+        problem = InputProblem.PERSONS_UNITS if measured.rules_broken else None
     if problem is not None:
         _reject(run, problem)
     run.input_files = None  # every record is measured: the inputs are no longer needed
@@ -195,19 +204,36 @@ def measure(run: ReleaseRun, runner: Any = None) -> None:
     (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
 
+def record_limits(run: ReleaseRun) -> tuple[Any, np.ndarray, np.ndarray] | None:
+    """The persons-per-unit bounds every block's records must keep (the units, measured first, give their
+    invariants): the groups check them as they measure, and the run is refused by category if one is broken."""
+    if not run.main or run.units is None or not run.config.persons_per_unit:
+        return None
+    lowest = len(run.config.levels) - 1
+    persons_bounds(run, lowest)
+    bounds = run.bounds.pop(lowest, None)
+    return (bounds.matrix, bounds.lower, bounds.upper) if bounds is not None else None
+
+
 def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
-    """Reconcile one level against its (already fixed) parent level, round, and write its table.  The main
-    universe's lowest level is written by its tasks, part by part, and not kept (``release.lowest_parts``)."""
+    """Reconcile one level against its (already fixed) parent level, round, and write its table.  With a units
+    universe the persons come first, within the bounds the units' invariants imply, then the units within those
+    the published persons imply (``release.persons_units``).  The main universe's lowest level is written by its
+    tasks, part by part, and not kept (``release.lowest_parts``); with units, the units' lowest tasks write its
+    summary tables (H1 is theirs)."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     name = run.config.levels[level].name
-    outputs = lowest_outputs(run) if run.main and level == tree.depth - 1 else None
+    lowest = level == tree.depth - 1
+    if run.units is not None:
+        persons_bounds(run, level)
+    outputs = lowest_outputs(run) if run.main and lowest else None
     tasks = chunk_tasks(run, level, outputs)
     log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
     own_runner, runner = runner is None, runner or make_runner("local")
     if outputs is not None and (job := expected_errors_job(run)) is not None:  # design only: starts now, on Dask
         run.pending_expected_errors = runner.submit(compute_expected_errors, job)  # beside the lowest level
     writer = LevelTableWriter(run.work_dir / "tables" / f"{name}.parquet", run.schema) if outputs is None else None
-    parts, reports, found = [], [], []
+    parts, reports, found, answers = [], [], [], []
     spans: deque[tuple[int, int]] = deque()  # the nodes of the tasks handed to the runner, whose results are due
 
     def handed(walk: Iterator[ChunkTask]) -> Iterator[ChunkTask]:  # one walk: a task is dropped once handed on
@@ -222,6 +248,7 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
                 writer.write_chunk(tree.geoids[level][start:stop], counts)
             parts.append(counts)
             found.append(report.pop(DISAGREEMENTS, {}))
+            answers.append(report.pop(RULE_ANSWERS, None))
             reports.append(report)
         if spans or len(parts) != len(tasks):
             raise CensusDPError("internal error: a chunk's reconciliation did not come back")
@@ -230,18 +257,64 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
             writer.close()
         if own_runner:
             runner.close()
-    if outputs is not None:
+    if outputs is not None and run.units is not None:  # the units' lowest tasks write the summary tables
+        finish_lowest_outputs(outputs, len(parts), found, [Path(outputs.level_table),
+                                                           *([Path(outputs.microdata)] if outputs.microdata else [])])
+        run.units.lowest_outputs = outputs
+        units_bounds(run, [a for a in answers if a is not None])
+    elif outputs is not None:
         if (disagreements := finish_lowest_outputs(outputs, len(parts), found)) is not None:
             run.disagreements = disagreements
-    else:
-        run.counts[level] = sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
+    elif lowest and run.lowest_outputs is not None:  # the units' lowest level: every lowest output is written
+        if (disagreements := finish_lowest_outputs(run.lowest_outputs, len(parts), found)) is not None:
+            run.disagreements = disagreements
+        run.lowest_outputs = None
+    if not lowest:
+        run.counts[level] = _stacked(parts)
+    _record_level(run, level, reports)
+    if lowest:
+        run.drop_invariants()
+
+
+def persons_bounds(run: ReleaseRun, level: int) -> None:
+    """Step 1 of ``release.persons_units`` for a level: the persons' bounds from the units' invariants."""
+    units = stage_output(run.units, "the units universe")
+    tree = stage_output(run.tree, "the geography")
+    rules = level_rules(run.config, run.config.levels[level].name, structural_zero_mask(run.config))
+    if rules is None:
+        return
+    total = next((i.values[:, 0] for i in run.invariants.get(level, []) if i.name == TOTAL), None)
+    run.bounds[level] = persons_level_bounds(rules, units.schema, structural_zero_mask(units.config),
+                                             [(i.name, i.values) for i in units.invariants.get(level, [])], total,
+                                             tree.n_nodes(level))
+
+
+def units_bounds(run: ReleaseRun, answers: list[np.ndarray]) -> None:
+    """Step 2 of ``release.persons_units`` for every level, from the published blocks' persons: the units' bounds."""
+    units = stage_output(run.units, "the units universe")
+    tree = stage_output(run.tree, "the geography")
+    rules = level_rules(run.config, None, structural_zero_mask(run.config))
+    if rules is None or not answers:
+        return
+    lowest = tree.depth - 1
+    lower, upper = units_range(rules, units.schema, structural_zero_mask(units.config),
+                               [(i.name, i.values) for i in units.invariants.get(lowest, [])], tree.n_nodes(lowest))
+    units.bounds = units_level_bounds(run.config, rules, np.concatenate(answers), lower, upper, tree)
+
+
+def _stacked(parts: list[sp.csr_matrix]) -> sp.csr_matrix:
+    return sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
+
+
+def _record_level(run: ReleaseRun, level: int, reports: list[dict[str, Any]]) -> None:
+    """The level's reconciliation diagnostics, with the levels whose measurements its fit used."""
+    tree = stage_output(run.tree, "the geography")
+    name = run.config.levels[level].name
     run.diagnostics[name] = merge_reports(reports)
     full = run.config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION  # the GLS of the whole tree
     used = ([spec.name for spec in run.config.levels] if full
             else [name, *(run.config.levels[d].name for d in only_child_levels(tree, level))])
-    run.diagnostics[name]["measurements_of"] = used  # the levels whose measurements this level's fit used
-    if level == tree.depth - 1:
-        run.drop_invariants()
+    run.diagnostics[name]["measurements_of"] = used
 
 
 def publish(run: ReleaseRun) -> Path:
@@ -372,7 +445,9 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
         runner = make_runner(run.config.runner)
         for stage in stages:
             function = globals()[stage.function]  # looked up now, so a replaced stage function is the one run
-            for target in run.universes() if stage.per_universe else [run]:
+            # a per-level stage (reconcile) takes the persons first: the units are reconciled within their bounds
+            universes = run.universes()[::-1] if stage.per_level else run.universes()
+            for target in universes if stage.per_universe else [run]:
                 if not stage.per_level:
                     result = call(stage, function, (target, runner) if stage.needs_runner else (target,))
                     return_freed_memory()

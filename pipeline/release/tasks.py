@@ -20,6 +20,7 @@ from pipeline.dp.random_source import system_random_source
 from pipeline.release.full_information import discard_targets
 from pipeline.release.lowest_parts import LowestOutputs, lowest_part
 from pipeline.release.only_child import chain_measurements
+from pipeline.release.persons_units import level_rules
 from pipeline.release.reconcile_chunk import ChunkTask
 from pipeline.release.run import ReleaseRun, stage_output
 from pipeline.release.support import structural_zero_mask
@@ -73,6 +74,9 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int, outputs: LowestOutputs
     chain = [] if full else chain_measurements(run, level)
     passes = config.level_passes(name)
     lowest_targets = targets is not None and level == lowest
+    bounds = run.bounds.get(level)  # persons and units tied together (release.persons_units)
+    rules = level_rules(config, None, zeros) if outputs is not None and run.units is not None else None
+    units_outputs = run.lowest_outputs if not run.main and level == lowest else None
     for index, (start, stop, located) in enumerate(run.chunk_plan[level]):
         parent_counts = parent_index = None
         if level > 0:
@@ -91,6 +95,10 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int, outputs: LowestOutputs
                         target_terms=targets.terms if lowest_targets else (),
                         passes=passes.l2, tolerance=float(passes.tolerance),
                         rounding=tuple(q.name for q in passes.rounding),
-                        lowest_part=lowest_part(run, outputs, index, start, stop) if outputs is not None else None)
+                        lowest_part=lowest_part(run, outputs, index, start, stop) if outputs is not None else None,
+                        bound=bounds.chunk(start, stop) if bounds is not None else None, rules=rules,
+                        units_part=(lowest_part(run, units_outputs, index, start, stop) if units_outputs is not None
+                                    else None))
     if full and level == lowest:  # every level's targets are made: the scratch files go before publish
         discard_targets(run)
+

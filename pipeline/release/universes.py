@@ -39,7 +39,8 @@ def units_section(run: ReleaseRun) -> dict[str, Any]:
 def with_disagreements(section: dict[str, Any], run: ReleaseRun) -> dict[str, Any]:
     """The units section with the count of blocks where the published universes disagree (``run.disagreements``,
     counted as the lowest level was reconciled; empty when the schemas are not P.L.'s)."""
-    return {**section, "disagreements": dict(run.disagreements)}
+    units = run.units.disagreements if run.units is not None else {}
+    return {**section, "disagreements": dict(units or run.disagreements)}
 
 
 OCCUPIED_VARIABLE = "H1_002N"  # occupied housing units

@@ -31,7 +31,7 @@ def fit(measurements, n_cells, parent=None, invariants=(), zeros=None, solver="C
     blocks = plan_blocks(inputs)
     table = np.zeros((inputs.n_nodes, n_cells))
     for block_ids in plan_batches(blocks, n_cells):
-        batch, _, _, solution = solve_batch(inputs, blocks, block_ids, resolve_solvers(solver))
+        batch, _, _, solution, _ = solve_batch(inputs, blocks, block_ids, resolve_solvers(solver))
         assert solution.x is not None
         table[batch.nodes[batch.var_node], batch.var_cell] = solution.x
     return table

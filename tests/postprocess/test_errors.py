@@ -114,7 +114,7 @@ def test_negative_parent():
 def test_a_broken_table_is_never_returned(monkeypatch):
     """The final checks are real code, not ``assert``: a rounding bug makes the run fail."""
 
-    def broken(batch, x, inv_matrix, inv_rhs, rng=None):
+    def broken(batch, x, inv_matrix, inv_rhs, rng=None, bounds=None):
         return np.ones(x.size, dtype=np.int64), "broken"
 
     monkeypatch.setattr(reconcile, "round_batch", broken)

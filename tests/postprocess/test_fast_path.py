@@ -74,7 +74,7 @@ def reference(measurements, parents, parent_index, zeros):
         x[blocks.order[blocks.start[b]]] = parents[blocks.parent[b]]
     rounded = x.astype(np.int64)
     for block_ids in plan_batches(blocks, n_cells):
-        batch, inv_matrix, inv_rhs, solution = solve_batch(inputs, blocks, block_ids, ("OSQP",))
+        batch, inv_matrix, inv_rhs, solution, _ = solve_batch(inputs, blocks, block_ids, ("OSQP",))
         where = (batch.nodes[batch.var_node], batch.var_cell)
         x[where] = solution.x
         rounded[where] = round_batch(batch, solution.x, inv_matrix, inv_rhs)[0]

@@ -62,7 +62,7 @@ def test_rounding_the_total_first_keeps_every_childs_total_within_one_person_of_
     blocks = plan_blocks(inputs)
     totals = np.zeros(inputs.n_nodes)
     for b in range(blocks.n_free.size):
-        batch, _, _, solution = solve_batch(inputs, blocks, np.array([b]), ("CLARABEL",))
+        batch, _, _, solution, _ = solve_batch(inputs, blocks, np.array([b]), ("CLARABEL",))
         np.add.at(totals, batch.nodes[batch.var_node], solution.x)
     result = reconcile_level(p["measurements"], rounding=[RoundingMarginal("total", ONES)], solver="CLARABEL",
                              **kwargs(p))
@@ -126,7 +126,7 @@ def by_hand(p: dict, tolerance: float) -> np.ndarray:
 def test_two_passes_are_the_problems_written_out_by_hand(seed: int) -> None:
     p = problem(seed, parents=1)
     inputs = validate(p["measurements"], [], structural_zeros=None, **kwargs(p))
-    batch, _, _, solution = solve_batch(inputs, plan_blocks(inputs), np.array([0]), ("CLARABEL",),
+    batch, _, _, solution, _ = solve_batch(inputs, plan_blocks(inputs), np.array([0]), ("CLARABEL",),
                                         passes=(("total",), ("detailed", "a")), tolerance=0.1)
     expected = by_hand(p, 0.1)[batch.nodes[batch.var_node], batch.var_cell]
     assert np.allclose(solution.x, expected, atol=2e-4)
@@ -140,10 +140,10 @@ def test_later_passes_keep_earlier_answers_within_the_tolerance() -> None:
     blocks = plan_blocks(inputs)
     for b in range(blocks.n_free.size):
         ids = np.array([b])
-        _, _, _, first = solve_batch(total_only, blocks, ids, ("CLARABEL",))
-        batch, _, _, both = solve_batch(inputs, blocks, ids, ("CLARABEL",), passes=(("total",), ("detailed", "a")),
+        _, _, _, first, _ = solve_batch(total_only, blocks, ids, ("CLARABEL",))
+        batch, _, _, both, _ = solve_batch(inputs, blocks, ids, ("CLARABEL",), passes=(("total",), ("detailed", "a")),
                                         tolerance=0.25)
-        _, _, _, single = solve_batch(inputs, blocks, ids, ("CLARABEL",))
+        _, _, _, single, _ = solve_batch(inputs, blocks, ids, ("CLARABEL",))
         node = batch.var_node
         pass0 = np.bincount(node, weights=first.x)
         assert np.all(np.abs(np.bincount(node, weights=both.x) - pass0) <= 0.25 + 1e-5)

@@ -45,7 +45,7 @@ def tiny(seed: int, children: int, n_cells: int, invariant: bool, marginal: bool
         parent_index=np.zeros(children, dtype=np.int64),
         structural_zeros=None,
     )
-    batch, inv_matrix, inv_rhs, solution = solve_batch(
+    batch, inv_matrix, inv_rhs, solution, _ = solve_batch(
         inputs, plan_blocks(inputs), np.array([0]), ("CLARABEL",)
     )
     return batch, inv_matrix, inv_rhs, solution.x

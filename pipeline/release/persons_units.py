@@ -1,0 +1,173 @@
+"""Persons and the units they live in, reconciled so that they agree (``[[units.persons_per_unit]]``, docs/units.md).
+
+Each rule i says: every unit of its units cells holds between ``min_i`` and ``max_i`` of its persons cells' persons,
+so at every node ``min_i U_i <= P_i <= max_i U_i``.  A level's chunk is reconciled twice, in this order:
+
+1. **The persons, within the bounds the units' invariants imply.**  The invariants (published exactly) bound U_i:
+   an invariant cell holding every cell of the rule's units bounds it above (the housing units bound the occupied
+   ones), one whose cells that are not structural zeros are all the rule's bounds it below (a facility count,
+   never vacant, is exact).  So ``min_i lo(U_i) <= P_i <= max_i hi(U_i)``: no persons where there is no unit.  Where
+   the persons' total is invariant and the rules' persons cover every cell, the total is shared out among them:
+   ``P_i >= total - sum_{j != i} upper_j`` and ``P_i <= total - sum_{j != i} lower_j`` (production's
+   ``hhgq_total_lb`` / ``hhgq_total_ub``, ``querybase_constraints.calculateRightHandSideHhgqTotal``).
+2. **The units, within the bounds the published persons imply:** ``ceil(P_i / max_i) <= U_i <= floor(P_i / min_i)``
+   (with min 1: occupied units <= household persons, >= 1 where there are any, 0 where there are none).
+
+Every bound is computed from published values (the units' invariants, the persons' published counts), so both
+reconciliations remain post-processing (Thm 19.25 of the seed): no privacy cost.  The data must keep the rules
+(``censusdp check``; a release refuses data that break one, ``rules_broken``), else no table may keep them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from geography.tree import GeoTree
+from pipeline.config.model import ReleaseConfig
+from pipeline.config.persons_per_unit import rules_matrix
+from pipeline.config.schema import Schema
+from postprocess import UNBOUNDED, QueryBound
+
+PERSONS_BOUND = "persons per unit"  # the bound's name in reconciliation errors and reports
+
+
+@dataclass(frozen=True)
+class LevelRules:
+    """The rules of one level, compiled against both schemas: public."""
+
+    names: tuple[str, ...]
+    persons: sp.csr_matrix  # (rules, persons' cells)
+    units: sp.csr_matrix  # (rules, units' cells)
+    min_persons: np.ndarray  # (rules,) int64
+    max_persons: np.ndarray  # (rules,) int64
+    covers_all: bool  # the rules' persons cells are every persons cell that is not a structural zero
+
+    def persons_answers(self, counts: sp.spmatrix | np.ndarray) -> np.ndarray:
+        """(nodes, rules) int64: each node's persons in each rule's cells."""
+        return np.asarray(sp.csr_matrix(counts, dtype=np.int64) @ self.persons.T.astype(np.int64).toarray(),
+                          dtype=np.int64)
+
+    def units_answers(self, counts: sp.spmatrix | np.ndarray) -> np.ndarray:
+        return np.asarray(sp.csr_matrix(counts, dtype=np.int64) @ self.units.T.astype(np.int64).toarray(),
+                          dtype=np.int64)
+
+
+def level_rules(config: ReleaseConfig, level: str | None, persons_zeros: np.ndarray | None) -> LevelRules | None:
+    """The rules that hold at ``level`` (every rule: None), or None when there are none (or no units universe)."""
+    if config.units is None:
+        return None
+    rules = [r for r in config.persons_per_unit if level is None or level in r.levels]
+    if not rules:
+        return None
+    persons = rules_matrix(config.schema, [r.persons for r in rules])
+    covered = np.asarray(persons.sum(axis=0)).ravel() > 0
+    free = ~persons_zeros if persons_zeros is not None else np.ones(config.schema.n_cells, dtype=bool)
+    units = rules_matrix(config.units.schema, [r.units for r in rules])
+    return LevelRules(tuple(r.name for r in rules), persons, units,
+                      np.array([r.min_persons for r in rules], dtype=np.int64),
+                      np.array([r.max_persons for r in rules], dtype=np.int64), bool(np.all(covered | ~free)))
+
+
+def units_range(rules: LevelRules, schema: Schema, zeros: np.ndarray | None,
+                invariants: Sequence[tuple[str, np.ndarray]], n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper), each (nodes, rules) int64: what the units' invariants say of each rule's units (upper
+    ``UNBOUNDED`` where no invariant holds them)."""
+    r = rules.units.shape[0]
+    lower = np.zeros((n_nodes, r), dtype=np.int64)
+    upper = np.full((n_nodes, r), UNBOUNDED, dtype=np.int64)
+    wanted = rules.units.toarray() > 0  # (rules, cells)
+    open_cells = ~zeros if zeros is not None else np.ones(schema.n_cells, dtype=bool)
+    for name, values in invariants:
+        cells = schema.query_matrix(schema.parse_query(name)).toarray() > 0  # (query cells, cells)
+        values = np.asarray(values, dtype=np.int64)
+        for i in range(r):
+            holds = np.all(cells >= wanted[i], axis=1)  # the invariant cell holds every unit of the rule
+            within = np.all(~(cells & open_cells) | wanted[i], axis=1) & (cells & open_cells).any(axis=1)
+            for c in np.flatnonzero(holds):
+                upper[:, i] = np.minimum(upper[:, i], values[:, c])
+            for c in np.flatnonzero(within):
+                lower[:, i] = np.maximum(lower[:, i], values[:, c])
+    return lower, upper
+
+
+def persons_bound(rules: LevelRules, units_lower: np.ndarray, units_upper: np.ndarray,
+                  total: np.ndarray | None) -> QueryBound:
+    """The persons' bounds of step 1 (``total``: the nodes' invariant total, (nodes,), or None)."""
+    lower = rules.min_persons * units_lower
+    unbounded = units_upper >= UNBOUNDED
+    upper = np.where(unbounded, UNBOUNDED, rules.max_persons * np.where(unbounded, 0, units_upper))
+    if total is not None and rules.covers_all:
+        total = np.asarray(total, dtype=np.int64).reshape(-1, 1)
+        others_lower = lower.sum(axis=1, keepdims=True) - lower
+        others_upper = np.where(unbounded.any(axis=1, keepdims=True), UNBOUNDED,
+                                np.minimum(upper, UNBOUNDED).sum(axis=1, keepdims=True) - upper)
+        lower, upper = (np.maximum(lower, total - others_upper),
+                        np.minimum(upper, np.maximum(total - others_lower, 0)))
+    return QueryBound(PERSONS_BOUND, rules.persons, np.maximum(lower, 0), upper)
+
+
+def units_bound(rules: LevelRules, persons: np.ndarray) -> QueryBound:
+    """The units' bounds of step 2, from the nodes' published persons in each rule's cells (nodes, rules)."""
+    lower = -(-persons // rules.max_persons)  # ceil
+    upper = np.where(rules.min_persons > 0, persons // np.maximum(rules.min_persons, 1), UNBOUNDED)
+    return QueryBound(PERSONS_BOUND, rules.units, lower, upper)
+
+
+def broken(rules: LevelRules, persons: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """(rules,) int64: how many nodes break each rule (``persons`` and ``units`` as (nodes, rules) answers)."""
+    return ((persons < rules.min_persons * units) | (persons > rules.max_persons * units)).sum(axis=0)
+
+
+@dataclass(frozen=True)
+class LevelBounds:
+    """A level's bounds on one universe's rule answers (nodes, rules), handed to its chunks' tasks."""
+
+    matrix: sp.csr_matrix
+    lower: np.ndarray
+    upper: np.ndarray
+
+    def chunk(self, start: int, stop: int) -> QueryBound:
+        return QueryBound(PERSONS_BOUND, self.matrix, self.lower[start:stop], self.upper[start:stop])
+
+
+def persons_level_bounds(rules: LevelRules, units_schema: Schema, units_zeros: np.ndarray | None,
+                         units_invariants: Sequence[tuple[str, np.ndarray]], total: np.ndarray | None,
+                         n_nodes: int) -> LevelBounds:
+    """Step 1 for a whole level: the persons' bounds from the units' invariants (and the persons' total)."""
+    lower, upper = units_range(rules, units_schema, units_zeros, units_invariants, n_nodes)
+    bound = persons_bound(rules, lower, upper, total)
+    return LevelBounds(bound.matrix, bound.lower, bound.upper)
+
+
+def units_level_bounds(config: ReleaseConfig, rules: LevelRules, answers: np.ndarray, block_lower: np.ndarray,
+                       block_upper: np.ndarray, tree: GeoTree) -> dict[int, LevelBounds]:
+    """Step 2 for every level: each block's units bounds from its published persons (``answers``, every rule) and
+    what the units' invariants allow (``block_lower``/``block_upper``), summed up the tree.  Sums of the blocks'
+    intervals, so that every parent's value can be shared out among its children within theirs: a node's own
+    ``ceil(P / max)`` would not be (it is superadditive), nor ``min(P, housing units)``."""
+    own = units_bound(rules, answers)
+    lower = np.maximum(own.lower, block_lower)
+    upper = np.minimum(own.upper, block_upper)  # UNBOUNDED where neither bounds it
+    out: dict[int, LevelBounds] = {}
+    for level in range(len(config.levels) - 1, -1, -1):
+        active = [i for i, name in enumerate(rules.names)
+                  if config.levels[level].name in next(r.levels for r in config.persons_per_unit if r.name == name)]
+        if active:
+            out[level] = LevelBounds(rules.units[active], lower[:, active], upper[:, active])
+        if level > 0:
+            n_parents = tree.n_nodes(level - 1)
+            unbounded = _summed((upper >= UNBOUNDED).astype(np.int64), tree.parent[level], n_parents) > 0
+            lower = _summed(lower, tree.parent[level], n_parents)
+            upper = np.where(unbounded, UNBOUNDED,
+                             _summed(np.where(upper >= UNBOUNDED, 0, upper), tree.parent[level], n_parents))
+    return out
+
+
+def _summed(values: np.ndarray, parent: np.ndarray, n_parents: int) -> np.ndarray:
+    out = np.zeros((n_parents, values.shape[1]), dtype=np.int64)
+    np.add.at(out, parent, values)
+    return out
