@@ -115,9 +115,9 @@ def test_the_units_bounds_of_a_parent_are_its_blocks_summed() -> None:
 
 
 def _preset_file(preset: str) -> Path:
-    from pipeline.cli.commands import preset_text
-
     import tempfile
+
+    from pipeline.cli.commands import preset_text
 
     path = Path(tempfile.mkdtemp()) / f"{preset}.toml"
     path.write_text(preset_text(preset).replace("cap_rho = ", 'cap_rho = "1000" # '))
