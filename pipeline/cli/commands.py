@@ -277,3 +277,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     serve(args.config, args.cron, args.name, args.out)
     return 0
+
+
+def add_verify(sub: Sub) -> None:
+    p = sub.add_parser("verify", help="recompute every promise a published run makes from its published files "
+                       "(docs/verify.md): exit 1 if any rule is broken, 2 if a file is missing or unreadable")
+    p.add_argument("run_dir", help="a published run folder")
+    p.set_defaults(handler=cmd_verify)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """One line per rule and level: how many checked items break it (never a count of the tables)."""
+    from pipeline.io.verify import verify_run
+
+    try:
+        checks = verify_run(Path(args.run_dir))
+    except CensusDPError as error:
+        print(f"censusdp: error: {error}", file=sys.stderr)
+        return 2
+    for check in checks:
+        level = f"  [{check.level}]" if check.level is not None else ""
+        print(f"{check.violations} violations  {check.rule}{level}  ({check.checked} checked)")
+    broken = sum(check.violations > 0 for check in checks)
+    print(f"censusdp verify: {len(checks)} rules checked, {broken} with violations", file=sys.stderr)
+    return 1 if broken else 0

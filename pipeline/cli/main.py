@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_budget(sub)
     commands.add_demo(sub)
     commands.add_postprocess(sub)
+    commands.add_verify(sub)
     commands.add_serve(sub)
     add_ledger(sub)
     add_evaluate(sub)

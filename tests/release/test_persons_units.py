@@ -17,7 +17,19 @@ from pipeline.release.support import structural_zero_mask
 from pipeline.synth.population import write_synthetic
 from postprocess import UNBOUNDED
 from tests.helpers.releases import cli, release, release_dir
-from tests.release.test_units_release import configure
+
+
+def configure(folder: Path, data: Path, dataset: str = "units-state") -> Path:
+    """The pl94 preset (with its [units] universe) on the synthetic state (the test's installation ledger)."""
+    from pipeline.cli import main
+
+    config = folder / "pl94.toml"
+    assert main(["init", "--preset", "pl94", "--out", str(config)]) == 0
+    text = config.read_text()
+    for name in ("microdata", "geography", "units"):
+        text = text.replace(f'"{name}.parquet"', f'"{data / f"{name}.parquet"}"')
+    config.write_text(text.replace('dataset = "pl94-state"', f'dataset = "{dataset}"'))
+    return config
 
 
 @pytest.fixture(scope="module")

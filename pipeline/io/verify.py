@@ -1,0 +1,347 @@
+"""``censusdp verify RUN``: every promise a published run makes, recomputed from its published files alone.
+
+Read: ``manifest.json`` (the configuration as recorded, ``config_raw``; the node count of every level), the level
+tables and invariants it names, for the persons and (with ``[units]``) the housing units, and the P.L. 94-171
+tables.  Nothing confidential, no measurement, no ledger.  Every check is a count of the checked items that break a
+rule (docs/verify.md); no published count leaves this module.  Tables are long (geoid, one column per attribute,
+count; zero rows left out, so a missing row is a 0) and each level's nodes are the prefixes of its children's codes
+(``geography.levels``): every comparison is a polars join or group-by over whole levels, but the summary tables'
+definitions, a sparse product of the cells and their (cells x variables) matrix, a block of nodes at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.dataset as ds
+import scipy.sparse as sp
+
+from geography.levels import Level
+from pipeline.config.load import parse_recorded_config
+from pipeline.config.model import ReleaseConfig
+from pipeline.config.pl94_tables import Variable, h1_schema_problem, h1_variables, pl94_variables
+from pipeline.config.schema import Query, Schema
+from pipeline.errors import CensusDPError
+
+CELL, COUNT, GEOID = "_cell", "count", "geoid"
+Selection = tuple[tuple[str, tuple[str, ...]], ...]  # (attribute, values): the cells where each is among them
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    """One rule at one level: how many items (cells, nodes, values) were checked and how many break it."""
+
+    rule: str
+    level: str | None
+    checked: int
+    violations: int
+
+
+class RunFileError(CensusDPError):
+    """A run file is missing or unreadable, or the manifest does not name it (``censusdp verify`` exits 2)."""
+
+
+@dataclass(frozen=True)
+class Universe:
+    """One universe's published levels, read back: ``tables[level]`` holds its well-formed rows (geoid, the
+    attributes' labels, ``_cell`` the flattened cell, count), ``nodes[level]`` the manifest's node count."""
+
+    name: str
+    config: ReleaseConfig
+    tables: dict[str, pl.DataFrame]
+    nodes: dict[str, int]
+
+
+def verify_run(run_dir: Path) -> list[RuleCheck]:
+    """Every rule the run at ``run_dir`` promises, checked on its published files; ``RunFileError`` (a
+    ``CensusDPError``, one line) when a file is missing or unreadable."""
+    run_dir = Path(run_dir)
+    manifest = _manifest(run_dir / "manifest.json")
+    config = parse_recorded_config(manifest["config_raw"], str(run_dir / "manifest.json"),
+                                   base=Path(manifest.get("config", {}).get("source", ".")).parent)
+    nodes = {lv["name"]: int(lv["nodes"]) for lv in manifest.get("levels", []) if "nodes" in lv}
+    checks: list[RuleCheck] = []
+    persons = _universe("persons", config, run_dir, manifest, nodes, checks)
+    units = None
+    if config.units is not None:
+        units = _universe("units", config.units, run_dir, _part(manifest, "units", run_dir), nodes, checks)
+    if "pl94" in manifest.get("summary_tables", {}) or any(t.value == "pl94" for t in config.output.tables):
+        pl94 = _part(_part(manifest, "summary_tables", run_dir), "pl94", run_dir)
+        checks += pl94_checks(run_dir, _part(pl94, "levels", run_dir), persons, units)
+    if units is not None:
+        checks += persons_units_checks(config, persons.tables, units.tables, persons.nodes)
+    return checks
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise RunFileError(f"{path}: missing or unreadable (not a censusdp run folder)") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("config_raw"), dict):
+        raise RunFileError(f"{path}: not a censusdp manifest (no config_raw)")
+    return manifest
+
+
+def _part(record: Mapping[str, Any], key: str, run_dir: Path) -> Mapping[str, Any]:
+    value = record.get(key)
+    if not isinstance(value, Mapping):
+        raise RunFileError(f"{run_dir / 'manifest.json'}: names no {key}")
+    return value
+
+
+def read_parquet(path: Path) -> pl.DataFrame:
+    """A Parquet file or a folder of part files, as one frame; ``RunFileError`` if missing or unreadable."""
+    if not path.exists():
+        raise RunFileError(f"{path}: missing")
+    try:
+        return pl.DataFrame(pl.from_arrow(ds.dataset(path, format="parquet").to_table()))
+    except (OSError, ValueError, pa.ArrowException):
+        raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
+
+
+def _need(frame: pl.DataFrame, columns: Sequence[str], path: Path) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise RunFileError(f"{path}: no column {missing[0]}")
+
+
+def _universe(name: str, config: ReleaseConfig, run_dir: Path, record: Mapping[str, Any], nodes: dict[str, int],
+              checks: list[RuleCheck]) -> Universe:
+    """Read a universe's level tables and check them: their rows (rule 1), sums, zeros and invariants (2-4)."""
+    located = _part(record, "tables", run_dir)
+    tables: dict[str, pl.DataFrame] = {}
+    counts, rows = [], []
+    for level in config.levels:
+        if level.name not in located:
+            raise RunFileError(f"{run_dir / 'manifest.json'}: names no {name} table of level {level.name}")
+        tables[level.name], (count, row) = _level_table(run_dir / located[level.name], config.schema, level, name)
+        counts.append(count)
+        rows.append(row)
+        nodes.setdefault(level.name, tables[level.name][GEOID].n_unique())
+    universe = Universe(name, config, tables, nodes)
+    checks += counts + rows + children_checks(universe) + zero_checks(universe)
+    if config.invariants:
+        lowest = config.levels[-1].name
+        located_at = Path(_part(record, "measurements", run_dir).get(lowest, f"measurements/{lowest}.parquet"))
+        path = (located_at if located_at.is_absolute() else run_dir / located_at).parent / "invariants.parquet"
+        checks += invariant_checks(universe, read_parquet(path), path)
+    return universe
+
+
+def _level_table(path: Path, schema: Schema, level: Level, universe: str
+                 ) -> tuple[pl.DataFrame, tuple[RuleCheck, RuleCheck]]:
+    """A level table's well-formed rows (geoid, labels, ``_cell``, count), and the checks of every row: its count a
+    non-negative integer; its geoid one of the level's width, its labels the schema's, no (node, cell) twice."""
+    raw = read_parquet(path)
+    _need(raw, [GEOID, *schema.names, COUNT], path)
+    frame, number = _cells(raw, schema), pl.col(COUNT).cast(pl.Float64, strict=False)
+    bad = number.is_null() | number.is_infinite() | (number < 0) | (number != number.floor())
+    counts = RuleCheck(f"{universe}: counts are non-negative integers", level.name, raw.height,
+                       int(frame.select(bad.sum()).item()))
+    formed = ((pl.col(GEOID).str.len_chars() == level.width) & pl.col(CELL).is_not_null()).fill_null(False)
+    malformed = frame.select((~formed).sum()).item()
+    twice = frame.filter(formed).select(pl.struct(GEOID, CELL).is_duplicated().sum()).item()
+    rows = RuleCheck(f"{universe}: rows name a node and a cell once", level.name, raw.height, int(malformed + twice))
+    return frame.filter(formed).with_columns(pl.col(COUNT).cast(pl.Int64, strict=False).fill_null(0)), (counts, rows)
+
+
+def _cells(raw: pl.DataFrame, schema: Schema) -> pl.DataFrame:
+    """The rows with string labels and ``_cell``, their flattened cell (C order; null where a label is unknown)."""
+    strides = np.cumprod((1, *schema.shape[:0:-1]))[::-1]
+    cell: pl.Expr = pl.lit(0, dtype=pl.Int64)
+    for attribute, stride in zip(schema.attributes, strides, strict=True):
+        index = pl.col(attribute.name).cast(pl.String).replace_strict(
+            list(attribute.values), list(range(len(attribute.values))), default=None, return_dtype=pl.Int64)
+        cell = cell + index * int(stride)  # null (an unknown label) stays null
+    labels = [pl.col(c).cast(pl.String) for c in (GEOID, *schema.names)]
+    return raw.select(*labels, pl.col(COUNT)).with_columns(cell.alias(CELL))
+
+
+def _mismatches(left: pl.DataFrame, right: pl.DataFrame, on: list[str], a: str, b: str) -> int:
+    """Keys where ``left[a]`` and ``right[b]`` differ, a key absent from one side counting as 0 there."""
+    joined = left.join(right, on=on, how="full", coalesce=True)
+    return int(joined.select((pl.col(a).fill_null(0) != pl.col(b).fill_null(0)).sum()).item())
+
+
+def children_checks(universe: Universe) -> list[RuleCheck]:
+    """Rule 2: every cell of every node is the sum of that cell over its children (codes prefixed by its own)."""
+    levels, tables, n_cells = universe.config.levels, universe.tables, universe.config.schema.n_cells
+    out = []
+    for parent, child in zip(levels, levels[1:], strict=False):
+        sums = (tables[child.name].group_by(pl.col(GEOID).str.slice(0, parent.width), CELL)
+                .agg(pl.col(COUNT).sum().alias("children")))
+        own = tables[parent.name].group_by(GEOID, CELL).agg(pl.col(COUNT).sum())
+        out.append(RuleCheck(f"{universe.name}: children sum to their parent", parent.name,
+                             universe.nodes[parent.name] * n_cells, _mismatches(own, sums, [GEOID, CELL], COUNT,
+                                                                                  "children")))
+    return out
+
+
+def selected(schema: Schema, selection: Selection) -> np.ndarray:
+    """The flattened cells of ``schema`` where every listed attribute's label is among the listed values."""
+    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
+    mask = np.ones(schema.n_cells, dtype=bool)
+    for name, values in selection:
+        labels = np.asarray(schema.attribute(name).values)
+        mask &= np.isin(labels[multi[schema.names.index(name)]], list(values))
+    return np.flatnonzero(mask)
+
+
+def zero_checks(universe: Universe) -> list[RuleCheck]:
+    """Rule 3: the structural zeros' cells are 0 at every node."""
+    config = universe.config
+    if not config.structural_zeros:
+        return []
+    zeros = np.unique(np.concatenate([selected(config.schema, tuple(z.items())) for z in config.structural_zeros]))
+    hit = pl.col(CELL).is_in(zeros.tolist()) & (pl.col(COUNT) != 0)
+    return [RuleCheck(f"{universe.name}: structural zeros are 0", lv.name, universe.nodes[lv.name] * len(zeros),
+                      int(universe.tables[lv.name].select(hit.sum()).item())) for lv in config.levels]
+
+
+def query_cells(schema: Schema, query: Query) -> pl.DataFrame:
+    """(``_cell``, ``query_cell``): the query's cell of every detailed cell (its attributes in the order named, a
+    recode's groups for its values)."""
+    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
+    parts = []
+    for name in query.attributes:
+        factor = schema.factor(name)
+        index = multi[factor.axis]
+        parts.append(index if factor.group_of is None else np.asarray(factor.group_of)[index])
+    cells = np.ravel_multi_index(parts, schema.query_shape(query)) if parts else np.zeros(schema.n_cells, np.int64)
+    return pl.DataFrame({CELL: np.arange(schema.n_cells, dtype=np.int64), "query_cell": cells.astype(np.int64)})
+
+
+def invariant_checks(universe: Universe, published: pl.DataFrame, path: Path) -> list[RuleCheck]:
+    """Rule 4: each invariant's marginal of the table equals the value published for it, node by node."""
+    _need(published, ["level", GEOID, "query", "cell", "value"], path)
+    published = published.with_columns(pl.col("level", GEOID, "query").cast(pl.String),
+                                       pl.col("cell").cast(pl.Int64).alias("query_cell"))
+    schema, out = universe.config.schema, []
+    for invariant in universe.config.invariants:
+        mapping = query_cells(schema, invariant.query)
+        for level in invariant.levels:
+            values = published.filter((pl.col("level") == level) & (pl.col("query") == invariant.query.name))
+            answers = (universe.tables[level].join(mapping, on=CELL).group_by(GEOID, "query_cell")
+                       .agg(pl.col(COUNT).sum()))
+            keys = [GEOID, "query_cell"]
+            joined = values.select(*keys, "value").join(answers, on=keys, how="full", coalesce=True)
+            wrong = joined.select((pl.col("value").fill_null(0) != pl.col(COUNT).fill_null(0)).sum()).item()
+            out.append(RuleCheck(f"{universe.name}: invariant {invariant.query.name} equals its published value",
+                                 level, joined.height, int(wrong)))
+    return out
+
+
+NODES_AT_ONCE = 1 << 15  # nodes compared at a time: a level's (nodes x variables) block in bounded memory
+
+
+def variable_matrix(schema: Schema, variables: Sequence[Variable]) -> sp.csc_matrix:
+    """(cells x variables) 0/1: column j selects the cells variable j is defined from."""
+    columns = [selected(schema, v.cells) for v in variables]
+    return sp.csc_matrix((np.ones(sum(map(len, columns)), dtype=np.int64),
+                          (np.concatenate(columns), np.repeat(np.arange(len(columns)), list(map(len, columns))))),
+                         shape=(schema.n_cells, len(columns)))
+
+
+def _definitions(wide: pl.DataFrame, frame: pl.DataFrame, schema: Schema, variables: Sequence[Variable],
+                 matrix: sp.csc_matrix, level: str, nodes: int, universe: str) -> list[RuleCheck]:
+    """Each table's columns against the sums of the level table's cells they are defined from (``matrix``; a
+    node missing from either side holds zeros there), one check per table, a block of nodes at a time."""
+    names = [v.name for v in variables]
+    keys = pl.concat([wide.select(GEOID), frame.select(GEOID)]).unique().sort(GEOID).with_row_index("_row")
+    cells = frame.join(keys, on=GEOID)
+    counts = sp.csr_matrix((cells[COUNT].to_numpy(), (cells["_row"].to_numpy(), cells[CELL].to_numpy())),
+                           shape=(keys.height, schema.n_cells))
+    published = wide.join(keys, on=GEOID).sort("_row")
+    at = published["_row"].to_numpy()
+    wrong = np.zeros(len(names), dtype=np.int64)
+    for start in range(0, keys.height, NODES_AT_ONCE):
+        stop = min(start + NODES_AT_ONCE, keys.height)
+        lo, hi = np.searchsorted(at, [start, stop])
+        block = np.zeros((stop - start, len(names)))
+        block[at[lo:hi] - start] = published[lo:hi].select(names).to_numpy()
+        wrong += (block != (counts[start:stop] @ matrix).toarray()).sum(axis=0)
+    tables = dict.fromkeys(v.table for v in variables)
+    return [RuleCheck(f"pl94: {table} columns = sums of the {universe}' cells they are defined from", level,
+                      nodes * sum(v.table == table for v in variables),
+                      int(sum(w for w, v in zip(wrong, variables, strict=True) if v.table == table)))
+            for table in tables]
+
+
+def _identities(wide: pl.DataFrame, level: str, rules: Sequence[tuple[str, pl.Expr]]) -> list[RuleCheck]:
+    """Identities between a summary table's own columns, row by row (``rules``: text, broken)."""
+    return [RuleCheck(f"pl94: {text}", level, wide.height, int(wide.select(broken.sum()).item()))
+            for text, broken in rules]
+
+
+def pl94_checks(run_dir: Path, located: Mapping[str, Any], persons: Universe, units: Universe | None
+                ) -> list[RuleCheck]:
+    """Rule 5: the P.L. 94-171 tables' identities and definitions, at every level."""
+    people = pl94_variables()
+    housing = h1_variables() if units is not None and h1_schema_problem(units.config.schema) is None else ()
+    matrices = (variable_matrix(persons.config.schema, people),
+                variable_matrix(units.config.schema, housing) if units is not None and housing else None)
+    out = []
+    for level in persons.config.levels:
+        if level.name not in located:
+            raise RunFileError(f"{run_dir / 'manifest.json'}: names no pl94 table of level {level.name}")
+        path = run_dir / located[level.name]
+        wide = read_parquet(path)
+        _need(wide, ["GEOID", *(v.name for v in (*people, *housing))], path)
+        schema = wide.schema
+        if text := next((v.name for v in (*people, *housing) if not schema[v.name].is_numeric()), None):
+            raise RunFileError(f"{path}: column {text} is not numeric")
+        wide = wide.with_columns((pl.col("GEOID").cast(pl.String) if level.width else pl.lit("")).alias(GEOID))
+        nodes, col = persons.nodes[level.name], pl.col
+        out += _identities(wide, level.name, (("P1 total = P2 total", col("P1_001N") != col("P2_001N")),
+                                              ("P3 total = P4 total", col("P3_001N") != col("P4_001N")),
+                                              ("P5 total <= P1 total", col("P5_001N") > col("P1_001N"))))
+        totals = persons.tables[level.name].group_by(GEOID).agg(col(COUNT).sum())
+        out.append(RuleCheck("pl94: P1 total = the level table's persons", level.name, nodes,
+                             _mismatches(wide.select(GEOID, "P1_001N"), totals, [GEOID], "P1_001N", COUNT)))
+        out += _definitions(wide, persons.tables[level.name], persons.config.schema, people, matrices[0],
+                            level.name, nodes, "persons")
+        if units is not None and matrices[1] is not None:
+            out += _identities(wide, level.name, (("H1_001N = H1_002N + H1_003N",
+                                                   col("H1_001N") != col("H1_002N") + col("H1_003N")),))
+            out += _definitions(wide, units.tables[level.name], units.config.schema, housing, matrices[1],
+                                level.name, nodes, "units")
+    return out
+
+
+def _sums(frame: pl.DataFrame, selection: Selection, alias: str) -> pl.DataFrame:
+    chosen = pl.all_horizontal([pl.col(a).cast(pl.String).is_in(list(v)) for a, v in selection] or [pl.lit(True)])
+    return frame.filter(chosen).group_by(GEOID).agg(pl.col(COUNT).sum().alias(alias))
+
+
+def persons_units_checks(config: ReleaseConfig, persons_tables: Mapping[str, pl.DataFrame],
+                         units_tables: Mapping[str, pl.DataFrame], nodes: Mapping[str, int] | None = None
+                         ) -> list[RuleCheck]:
+    """Rule 6, for every ``[[units.persons_per_unit]]`` rule at every node of its levels: with P the persons'
+    published counts summed over the rule's persons cells and U the units' over its units cells,
+    ``min_persons * U <= P <= max_persons * U``.  Three checks per rule and level, each node counted under one
+    at most: persons and no units; fewer than ``min_persons`` per unit; more than ``max_persons`` per unit (with
+    units).  Tables are the published long form (geoid, attribute labels, count), keyed by level name; a node
+    absent from both holds no such persons and no such units.  ``nodes``: each level's node count (the checked
+    figure; by default the nodes either table lists)."""
+    out = []
+    for rule in getattr(config, "persons_per_unit", ()):
+        for level in (lv.name for lv in config.levels if lv.name in rule.levels):
+            p, u = pl.col("P"), pl.col("U")
+            joined = (_sums(persons_tables[level], rule.persons, "P")
+                      .join(_sums(units_tables[level], rule.units, "U"), on=GEOID, how="full", coalesce=True)
+                      .with_columns(p.fill_null(0), u.fill_null(0)))
+            for text, broken in (("no persons without units", (p > 0) & (u == 0)),
+                                 ("at least min_persons per unit", p < rule.min_persons * u),
+                                 ("at most max_persons per unit", (u > 0) & (p > rule.max_persons * u))):
+                checked = joined.height if nodes is None else nodes[level]
+                out.append(RuleCheck(f"{rule.name}: {text}", level, checked,
+                                     int(joined.select(broken.sum()).item())))
+    return out

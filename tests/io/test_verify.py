@@ -1,0 +1,153 @@
+"""``censusdp verify``: a real release keeps every promise; a copy of it with one promise broken is caught by the
+matching rule, and the command exits 1 (2 for a missing or unreadable file)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+
+from geography.levels import Level
+from pipeline.cli import main
+from pipeline.cli.commands import preset_text
+from pipeline.config.load import load_config
+from pipeline.config.options import random_source
+from pipeline.io.verify import RuleCheck, persons_units_checks, verify_run
+from pipeline.release.stages import run_release
+from pipeline.synth.population import write_synthetic
+from tests.helpers.releases import cli
+
+LINE = re.compile(r"(\d+) violations  (.+)  \[(\w+)\]  \((\d+) checked\)")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A seeded release of 5,000 synthetic persons and their housing units with the pl94 preset (P1-P5, H1, the
+    units' invariants and structural zeros, the persons-per-unit rules), charged to a ledger of its own."""
+    folder = tmp_path_factory.mktemp("verify")
+    files = write_synthetic(5000, 7, folder / "data")
+    text = preset_text("pl94").replace('cap_rho = "10.24"', 'cap_rho = "1000"')
+    for name in ("microdata", "geography", "units"):
+        text = text.replace(f'"{name}.parquet"', f'"{getattr(files, name)}"')
+    (folder / "pl94.toml").write_text(text)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CENSUSDP_LEDGER", str(folder / "ledger.sqlite"))
+        yield run_release(load_config(folder / "pl94.toml"), folder / "runs", random_source(5))
+
+
+def broken(checks: list[RuleCheck]) -> set[tuple[str, str | None]]:
+    return {(c.rule, c.level) for c in checks if c.violations}
+
+
+def test_a_release_keeps_every_promise(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    checks = verify_run(run)
+    assert broken(checks) == set()
+    rules = {c.rule for c in checks}
+    for rule in ("persons: children sum to their parent", "units: structural zeros are 0",
+                 "persons: invariant total equals its published value", "units: invariant hhgq equals its published "
+                 "value", "pl94: P5 total <= P1 total", "pl94: H1 columns = sums of the units' cells they are defined "
+                 "from", "households: no persons without units", "group quarters hhgq=3: at most max_persons per unit"):
+        assert rule in rules
+    assert all(c.checked > 0 for c in checks)
+    code, out, _ = cli(capsys, "verify", str(run))
+    assert code == 0
+    lines = out.splitlines()
+    assert len(lines) == len(checks) and all(LINE.fullmatch(line) for line in lines)
+
+
+def rewrite(path: Path, change: Callable[[pl.DataFrame], pl.DataFrame]) -> None:
+    """Replace a published table (a file or a folder of parts) by one file holding ``change`` of its rows."""
+    frame = pl.read_parquet(path / "*.parquet" if path.is_dir() else path)
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    change(frame).write_parquet(path)
+
+
+def first_row(column: str, value: Callable[[pl.Expr], pl.Expr]) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    return lambda frame: frame.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0).then(value(pl.col(column))).otherwise(pl.col(column)).alias(column))
+
+
+def occupied_units(frame: pl.DataFrame, times: int) -> pl.DataFrame:
+    """The first block with occupied housing units: ``times`` as many (0: the row gone)."""
+    occupied = (pl.col("hhgq") == "0") & (pl.col("occupancy") == "1")
+    block = frame.filter(occupied)["geoid"][0]
+    chosen = occupied & (pl.col("geoid") == block)
+    return frame.with_columns(pl.when(chosen).then(pl.col("count") * times).otherwise(pl.col("count"))
+                              .alias("count")).filter(~chosen | (pl.col("count") > 0))
+
+
+def vacant_facility(frame: pl.DataFrame) -> pl.DataFrame:
+    row = frame.head(1).with_columns(pl.lit("3").alias("hhgq"), pl.lit("2").alias("occupancy"),
+                                     pl.lit(1, dtype=pl.Int64).alias("count"))
+    return pl.concat([frame, row])
+
+
+CORRUPTIONS = {  # a file of the run, what is done to it, and a rule that must report it
+    "child": ("tables/block.parquet", first_row("count", lambda c: c + 1),
+              ("persons: children sum to their parent", "block_group")),
+    "negative": ("tables/tract.parquet", first_row("count", lambda c: -c),
+                 ("persons: counts are non-negative integers", "tract")),
+    "invariant": ("measurements/invariants.parquet", lambda f: f.with_columns(pl.col("value") + 1),
+                  ("persons: invariant total equals its published value", "state")),
+    "P1": ("tables/pl94/county.parquet", first_row("P1_003N", lambda c: c + 1),
+           ("pl94: P1 columns = sums of the persons' cells they are defined from", "county")),
+    "H1": ("tables/pl94/tract.parquet", first_row("H1_002N", lambda c: c + 1),
+           ("pl94: H1_001N = H1_002N + H1_003N", "tract")),
+    "H1 from units": ("tables/pl94/tract.parquet", first_row("H1_001N", lambda c: c + 1),
+                      ("pl94: H1 columns = sums of the units' cells they are defined from", "tract")),
+    "structural zero": ("units/tables/block.parquet", vacant_facility, ("units: structural zeros are 0", "block")),
+    "more units": ("units/tables/block.parquet", lambda f: occupied_units(f, 1000),
+                   ("households: at least min_persons per unit", "block")),
+    "no units": ("units/tables/block.parquet", lambda f: occupied_units(f, 0),
+                 ("households: no persons without units", "block")),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_a_broken_promise_is_caught(run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    file, change, rule = CORRUPTIONS[name]
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    rewrite(copy / file, change)
+    code, out, _ = cli(capsys, "verify", str(copy))
+    assert code == 1
+    reported = {(m[2], m[3]): int(m[1]) for m in map(LINE.fullmatch, out.splitlines()) if m}
+    assert reported[rule] > 0, out
+
+
+@pytest.mark.parametrize("damage", ["missing", "unreadable"])
+def test_a_missing_or_unreadable_file_is_one_line_and_status_2(run: Path, tmp_path: Path, damage: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    table = copy / "tables" / "pl94" / "county.parquet"
+    table.unlink() if damage == "missing" else table.write_bytes(b"not parquet")
+    code, out, err = cli(capsys, "verify", str(copy))
+    assert code == 2 and out == ""
+    assert err.strip().count("\n") == 0 and str(table) in err
+    assert main(["-q", "verify", str(tmp_path / "nowhere")]) == 2
+
+
+def test_persons_units_rules_count_each_node_once() -> None:
+    """A rule given as an object (the hook works on anything with the rule's fields): per node, persons with no
+    units, fewer than min per unit, or more than max per unit; nodes absent from a table hold zeros."""
+    rule = SimpleNamespace(name="households", persons=(("hhgq", ("0",)),), units=(("hhgq", ("0",)), ("occ", ("1",))),
+                           min_persons=1, max_persons=3, levels=("block",))
+    config = SimpleNamespace(levels=(Level("root", 0), Level("block", 2)), persons_per_unit=(rule,))
+    persons = pl.DataFrame({"geoid": ["01", "01", "02", "03", "04", "05"], "hhgq": ["0", "1", "0", "0", "0", "0"],
+                            "count": [2, 9, 5, 1, 4, 3]})
+    units = pl.DataFrame({"geoid": ["01", "03", "03", "04", "05", "06"], "hhgq": ["0", "0", "0", "0", "1", "0"],
+                          "occ": ["1", "1", "2", "1", "1", "1"], "count": [1, 2, 7, 1, 1, 1]})
+    # 01: 2 persons, 1 unit (ok); 02: 5 persons, no unit; 03: 1 person, 2 units (too few); 04: 4 persons,
+    # 1 unit (too many); 05: 3 persons, its only unit of another type (none); 06: a unit, nobody (too few)
+    checks = persons_units_checks(config, {"block": persons}, {"block": units})  # type: ignore[arg-type]
+    assert [(c.rule, c.level, c.checked, c.violations) for c in checks] == [
+        ("households: no persons without units", "block", 6, 2),
+        ("households: at least min_persons per unit", "block", 6, 2),
+        ("households: at most max_persons per unit", "block", 6, 1)]
+    assert persons_units_checks(SimpleNamespace(levels=config.levels), {}, {}) == []  # type: ignore[arg-type]
