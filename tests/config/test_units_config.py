@@ -52,7 +52,9 @@ def test_the_units_universe_is_a_whole_configuration_of_its_own(tmp_path: Path) 
     assert (units.budget.delta, units.budget.neighbouring) == (config.budget.delta, config.budget.neighbouring)
     assert units.input.geography == config.input.geography == tmp_path / "geography.parquet"
     assert units.output.dir == config.output.dir and units.output.tables == ()
-    assert (units.solver, units.runner, units.chunk_cells) == (config.solver, config.runner, config.chunk_cells)
+    assert (units.solver, units.runner) == (config.solver, config.runner)
+    # measured and reconciled in the persons' chunks: as many nodes per chunk
+    assert units.chunk_cells // units.schema.n_cells == config.chunk_cells // config.schema.n_cells
 
 
 def test_own_level_shares_and_postprocess(tmp_path: Path) -> None:

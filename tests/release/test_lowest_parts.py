@@ -41,7 +41,7 @@ def counts_of(seed: int) -> sp.csr_matrix:
 def write_all(out: LowestOutputs, counts: sp.csr_matrix) -> None:
     for index in (2, 0, 1):  # as tasks finish, not in node order
         start, stop = CHUNKS[index]
-        assert write_lowest_part(LowestPart(out, index, GEOIDS[start:stop], None), counts[start:stop]) == {}
+        assert write_lowest_part(LowestPart(out, index, GEOIDS[start:stop]), counts[start:stop]) == {}
 
 
 def test_the_parts_read_as_one_table_in_node_order(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_a_task_run_twice_leaves_one_part_with_its_rows(tmp_path: Path, monkeypa
     monkeypatch.setattr(lowest_parts.os, "replace", lambda a, b: (staged[-1].append(Path(a).name), real_replace(a, b)))
     for _ in range(2):
         staged.append([])
-        write_lowest_part(LowestPart(out, 1, GEOIDS[4:5], None), counts[4:5])
+        write_lowest_part(LowestPart(out, 1, GEOIDS[4:5]), counts[4:5])
     assert len(staged[0]) == len(staged[1]) == 2 and not set(staged[0]) & set(staged[1])
     assert len(list(Path(out.microdata).iterdir())) == 3
     assert pq.read_table(out.level_table).equals(first)
@@ -96,7 +96,7 @@ def test_a_new_attempt_clears_the_folders_and_an_old_attempts_task_writes_nothin
     assert not Path(old.staging).exists() and list(Path(new.staging).iterdir()) == []
     assert all(list(folder.iterdir()) == [] for folder in new.folders())
     with pytest.raises(FileNotFoundError):
-        write_lowest_part(LowestPart(old, 0, GEOIDS[:4], None), counts_of(5)[:4])
+        write_lowest_part(LowestPart(old, 0, GEOIDS[:4]), counts_of(5)[:4])
     assert all(list(folder.iterdir()) == [] for folder in new.folders()) and not Path(old.staging).exists()
     write_all(new, counts_of(6))
     finish_lowest_outputs(new, len(CHUNKS), [{}] * len(CHUNKS))
@@ -113,7 +113,7 @@ def test_a_part_that_fails_half_way_puts_nothing_in_place(tmp_path: Path, monkey
 
     monkeypatch.setattr(summary_tables.SummaryTableWriter, "write_rows", broken)
     with pytest.raises(OSError, match="disk full"):
-        write_lowest_part(LowestPart(out, 0, GEOIDS[:4], None), counts_of(3)[:4])
+        write_lowest_part(LowestPart(out, 0, GEOIDS[:4]), counts_of(3)[:4])
     assert list(Path(out.level_table).iterdir()) == [] and list(Path(out.microdata).iterdir()) == []
     with pytest.raises(CensusDPError, match="one part per chunk"):
         finish_lowest_outputs(out, 1, [{}])
