@@ -45,6 +45,7 @@ from pipeline.io.measurements import measurements_digest, write_invariants
 from pipeline.io.microdata import read_input_files
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter
+from pipeline.io.verify import verify_run
 from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
 from pipeline.release.draws import claim_draw, claim_path
 from pipeline.release.expected_errors import compute_expected_errors, expected_errors_job
@@ -358,6 +359,7 @@ def publish(run: ReleaseRun) -> Path:
         run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
     for universe in run.universes():  # the measure stage's claim is the run's own bookkeeping, not published
         claim_path(universe.work_dir, MEASURE_CLAIM).unlink(missing_ok=True)
+    check_published(run)
     run.work_dir.rename(run.final_dir)
     run.published = Published(run.final_dir, report, shares_png)
     ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed
@@ -368,6 +370,17 @@ def publish(run: ReleaseRun) -> Path:
             log.warning("published, but the ledger status could not be updated (%s)", type(error).__name__)
     log.info("published %s", run.final_dir)
     return run.final_dir
+
+
+def check_published(run: ReleaseRun) -> None:
+    """Every promise the release makes, recomputed from the files as written (``censusdp verify``'s checks, on the
+    bytes a user will read, not on the arrays they were written from); any violation and nothing is published.
+    The message names rules and levels, never a count of the tables."""
+    broken = [check for check in verify_run(run.work_dir) if check.violations]
+    if broken:
+        rules = "; ".join(f"{c.rule} [{c.level}]" if c.level else c.rule for c in broken[:5])
+        raise CensusDPError(f"the release breaks {len(broken)} of its own rules ({rules}): nothing was published "
+                            "(an internal error: please report it)")
 
 
 def ledger_section(run: ReleaseRun) -> dict[str, Any] | None:

@@ -134,3 +134,22 @@ def _preset_file(preset: str) -> Path:
     path = Path(tempfile.mkdtemp()) / f"{preset}.toml"
     path.write_text(preset_text(preset).replace("cap_rho = ", 'cap_rho = "1000" # '))
     return path
+
+
+def test_publish_checks_what_it_wrote(synthetic: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table changed after it was written (a P1 column no longer its cells' sum): publish refuses, names the rule."""
+    from pipeline.release import stages
+
+    real_tabulate = stages.tabulate
+
+    def corrupting(run: stages.ReleaseRun) -> None:
+        real_tabulate(run)
+        path = run.work_dir / "tables" / "pl94" / "county.parquet"
+        table = pl.read_parquet(path)
+        table.with_columns(pl.col("P1_003N") + 1).write_parquet(path)
+
+    monkeypatch.setattr(stages, "tabulate", corrupting)
+    code, _, err = release(capsys, configure(tmp_path, synthetic, dataset="corrupted"))
+    assert code != 0 and "breaks" in err and "county" in err
+    assert not [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
