@@ -74,8 +74,8 @@ def disagreements_apply(schema: Schema, units_schema: Schema) -> bool:
 def disagreements(schema: Schema, units_schema: Schema, counts: sp.spmatrix, units_counts: sp.spmatrix
                   ) -> dict[str, int]:
     """How many of these blocks' published persons (``counts``) and units (``units_counts``, the same blocks)
-    disagree (the universes are reconciled independently; nothing links them yet, docs/units.md): public counts
-    of public tables, summed over the lowest level's chunks as they are reconciled."""
+    disagree: public counts of public tables, summed over the lowest level's chunks as they are written.  With the
+    presets' [[units.persons_per_unit]] rules every count is 0 (release.persons_units); the manifest shows it."""
     people = _by_type(schema, counts)  # persons per GQ type (0: households)
     facilities = _by_type(units_schema, units_counts)  # units per type (0: housing units)
     occupied_units = [v for v in h1_variables() if v.name == OCCUPIED_VARIABLE]
@@ -103,7 +103,7 @@ def units_markdown(section: dict[str, Any], charged_rho: str) -> str:
     lines += [f"| {a['level']} | {a['query']} | {round_text(a['rho'], up=True, places=6)} | "
               f"{round_text(a['sigma2'], up=False, significant=6, strip=True)} |" for a in section["allocation"]]
     if section.get("disagreements"):
-        lines += ["", "Persons and units are reconciled independently (docs/units.md); where they disagree:", ""]
+        lines += ["", "Blocks where persons and units disagree (0 under the persons-per-unit rules, docs/units.md):", ""]
         lines += [f"- {name}: {count}" for name, count in section["disagreements"].items()]
     lines += ["", "Not protected:", ""] + [f"- {n}" for n in section["not_protected"]] + [""]
     return "\n".join(lines)
