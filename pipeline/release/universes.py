@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from pipeline.config.model import ReleaseConfig
 from pipeline.config.pl94_tables import GQ_TYPE, h1_schema_problem, h1_variables
 from pipeline.config.schema import Schema
 from pipeline.errors import CensusDPError
@@ -32,6 +33,7 @@ def units_section(run: ReleaseRun) -> dict[str, Any]:
         "tables": {name: f"{UNITS_DIR}/tables/{name}.parquet" for name in levels},
         "reconciliation": units.diagnostics,
         "combined": mf.per_person_statement(run.config),
+        "persons_per_unit": persons_per_unit_section(run.config),
         "per_person_rho": str(run.charged_rho),
     }
 
@@ -41,6 +43,20 @@ def with_disagreements(section: dict[str, Any], run: ReleaseRun) -> dict[str, An
     counted as the lowest level was reconciled; empty when the schemas are not P.L.'s)."""
     units = run.units.disagreements if run.units is not None else {}
     return {**section, "disagreements": dict(units or run.disagreements)}
+
+
+RULES_ORDER = ("the persons are reconciled first, every level, within the bounds the units' invariants imply; then "
+               "the units, every level, within the bounds the published persons imply (summed from the blocks): "
+               "post-processing of published values, no privacy cost")
+
+
+def persons_per_unit_section(config: ReleaseConfig) -> dict[str, Any]:
+    """The rules that tie the universes ([[units.persons_per_unit]]) and the order they are enforced in."""
+    return {"order": RULES_ORDER if config.persons_per_unit else "none: the universes are reconciled independently",
+            "rules": [{"name": r.name, "persons": {a: list(v) for a, v in r.persons},
+                       "units": {a: list(v) for a, v in r.units}, "min_persons_per_unit": r.min_persons,
+                       "max_persons_per_unit": r.max_persons, "levels": list(r.levels)}
+                      for r in config.persons_per_unit]}
 
 
 OCCUPIED_VARIABLE = "H1_002N"  # occupied housing units
@@ -102,6 +118,13 @@ def units_markdown(section: dict[str, Any], charged_rho: str) -> str:
              "| level | query | rho | sigma² |", "|---|---|---|---|"]
     lines += [f"| {a['level']} | {a['query']} | {round_text(a['rho'], up=True, places=6)} | "
               f"{round_text(a['sigma2'], up=False, significant=6, strip=True)} |" for a in section["allocation"]]
+    rules = section.get("persons_per_unit", {})
+    lines += ["", f"Persons and units: {rules.get('order', '')}.", ""]
+    def cells(selection: dict[str, list[str]]) -> str:
+        return ", ".join(f"{a} {'/'.join(v)}" for a, v in selection.items())
+
+    lines += [f"- {r['name']}: every unit of ({cells(r['units'])}) holds {r['min_persons_per_unit']} to "
+              f"{r['max_persons_per_unit']} persons of ({cells(r['persons'])})" for r in rules.get("rules", [])]
     if section.get("disagreements"):
         lines += ["", "Blocks where persons and units disagree (0 under the persons-per-unit rules, docs/units.md):", ""]
         lines += [f"- {name}: {count}" for name, count in section["disagreements"].items()]

@@ -54,6 +54,9 @@ def test_every_level_keeps_every_rule(synthetic: Path, tmp_path: Path, capsys: p
     config = load_config(config_path)
     manifest = json.loads((run / "manifest.json").read_text())
     assert set(manifest["units"]["disagreements"].values()) == {0}
+    stated = manifest["units"]["persons_per_unit"]
+    assert "persons are reconciled first" in stated["order"] and len(stated["rules"]) == 8
+    assert "Persons and units: the persons are reconciled first" in (run / "report.md").read_text()
     for level in config.levels:
         rules = level_rules(config, level.name, structural_zero_mask(config))
         paths = run / "tables" / f"{level.name}.parquet", run / "units" / "tables" / f"{level.name}.parquet"
