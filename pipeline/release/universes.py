@@ -126,7 +126,7 @@ def units_markdown(section: dict[str, Any], charged_rho: str) -> str:
     lines += [f"- {r['name']}: every unit of ({cells(r['units'])}) holds {r['min_persons_per_unit']} to "
               f"{r['max_persons_per_unit']} persons of ({cells(r['persons'])})" for r in rules.get("rules", [])]
     if section.get("disagreements"):
-        lines += ["", "Blocks where persons and units disagree (0 under the persons-per-unit rules, docs/units.md):", ""]
+        lines += ["", "Blocks where persons and units disagree (0 under the rules above, docs/units.md):", ""]
         lines += [f"- {name}: {count}" for name, count in section["disagreements"].items()]
     lines += ["", "Not protected:", ""] + [f"- {n}" for n in section["not_protected"]] + [""]
     return "\n".join(lines)
