@@ -227,6 +227,9 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     lowest = level == tree.depth - 1
     if run.units is not None:
         persons_bounds(run, level)
+        if lowest and _spans(run, level) != _spans(run.units, level):  # the units' tasks read the persons' by index
+            raise CensusDPError("the units' measurements are not in the persons' chunks (measured by an earlier "
+                                "version): release again")
     outputs = lowest_outputs(run) if run.main and lowest else None
     tasks = chunk_tasks(run, level, outputs)
     log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
@@ -301,6 +304,10 @@ def units_bounds(run: ReleaseRun, answers: list[np.ndarray]) -> None:
     lower, upper = units_range(rules, units.schema, structural_zero_mask(units.config),
                                [(i.name, i.values) for i in units.invariants.get(lowest, [])], tree.n_nodes(lowest))
     units.bounds = units_level_bounds(run.config, rules, np.concatenate(answers), lower, upper, tree)
+
+
+def _spans(run: ReleaseRun, level: int) -> list[tuple[int, int]]:
+    return [(start, stop) for start, stop, _ in run.chunk_plan[level]]
 
 
 def _stacked(parts: list[sp.csr_matrix]) -> sp.csr_matrix:

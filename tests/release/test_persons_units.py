@@ -156,3 +156,25 @@ def test_publish_checks_what_it_wrote(synthetic: Path, tmp_path: Path, capsys: p
     code, _, err = release(capsys, configure(tmp_path, synthetic, dataset="corrupted"))
     assert code != 0 and "breaks" in err and "county" in err
     assert not [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
+
+
+def test_units_measured_in_other_chunks_are_refused(synthetic: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The units' lowest tasks read their persons by chunk index: measurements chunked otherwise (an earlier
+    version's, resumed) are refused before the lowest level is written."""
+    from pipeline.release import stages
+
+    real_reconcile = stages.reconcile
+
+    def regrouped(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
+        if run.main and run.units is not None and level == len(run.config.levels) - 1:
+            plan = run.units.chunk_plan[level]
+            run.units.chunk_plan[level] = [(plan[0][0], plan[1][1], plan[0][2]), *plan[2:]]
+        real_reconcile(run, level, runner)
+
+    monkeypatch.setattr(stages, "reconcile", regrouped)
+    config = configure(tmp_path, synthetic, dataset="regrouped")
+    config.write_text(config.read_text().replace("[postprocess]\n", "[postprocess]\nchunk_cells = 40000\n"))
+    code, _, err = release(capsys, config)
+    assert code != 0 and "chunks" in err
