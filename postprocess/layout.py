@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from postprocess.least_squares import Inequalities
 from postprocess.problem import UNBOUNDED, Inputs, ReconciliationError
 
 BATCH_VARIABLES = 20_000  # stack blocks until a batch has about this many variables (measured: flat above 5k)
@@ -203,8 +204,8 @@ def invariant_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndar
     return sp.vstack(mats, format="csr"), np.concatenate(rhs), np.concatenate(redundant)
 
 
-def bound_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    """The batch's bounds that can bind: (matrix, lower, upper) over its variables, float, upper ``inf`` where none.
+def bound_rows(inputs: Inputs, batch: Batch) -> Inequalities:
+    """The batch's bounds that can bind, over its variables (upper ``inf`` where there is none).
 
     A row binds unless its lower bound is 0 and its upper bound is at least what its free cells can hold (their
     parent counts); a row whose cells are all fixed at 0 must have lower bound 0 (else the bounds are infeasible).
@@ -226,4 +227,4 @@ def bound_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray,
         mats.append(k[binding])
         lows.append(low[binding])
         highs.append(high[binding])
-    return sp.vstack(mats, format="csr"), np.concatenate(lows), np.concatenate(highs)
+    return Inequalities(sp.vstack(mats, format="csr"), np.concatenate(lows), np.concatenate(highs))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -70,17 +71,9 @@ class Equalities:
 
 
 @dataclass(frozen=True)
-class Band:
-    """``|matrix @ x - center| <= half_width``: an earlier pass's answers, kept within a tolerance."""
-
-    matrix: sp.csr_matrix
-    center: np.ndarray
-    half_width: float
-
-
-@dataclass(frozen=True)
 class Inequalities:
-    """``lower <= matrix @ x <= upper`` (``-inf``/``inf`` where a side is open): public bounds on node marginals."""
+    """``lower <= matrix @ x <= upper`` (``-inf``/``inf`` where a side is open): public bounds on node marginals, or
+    an earlier pass's answers kept within a tolerance (``postprocess.passes``)."""
 
     matrix: sp.csr_matrix
     lower: np.ndarray
@@ -149,25 +142,21 @@ def resolve_solvers(solver: str) -> tuple[str, ...]:
 
 
 def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers: tuple[str, ...],
-          bands: list[Band] | None = None, bounds: Inequalities | None = None) -> Solution:
-    """Try each solver in turn until one returns an accepted point; ``x`` stays None if none does.  ``bands``
-    (``postprocess.passes``) and ``bounds`` are further inequalities, checked like the equalities."""
-    bands = bands or []
+          inequalities: Sequence[Inequalities] = ()) -> Solution:
+    """Try each solver in turn until one returns an accepted point; ``x`` stays None if none does.
+    ``inequalities`` are checked like the equalities."""
     started = time.perf_counter()
     if n_vars == 0:
         return Solution(x=np.zeros(0), attempts=[("none", "optimal")], violations=(0.0,) * len(equalities))
     scale = _scale(terms, equalities)
     x = cp.Variable(n_vars)
     constraints = _constraints(equalities, x, scale)
-    for band in bands:
-        constraints += [band.matrix @ x <= (band.center + band.half_width) / scale,
-                        band.matrix @ x >= (band.center - band.half_width) / scale]
-    if bounds is not None and not bounds.empty:
-        low, high = np.isfinite(bounds.lower), np.isfinite(bounds.upper)
+    for rows in inequalities:
+        low, high = np.isfinite(rows.lower), np.isfinite(rows.upper)
         if low.any():
-            constraints.append(bounds.matrix[low] @ x >= bounds.lower[low] / scale)
+            constraints.append(rows.matrix[low] @ x >= rows.lower[low] / scale)
         if high.any():
-            constraints.append(bounds.matrix[high] @ x <= bounds.upper[high] / scale)
+            constraints.append(rows.matrix[high] @ x <= rows.upper[high] / scale)
     problem = cp.Problem(cp.Minimize(_objective(terms, x, scale)), constraints)
     tolerance = ABS_TOLERANCE + REL_TOLERANCE * scale
     result = Solution()
@@ -176,8 +165,7 @@ def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers:
         if status in ("optimal", "inaccurate") and x.value is not None:
             point = np.asarray(x.value, dtype=np.float64) * scale
             violations = tuple(_violation(eq, point) for eq in equalities)
-            worst = max([*violations, *(_band_excess(band, point) for band in bands),
-                         bounds.excess(point) if bounds is not None else 0.0], default=0.0)
+            worst = max([*violations, *(rows.excess(point) for rows in inequalities)], default=0.0)
             minimum = float(point.min()) if point.size else 0.0
             if np.isfinite(worst) and worst <= tolerance and minimum >= -tolerance:
                 result.attempts.append((name, status))
@@ -238,12 +226,6 @@ def _constraints(equalities: list[Equalities], x: cp.Variable, scale: float) -> 
             matrix = eq.matrix[eq.in_solve]
             constraints.append(matrix @ x == eq.rhs[eq.in_solve] / scale)
     return constraints
-
-
-def _band_excess(band: Band, point: np.ndarray) -> float:
-    if band.center.size == 0:
-        return 0.0
-    return float(max(0.0, (np.abs(band.matrix @ point - band.center) - band.half_width).max()))
 
 
 def _violation(eq: Equalities, point: np.ndarray) -> float:

@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from postprocess.layout import Batch, restrict_rows
-from postprocess.least_squares import Band, Equalities, Inequalities, Solution, Term, solve
+from postprocess.least_squares import Equalities, Inequalities, Solution, Term, solve
 from postprocess.rounding import round_batch
 from postprocess.ties import TieSource
 
@@ -57,16 +57,17 @@ def solve_in_passes(terms: Sequence[tuple[str, Term]], passes: Sequence[Sequence
     groups = [[t for name, t in terms if name in group] for group in passes]
     groups[-1] = groups[-1] + [t for name, t in terms if name not in named]
     groups = [g for g in groups if g]
-    bands: list[Band] = []
+    kept: list[Inequalities] = [] if bounds is None else [bounds]
     total = Solution()
     for k, group in enumerate(groups):
-        solution = solve(group, equalities, n_vars, solvers, bands=bands, bounds=bounds)
+        solution = solve(group, equalities, n_vars, solvers, kept)
         total.attempts += [(name, f"pass {k}: {status}") for name, status in solution.attempts]
         total.seconds += solution.seconds
         if solution.x is None:
             return total
         total.x, total.violations, total.min_value = solution.x, solution.violations, solution.min_value
-        bands = bands + [Band(t.matrix, t.matrix @ solution.x, tolerance) for t in group]
+        answers = [(t.matrix, t.matrix @ solution.x) for t in group]
+        kept = kept + [Inequalities(k, a - tolerance, a + tolerance) for k, a in answers]
     return total
 
 

@@ -241,7 +241,7 @@ def solve_batch(
     """
     batch = build_batch(inputs, blocks, block_ids)
     inv_matrix, inv_rhs, redundant = invariant_rows(inputs, batch)
-    limits = Inequalities(*bound_rows(inputs, batch))
+    limits = bound_rows(inputs, batch)
     equalities = [
         Equalities(batch.sum_matrix, batch.sum_rhs, np.ones(batch.sum_rhs.size, dtype=bool)),
         Equalities(inv_matrix, inv_rhs, ~redundant),
@@ -259,11 +259,11 @@ def solve_batch(
             minimum = float(x.min()) if x.size else 0.0
             solution = Solution(x, [("first_order", "optimal")], violations, minimum, info["seconds"])
             return batch, inv_matrix, inv_rhs, solution, limits
-        solution = solve(terms, equalities, batch.n_vars, solvers, bounds=limits)
+        solution = solve(terms, equalities, batch.n_vars, solvers, [limits])
         solution.attempts.insert(0, ("first_order", "limit" if x is None else "bounds"))
         solution.seconds += info["seconds"]
         return batch, inv_matrix, inv_rhs, solution, limits
-    return batch, inv_matrix, inv_rhs, solve(terms, equalities, batch.n_vars, solvers, bounds=limits), limits
+    return batch, inv_matrix, inv_rhs, solve(terms, equalities, batch.n_vars, solvers, [limits]), limits
 
 
 def _fill_only_children(inputs: Inputs, blocks: Blocks, counts: np.ndarray) -> int:

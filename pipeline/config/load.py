@@ -102,7 +102,7 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
         with units_keys(source):
             units = parse_config(table, source, base, Universe.UNITS)
         check_units_budget(budget.rho, units, ledger, source)
-        # the units are measured and reconciled in the persons' chunks (release.tasks.paired_tasks): as many nodes
+        # the units are measured and reconciled in the persons' chunks (release.persons_units): as many nodes
         units = replace(units, chunk_cells=max(1, chunk_cells // schema.n_cells) * units.schema.n_cells)
         persons_per_unit = parse_rules(raw["units"], source, schema, units.schema, levels)
     return ReleaseConfig(

@@ -80,6 +80,16 @@ def verify_run(run_dir: Path) -> list[RuleCheck]:
     return checks
 
 
+def require_promises_kept(run_dir: Path) -> None:
+    """``CensusDPError`` unless every rule of ``verify_run`` holds: publish's last check, on the bytes a user will
+    read rather than the arrays they were written from.  The message names rules and levels, never a count."""
+    broken = [check for check in verify_run(run_dir) if check.violations]
+    if broken:
+        rules = "; ".join(f"{c.rule} [{c.level}]" if c.level else c.rule for c in broken[:5])
+        raise CensusDPError(f"the release breaks {len(broken)} of its own rules ({rules}): nothing was published "
+                            "(an internal error: please report it)")
+
+
 def _manifest(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())

@@ -68,8 +68,8 @@ def partition_level(tree: GeoTree, files: InputFiles) -> int:
 
 def shared_partition(levels: Sequence[Level], files: Sequence[InputFiles]) -> int:
     """The partition level both universes are measured at, so that they are measured, and reconciled, in the same
-    chunks (``release.tasks.paired_tasks``): their own when it is the same, else 0 (one group: any input can be
-    read whole)."""
+    chunks (the units' lowest tasks read the persons' by chunk index): their own when it is the same, else 0 (one
+    group: any input can be read whole)."""
     found = {partition_of(levels, f) for f in files}
     return found.pop() if len(found) == 1 else 0
 

@@ -29,7 +29,10 @@ import scipy.sparse as sp
 from geography.tree import GeoTree
 from pipeline.config.model import ReleaseConfig
 from pipeline.config.persons_per_unit import rules_matrix
-from pipeline.config.schema import Schema
+from pipeline.config.schema import TOTAL, Schema
+from pipeline.errors import CensusDPError
+from pipeline.release.run import ReleaseRun, stage_output
+from pipeline.release.support import structural_zero_mask
 from postprocess import UNBOUNDED, QueryBound
 
 PERSONS_BOUND = "persons per unit"  # the bound's name in reconciliation errors and reports
@@ -48,12 +51,15 @@ class LevelRules:
 
     def persons_answers(self, counts: sp.spmatrix | np.ndarray) -> np.ndarray:
         """(nodes, rules) int64: each node's persons in each rule's cells."""
-        return np.asarray(sp.csr_matrix(counts, dtype=np.int64) @ self.persons.T.astype(np.int64).toarray(),
-                          dtype=np.int64)
+        return _answers(self.persons, counts)
 
     def units_answers(self, counts: sp.spmatrix | np.ndarray) -> np.ndarray:
-        return np.asarray(sp.csr_matrix(counts, dtype=np.int64) @ self.units.T.astype(np.int64).toarray(),
-                          dtype=np.int64)
+        """(nodes, rules) int64: each node's units in each rule's cells."""
+        return _answers(self.units, counts)
+
+
+def _answers(matrix: sp.csr_matrix, counts: sp.spmatrix | np.ndarray) -> np.ndarray:
+    return np.asarray(sp.csr_matrix(counts, dtype=np.int64) @ matrix.T.astype(np.int64).toarray(), dtype=np.int64)
 
 
 def level_rules(config: ReleaseConfig, level: str | None, persons_zeros: np.ndarray | None) -> LevelRules | None:
@@ -117,11 +123,6 @@ def units_bound(rules: LevelRules, persons: np.ndarray) -> QueryBound:
     return QueryBound(PERSONS_BOUND, rules.units, lower, upper)
 
 
-def broken(rules: LevelRules, persons: np.ndarray, units: np.ndarray) -> np.ndarray:
-    """(rules,) int64: how many nodes break each rule (``persons`` and ``units`` as (nodes, rules) answers)."""
-    return ((persons < rules.min_persons * units) | (persons > rules.max_persons * units)).sum(axis=0)
-
-
 @dataclass(frozen=True)
 class LevelBounds:
     """A level's bounds on one universe's rule answers (nodes, rules), handed to its chunks' tasks."""
@@ -171,3 +172,50 @@ def _summed(values: np.ndarray, parent: np.ndarray, n_parents: int) -> np.ndarra
     out = np.zeros((n_parents, values.shape[1]), dtype=np.int64)
     np.add.at(out, parent, values)
     return out
+
+
+# --- the driver's side: the bounds of a run's levels, from what its universes have published or measured ---------
+
+
+def persons_bounds_of(run: ReleaseRun, level: int) -> LevelBounds | None:
+    """Step 1 for a level of ``run`` (the persons'): their bounds from the units' invariants (None: no rule)."""
+    units = stage_output(run.units, "the units universe")
+    tree = stage_output(run.tree, "the geography")
+    rules = level_rules(run.config, run.config.levels[level].name, structural_zero_mask(run.config))
+    if rules is None:
+        return None
+    total = next((i.values[:, 0] for i in run.invariants.get(level, []) if i.name == TOTAL), None)
+    return persons_level_bounds(rules, units.schema, structural_zero_mask(units.config),
+                                [(i.name, i.values) for i in units.invariants.get(level, [])], total,
+                                tree.n_nodes(level))
+
+
+def units_bounds_of(run: ReleaseRun, answers: list[np.ndarray]) -> dict[int, LevelBounds]:
+    """Step 2 for every level, from the persons' published blocks (``answers``, their tasks' ``RULE_ANSWERS`` in
+    node order): the units' bounds."""
+    units = stage_output(run.units, "the units universe")
+    tree = stage_output(run.tree, "the geography")
+    rules = level_rules(run.config, None, structural_zero_mask(run.config))
+    if rules is None or not answers:
+        return {}
+    lowest = tree.depth - 1
+    lower, upper = units_range(rules, units.schema, structural_zero_mask(units.config),
+                               [(i.name, i.values) for i in units.invariants.get(lowest, [])], tree.n_nodes(lowest))
+    return units_level_bounds(run.config, rules, np.concatenate(answers), lower, upper, tree)
+
+
+def record_limits(run: ReleaseRun) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None:
+    """The persons' bounds every block's records must keep (the units, measured first, give their invariants): the
+    groups check them as they measure, and the run is refused by category if one is broken."""
+    if not run.main or run.units is None:
+        return None
+    bounds = persons_bounds_of(run, len(run.config.levels) - 1)
+    return (bounds.matrix, bounds.lower, bounds.upper) if bounds is not None else None
+
+
+def check_same_chunks(run: ReleaseRun, level: int) -> None:
+    """The units' lowest tasks read their persons by chunk index: refuse measurements chunked otherwise."""
+    units = stage_output(run.units, "the units universe")
+    if [c[:2] for c in run.chunk_plan[level]] != [c[:2] for c in units.chunk_plan[level]]:
+        raise CensusDPError("the units' measurements are not in the persons' chunks (measured by an earlier "
+                            "version): release again")

@@ -79,7 +79,7 @@ class ReleaseRun:
     expected_errors: dict[str, Any] = field(default_factory=dict)  # main P.L. counts' standard errors (tabulate)
     # their computation, started on the runner beside the lowest level's reconciliation (release.stages.reconcile)
     pending_expected_errors: Callable[[], tuple[dict[str, Any], str | None]] | None = None
-    disagreements: dict[str, int] = field(default_factory=dict)  # blocks where persons and units disagree
+    disagreements: dict[str, int] = field(default_factory=dict)  # (units) blocks where the universes disagree
     warnings: list[str] = field(default_factory=list)
     measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)
     manifest_extra: dict[str, Any] = field(default_factory=dict)
@@ -94,8 +94,8 @@ class ReleaseRun:
     units: ReleaseRun | None = None
     main: bool = True
     partition: int | None = None  # the partition level both universes are measured at (release.measuring)
-    # persons and units tied together (release.persons_units): each level's bounds on this universe's rule answers,
-    # and (units) the lowest outputs whose summary tables its lowest tasks write
+    # the units universe's, tied to the persons (release.persons_units): each level's bounds on its rule answers,
+    # set once the persons' blocks are published, and the lowest outputs whose summary tables its lowest tasks write
     bounds: dict[int, Any] = field(default_factory=dict)
     lowest_outputs: Any = None
 

@@ -31,13 +31,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import scipy.sparse as sp
 
 from pipeline.budget.ledger.charges import ChargeStatus, FailureReason
 from pipeline.config.ledger_location import public_config_raw
 from pipeline.config.model import ReleaseConfig
-from pipeline.config.schema import TOTAL
 from pipeline.dp.random_source import RandomSource
 from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from pipeline.io import manifest as mf
@@ -45,7 +43,7 @@ from pipeline.io.measurements import measurements_digest, write_invariants
 from pipeline.io.microdata import read_input_files
 from pipeline.io.plots import budget_shares_png
 from pipeline.io.tables import LevelTableWriter
-from pipeline.io.verify import verify_run
+from pipeline.io.verify import require_promises_kept
 from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
 from pipeline.release.draws import claim_draw, claim_path
 from pipeline.release.expected_errors import compute_expected_errors, expected_errors_job
@@ -65,7 +63,7 @@ from pipeline.release.measuring import (
 )
 from pipeline.release.memory import large_allocations_mapped, return_freed_memory, system_arrow_pool
 from pipeline.release.only_child import only_child_levels
-from pipeline.release.persons_units import level_rules, persons_level_bounds, units_level_bounds, units_range
+from pipeline.release.persons_units import check_same_chunks, persons_bounds_of, record_limits, units_bounds_of
 from pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWERS, ChunkTask, reconcile_chunk
 from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
@@ -78,7 +76,7 @@ from pipeline.release.run import (  # noqa: F401 - part of this module's interfa
 )
 from pipeline.release.runner import make_runner, records_on_workers
 from pipeline.release.shared_tree import geography_tree
-from pipeline.release.support import merge_reports, structural_zero_mask
+from pipeline.release.support import merge_reports
 from pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
 from pipeline.release.tasks import chunk_tasks
 from pipeline.release.universes import units_markdown, units_section, with_disagreements
@@ -205,17 +203,6 @@ def measure(run: ReleaseRun, runner: Any = None) -> None:
     (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
 
-def record_limits(run: ReleaseRun) -> tuple[Any, np.ndarray, np.ndarray] | None:
-    """The persons-per-unit bounds every block's records must keep (the units, measured first, give their
-    invariants): the groups check them as they measure, and the run is refused by category if one is broken."""
-    if not run.main or run.units is None or not run.config.persons_per_unit:
-        return None
-    lowest = len(run.config.levels) - 1
-    persons_bounds(run, lowest)
-    bounds = run.bounds.pop(lowest, None)
-    return (bounds.matrix, bounds.lower, bounds.upper) if bounds is not None else None
-
-
 def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     """Reconcile one level against its (already fixed) parent level, round, and write its table.  With a units
     universe the persons come first, within the bounds the units' invariants imply, then the units within those
@@ -225,13 +212,12 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     name = run.config.levels[level].name
     lowest = level == tree.depth - 1
-    if run.units is not None:
-        persons_bounds(run, level)
-        if lowest and _spans(run, level) != _spans(run.units, level):  # the units' tasks read the persons' by index
-            raise CensusDPError("the units' measurements are not in the persons' chunks (measured by an earlier "
-                                "version): release again")
+    if run.units is not None and lowest:
+        check_same_chunks(run, level)
+    # the persons' bounds come from the units' invariants; the units' were set as the persons' blocks were published
+    bounds = persons_bounds_of(run, level) if run.units is not None else run.bounds.get(level)
     outputs = lowest_outputs(run) if run.main and lowest else None
-    tasks = chunk_tasks(run, level, outputs)
+    tasks = chunk_tasks(run, level, outputs, bounds)
     log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
     own_runner, runner = runner is None, runner or make_runner("local")
     if outputs is not None and (job := expected_errors_job(run)) is not None:  # design only: starts now, on Dask
@@ -265,10 +251,9 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
         finish_lowest_outputs(outputs, len(parts), found, [Path(outputs.level_table),
                                                            *([Path(outputs.microdata)] if outputs.microdata else [])])
         run.units.lowest_outputs = outputs
-        units_bounds(run, [a for a in answers if a is not None])
+        run.units.bounds = units_bounds_of(run, [a for a in answers if a is not None])
     elif outputs is not None:
-        if (disagreements := finish_lowest_outputs(outputs, len(parts), found)) is not None:
-            run.disagreements = disagreements
+        finish_lowest_outputs(outputs, len(parts), found)
     elif lowest and run.lowest_outputs is not None:  # the units' lowest level: every lowest output is written
         if (disagreements := finish_lowest_outputs(run.lowest_outputs, len(parts), found)) is not None:
             run.disagreements = disagreements
@@ -278,36 +263,6 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     _record_level(run, level, reports)
     if lowest:
         run.drop_invariants()
-
-
-def persons_bounds(run: ReleaseRun, level: int) -> None:
-    """Step 1 of ``release.persons_units`` for a level: the persons' bounds from the units' invariants."""
-    units = stage_output(run.units, "the units universe")
-    tree = stage_output(run.tree, "the geography")
-    rules = level_rules(run.config, run.config.levels[level].name, structural_zero_mask(run.config))
-    if rules is None:
-        return
-    total = next((i.values[:, 0] for i in run.invariants.get(level, []) if i.name == TOTAL), None)
-    run.bounds[level] = persons_level_bounds(rules, units.schema, structural_zero_mask(units.config),
-                                             [(i.name, i.values) for i in units.invariants.get(level, [])], total,
-                                             tree.n_nodes(level))
-
-
-def units_bounds(run: ReleaseRun, answers: list[np.ndarray]) -> None:
-    """Step 2 of ``release.persons_units`` for every level, from the published blocks' persons: the units' bounds."""
-    units = stage_output(run.units, "the units universe")
-    tree = stage_output(run.tree, "the geography")
-    rules = level_rules(run.config, None, structural_zero_mask(run.config))
-    if rules is None or not answers:
-        return
-    lowest = tree.depth - 1
-    lower, upper = units_range(rules, units.schema, structural_zero_mask(units.config),
-                               [(i.name, i.values) for i in units.invariants.get(lowest, [])], tree.n_nodes(lowest))
-    units.bounds = units_level_bounds(run.config, rules, np.concatenate(answers), lower, upper, tree)
-
-
-def _spans(run: ReleaseRun, level: int) -> list[tuple[int, int]]:
-    return [(start, stop) for start, stop, _ in run.chunk_plan[level]]
 
 
 def _stacked(parts: list[sp.csr_matrix]) -> sp.csr_matrix:
@@ -366,7 +321,7 @@ def publish(run: ReleaseRun) -> Path:
         run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
     for universe in run.universes():  # the measure stage's claim is the run's own bookkeeping, not published
         claim_path(universe.work_dir, MEASURE_CLAIM).unlink(missing_ok=True)
-    check_published(run)
+    require_promises_kept(run.work_dir)  # recomputed from the files as written: a broken one publishes nothing
     run.work_dir.rename(run.final_dir)
     run.published = Published(run.final_dir, report, shares_png)
     ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed
@@ -377,17 +332,6 @@ def publish(run: ReleaseRun) -> Path:
             log.warning("published, but the ledger status could not be updated (%s)", type(error).__name__)
     log.info("published %s", run.final_dir)
     return run.final_dir
-
-
-def check_published(run: ReleaseRun) -> None:
-    """Every promise the release makes, recomputed from the files as written (``censusdp verify``'s checks, on the
-    bytes a user will read, not on the arrays they were written from); any violation and nothing is published.
-    The message names rules and levels, never a count of the tables."""
-    broken = [check for check in verify_run(run.work_dir) if check.violations]
-    if broken:
-        rules = "; ".join(f"{c.rule} [{c.level}]" if c.level else c.rule for c in broken[:5])
-        raise CensusDPError(f"the release breaks {len(broken)} of its own rules ({rules}): nothing was published "
-                            "(an internal error: please report it)")
 
 
 def ledger_section(run: ReleaseRun) -> dict[str, Any] | None:
@@ -429,6 +373,7 @@ class Stage:
     per_level: bool = False  # called once per level, top-down: function(run, level[, runner])
     needs_runner: bool = False  # also given the chunk runner (local or Dask)
     per_universe: bool = False  # also called on the units universe's run (ReleaseRun.universes)
+    persons_first: bool = False  # per universe, the persons' run before the units' (else the units' first)
 
 
 # The one stage sequence: the plain run, the Prefect flow, post-processing re-runs and --resume iterate it.
@@ -438,7 +383,8 @@ STAGES = (
     Stage("validate-values", "validate_inputs", needs_runner=True, per_universe=True),
     Stage("measure", "measure", needs_runner=True, per_universe=True),
     Stage("estimate", "estimate", needs_runner=True, per_universe=True),
-    Stage("reconcile", "reconcile", per_level=True, needs_runner=True, per_universe=True),
+    # the persons first: the units are reconciled within the bounds the published persons imply
+    Stage("reconcile", "reconcile", per_level=True, needs_runner=True, per_universe=True, persons_first=True),
     Stage("tabulate", "tabulate"),
     Stage("publish", "publish"),
 )
@@ -465,8 +411,7 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
         runner = make_runner(run.config.runner)
         for stage in stages:
             function = globals()[stage.function]  # looked up now, so a replaced stage function is the one run
-            # a per-level stage (reconcile) takes the persons first: the units are reconciled within their bounds
-            universes = run.universes()[::-1] if stage.per_level else run.universes()
+            universes = run.universes()[::-1] if stage.persons_first else run.universes()
             for target in universes if stage.per_universe else [run]:
                 if not stage.per_level:
                     result = call(stage, function, (target, runner) if stage.needs_runner else (target,))

@@ -20,7 +20,7 @@ from pipeline.dp.random_source import system_random_source
 from pipeline.release.full_information import discard_targets
 from pipeline.release.lowest_parts import LowestOutputs, lowest_part
 from pipeline.release.only_child import chain_measurements
-from pipeline.release.persons_units import level_rules
+from pipeline.release.persons_units import LevelBounds, level_rules
 from pipeline.release.reconcile_chunk import ChunkTask
 from pipeline.release.run import ReleaseRun, stage_output
 from pipeline.release.support import structural_zero_mask
@@ -44,7 +44,8 @@ class ChunkTasks:
         return tasks
 
 
-def chunk_tasks(run: ReleaseRun, level: int, outputs: LowestOutputs | None = None) -> ChunkTasks:
+def chunk_tasks(run: ReleaseRun, level: int, outputs: LowestOutputs | None = None,
+                bounds: LevelBounds | None = None) -> ChunkTasks:
     """The level's reconciliation tasks: public values and file locations only, made as they are walked.  With
     full information, once the lowest level's last task is made the GLS's scratch files are removed.  ``outputs``:
     the main universe's lowest level, whose tasks write their parts of its outputs (``release.lowest_parts``)."""
@@ -55,10 +56,11 @@ def chunk_tasks(run: ReleaseRun, level: int, outputs: LowestOutputs | None = Non
     targets = run.targets.get(level) if full else None
     if full and not (targets and targets.terms):
         raise stage_output(None, f"the GLS targets of level {name} (the estimate stage)")
-    return ChunkTasks(len(run.chunk_plan[level]), _make_tasks(run, level, tree.depth - 1, outputs))
+    return ChunkTasks(len(run.chunk_plan[level]), _make_tasks(run, level, tree.depth - 1, outputs, bounds))
 
 
-def _make_tasks(run: ReleaseRun, level: int, lowest: int, outputs: LowestOutputs | None) -> Iterator[ChunkTask]:
+def _make_tasks(run: ReleaseRun, level: int, lowest: int, outputs: LowestOutputs | None,
+                bounds: LevelBounds | None) -> Iterator[ChunkTask]:
     tree = stage_output(run.tree, "the geography")
     config = run.config
     name = config.levels[level].name
@@ -74,7 +76,6 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int, outputs: LowestOutputs
     chain = [] if full else chain_measurements(run, level)
     passes = config.level_passes(name)
     lowest_targets = targets is not None and level == lowest
-    bounds = run.bounds.get(level)  # persons and units tied together (release.persons_units)
     rules = level_rules(config, None, zeros) if outputs is not None and run.units is not None else None
     units_outputs = run.lowest_outputs if not run.main and level == lowest else None
     for index, (start, stop, located) in enumerate(run.chunk_plan[level]):
@@ -101,4 +102,3 @@ def _make_tasks(run: ReleaseRun, level: int, lowest: int, outputs: LowestOutputs
                                     else None))
     if full and level == lowest:  # every level's targets are made: the scratch files go before publish
         discard_targets(run)
-

@@ -39,10 +39,10 @@ def units_section(run: ReleaseRun) -> dict[str, Any]:
 
 
 def with_disagreements(section: dict[str, Any], run: ReleaseRun) -> dict[str, Any]:
-    """The units section with the count of blocks where the published universes disagree (``run.disagreements``,
-    counted as the lowest level was reconciled; empty when the schemas are not P.L.'s)."""
-    units = run.units.disagreements if run.units is not None else {}
-    return {**section, "disagreements": dict(units or run.disagreements)}
+    """The units section with the count of blocks where the published universes disagree (the units run's
+    ``disagreements``, counted as its lowest level was written; empty when the schemas are not P.L.'s)."""
+    units = stage_output(run.units, "the units universe")
+    return {**section, "disagreements": dict(units.disagreements)}
 
 
 RULES_ORDER = ("the persons are reconciled first, every level, within the bounds the units' invariants imply; then "

@@ -24,3 +24,14 @@ def release_dir(capsys: pytest.CaptureFixture[str], config: Path, *extra: str, s
     code, out, err = release(capsys, config, *extra, seed=seed)
     assert code == 0, err
     return Path(out.splitlines()[-1])
+
+
+def units_config(folder: Path, data: Path, dataset: str = "units-state") -> Path:
+    """The pl94 preset (with its [units] universe) on a synthetic state's files (the test's installation ledger)."""
+    config = folder / "pl94.toml"
+    assert main(["init", "--preset", "pl94", "--out", str(config)]) == 0
+    text = config.read_text()
+    for name in ("microdata", "geography", "units"):
+        text = text.replace(f'"{name}.parquet"', f'"{data / f"{name}.parquet"}"')
+    config.write_text(text.replace('dataset = "pl94-state"', f'dataset = "{dataset}"'))
+    return config

@@ -16,20 +16,7 @@ from pipeline.release.persons_units import level_rules, persons_bound, units_lev
 from pipeline.release.support import structural_zero_mask
 from pipeline.synth.population import write_synthetic
 from postprocess import UNBOUNDED
-from tests.helpers.releases import cli, release, release_dir
-
-
-def configure(folder: Path, data: Path, dataset: str = "units-state") -> Path:
-    """The pl94 preset (with its [units] universe) on the synthetic state (the test's installation ledger)."""
-    from pipeline.cli import main
-
-    config = folder / "pl94.toml"
-    assert main(["init", "--preset", "pl94", "--out", str(config)]) == 0
-    text = config.read_text()
-    for name in ("microdata", "geography", "units"):
-        text = text.replace(f'"{name}.parquet"', f'"{data / f"{name}.parquet"}"')
-    config.write_text(text.replace('dataset = "pl94-state"', f'dataset = "{dataset}"'))
-    return config
+from tests.helpers.releases import cli, release, release_dir, units_config
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +29,7 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("preset", ["pl94", "pl94-2020"])
 def test_every_level_keeps_every_rule(synthetic: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                       preset: str) -> None:
-    config_path = configure(tmp_path, synthetic)
+    config_path = units_config(tmp_path, synthetic)
     if preset == "pl94-2020":
         from pipeline.cli.commands import preset_text
 
@@ -86,7 +73,7 @@ def test_data_that_break_a_rule_are_named_by_check_and_refused_after_the_charge(
     block = units.filter(pl.col("GQTYPE") != "000")["geocode"][0]
     broken = tmp_path / "units.parquet"  # a block's facilities gone: its group-quarters persons live nowhere
     units.filter(~((pl.col("geocode") == block) & (pl.col("GQTYPE") != "000"))).write_parquet(broken)
-    config_path = configure(tmp_path, synthetic, dataset="broken-units")
+    config_path = units_config(tmp_path, synthetic, dataset="broken-units")
     config_path.write_text(config_path.read_text().replace(str(synthetic / "units.parquet"), str(broken)))
     code, _, err = cli(capsys, "check", str(config_path))
     assert code != 0 and block in err and "group quarters" in err
@@ -153,7 +140,7 @@ def test_publish_checks_what_it_wrote(synthetic: Path, tmp_path: Path, capsys: p
         table.with_columns(pl.col("P1_003N") + 1).write_parquet(path)
 
     monkeypatch.setattr(stages, "tabulate", corrupting)
-    code, _, err = release(capsys, configure(tmp_path, synthetic, dataset="corrupted"))
+    code, _, err = release(capsys, units_config(tmp_path, synthetic, dataset="corrupted"))
     assert code != 0 and "breaks" in err and "county" in err
     assert not [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
 
@@ -174,7 +161,7 @@ def test_units_measured_in_other_chunks_are_refused(synthetic: Path, tmp_path: P
         real_reconcile(run, level, runner)
 
     monkeypatch.setattr(stages, "reconcile", regrouped)
-    config = configure(tmp_path, synthetic, dataset="regrouped")
+    config = units_config(tmp_path, synthetic, dataset="regrouped")
     config.write_text(config.read_text().replace("[postprocess]\n", "[postprocess]\nchunk_cells = 40000\n"))
     code, _, err = release(capsys, config)
     assert code != 0 and "chunks" in err

@@ -12,7 +12,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.cli import main
 from pipeline.config.load import load_config
 from pipeline.errors import ConfigError
 from pipeline.evaluate.compare import evaluate
@@ -21,7 +20,7 @@ from pipeline.io.measurements import measurements_digest
 from pipeline.release import lowest_parts, stages
 from pipeline.release import run as run_module
 from pipeline.synth.population import write_synthetic
-from tests.helpers.releases import cli, release, release_dir
+from tests.helpers.releases import cli, release, release_dir, units_config
 
 
 @pytest.fixture(scope="module")
@@ -29,17 +28,6 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = tmp_path_factory.mktemp("units-data")
     write_synthetic(4000, 3, data)
     return data
-
-
-def configure(folder: Path, data: Path, dataset: str = "units-state") -> Path:
-    """The pl94 preset (with its [units] universe) on the synthetic state (the test's installation ledger)."""
-    config = folder / "pl94.toml"
-    assert main(["init", "--preset", "pl94", "--out", str(config)]) == 0
-    text = config.read_text()
-    for name in ("microdata", "geography", "units"):
-        text = text.replace(f'"{name}.parquet"', f'"{data / f"{name}.parquet"}"')
-    config.write_text(text.replace('dataset = "pl94-state"', f'dataset = "{dataset}"'))
-    return config
 
 
 def true_housing_units(data: Path) -> dict[str, int]:
@@ -50,7 +38,7 @@ def true_housing_units(data: Path) -> dict[str, int]:
 def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    config_path = configure(tmp_path, synthetic)
+    config_path = units_config(tmp_path, synthetic)
     # chunks of a few blocks: the lowest level's tables, microdata and disagreements are written chunk by chunk
     config_path.write_text(config_path.read_text().replace("[postprocess]\n", "[postprocess]\nchunk_cells = 40000\n"))
     config = load_config(config_path)
@@ -156,12 +144,12 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
 def test_the_units_file_belongs_to_the_dataset_too(synthetic: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """Changed persons with the same units file is still the dataset: the budget follows either file."""
-    config_path = configure(tmp_path, synthetic)
+    config_path = units_config(tmp_path, synthetic)
     release_dir(capsys, config_path)
     people = pl.read_parquet(synthetic / "microdata.parquet")
     people.slice(1).write_parquet(tmp_path / "fewer.parquet")  # another persons file
     (tmp_path / "other").mkdir()
-    other = configure(tmp_path / "other", synthetic, dataset="looks-new")  # the same installation ledger
+    other = units_config(tmp_path / "other", synthetic, dataset="looks-new")  # the same installation ledger
     code, out, err = release(capsys, other, "--microdata", str(tmp_path / "fewer.parquet"))
     assert code == 0, err
     manifest = json.loads((Path(out.splitlines()[-1]) / "manifest.json").read_text())
@@ -187,7 +175,7 @@ def test_the_units_file_belongs_to_the_dataset_too(synthetic: Path, tmp_path: Pa
 
 def test_no_units_releases_the_persons_only(synthetic: Path, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    config_path = configure(tmp_path, synthetic)
+    config_path = units_config(tmp_path, synthetic)
     run_dir = release_dir(capsys, config_path, "--no-units")
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert "units" not in manifest and not (run_dir / "units").exists()
@@ -196,7 +184,7 @@ def test_no_units_releases_the_persons_only(synthetic: Path, tmp_path: Path,
 
 
 def test_units_need_the_geography_file(synthetic: Path, tmp_path: Path) -> None:
-    config_path = configure(tmp_path, synthetic)
+    config_path = units_config(tmp_path, synthetic)
     text = "\n".join(x for x in config_path.read_text().splitlines() if not x.startswith("geography = "))
     config_path.write_text(text)
     with pytest.raises(ConfigError) as caught:
@@ -207,7 +195,7 @@ def test_units_need_the_geography_file(synthetic: Path, tmp_path: Path) -> None:
 
 def test_a_rerun_and_a_resume_carry_the_units(synthetic: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    config_path = configure(tmp_path, synthetic)
+    config_path = units_config(tmp_path, synthetic)
     real = stages.reconcile
 
     def crash_in_the_units(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
@@ -261,7 +249,7 @@ def test_a_bad_unit_value_is_a_charged_failure_naming_a_category_only(synthetic:
     secret = "999"  # a value outside the domain, after the charge: its row and value must not be told
     units.with_columns(pl.when(pl.int_range(pl.len()) == 17).then(pl.lit(secret)).otherwise(pl.col("GQTYPE"))
                        .alias("GQTYPE")).write_parquet(tmp_path / "bad-units.parquet")
-    config_path = configure(tmp_path, synthetic)
+    config_path = units_config(tmp_path, synthetic)
     code, out, err = release(capsys, config_path, "--units", str(tmp_path / "bad-units.parquet"))
     assert code != 0 and "after the budget was charged" in err and "--units" in err
     assert secret not in err and "row 18" not in err
