@@ -25,10 +25,10 @@ from math import prod
 
 import numpy as np
 
-from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, solve_gls
-from postprocess.gls_algebra import QuerySpec, answer
-from postprocess.gls_areas import area_estimates, area_terms, area_variances
-from postprocess.gls_tree import children_matrix
+from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, solve_gls
+from censusdp.postprocess.gls_algebra import QuerySpec, answer
+from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
+from censusdp.postprocess.gls_tree import children_matrix
 
 SHAPE = (8, 2, 2, 63)
 INST = (0, 1, 1, 1, 1, 2, 2, 2)  # household, institutional, noninstitutional

@@ -27,14 +27,14 @@ import numpy as np
 import polars as pl
 from real_data import release
 
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.evaluate.compare import true_histograms
-from pipeline.io.run_folder import load_run
-from pipeline.synth.population import write_synthetic
-from pipeline.uncertainty.areas import area_variables, write_areas
-from pipeline.uncertainty.gls import gls_levels, redrawn_measurements
-from postprocess.gls import solve_gls
-from postprocess.gls_areas import area_estimates, area_terms, area_variances
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.evaluate.compare import true_histograms
+from censusdp.pipeline.io.run_folder import load_run
+from censusdp.pipeline.synth.population import write_synthetic
+from censusdp.pipeline.uncertainty.areas import area_variables, write_areas
+from censusdp.pipeline.uncertainty.gls import gls_levels, redrawn_measurements
+from censusdp.postprocess.gls import solve_gls
+from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
 
 SIZES = ((0, 100, "<= 100"), (101, 9_999, "100-10k"), (10_000, 10**12, ">= 10k"))
 Z = 1.959963984540054
@@ -118,7 +118,7 @@ def main() -> None:
 
 def summary_table_accuracy(truth: Path, run_dir: Path) -> None:
     """``censusdp evaluate``'s mean absolute error of each P table over its variables, per level."""
-    from pipeline.evaluate.compare import evaluate
+    from censusdp.pipeline.evaluate.compare import evaluate
 
     metrics = evaluate(truth, run_dir).filter(pl.col("query").str.contains(r"^[PH]\d$") & (pl.col("metric") == "mae")
                                               & (pl.col("group") == "all"))

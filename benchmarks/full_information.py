@@ -21,7 +21,7 @@ from pathlib import Path
 
 from real_data import evaluated, mae_table, print_table, release
 
-from pipeline.release.finish import postprocess_run
+from censusdp.pipeline.release.finish import postprocess_run
 
 REPO = Path(__file__).resolve().parent.parent
 QUERIES = ["total", "detailed", "hispanic * cenrace", "votingage"]

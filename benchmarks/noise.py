@@ -21,16 +21,16 @@ from fractions import Fraction
 
 import numpy as np
 
-from pipeline.dp import gaussian_table as noise_table
-from pipeline.dp import laplace_table as noise_laplace_table
-from pipeline.dp.noise import (
+from censusdp.pipeline.dp import gaussian_table as noise_table
+from censusdp.pipeline.dp import laplace_table as noise_laplace_table
+from censusdp.pipeline.dp.noise import (
     LAPLACE_TABLE_MAX_SCALE,
     sample_discrete_gaussian,
     sample_discrete_gaussian_cks,
     sample_discrete_laplace,
     sample_discrete_laplace_cks,
 )
-from pipeline.dp.random_source import system_random_source
+from censusdp.pipeline.dp.random_source import system_random_source
 
 SIGMA2 = ["1/20", "1/2", "5", "7/3", "50", "500", "1000003/7", "1000000"]
 LAPLACE_SCALES = ["1/20", "1/2", "1", "7/3", "100", "256", "1000", "10000", "1000000", "10000001"]

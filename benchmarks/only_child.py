@@ -23,9 +23,9 @@ from pathlib import Path
 
 from real_data import evaluated, mae_table, print_table, release
 
-import pipeline.release.only_child as only_child
-import pipeline.release.stages as stages
-from pipeline.release.finish import postprocess_run
+import censusdp.pipeline.release.only_child as only_child
+import censusdp.pipeline.release.stages as stages
+from censusdp.pipeline.release.finish import postprocess_run
 
 REPO = Path(__file__).resolve().parent.parent
 QUERIES = ["total", "detailed"]

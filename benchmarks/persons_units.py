@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 from real_data import LEVEL_ORDER, release
 
-from pipeline.cli import main as cli
+from censusdp.pipeline.cli import main as cli
 
 AREA_BLOCKS = 60
 WIDTHS = {"us": 0, "state": 2, "county": 5, "tract": 11, "block_group": 12, "block": 15}
@@ -76,7 +76,7 @@ def measure(data: Path, preset: str, seed: int, folder: Path) -> dict[str, objec
             result[f"occupied_mae_{level}"] = float((joined["H1_002N"] - joined["true_occupied"]).abs().mean())
     result.update(areas(run, data, folder))
     try:
-        from pipeline.io.verify import verify_run  # this version's promises, checked on what it published
+        from censusdp.pipeline.io.verify import verify_run  # this version's promises, checked on what it published
     except ImportError:
         result["violations"] = None
     else:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.cli import main
-from pipeline.cli.commands import preset_text
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.cli.commands import preset_text
 
 LEVEL_ORDER = ["us", "state", "county", "tract", "block_group", "block"]
 
@@ -52,7 +52,7 @@ def mae_table(rows: list[pl.DataFrame]) -> pl.DataFrame:
 def evaluated(data: Path, runs: list[tuple[str, Path]], queries: list[str]) -> list[pl.DataFrame]:
     """Each run's reconciled tables against the truth, labelled, then the last run's GLS and noisy columns (the
     runs share their measurements, so those are the same for all)."""
-    from pipeline.evaluate.compare import evaluate
+    from censusdp.pipeline.evaluate.compare import evaluate
 
     rows = []
     for label, run in runs:

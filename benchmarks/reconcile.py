@@ -31,13 +31,13 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from geography.presets import US_CENSUS_LEVELS
-from geography.tree import build_tree
-from pipeline.dp.noise import sample_discrete_gaussian
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.io.histograms import all_level_histograms, lowest_histograms
-from pipeline.synth.population import synthesize
-from postprocess import QueryMeasurement, reconcile_level
+from censusdp.geography.presets import US_CENSUS_LEVELS
+from censusdp.geography.tree import build_tree
+from censusdp.pipeline.dp.noise import sample_discrete_gaussian
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histograms
+from censusdp.pipeline.synth.population import synthesize
+from censusdp.postprocess import QueryMeasurement, reconcile_level
 
 SHAPE = (8, 2, 2, 63)  # hhgq, votingage, hispanic, cenrace
 AXES = {"hhgq": 0, "votingage": 1, "hispanic": 2, "cenrace": 3}

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import psutil
 
-from pipeline.cli.commands import preset_text
-from pipeline.config.load import load_config
-from pipeline.dp.random_source import system_random_source
-from pipeline.release import stages
-from pipeline.synth.population import SyntheticFiles, write_synthetic
+from censusdp.pipeline.cli.commands import preset_text
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.dp.random_source import system_random_source
+from censusdp.pipeline.release import stages
+from censusdp.pipeline.synth.population import SyntheticFiles, write_synthetic
 
 
 def main() -> None:

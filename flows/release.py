@@ -15,13 +15,13 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.settings import hardened_prefect
-from pipeline.config.model import ReleaseConfig
-from pipeline.config.options import insecure_seed_is_allowed, load_release_config, random_source
-from pipeline.errors import CensusDPError, type_only_errors
-from pipeline.release import stages
-from pipeline.uncertainty.gls import write_release_estimates
-from postprocess import ReconciliationError
+from censusdp.flows.settings import hardened_prefect
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.config.options import insecure_seed_is_allowed, load_release_config, random_source
+from censusdp.pipeline.errors import CensusDPError, type_only_errors
+from censusdp.pipeline.release import stages
+from censusdp.pipeline.uncertainty.gls import write_release_estimates
+from censusdp.postprocess import ReconciliationError
 
 PUBLIC = (ReconciliationError,)  # its messages carry sizes and statuses only, never a count
 TASK_OPTIONS = {"cache_policy": NO_CACHE, "persist_result": False, "log_prints": False, "retries": 0}

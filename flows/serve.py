@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.config.load import load_config
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.errors import CensusDPError
 
 DEPLOYMENT_NAME = "scheduled"
 
@@ -28,7 +28,7 @@ def deployment_parameters(config_path: str, out_dir: str | None) -> dict[str, An
 
 
 def make_deployment(config_path: str, cron: str, name: str = DEPLOYMENT_NAME, out_dir: str | None = None) -> Any:
-    from flows.release import release_flow
+    from censusdp.flows.release import release_flow
 
     try:
         return release_flow.to_deployment(name=name, cron=cron, parameters=deployment_parameters(config_path, out_dir))
@@ -40,7 +40,7 @@ def serve(config_path: str, cron: str, name: str = DEPLOYMENT_NAME, out_dir: str
     """Serve the deployment until interrupted (runs execute in this process)."""
     from prefect import serve as prefect_serve
 
-    from flows.settings import hardened_prefect
+    from censusdp.flows.settings import hardened_prefect
 
     with hardened_prefect():
         prefect_serve(make_deployment(config_path, cron, name, out_dir))

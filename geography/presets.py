@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from geography.levels import Level
+from censusdp.geography.levels import Level
 
 US_CENSUS_LEVELS: tuple[Level, ...] = (
     Level("us", 0),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geography.levels import Level, check_levels
+from censusdp.geography.levels import Level, check_levels
 
 # The lowest level's codes (a nation's 8M blocks) in numpy's variable-width string type: a code of up to 15 bytes is
 # held inline in 16 bytes, against 4 bytes a character (60 for a block's 15) as a fixed-width ``str_`` array.  They

@@ -4,8 +4,9 @@
     python mutation/report.py            # score, unlisted survivors (exit 1), stale entries
     python mutation/report.py --write    # also rewrite mutation/SCORE.md with the figures
 
-A surviving mutant is identified by its function and the line it changes (before and after), not by mutmut's
-number, so the survivors file stays valid when unrelated code moves.  `mutation/SURVIVORS.toml` gives each
+A surviving mutant is identified by its function's name (without its module) and the line it changes (before and
+after), not by mutmut's number nor its file, so the survivors file stays valid when code moves, within a module or
+to another.  `mutation/SURVIVORS.toml` gives each
 survivor a one-line reason; a reason starting with "equivalent:" removes it from the score's denominator
 (it cannot be killed: no behaviour changes), any other reason keeps it counted as a survivor.  Timeouts and
 crashes count as killed: the suite noticed the change.
@@ -35,14 +36,15 @@ KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 
 @dataclass(frozen=True)
 class Mutant:
-    name: str  # mutmut's, e.g. pipeline.dp.accounting.x_compose_zcdp__mutmut_3
+    name: str  # mutmut's, e.g. censusdp.pipeline.dp.accounting.x_compose_zcdp__mutmut_3
     status: str
 
     @property
     def function(self) -> str:
-        module, _, mangled = self.name.rpartition(".")
+        """The function or Class.method, without its module: a survivor stays listed when its function moves."""
+        mangled = self.name.rpartition(".")[2]
         mangled = re.sub(r"__mutmut_\d+$", "", mangled).removeprefix("x_").removeprefix("xǁ")
-        return f"{module}.{mangled.replace('ǁ', '.')}"
+        return mangled.replace("ǁ", ".")
 
 
 def mutmut_results(globs: list[str] | None = None) -> list[Mutant]:
@@ -84,7 +86,7 @@ def listed_survivors() -> dict[tuple[str, str, str], str]:
 
 def todo_entries(report: Report) -> str:
     """TOML stubs for the unlisted survivors, to be given a reason (or killed by a new test)."""
-    return "\n".join(f"[[survivor]]  # {m.name} ({m.status})\nfunction = {json.dumps(m.function)}\n"
+    return "\n".join(f"[[survivor]]  # {m.status}\nfunction = {json.dumps(m.function)}\n"
                      f"before = {json.dumps(before)}\nafter = {json.dumps(after)}\nreason = \"\"\n"
                      for m, before, after in report.unlisted)
 
@@ -172,8 +174,8 @@ def score_page(text: str) -> str:
     import subprocess
     from datetime import date
 
-    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE, capture_output=True,
                            text=True).stdout.strip()
     return (f"# Mutation score of the privacy modules\n\nscored commit: {head}"
             f"{' (plus the uncommitted changes of the commit that adds this file)' if dirty else ''}\n"
@@ -188,7 +190,7 @@ def write_tests_by_module() -> None:
     stats = json.loads(Path("mutants/mutmut-stats.json").read_text())["tests_by_mangled_function_name"]
     by_module: dict[str, set[str]] = {}
     for function, tests in stats.items():
-        module = function.rsplit(".", 1)[0].replace(".", "/") + ".py"
+        module = function.rsplit(".", 1)[0].removeprefix("censusdp.").replace(".", "/") + ".py"
         by_module.setdefault(module, set()).update(t.split("::")[0] for t in tests)
     lines = ["# written by `python mutation/report.py --write` from mutmut's stats: the test files that run each",
              "# privacy module's functions (mutation/run.py --ci selects these tests only)"]
@@ -225,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample:
         checked = sum(n for status, n in report.counts.items() if status != "not checked")
         if not checked:
-            print("WARNING: no mutant of the sample could be checked within the budget")
+            print("FAILED: no mutant of the sample could be checked within the budget")
+            return 2
         return 1 if report.unlisted else 0
     return 1 if report.unlisted or report.score < TARGET else 0
 

@@ -1,21 +1,27 @@
 """Run mutmut on the privacy modules: the whole set (the score in SCORE.md) or CI's bounded sample.
 
     python mutation/run.py                 # a random sample of the mutants (--fraction, --size, --seed)
-    python mutation/run.py --fraction 1    # every mutant of [tool.mutmut] only_mutate (many hours on 2 cores)
-    python mutation/run.py --functions 'pipeline.dp.pld.x__power__mutmut_*'   # one function's mutants, narrowed
+    python mutation/run.py --fraction 1 --write   # every mutant of [tool.mutmut] only_mutate (hours on 2 cores),
+                                                  # then SCORE.md and tests_by_module.toml rewritten
+    python mutation/run.py --functions 'censusdp.pipeline.dp.pld.x__power__mutmut_*'   # one function's mutants
     python mutation/run.py --ci            # CI: the functions of privacy modules changed since the scored
                                            # commit (or, when none changed, a few drawn at random), in a copy
                                            # of the checkout with the test selection narrowed to their tests
 
 Both start one throw-away PostgreSQL server for the whole run ($CENSUSDP_TEST_POSTGRES_URL), so the forked
 test runs of each mutant do not each start their own.  In --ci mode a mutant that survives and is not listed in
-mutation/survivors/*.toml fails the job (exit 1); the sample is bounded by --max-functions and --budget-s.
+mutation/survivors/*.toml fails the job (exit 1), and so does a sample of which no mutant could be checked; the sample
+is bounded by --max-functions and --budget-s.
+
+mutmut names a mutant after its file's path and the tests import the code as ``censusdp.*``, so every mode runs
+mutmut in a copy of the checkout with the stage folders under ``censusdp/`` (their import names).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import random
 import re
@@ -29,7 +35,8 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SAMPLE_FILE = REPO / "mutants" / "sample.txt"
+NOTHING_CHECKED = 2  # report.py's exit status when no mutant of a sample could be checked
+STAGES = ("pipeline", "flows", "geography", "postprocess")  # installed as censusdp.<stage>
 sys.path.insert(0, str(REPO))
 
 
@@ -40,7 +47,7 @@ def mutated_modules(root: Path = REPO) -> list[str]:
 def functions_of(path: Path, lines: set[int] | None = None) -> list[str]:
     """mutmut's glob for each top-level function and method it mutates in a module (those touching `lines`, if
     given)."""
-    module = ".".join(path.with_suffix("").parts)
+    module = ".".join(("censusdp", *path.with_suffix("").parts))
     tree = ast.parse((REPO / path).read_text())
     globs = []
     for node in tree.body:
@@ -111,24 +118,39 @@ def own_tests(module: str, mapped: list[str]) -> list[str]:
     return [t for t in mirrored if Path(t).stem.startswith(f"test_{path.stem}")] or mirrored or mapped
 
 
-def narrowed_copy(globs: list[str]) -> Path:
-    """The checkout copied with only the sampled modules mutated and only their tests selected."""
+def module_path(glob: str) -> str:
+    """The repository path of the module a mutmut glob names (censusdp.pipeline.dp.cdf.x_... -> pipeline/dp/cdf.py)."""
+    return glob.split(".x")[0].removeprefix("censusdp.").replace(".", "/") + ".py"
+
+
+def staged_copy(modules: list[str], tests: list[str] | None = None) -> Path:
+    """The checkout copied as mutmut must see it (the stage folders under censusdp/), with only ``modules`` mutated
+    and, given, only ``tests`` selected."""
     copy = Path(tempfile.mkdtemp(prefix="censusdp-mutation-")) / "repo"
     tracked = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
                              text=True, check=True).stdout.split()
     for name in tracked:
         if (REPO / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, copy / name)
-    modules = sorted({g.split(".x")[0].replace(".", "/") + ".py" for g in globs})
+            target = copy / "censusdp" / name if name.split("/")[0] in STAGES else copy / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, target)
+    text = (copy / "pyproject.toml").read_text()
+    text = re.sub(r"source_paths = \[[^\]]*\]", 'source_paths = ["censusdp/"]', text)
+    text = re.sub(r"only_mutate = \[[^\]]*\]", "only_mutate = " + json.dumps([f"censusdp/{m}" for m in modules]), text)
+    if tests is not None:
+        text = re.sub(r"pytest_add_cli_args_test_selection = \[[^\]]*\]",
+                      "pytest_add_cli_args_test_selection = " + json.dumps(tests), text)
+    (copy / "pyproject.toml").write_text(text)
+    (copy.parent / "shared").symlink_to(REPO.parent / "shared")  # the tests find ../shared next to the checkout
+    return copy
+
+
+def narrowed_copy(globs: list[str]) -> Path:
+    """A staged copy with only the sampled modules mutated and only their tests selected."""
+    modules = sorted({module_path(g) for g in globs})
     tests_by_module = tomllib.loads((REPO / "mutation" / "tests_by_module.toml").read_text())
     tests = sorted({t for m in modules for t in own_tests(m, tests_by_module.get(m, []))})
-    text = (copy / "pyproject.toml").read_text()
-    text = re.sub(r"only_mutate = \[[^\]]*\]", "only_mutate = " + repr(modules).replace("'", '"'), text)
-    text = re.sub(r"pytest_add_cli_args_test_selection = \[[^\]]*\]",
-                  "pytest_add_cli_args_test_selection = " + repr(tests).replace("'", '"'), text)
-    (copy / "pyproject.toml").write_text(text)
-    return copy
+    return staged_copy(modules, tests)
 
 
 def with_test_server(argvs: list[list[str]], cwd: Path, budget_s: float | None = None) -> None:
@@ -148,10 +170,12 @@ def with_test_server(argvs: list[list[str]], cwd: Path, budget_s: float | None =
         server.stop()
 
 
-def stratified_sample(fraction: float, seed: int) -> list[str]:
-    """The same fraction of every module's mutants, drawn uniformly (at least one per module)."""
+def stratified_sample(fraction: float, seed: int, copy: Path) -> list[str]:
+    """The same fraction of every module's mutants (generated in ``copy``), drawn uniformly (at least one per
+    module)."""
     from mutation.report import mutmut_results
 
+    os.chdir(copy)  # mutmut reads its mutants from the working directory
     by_module: dict[str, list[str]] = {}
     for mutant in mutmut_results():
         by_module.setdefault(mutant.name.split(".x")[0], []).append(mutant.name)
@@ -164,44 +188,48 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ci", action="store_true", help="CI's bounded sample instead of every mutant")
     parser.add_argument("--functions", nargs="+", metavar="GLOB", help="these functions' mutants (mutmut globs, "
-                        "e.g. pipeline.dp.pld.x__power__mutmut_*) in a narrowed copy, as --ci does; exit 1 on an "
-                        "unlisted survivor")
+                        "e.g. censusdp.pipeline.dp.pld.x__power__mutmut_*) in a narrowed copy, as --ci does; exit 1 "
+                        "on an unlisted survivor")
     parser.add_argument("--max-functions", type=int, default=4)
     parser.add_argument("--budget-s", type=float, default=300.0, help="wall-clock limit of the --ci mutmut run")
     parser.add_argument("--fraction", type=float, default=0.2, help="share of every module's mutants to run")
     parser.add_argument("--size", type=int, default=250, help="then this many of those, drawn uniformly (0: all)")
     parser.add_argument("--seed", type=int, default=20261201, help="seed of both draws")
+    parser.add_argument("--write", action="store_true", help="then rewrite mutation/SCORE.md and tests_by_module.toml")
     args = parser.parse_args(argv)
-    os.chdir(REPO)  # mutmut reads [tool.mutmut] from the working directory
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the PostgreSQL server on the way out
     mutmut = [str(Path(sys.executable).with_name("mutmut")), "run", "--max-children", str(os.cpu_count() or 2)]
-    report = [sys.executable, "mutation/report.py"]
+    report = [sys.executable, str(REPO / "mutation" / "report.py")]  # run in the copy: SCORE.md is the checkout's
     if args.ci or args.functions:
         globs, changed = (args.functions, True) if args.functions else ci_sample(args.max_functions)
         copy = narrowed_copy(globs)
-        (copy.parent / "shared").symlink_to(REPO.parent / "shared")  # the tests find ../shared next to the checkout
         with_test_server([[*mutmut, *globs]], copy, args.budget_s if args.ci else None)
         code = subprocess.run([*report, "--sample", *globs], cwd=copy).returncode
         # a change must not bring unlisted survivors; functions drawn at random only report (the whole run's
-        # survivors are tracked in SCORE.md and survivors/)
-        return code if changed else 0
+        # survivors are tracked in SCORE.md and survivors/); a sample of which nothing was checked fails either way
+        return code if changed or code == NOTHING_CHECKED else 0
+    copy = staged_copy(mutated_modules())
     if args.fraction >= 1:
-        with_test_server([mutmut], REPO)
-        return subprocess.run(report, cwd=REPO).returncode
+        with_test_server([mutmut], copy)
+        return subprocess.run([*report, *argv_write(args)], cwd=copy).returncode
     # generate the mutants and collect stats (mutmut then stops: the name matches nothing), draw, run the draw
-    with_test_server([[*mutmut, "censusdp-generate-only"]], REPO)
-    names = stratified_sample(args.fraction, args.seed)
+    with_test_server([[*mutmut, "censusdp-generate-only"]], copy)
+    names = stratified_sample(args.fraction, args.seed, copy)
     if args.size:
         names = sorted(random.Random(args.seed).sample(names, min(args.size, len(names))))
-    SAMPLE_FILE.write_text(f"# fraction {args.fraction} (seed {args.seed}), then {len(names)} of those drawn uniformly "
+    sample_file = copy / "mutants" / "sample.txt"
+    sample_file.write_text(f"# fraction {args.fraction} (seed {args.seed}), then {len(names)} of those drawn uniformly "
                            f"(seed {args.seed})\n" + "\n".join(names) + "\n")
     started = time.monotonic()
-    with_test_server([[*mutmut, *names]], REPO)
-    with SAMPLE_FILE.open("a") as sample:
+    with_test_server([[*mutmut, *names]], copy)
+    with sample_file.open("a") as sample:
         sample.write(f"# wall time of the sample's mutmut run: {time.monotonic() - started:.0f} s "
                      f"({os.cpu_count()} cores)\n")
-    return subprocess.run([*report, "--names-file", str(SAMPLE_FILE)], cwd=REPO).returncode
+    return subprocess.run([*report, "--names-file", str(sample_file), *argv_write(args)], cwd=copy).returncode
 
+
+def argv_write(args: argparse.Namespace) -> list[str]:
+    return ["--write"] if args.write else []
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import ExactNumberError
+from censusdp.pipeline.errors import ExactNumberError
 
 DEFAULT_DELTA = "1e-10"  # as written: reports echo it, and float(DEFAULT_DELTA) is the value used
 DEFAULT_CHUNK_CELLS = 4_000_000

@@ -9,7 +9,7 @@ with HiGHS rounding (``rounding``) otherwise; ``report["path"]`` says which ran.
 with the run's random source when one is passed (``ties``).
 """
 
-from postprocess.problem import (
+from censusdp.postprocess.problem import (
     UNBOUNDED,
     LevelResult,
     QueryBound,
@@ -17,8 +17,8 @@ from postprocess.problem import (
     QueryMeasurement,
     ReconciliationError,
 )
-from postprocess.reconcile import reconcile_level
-from postprocess.ties import TieSource
+from censusdp.postprocess.reconcile import reconcile_level
+from censusdp.postprocess.ties import TieSource
 
 __all__ = ["UNBOUNDED", "LevelResult", "QueryBound", "QueryInvariant", "QueryMeasurement", "ReconciliationError",
            "reconcile_level", "TieSource"]

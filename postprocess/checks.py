@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess.problem import Inputs, ReconciliationError
+from censusdp.postprocess.problem import Inputs, ReconciliationError
 
 
 def check_inputs(inputs: Inputs) -> None:

@@ -28,10 +28,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess.layout import Blocks
-from postprocess.problem import Inputs, ReconciliationError
-from postprocess.rounding import SNAP
-from postprocess.ties import TieSource, priority
+from censusdp.postprocess.layout import Blocks
+from censusdp.postprocess.problem import Inputs, ReconciliationError
+from censusdp.postprocess.rounding import SNAP
+from censusdp.postprocess.ties import TieSource, priority
 
 CHUNK_ENTRIES = 1 << 22  # (problem, child) pairs handled at once: bounds the temporary arrays
 

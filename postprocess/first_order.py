@@ -33,10 +33,10 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess.fast_path import _is_identity, project
-from postprocess.layout import Batch
-from postprocess.least_squares import Term
-from postprocess.problem import Inputs
+from censusdp.postprocess.fast_path import _is_identity, project
+from censusdp.postprocess.layout import Batch
+from censusdp.postprocess.least_squares import Term
+from censusdp.postprocess.problem import Inputs
 
 RELATIVE_GAP = 1e-7  # certified f(x) - f* <= RELATIVE_GAP * f(x); Clarabel stops at a 1e-8 relative duality gap
 ABSOLUTE_GAP = 1e-18  # floor on the certified gap, in the scaled units (data of magnitude <= 1)

@@ -26,7 +26,7 @@ from math import prod
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess.gls_algebra import (
+from censusdp.postprocess.gls_algebra import (
     AxisBasis,
     QuerySpec,
     Subset,
@@ -42,7 +42,7 @@ from postprocess.gls_algebra import (
     subsets,
     unrotate,
 )
-from postprocess.gls_tree import SubspaceLevel, children_matrix, two_pass
+from censusdp.postprocess.gls_tree import SubspaceLevel, children_matrix, two_pass
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 TOLERANCE = 1e-9

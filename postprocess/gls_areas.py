@@ -31,9 +31,9 @@ from math import prod
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess.gls import GlsLevel, GlsResult, check_identifiable, gls_structure, subspace_blocks
-from postprocess.gls_algebra import AxisBasis, Subset, apply_axes, gather
-from postprocess.gls_tree import children_matrix, subtree_covariances
+from censusdp.postprocess.gls import GlsLevel, GlsResult, check_identifiable, gls_structure, subspace_blocks
+from censusdp.postprocess.gls_algebra import AxisBasis, Subset, apply_axes, gather
+from censusdp.postprocess.gls_tree import children_matrix, subtree_covariances
 
 CHUNK = 4096  # variables rotated at a time (a chunk's rotated cube is CHUNK × C floats)
 

@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, check_identifiable, subspace_blocks
-from postprocess.gls_algebra import QuerySpec, axis_bases, cell_variance, subsets, unrotate
-from postprocess.gls_stream_chunk import Below, LowestChunk, SubspaceStep, down_step, rotated_chunk, up_step
-from postprocess.gls_stream_frame import CubeStore, StreamLevel, SubspaceFrame, check_plan, subspace_frame
-from postprocess.gls_tree import _sum, children_matrix
+from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, check_identifiable, subspace_blocks
+from censusdp.postprocess.gls_algebra import QuerySpec, axis_bases, cell_variance, subsets, unrotate
+from censusdp.postprocess.gls_stream_chunk import Below, LowestChunk, SubspaceStep, down_step, rotated_chunk, up_step
+from censusdp.postprocess.gls_stream_frame import CubeStore, StreamLevel, SubspaceFrame, check_plan, subspace_frame
+from censusdp.postprocess.gls_tree import _sum, children_matrix
 
 # read(level, start, stop) -> (noisy answers per query, invariant values per invariant), each (stop - start, q_cells)
 Reader = Callable[[int, int, int], tuple[Sequence[np.ndarray], Sequence[np.ndarray]]]

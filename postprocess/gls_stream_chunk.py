@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from postprocess.gls_algebra import (
+from censusdp.postprocess.gls_algebra import (
     AxisBasis,
     QuerySpec,
     Subset,
@@ -26,7 +26,7 @@ from postprocess.gls_algebra import (
     scatter,
     unrotate,
 )
-from postprocess.gls_tree import _apply, _sum, children_matrix
+from censusdp.postprocess.gls_tree import _apply, _sum, children_matrix
 
 
 @dataclass(frozen=True)

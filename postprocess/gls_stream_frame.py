@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from postprocess.gls_algebra import QuerySpec
-from postprocess.gls_tree import _inv, _sum, children_matrix
+from censusdp.postprocess.gls_algebra import QuerySpec
+from censusdp.postprocess.gls_tree import _inv, _sum, children_matrix
 
 if TYPE_CHECKING:
-    from postprocess.gls import Pins
+    from censusdp.postprocess.gls import Pins
 
 
 @dataclass

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess.least_squares import Inequalities
-from postprocess.problem import UNBOUNDED, Inputs, ReconciliationError
+from censusdp.postprocess.least_squares import Inequalities
+from censusdp.postprocess.problem import UNBOUNDED, Inputs, ReconciliationError
 
 BATCH_VARIABLES = 20_000  # stack blocks until a batch has about this many variables (measured: flat above 5k)
 BATCH_DENSE_ENTRIES = 16_000_000  # cap on nodes x n_cells of a batch (its dense free-cell mask)

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess.layout import Batch, restrict_rows
-from postprocess.least_squares import Equalities, Inequalities, Solution, Term, solve
-from postprocess.rounding import round_batch
-from postprocess.ties import TieSource
+from censusdp.postprocess.layout import Batch, restrict_rows
+from censusdp.postprocess.least_squares import Equalities, Inequalities, Solution, Term, solve
+from censusdp.postprocess.rounding import round_batch
+from censusdp.postprocess.ties import TieSource
 
 
 @dataclass(frozen=True)

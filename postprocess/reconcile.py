@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess import fast_path, first_order
-from postprocess.checks import check_inputs, check_table
-from postprocess.layout import (
+from censusdp.postprocess import fast_path, first_order
+from censusdp.postprocess.checks import check_inputs, check_table
+from censusdp.postprocess.layout import (
     Batch,
     Blocks,
     bound_rows,
@@ -28,7 +28,7 @@ from postprocess.layout import (
     plan_blocks,
     restrict_rows,
 )
-from postprocess.least_squares import (
+from censusdp.postprocess.least_squares import (
     ABS_TOLERANCE,
     Equalities,
     Inequalities,
@@ -39,8 +39,8 @@ from postprocess.least_squares import (
     resolve_solvers,
     solve,
 )
-from postprocess.passes import RoundingMarginal, check_marginal, fix_marginals, solve_in_passes
-from postprocess.problem import (
+from censusdp.postprocess.passes import RoundingMarginal, check_marginal, fix_marginals, solve_in_passes
+from censusdp.postprocess.problem import (
     Inputs,
     LevelResult,
     QueryBound,
@@ -49,8 +49,8 @@ from postprocess.problem import (
     ReconciliationError,
     validate,
 )
-from postprocess.rounding import round_batch
-from postprocess.ties import TieSource, check_source
+from censusdp.postprocess.rounding import round_batch
+from censusdp.postprocess.ties import TieSource, check_source
 
 
 def reconcile_level(

@@ -36,10 +36,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from postprocess.layout import Batch
-from postprocess.least_squares import Inequalities
-from postprocess.problem import ReconciliationError
-from postprocess.ties import TieSource, cost_jitter, priority, snap_costs
+from censusdp.postprocess.layout import Batch
+from censusdp.postprocess.least_squares import Inequalities
+from censusdp.postprocess.problem import ReconciliationError
+from censusdp.postprocess.ties import TieSource, cost_jitter, priority, snap_costs
 
 SNAP = 1e-7  # values this close to an integer are taken as that integer before flooring
 INTEGRAL = 1e-6  # an LP solution this close to integers is integral (a vertex of a TU polytope)

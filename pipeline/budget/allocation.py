@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from pipeline.config.model import Mechanism, ReleaseConfig
-from pipeline.dp.accounting import zcdp_from_pure_dp
-from pipeline.dp.noise import gaussian_rho, gaussian_sigma2, laplace_epsilon
+from censusdp.pipeline.config.model import Mechanism, ReleaseConfig
+from censusdp.pipeline.dp.accounting import zcdp_from_pure_dp
+from censusdp.pipeline.dp.noise import gaussian_rho, gaussian_sigma2, laplace_epsilon
 
 LAPLACE_SCALE_DENOMINATOR = 10**6  # the scale is rounded up to a multiple of 1e-6: at most 1e-6 more noise
 

@@ -21,16 +21,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from pipeline.budget.allocation import QueryAllocation, composed_rho
-from pipeline.config.model import Mechanism
-from pipeline.dp.accounting import (
+from censusdp.pipeline.budget.allocation import QueryAllocation, composed_rho
+from censusdp.pipeline.config.model import Mechanism
+from censusdp.pipeline.dp.accounting import (
     advanced_composition,
     basic_composition,
     epsilon_bun_steinke,
     epsilon_cks20,
     group_privacy_zcdp,
 )
-from pipeline.dp.pld import GaussianNoise, LaplaceNoise, Noise, epsilon_pld
+from censusdp.pipeline.dp.pld import GaussianNoise, LaplaceNoise, Noise, epsilon_pld
 
 
 def noises_of(allocations: tuple[QueryAllocation, ...]) -> list[Noise]:

@@ -23,10 +23,11 @@ from math import sqrt
 from pathlib import Path
 from typing import Any
 
-from pipeline.config.load import load_config, parse_config
-from pipeline.config.model import ReleaseConfig
-from pipeline.config.toml_writer import dump_toml
-from pipeline.errors import CensusDPError
+import tomli_w
+
+from censusdp.pipeline.config.load import load_config, parse_config
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.errors import CensusDPError
 
 FLOOR_RATIO = 0.01
 LEVEL_DENOMINATOR = 1000
@@ -153,7 +154,7 @@ def optimize_budget(config_path: str | Path, weights: str | dict[str, Any], out_
                 table[key] = str(query_shares[(lv, config.schema.parse_query(key).name)])
         parse_config(raw, str(out_path), Path(config_path).resolve().parent)  # the result must load
         text = f"# written by `censusdp budget optimize` from {Path(config_path).name}: weights " + ", ".join(
-            f"{k}={w:g}" for k, w in result["weights"].items() if w > 0) + "\n" + dump_toml(raw)
+            f"{k}={w:g}" for k, w in result["weights"].items() if w > 0) + "\n" + tomli_w.dumps(raw)
         Path(out_path).write_text(text)
         result["path"] = str(out_path)
     return result

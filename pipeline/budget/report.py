@@ -6,10 +6,10 @@ import json
 from fractions import Fraction
 from typing import Any
 
-from pipeline.budget.compare import comparison_rows, epsilon_pld_of
-from pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
-from pipeline.errors import CensusDPError
-from pipeline.exact import DEFAULT_DELTA, parse_delta, parse_rational, round_text
+from censusdp.pipeline.budget.compare import comparison_rows, epsilon_pld_of
+from censusdp.pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta, parse_rational, round_text
 
 
 def _positive_fraction(text: str, name: str) -> Fraction:
@@ -25,8 +25,8 @@ def conversion(rho: Fraction, delta: float) -> dict[str, Any]:
 
 
 def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
-    from pipeline.budget.allocation import allocate
-    from pipeline.config.load import load_config
+    from censusdp.pipeline.budget.allocation import allocate
+    from censusdp.pipeline.config.load import load_config
 
     config = load_config(path)
     delta = parse_delta(delta_text, "--delta") if delta_text else config.budget.delta
@@ -52,8 +52,8 @@ def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
 
 def _units_budget(persons_rho: Fraction, units: Any, delta: float) -> dict[str, Any]:
     """The housing-unit universe's own allocation, and the per-person bound the ledger charges for both."""
-    from pipeline.budget.allocation import allocate
-    from pipeline.dp.accounting import per_person_rho
+    from censusdp.pipeline.budget.allocation import allocate
+    from censusdp.pipeline.dp.accounting import per_person_rho
 
     return {**conversion(units.budget.rho, delta),
             "per_person": conversion(per_person_rho(persons_rho, units.budget.rho), delta),

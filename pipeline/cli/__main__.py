@@ -1,7 +1,7 @@
-"""``python -m pipeline.cli``: the console script without installing it."""
+"""``python -m censusdp.pipeline.cli``: the console script without installing it."""
 
 import sys
 
-from pipeline.cli.main import main
+from censusdp.pipeline.cli.main import main
 
 sys.exit(main())

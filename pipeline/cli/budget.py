@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.errors import CensusDPError
 
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 SUBCOMMANDS = ("show", "optimize")
@@ -48,7 +48,7 @@ def add_budget(sub: Sub) -> None:
 
 
 def cmd_budget_show(args: argparse.Namespace) -> int:
-    from pipeline.budget.report import budget_command
+    from censusdp.pipeline.budget.report import budget_command
 
     print(budget_command(args.config, args.rho, args.epsilon, args.delta, args.json))
     return 0
@@ -56,7 +56,7 @@ def cmd_budget_show(args: argparse.Namespace) -> int:
 
 def cmd_budget_optimize(args: argparse.Namespace) -> int:
     """Print the optimised shares and the weighted expected variance before and after."""
-    from pipeline.budget.optimize import optimize_budget
+    from censusdp.pipeline.budget.optimize import optimize_budget
 
     if not args.weights:
         raise CensusDPError("budget optimize: --weights must not be empty")

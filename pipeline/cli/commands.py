@@ -13,22 +13,22 @@ from contextlib import nullcontext
 from importlib import resources
 from pathlib import Path
 
-from pipeline.config.ledger_location import LEDGER_ENV
-from pipeline.config.model import Format
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.config.ledger_location import LEDGER_ENV
+from censusdp.pipeline.config.model import Format
+from censusdp.pipeline.errors import CensusDPError
 
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def preset_names() -> list[str]:
-    return sorted(p.name.removesuffix(".toml") for p in resources.files("pipeline.config").joinpath("presets")
+    return sorted(p.name.removesuffix(".toml") for p in resources.files("censusdp.pipeline.config").joinpath("presets")
                   .iterdir() if p.name.endswith(".toml"))
 
 
 def preset_text(name: str) -> str:
     if name not in preset_names():
         raise CensusDPError(f"unknown preset {name!r} (available: {', '.join(preset_names())})")
-    return resources.files("pipeline.config").joinpath("presets", f"{name}.toml").read_text()
+    return resources.files("censusdp.pipeline.config").joinpath("presets", f"{name}.toml").read_text()
 
 
 def add_init(sub: Sub) -> None:
@@ -66,8 +66,8 @@ def add_synth(sub: Sub) -> None:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from pipeline.synth.nation import PIECE_PERSONS, write_synthetic_nation
-    from pipeline.synth.population import write_synthetic
+    from censusdp.pipeline.synth.nation import PIECE_PERSONS, write_synthetic_nation
+    from censusdp.pipeline.synth.population import write_synthetic
 
     if args.states is None and args.piece_persons is not None:
         raise CensusDPError("--piece-persons needs --states")
@@ -114,7 +114,7 @@ def add_release(sub: Sub) -> None:
 def run_release_command(config: str, out: str | None, microdata: str | None, geography: str | None,
                         fmt: str | None, rho: str | None, no_prefect: bool, insecure_seed: int | None,
                         runner: str | None = None, units: str | None = None, no_units: bool = False) -> Path:
-    from pipeline.config.options import insecure_seed_allowed, load_release_config, random_source
+    from censusdp.pipeline.config.options import insecure_seed_allowed, load_release_config, random_source
 
     if insecure_seed is not None:
         print("censusdp: WARNING: --insecure-seed: noise is reproducible; this run is NOT publishable",
@@ -122,14 +122,14 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
     # the flow accepts a seed only from this call (never from a deployment parameter alone)
     with insecure_seed_allowed() if insecure_seed is not None else nullcontext():
         if no_prefect:
-            from pipeline.release.stages import run_release
-            from pipeline.uncertainty.gls import write_release_estimates
+            from censusdp.pipeline.release.stages import run_release
+            from censusdp.pipeline.uncertainty.gls import write_release_estimates
 
             cfg = load_release_config(config, microdata, geography, fmt, rho, runner, units, no_units)
             root = Path(out).resolve() if out else cfg.output.dir
             return run_release(cfg, root, random_source(insecure_seed), write_estimates=write_release_estimates)
-        from flows.release import release_flow
-        from flows.settings import hardened_prefect
+        from censusdp.flows.release import release_flow
+        from censusdp.flows.settings import hardened_prefect
 
         with hardened_prefect():  # before the flow call: the embedded server starts with the hardened settings
             return Path(release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
@@ -140,9 +140,9 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
 def cmd_release(args: argparse.Namespace) -> int:
     started = time.monotonic()
     if args.resume:
-        from pipeline.config.load import load_config
-        from pipeline.release.finish import resume_release
-        from pipeline.uncertainty.gls import write_release_estimates
+        from censusdp.pipeline.config.load import load_config
+        from censusdp.pipeline.release.finish import resume_release
+        from censusdp.pipeline.uncertainty.gls import write_release_estimates
 
         if (args.rho or args.microdata or args.geography or args.fmt or args.insecure_seed is not None
                 or args.units or args.no_units):
@@ -171,10 +171,10 @@ def add_check(sub: Sub) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     """Every check a release makes, before and after its charge, with precise errors.  Its output names rows of
     the confidential data: only someone allowed to read the microdata may run it; deployments never expose it."""
-    from pipeline.config.options import load_release_config
-    from pipeline.errors import InputError, InputProblem
-    from pipeline.io.checks import persons_units_problem
-    from pipeline.io.microdata import read_input_files, validated_rows
+    from censusdp.pipeline.config.options import load_release_config
+    from censusdp.pipeline.errors import InputError, InputProblem
+    from censusdp.pipeline.io.checks import persons_units_problem
+    from censusdp.pipeline.io.microdata import read_input_files, validated_rows
 
     config = load_release_config(args.config, args.microdata, args.geography, args.fmt, units=args.units,
                                  no_units=args.no_units)
@@ -200,7 +200,7 @@ def add_demo(sub: Sub) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipeline.synth.population import write_synthetic
+    from censusdp.pipeline.synth.population import write_synthetic
 
     out = Path(args.out).resolve()
     data = out / "data"
@@ -225,7 +225,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config.write_text(text)
     started = time.monotonic()
     run_dir = run_release_command(str(config), str(out / "runs"), None, None, None, None, args.no_prefect, None)
-    from pipeline.uncertainty.gls import write_estimates
+    from censusdp.pipeline.uncertainty.gls import write_estimates
 
     write_estimates(run_dir)  # error bars for every published count: post-processing of public values
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -254,8 +254,8 @@ def add_postprocess(sub: Sub) -> None:
 
 
 def cmd_postprocess(args: argparse.Namespace) -> int:
-    from pipeline.release.finish import postprocess_run
-    from pipeline.uncertainty.gls import write_release_estimates
+    from censusdp.pipeline.release.finish import postprocess_run
+    from censusdp.pipeline.uncertainty.gls import write_release_estimates
 
     out = Path(args.out).resolve() if args.out else None
     print(postprocess_run(Path(args.run_dir), out, args.solver, args.runner, args.ledger,
@@ -273,7 +273,7 @@ def add_serve(sub: Sub) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from flows.serve import serve
+    from censusdp.flows.serve import serve
 
     serve(args.config, args.cron, args.name, args.out)
     return 0
@@ -288,7 +288,7 @@ def add_verify(sub: Sub) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """One line per rule and level: how many checked items break it (never a count of the tables)."""
-    from pipeline.io.verify import verify_run
+    from censusdp.pipeline.io.verify import verify_run
 
     try:
         checks = verify_run(Path(args.run_dir))

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.config.model import Format
-from pipeline.errors import CensusDPError
-from pipeline.evaluate.compare import evaluate, write_evaluation
-from pipeline.evaluate.metrics import LABEL
-from pipeline.io.run_folder import load_run
+from censusdp.pipeline.config.model import Format
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.evaluate.compare import evaluate, write_evaluation
+from censusdp.pipeline.evaluate.metrics import LABEL
+from censusdp.pipeline.io.run_folder import load_run
 
 
 def add_evaluate(sub: Any) -> None:
@@ -32,7 +32,7 @@ def add_evaluate(sub: Any) -> None:
 
 def safe_run_id(run: dict[str, Any], run_dir: Path) -> str:
     """The run id as a folder name: the manifest is editable, so it must not be a path."""
-    from pipeline.budget.ledger.charges import ID_PATTERN  # the ledger's id rule: run ids are ledger ids
+    from censusdp.pipeline.budget.ledger.charges import ID_PATTERN  # the ledger's id rule: run ids are ledger ids
 
     run_id = str(run.get("run_id", ""))
     if not ID_PATTERN.fullmatch(run_id) or run_id in (".", ".."):
@@ -42,7 +42,7 @@ def safe_run_id(run: dict[str, Any], run_dir: Path) -> str:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Handler of ``censusdp evaluate``: prints the paths written."""
-    from pipeline.evaluate.side_by_side import write_comparison
+    from censusdp.pipeline.evaluate.side_by_side import write_comparison
 
     run_dirs = [Path(r).resolve() for r in args.release]
     runs = [load_run(run_dir).manifest for run_dir in run_dirs]

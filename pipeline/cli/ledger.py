@@ -13,11 +13,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from pipeline.budget.ledger.charges import Charge, PrivacyLedger
-from pipeline.config.ledger_location import LEDGER_ENV, default_ledger_location, is_postgres_url
-from pipeline.dp.accounting import epsilon_cks20
-from pipeline.errors import CensusDPError
-from pipeline.exact import DEFAULT_DELTA, parse_delta, round_text
+from censusdp.pipeline.budget.ledger.charges import Charge, PrivacyLedger
+from censusdp.pipeline.config.ledger_location import LEDGER_ENV, default_ledger_location, is_postgres_url
+from censusdp.pipeline.dp.accounting import epsilon_cks20
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta, round_text
 
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -52,9 +52,9 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 def cmd_ledger_bind(args: argparse.Namespace) -> int:
     """Fingerprint a microdata file (no value is shown, no noise drawn) and bind it to an existing dataset."""
-    from pipeline.config.options import load_release_config
-    from pipeline.io.fingerprint import data_fingerprints
-    from pipeline.io.microdata import read_input_files
+    from censusdp.pipeline.config.options import load_release_config
+    from censusdp.pipeline.io.fingerprint import data_fingerprints
+    from censusdp.pipeline.io.microdata import read_input_files
 
     ledger = PrivacyLedger(resolve_location(args.ledger))
     config = load_release_config(args.config, args.microdata, None, args.fmt)

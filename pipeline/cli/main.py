@@ -13,18 +13,18 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from pipeline.errors import CensusDPError
-from postprocess import ReconciliationError
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.postprocess import ReconciliationError
 
 EXIT_USAGE, EXIT_ERROR, EXIT_INTERNAL = 2, 1, 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from pipeline.cli import commands
-    from pipeline.cli.budget import add_budget
-    from pipeline.cli.evaluate import add_evaluate
-    from pipeline.cli.ledger import add_ledger
-    from pipeline.cli.uncertainty import add_areas, add_uncertainty
+    from censusdp.pipeline.cli import commands
+    from censusdp.pipeline.cli.budget import add_budget
+    from censusdp.pipeline.cli.evaluate import add_evaluate
+    from censusdp.pipeline.cli.ledger import add_ledger
+    from censusdp.pipeline.cli.uncertainty import add_areas, add_uncertainty
 
     parser = argparse.ArgumentParser(prog="censusdp", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pipeline.cli.budget import default_subcommand
+    from censusdp.pipeline.cli.budget import default_subcommand
 
     parser = build_parser()
     args = parser.parse_args(default_subcommand(sys.argv[1:] if argv is None else argv))

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import CensusDPError
-from pipeline.uncertainty.areas import write_areas
-from pipeline.uncertainty.bootstrap import bootstrap_intervals
-from pipeline.uncertainty.gls import write_estimates
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.uncertainty.areas import write_areas
+from censusdp.pipeline.uncertainty.bootstrap import bootstrap_intervals
+from censusdp.pipeline.uncertainty.gls import write_estimates
 
 
 def add_uncertainty(sub: Any) -> None:

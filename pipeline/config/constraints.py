@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from geography.levels import Level
-from pipeline.config.model import BudgetConfig, Invariant, check_nothing_else, require
-from pipeline.config.schema import Schema
-from pipeline.errors import ConfigError
+from censusdp.geography.levels import Level
+from censusdp.pipeline.config.model import BudgetConfig, Invariant, check_nothing_else, require
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.errors import ConfigError
 
 
 def parse_invariants(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema

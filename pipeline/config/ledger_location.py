@@ -21,7 +21,7 @@ from typing import Any
 
 from platformdirs import user_data_path
 
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.errors import CensusDPError
 
 LEDGER_ENV = "CENSUSDP_LEDGER"
 LEDGER_FILENAME = "ledger.sqlite"

@@ -10,10 +10,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from geography.levels import Level
-from pipeline.config.constraints import check_relation, parse_invariants, parse_structural_zeros
-from pipeline.config.ledger_location import is_postgres_url, resolve_ledger_location
-from pipeline.config.model import (
+from censusdp.geography.levels import Level
+from censusdp.pipeline.config.constraints import check_relation, parse_invariants, parse_structural_zeros
+from censusdp.pipeline.config.ledger_location import is_postgres_url, resolve_ledger_location
+from censusdp.pipeline.config.model import (
     Accountant,
     BudgetConfig,
     Format,
@@ -32,16 +32,16 @@ from pipeline.config.model import (
     parse_fraction,
     require,
 )
-from pipeline.config.passes import parse_reconciliation
-from pipeline.config.persons_per_unit import parse_rules
-from pipeline.config.pl94_tables import summary_tables
-from pipeline.config.recodes import schema_with_recodes
-from pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
-from pipeline.config.solver import check_solver_setting
-from pipeline.config.targets import pld_target
-from pipeline.config.units import check_units_budget, units_keys, units_raw
-from pipeline.errors import ConfigError, ExactNumberError
-from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA, parse_delta
+from censusdp.pipeline.config.passes import parse_reconciliation
+from censusdp.pipeline.config.persons_per_unit import parse_rules
+from censusdp.pipeline.config.pl94_tables import summary_tables
+from censusdp.pipeline.config.recodes import schema_with_recodes
+from censusdp.pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
+from censusdp.pipeline.config.solver import check_solver_setting
+from censusdp.pipeline.config.targets import pld_target
+from censusdp.pipeline.config.units import check_units_budget, units_keys, units_raw
+from censusdp.pipeline.errors import ConfigError, ExactNumberError
+from censusdp.pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA, parse_delta
 
 TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "recodes", "strategy", "invariants",
             "structural_zeros", "ledger", "units"}
@@ -285,7 +285,7 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
         target = float(parse_fraction(table["epsilon"], source, "budget.epsilon"))
         if target <= 0:
             raise ConfigError(source, "budget.epsilon", "must be > 0")
-        from pipeline.dp.accounting import rho_for_epsilon_delta
+        from censusdp.pipeline.dp.accounting import rho_for_epsilon_delta
 
         word = table.get("accountant", Accountant.PLD)
         if word not in list(Accountant):
@@ -352,7 +352,7 @@ def _ledger(raw: dict[str, Any], source: str, base: Path, delta: float) -> Ledge
     if "cap_rho" in table:
         cap = parse_fraction(table["cap_rho"], source, "ledger.cap_rho")
     else:
-        from pipeline.dp.accounting import cap_from_epsilon_delta
+        from censusdp.pipeline.dp.accounting import cap_from_epsilon_delta
 
         cap = cap_from_epsilon_delta(float(parse_fraction(table["cap_epsilon"], source, "ledger.cap_epsilon")), delta)
     if cap <= 0:

@@ -13,10 +13,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from geography.levels import Level, check_levels
-from pipeline.config.schema import TOTAL, Attribute, Query, Schema
-from pipeline.errors import ConfigError, ExactNumberError
-from pipeline.exact import DEFAULT_CHUNK_CELLS, parse_rational
+from censusdp.geography.levels import Level, check_levels
+from censusdp.pipeline.config.schema import TOTAL, Attribute, Query, Schema
+from censusdp.pipeline.errors import ConfigError, ExactNumberError
+from censusdp.pipeline.exact import DEFAULT_CHUNK_CELLS, parse_rational
 
 
 class Format(StrEnum):
@@ -193,7 +193,7 @@ class LedgerConfig:
     cap_rho: Fraction
 
     def __repr__(self) -> str:
-        from pipeline.config.ledger_location import redact_url
+        from censusdp.pipeline.config.ledger_location import redact_url
 
         return f"LedgerConfig(location={redact_url(self.location)!r}, dataset={self.dataset!r})"
 

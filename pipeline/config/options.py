@@ -7,9 +7,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pipeline.config.load import load_config
-from pipeline.config.model import ReleaseConfig
-from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
 
 
 def release_overrides(microdata: str | None = None, geography: str | None = None, fmt: str | None = None,

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from geography.levels import Level
-from pipeline.config.model import (  # noqa: F401 - the data classes are part of this module's interface
+from censusdp.geography.levels import Level
+from censusdp.pipeline.config.model import (  # noqa: F401 - the data classes are part of this module's interface
     DEFAULT_ROUNDING,
     DEFAULT_TOLERANCE,
     LevelPasses,
@@ -27,8 +27,8 @@ from pipeline.config.model import (  # noqa: F401 - the data classes are part of
     check_nothing_else,
     parse_fraction,
 )
-from pipeline.config.schema import DETAILED, Query, Schema
-from pipeline.errors import ConfigError
+from censusdp.pipeline.config.schema import DETAILED, Query, Schema
+from censusdp.pipeline.errors import ConfigError
 
 
 def parse_reconciliation(table: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema,

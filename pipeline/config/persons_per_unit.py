@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from geography.levels import Level
-from pipeline.config.model import check_nothing_else, require
-from pipeline.config.schema import Schema
-from pipeline.errors import ConfigError
+from censusdp.geography.levels import Level
+from censusdp.pipeline.config.model import check_nothing_else, require
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.errors import ConfigError
 
 KEY = "persons_per_unit"  # under [units]
 RULE_KEYS = {"name", "persons", "units", "min", "max", "levels", "each"}

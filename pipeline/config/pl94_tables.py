@@ -17,9 +17,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.config.model import SummaryTables
-from pipeline.config.schema import Schema
-from pipeline.errors import ConfigError
+from censusdp.pipeline.config.model import SummaryTables
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.errors import ConfigError
 
 RACES = ("White", "Black or African American", "American Indian and Alaska Native", "Asian",
          "Native Hawaiian and Other Pacific Islander", "Some Other Race")

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.config.schema import Attribute, Recode, Schema
-from pipeline.errors import ConfigError
+from censusdp.pipeline.config.schema import Attribute, Recode, Schema
+from censusdp.pipeline.errors import ConfigError
 
 
 def schema_with_recodes(raw: dict[str, Any], source: str, attributes: tuple[Attribute, ...]) -> Schema:

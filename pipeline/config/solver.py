@@ -3,17 +3,17 @@ against the vocabulary ``reconcile_level`` shares (``postprocess.least_squares.c
 
 from __future__ import annotations
 
-from geography.levels import Level
-from pipeline.config.model import Invariant, StrategyQuery
-from pipeline.config.schema import DETAILED
-from pipeline.errors import ConfigError
+from censusdp.geography.levels import Level
+from censusdp.pipeline.config.model import Invariant, StrategyQuery
+from censusdp.pipeline.config.schema import DETAILED
+from censusdp.pipeline.errors import ConfigError
 
 
 def check_solver_setting(solver: str, source: str, levels: tuple[Level, ...],
                          strategy: dict[str, tuple[StrategyQuery, ...]], invariants: tuple[Invariant, ...]) -> None:
     """The solver is checked now, before any budget is charged, not when the first level is reconciled: a forced
     path must apply at every level (``reconcile_level`` refuses it where it does not)."""
-    from postprocess.least_squares import SolverPath, check_solver
+    from censusdp.postprocess.least_squares import SolverPath, check_solver
 
     if solver == SolverPath.FIRST_ORDER:
         raise ConfigError(source, "postprocess.solver", "first_order needs a parent level and serves the batches "

@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from fractions import Fraction
 
-from geography.levels import Level
-from pipeline.config.model import Accountant, BudgetConfig, Mechanism, StrategyQuery
-from pipeline.errors import ConfigError
+from censusdp.geography.levels import Level
+from censusdp.pipeline.config.model import Accountant, BudgetConfig, Mechanism, StrategyQuery
+from censusdp.pipeline.errors import ConfigError
 
 
 def pld_target(budget: BudgetConfig, strategy: dict[str, tuple[StrategyQuery, ...]], levels: tuple[Level, ...],
@@ -25,8 +25,8 @@ def pld_target(budget: BudgetConfig, strategy: dict[str, tuple[StrategyQuery, ..
         return budget
     if any(e.mechanism != Mechanism.GAUSSIAN for entries in strategy.values() for e in entries):
         raise ConfigError(source, "budget.accountant", 'a "pld" target needs every query gaussian; use "cks20"')
-    from pipeline.dp.noise import gaussian_sigma2
-    from pipeline.dp.pld import GaussianNoise, rho_for_epsilon_pld
+    from censusdp.pipeline.dp.noise import gaussian_sigma2
+    from censusdp.pipeline.dp.pld import GaussianNoise, rho_for_epsilon_pld
 
     shares = [budget.level_shares[lv.name] * e.share for lv in levels for e in strategy[lv.name]]
 

@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any
 
-from pipeline.config.model import LedgerConfig, Neighbouring, ReleaseConfig, check_nothing_else
-from pipeline.dp.accounting import per_person_rho
-from pipeline.errors import ConfigError
+from censusdp.pipeline.config.model import LedgerConfig, Neighbouring, ReleaseConfig, check_nothing_else
+from censusdp.pipeline.dp.accounting import per_person_rho
+from censusdp.pipeline.errors import ConfigError
 
 # [units] keys -> the key of the universe's own configuration table they become (``None``: a table of their own)
 INPUT_KEYS = {"path": "path", "format": "format", "geocode_column": "geocode_column",

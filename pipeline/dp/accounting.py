@@ -21,8 +21,8 @@ from fractions import Fraction
 
 import mpmath as mp
 
-from pipeline.errors import CensusDPError
-from pipeline.exact import parse_rational
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.exact import parse_rational
 
 _DPS = 50
 _BISECTIONS = 220  # halves a bracket of width <= 2^64 to below 10^-45
@@ -214,15 +214,6 @@ def compose_zcdp(rhos: Iterable[Fraction]) -> Fraction:
     return total
 
 
-def compose_parallel_zcdp(rhos: Iterable[Fraction]) -> Fraction:
-    """Mechanisms on disjoint parts (data-independent partition) cost the max rho (cf. Prop 19.30)."""
-    values = [parse_rational(r, f"rhos[{i}]") for i, r in enumerate(rhos)]
-    for i, r in enumerate(values):
-        if r < 0:
-            raise ValueError(f"rhos[{i}] must be >= 0, got {r}")
-    return max(values, default=Fraction(0))
-
-
 def basic_composition(epsilons: Iterable[float], deltas: Iterable[float]) -> tuple[float, float]:
     """(sum epsilon_j, sum delta_j) for adaptive composition (Thm 19.26), summed exactly, rounded up."""
     eps, dels = list(epsilons), list(deltas)
@@ -245,65 +236,6 @@ def advanced_composition(epsilon0: float, delta: float, k: int, delta_prime: flo
         dp = _real(delta_prime, "delta_prime", low_open=True, high=1.0, high_open=True)
         eps = mp.sqrt(2 * k * mp.log(1 / dp)) * e0 + k * e0 * mp.expm1(e0)
         return _up(eps), min(1.0, _up(k * d + dp))
-
-
-def advanced_composition_epsilon0(epsilon_total: float, k: int, delta_prime: float) -> float:
-    """The largest per-mechanism epsilon0 whose k-fold advanced composition (Thm 19.27) is <= epsilon_total
-    (rounded down; Example 19.29 gives ~0.0183 for epsilon 1, k = 100, delta' = 1e-6)."""
-    _check_k(k)
-    with mp.workdps(_DPS):
-        target = _real(epsilon_total, "epsilon_total", low_open=True)
-        lg = mp.log(1 / _real(delta_prime, "delta_prime", low_open=True, high=1.0, high_open=True))
-
-        def excess(x: mp.mpf) -> mp.mpf:
-            return mp.sqrt(2 * k * lg) * x + k * x * mp.expm1(x) - target
-
-        e0 = _bisect(excess, mp.mpf(0), _bracket_above(excess, target))
-        f = float(e0)
-        f = math.nextafter(f, 0.0) if mp.mpf(f) > e0 else f
-        while advanced_composition(f, 0.0, k, float(delta_prime))[0] > float(epsilon_total):
-            f = math.nextafter(f, 0.0)
-        return f
-
-
-def renyi_gaussian_epsilon(
-    k: int, sigma: float, delta: float, sensitivity2: float
-) -> tuple[float, float]:
-    """(epsilon, alpha) for k Gaussian mechanisms via Renyi DP (Thm 19.37 (i)-(iii)), epsilon rounded up:
-    epsilon = min_alpha k alpha Delta^2/(2 sigma^2) + ln(1/delta)/(alpha - 1), attained at
-    alpha = 1 + sqrt(2 sigma^2 ln(1/delta) / (k Delta^2)); epsilon is evaluated at the returned alpha."""
-    _check_k(k)
-    with mp.workdps(_DPS):
-        s = _real(sigma, "sigma", low_open=True)
-        lg = mp.log(1 / _real(delta, "delta", low_open=True, high=1.0, high_open=True))
-        d = _real(sensitivity2, "sensitivity2")
-        if d == 0:
-            return 0.0, math.inf
-        per_alpha = k * d * d / (2 * s * s)
-        alpha = float(1 + mp.sqrt(lg / per_alpha))
-        a = mp.mpf(alpha)
-        return _up(per_alpha * a + lg / (a - 1)), alpha
-
-
-def group_privacy_epsilon(epsilon: Number, k: int) -> Number:
-    """epsilon-DP gives k epsilon-DP for groups of k records (Thm 19.31); exact for Fraction or int."""
-    _check_k(k)
-    if isinstance(epsilon, float):
-        with mp.workdps(_DPS):
-            return _up(_real(epsilon, "epsilon") * k)
-    e = parse_rational(epsilon, "epsilon")
-    if e < 0:
-        raise ValueError(f"epsilon must be >= 0, got {e}")
-    return e * k
-
-
-def group_privacy_epsilon_delta(epsilon: float, delta: float, k: int) -> tuple[float, float]:
-    """(epsilon, delta)-DP gives (k epsilon, k e^{(k-1) epsilon} delta) for groups of k (Thm 19.31)."""
-    _check_k(k)
-    with mp.workdps(_DPS):
-        e = _real(epsilon, "epsilon")
-        d = _real(delta, "delta", high=1.0)
-        return _up(k * e), min(1.0, _up(k * mp.exp((k - 1) * e) * d))
 
 
 def group_privacy_zcdp(rho: Number, k: int) -> Number:

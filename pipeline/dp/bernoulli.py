@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.dp.random_source import RandomSource
+from censusdp.pipeline.dp.random_source import RandomSource
 
 INT64_LIMIT = 1 << 62  # module attribute (not a default argument) so tests can monkeypatch it
 

@@ -36,8 +36,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from pipeline.dp.cdf import CdfEnclosure, LaplaceCdf, cdf_enclosure, laplace_cdf, laplace_difference_enclosure
-from pipeline.dp.random_source import RandomSource
+from censusdp.pipeline.dp.cdf import CdfEnclosure, LaplaceCdf, cdf_enclosure, laplace_cdf, laplace_difference_enclosure
+from censusdp.pipeline.dp.random_source import RandomSource
 
 TABLE_PREC = 128  # enclosure precision the 64-bit tables are rounded from (widths ~2^-126: L, H differ by 1)
 TABLE_CACHE_BYTES = 40 << 20  # LRU caps; a table for sigma2 <= 10^6 is <= 1.5 MB; caches together < 64 MB

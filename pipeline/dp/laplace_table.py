@@ -29,9 +29,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from pipeline.dp import gaussian_table as noise_table
-from pipeline.dp.cdf import laplace_g_bounds
-from pipeline.dp.random_source import RandomSource
+from censusdp.pipeline.dp import gaussian_table as noise_table
+from censusdp.pipeline.dp.cdf import laplace_g_bounds
+from censusdp.pipeline.dp.random_source import RandomSource
 
 TAIL_BITS = 32  # the table covers all but <= 2^-(TAIL_BITS - 1) of the mass
 DIRECT_MAX_SCALE = Fraction(256)  # one table up to here; above, X = W A + D from two small tables

@@ -36,11 +36,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from pipeline.dp import bernoulli as nb
-from pipeline.dp import gaussian_table as noise_table
-from pipeline.dp import laplace_table as noise_laplace_table
-from pipeline.dp.random_source import RandomSource, system_random_source
-from pipeline.exact import parse_rational
+from censusdp.pipeline.dp import bernoulli as nb
+from censusdp.pipeline.dp import gaussian_table as noise_table
+from censusdp.pipeline.dp import laplace_table as noise_laplace_table
+from censusdp.pipeline.dp.random_source import RandomSource, system_random_source
+from censusdp.pipeline.exact import parse_rational
 
 MAX_SIGMA2 = Fraction(10**24)  # sigma <= 1e12: |output| < 2^63 except with probability < 1e-300
 TABLE_MAX_SIGMA2 = Fraction(10**6)  # table inversion up to here (table <= 1.5 MB, built in ~0.2 s); CKS20 above

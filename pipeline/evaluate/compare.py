@@ -25,16 +25,16 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline.config.schema import DETAILED, TOTAL, Query
-from pipeline.dp.noise import gaussian_sigma2, sample_discrete_gaussian
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.errors import InputError
-from pipeline.evaluate.metrics import LABEL, diversity_bin, entropy_bits, query_metrics
-from pipeline.io.histograms import all_level_histograms, lowest_histograms
-from pipeline.io.microdata import read_microdata
-from pipeline.io.run_folder import LoadedRun, load_run, units_of
-from pipeline.io.summary_tables import housing_variables, summary_counts, table_variables, variable_matrix
-from pipeline.uncertainty.gls import gls_estimates
+from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query
+from censusdp.pipeline.dp.noise import gaussian_sigma2, sample_discrete_gaussian
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.errors import InputError
+from censusdp.pipeline.evaluate.metrics import LABEL, diversity_bin, entropy_bits, query_metrics
+from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histograms
+from censusdp.pipeline.io.microdata import read_microdata
+from censusdp.pipeline.io.run_folder import LoadedRun, load_run, units_of
+from censusdp.pipeline.io.summary_tables import housing_variables, summary_counts, table_variables, variable_matrix
+from censusdp.pipeline.uncertainty.gls import gls_estimates
 
 DIVERSITY_ATTRIBUTES = ("hispanic", "cenrace")
 METHODS = ("noisy", "reconciled", "gls", "bottom_up")
@@ -145,8 +145,8 @@ def summary_table_rows(run: LoadedRun, level: int, truth: np.ndarray, estimates:
 
 def write_evaluation(metrics: pl.DataFrame, run: dict[str, Any], out_dir: Path) -> list[Path]:
     """evaluation.parquet (with the label in its metadata), the plots and evaluation.md."""
-    from pipeline.evaluate.plots import write_plots
-    from pipeline.evaluate.report import report_markdown
+    from censusdp.pipeline.evaluate.plots import write_plots
+    from censusdp.pipeline.evaluate.report import report_markdown
 
     out_dir.mkdir(parents=True, exist_ok=True)
     table = metrics.to_arrow()

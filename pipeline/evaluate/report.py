@@ -6,10 +6,10 @@ from typing import Any
 
 import polars as pl
 
-from pipeline.config.model import SummaryTables
-from pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS
-from pipeline.evaluate.plots import METHOD_NAME
-from pipeline.io.summary_tables import table_variables
+from censusdp.pipeline.config.model import SummaryTables
+from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS
+from censusdp.pipeline.evaluate.plots import METHOD_NAME
+from censusdp.pipeline.io.summary_tables import table_variables
 
 METHODS = ("noisy", "reconciled", "gls", "bottom_up")
 

@@ -11,8 +11,8 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from pipeline.evaluate.metrics import LABEL
-from pipeline.evaluate.plots import METHOD_NAME
+from censusdp.pipeline.evaluate.metrics import LABEL
+from censusdp.pipeline.evaluate.plots import METHOD_NAME
 
 COMPARED = ("noisy", "reconciled", "gls")
 

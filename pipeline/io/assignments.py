@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from geography.tree import codes_like
-from pipeline.errors import InputError, InputProblem
+from censusdp.geography.tree import codes_like
+from censusdp.pipeline.errors import InputError, InputProblem
 
 BLOCK_COLUMNS = ("GEOID", "GEOID20", "GEOID10", "BLOCKID", "geoid", "block")
 

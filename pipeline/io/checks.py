@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from geography.tree import GeoTree, codes_like
-from pipeline.config.model import Format, ReleaseConfig
-from pipeline.config.persons_per_unit import selection_mask
-from pipeline.config.schema import Schema
-from pipeline.errors import InputError, InputProblem
+from censusdp.geography.tree import GeoTree, codes_like
+from censusdp.pipeline.config.model import Format, ReleaseConfig
+from censusdp.pipeline.config.persons_per_unit import selection_mask
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.errors import InputError, InputProblem
 
 MDF_GEO_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
 MDF_GROUP_COLUMN = "TABBLKGRPCE"

@@ -48,8 +48,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pipeline.io.microdata import BATCH_ROWS, InputFiles
-from pipeline.io.parts import (
+from censusdp.pipeline.io.microdata import BATCH_ROWS, InputFiles
+from censusdp.pipeline.io.parts import (
     ChangedFileError,
     InputPart,
     check_unchanged,

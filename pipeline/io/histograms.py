@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from geography.tree import GeoTree
+from censusdp.geography.tree import GeoTree
 
 
 def lowest_histograms(unit_index: np.ndarray, cells: np.ndarray, n_units: int, n_cells: int) -> np.ndarray:

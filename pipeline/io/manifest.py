@@ -11,12 +11,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pipeline.budget.allocation import QueryAllocation, level_rho
-from pipeline.budget.compare import epsilon_pld_of
-from pipeline.config.model import ReleaseConfig, Universe
-from pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20
-from pipeline.dp.noise import laplace_epsilon
-from pipeline.exact import round_text
+from censusdp.pipeline.budget.allocation import QueryAllocation, level_rho
+from censusdp.pipeline.budget.compare import epsilon_pld_of
+from censusdp.pipeline.config.model import ReleaseConfig, Universe
+from censusdp.pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20
+from censusdp.pipeline.dp.noise import laplace_epsilon
+from censusdp.pipeline.exact import round_text
 
 COMPOSITION = ("zCDP: parallel across the nodes of a level (Prop. 19.30), sequential across queries and levels "
                "(Thm 19.37(i)); epsilon from rho by CKS20 Corollary 13")

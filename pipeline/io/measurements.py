@@ -35,11 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from geography.tree import GeoTree
-from pipeline.config.model import ReleaseConfig
-from pipeline.io.histograms import compact_counts
-from pipeline.io.manifest import float_up
-from postprocess import QueryInvariant, QueryMeasurement
+from censusdp.geography.tree import GeoTree
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.io.histograms import compact_counts
+from censusdp.pipeline.io.manifest import float_up
+from censusdp.postprocess import QueryInvariant, QueryMeasurement
 
 INVARIANTS_FILE = "invariants.parquet"
 PART_FILE = "part-{:06d}.parquet"  # a level folder's parts, named by their group's index: name order is node order

@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from geography.tree import GeoTree, build_tree, fixed_width
-from pipeline.config.model import Format, ReleaseConfig
-from pipeline.errors import CensusDPError, InputError, InputProblem
-from pipeline.io.checks import MDF_GROUP_COLUMN, MDF_RECORD_TYPE, check_type, encode_batch, geocode_columns
-from pipeline.io.checks import geography_units as _geography_list
-from pipeline.io.parts import InputPart, discover_parts, part_header, read_batches, read_body, read_header
+from censusdp.geography.tree import GeoTree, build_tree, fixed_width
+from censusdp.pipeline.config.model import Format, ReleaseConfig
+from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem
+from censusdp.pipeline.io.checks import MDF_GROUP_COLUMN, MDF_RECORD_TYPE, check_type, encode_batch, geocode_columns
+from censusdp.pipeline.io.checks import geography_units as _geography_list
+from censusdp.pipeline.io.parts import InputPart, discover_parts, part_header, read_batches, read_body, read_header
 
 # Rows per batch.  A reader's transient grows with it (polars' frames, the texts a fingerprint hashes, the codes
 # searched): reading the 50M-person nation's largest state, 1M rows took +0.46 GB to encode and +0.65 GB to

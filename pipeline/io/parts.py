@@ -27,8 +27,8 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline.config.model import Format
-from pipeline.errors import InputError, InputProblem
+from censusdp.pipeline.config.model import Format
+from censusdp.pipeline.errors import InputError, InputProblem
 
 PARQUET_SUFFIX = ".parquet"
 

@@ -21,15 +21,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from geography.tree import GeoTree, build_tree, codes_like
-from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of
-from pipeline.config.load import apply_overrides, parse_recorded_config
-from pipeline.config.model import Mechanism, ReleaseConfig
-from pipeline.config.schema import Query
-from pipeline.errors import CensusDPError
-from pipeline.exact import parse_rational
-from pipeline.io.measurements import read_invariants, read_level_table, read_lowest_geoids
-from postprocess import QueryInvariant
+from censusdp.geography.tree import GeoTree, build_tree, codes_like
+from censusdp.pipeline.budget.allocation import QueryAllocation, allocate, allocations_of
+from censusdp.pipeline.config.load import apply_overrides, parse_recorded_config
+from censusdp.pipeline.config.model import Mechanism, ReleaseConfig
+from censusdp.pipeline.config.schema import Query
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.exact import parse_rational
+from censusdp.pipeline.io.measurements import read_invariants, read_level_table, read_lowest_geoids
+from censusdp.postprocess import QueryInvariant
 
 
 def read_record(path: Path, what: str) -> dict[str, Any]:

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from pipeline.config.model import SummaryTables
-from pipeline.config.pl94_tables import Variable, h1_schema_problem, h1_variables, pl94_variables
-from pipeline.config.schema import Schema
+from censusdp.pipeline.config.model import SummaryTables
+from censusdp.pipeline.config.pl94_tables import Variable, h1_schema_problem, h1_variables, pl94_variables
+from censusdp.pipeline.config.schema import Schema
 
 ROWS_PER_WRITE = 4_096  # nodes per Parquet row group: bounds the dense (nodes x variables) block (~10 MB)
 DICTIONARY = "dictionary.csv"

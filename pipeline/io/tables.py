@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from pipeline.config.schema import Schema
+from censusdp.pipeline.config.schema import Schema
 
 
 def _nonzero(counts: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

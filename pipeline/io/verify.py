@@ -23,12 +23,12 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import scipy.sparse as sp
 
-from geography.levels import Level
-from pipeline.config.load import parse_recorded_config
-from pipeline.config.model import ReleaseConfig
-from pipeline.config.pl94_tables import Variable, h1_schema_problem, h1_variables, pl94_variables
-from pipeline.config.schema import Query, Schema
-from pipeline.errors import CensusDPError
+from censusdp.geography.levels import Level
+from censusdp.pipeline.config.load import parse_recorded_config
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.config.pl94_tables import Variable, h1_schema_problem, h1_variables, pl94_variables
+from censusdp.pipeline.config.schema import Query, Schema
+from censusdp.pipeline.errors import CensusDPError
 
 CELL, COUNT, GEOID = "_cell", "count", "geoid"
 Selection = tuple[tuple[str, tuple[str, ...]], ...]  # (attribute, values): the cells where each is among them

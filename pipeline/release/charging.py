@@ -6,13 +6,13 @@ import json
 import logging
 from fractions import Fraction
 
-from pipeline.budget.ledger.charges import PrivacyLedger, config_digest, config_hash
-from pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
-from pipeline.config.model import ReleaseConfig
-from pipeline.io import manifest as mf
-from pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
-from pipeline.release.run import ReleaseRun, stage_output
-from pipeline.release.runner import DaskRunner, LocalRunner, records_on_workers
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger, config_digest, config_hash
+from censusdp.pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.io import manifest as mf
+from censusdp.pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
+from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.runner import DaskRunner, LocalRunner, records_on_workers
 
 log = logging.getLogger("censusdp")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from geography.tree import GeoTree
-from pipeline.exact import DEFAULT_CHUNK_CELLS
+from censusdp.geography.tree import GeoTree
+from censusdp.pipeline.exact import DEFAULT_CHUNK_CELLS
 
 
 def level_chunks(tree: GeoTree, level: int, n_cells: int,

@@ -23,8 +23,8 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.budget.allocation import QueryAllocation
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.budget.allocation import QueryAllocation
+from censusdp.pipeline.errors import CensusDPError
 
 CLAIM_SUFFIX = ".claim"  # a task's claim of its draw, in the run's parts folder
 UPPER = "upper"  # the claim of the upper levels' task (a group's is its zero-padded index)

@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config.model import SummaryTables
-from pipeline.config.schema import Query, Schema
-from pipeline.io.summary_tables import table_variables, variable_matrix
-from pipeline.release.full_information import gls_problem
-from pipeline.release.run import ReleaseRun, stage_output
-from postprocess import QueryInvariant
-from postprocess.gls_areas import mean_area_variances
+from censusdp.pipeline.config.model import SummaryTables
+from censusdp.pipeline.config.schema import Query, Schema
+from censusdp.pipeline.io.summary_tables import table_variables, variable_matrix
+from censusdp.pipeline.release.full_information import gls_problem
+from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.postprocess import QueryInvariant
+from censusdp.postprocess.gls_areas import mean_area_variances
 
 log = logging.getLogger("censusdp")
 ZERO = 1e-6  # persons: a standard error below this is an invariant's exact zero

@@ -15,24 +15,24 @@ from typing import Any
 
 import numpy as np
 
-from geography.tree import build_tree
-from pipeline.budget.allocation import allocate, allocations_of
-from pipeline.budget.ledger.charges import Charge, ChargeStatus, PrivacyLedger, config_digest
-from pipeline.config.ledger_location import default_ledger_location
-from pipeline.config.load import apply_overrides, parse_recorded_config
-from pipeline.config.model import ReleaseConfig
-from pipeline.errors import CensusDPError
-from pipeline.io.measurements import (
+from censusdp.geography.tree import build_tree
+from censusdp.pipeline.budget.allocation import allocate, allocations_of
+from censusdp.pipeline.budget.ledger.charges import Charge, ChargeStatus, PrivacyLedger, config_digest
+from censusdp.pipeline.config.ledger_location import default_ledger_location
+from censusdp.pipeline.config.load import apply_overrides, parse_recorded_config
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.io.measurements import (
     level_location,
     measurements_digest,
     read_chunk_plan,
     read_invariants,
     read_lowest_geoids,
 )
-from pipeline.io.run_folder import read_record
-from pipeline.release import stages
-from pipeline.release.lowest_parts import MICRODATA
-from pipeline.release.run import UNITS_DIR, attach_units
+from censusdp.pipeline.io.run_folder import read_record
+from censusdp.pipeline.release import stages
+from censusdp.pipeline.release.lowest_parts import MICRODATA
+from censusdp.pipeline.release.run import UNITS_DIR, attach_units
 
 
 class RecordedSource:

@@ -24,18 +24,18 @@ from fractions import Fraction
 
 import numpy as np
 
-from pipeline.config.model import ReleaseConfig
-from pipeline.config.passes import LevelPasses, ReconciliationMethod
-from pipeline.config.schema import DETAILED, TOTAL, Query, Schema
-from pipeline.io.gls_scratch import ScratchCubes
-from pipeline.io.measurements import read_chunk
-from pipeline.release.run import ReleaseRun, stage_output
-from pipeline.release.runner import DaskRunner, LocalRunner
-from pipeline.release.targets import LevelTargets, LowestSumsJob, TargetTerm, lowest_children_sums
-from postprocess import QueryInvariant, QueryMeasurement
-from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, QuerySpec, solve_gls
-from postprocess.gls_stream import StreamLevel, solve_gls_streamed
-from postprocess.gls_stream_chunk import LowestChunk
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.config.passes import LevelPasses, ReconciliationMethod
+from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query, Schema
+from censusdp.pipeline.io.gls_scratch import ScratchCubes
+from censusdp.pipeline.io.measurements import read_chunk
+from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.runner import DaskRunner, LocalRunner
+from censusdp.pipeline.release.targets import LevelTargets, LowestSumsJob, TargetTerm, lowest_children_sums
+from censusdp.postprocess import QueryInvariant, QueryMeasurement
+from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, QuerySpec, solve_gls
+from censusdp.postprocess.gls_stream import StreamLevel, solve_gls_streamed
+from censusdp.postprocess.gls_stream_chunk import LowestChunk
 
 PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (no weight: the constraint holds it)
 GLS_SCRATCH = "gls_scratch"  # under the run's work_dir: the streamed GLS's intermediates, removed before publish

@@ -26,7 +26,7 @@ from distributed import Nanny, SpecCluster
 from distributed.deploy.spec import ProcessInterface
 from distributed.worker_memory import parse_memory_limit
 
-from pipeline.release.scheduler_watch import DRIVER_PID_ENV
+from censusdp.pipeline.release.scheduler_watch import DRIVER_PID_ENV
 
 _log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"  # nothing off this machine may join
@@ -70,7 +70,7 @@ class SchedulerProcess(ProcessInterface):
         scheduler_file = self._folder / "scheduler.json"
         spec = {"cls": "distributed.Scheduler", "opts": {
             "host": LOOPBACK, "port": 0, "dashboard": False, "dashboard_address": None,
-            "scheduler_file": str(scheduler_file), "preload": ["pipeline.release.scheduler_watch"]}}
+            "scheduler_file": str(scheduler_file), "preload": ["censusdp.pipeline.release.scheduler_watch"]}}
         environment = {**os.environ, DRIVER_PID_ENV: str(os.getpid()),
                        "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "0"}
         with (self._folder / "scheduler.log").open("wb") as log:

@@ -41,12 +41,12 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.config.schema import Schema
-from pipeline.errors import CensusDPError
-from pipeline.io.summary_tables import SummaryTableWriter, TableColumns, summary_path, table_columns
-from pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
-from pipeline.release.run import ReleaseRun, stage_output
-from pipeline.release.universes import check_same_blocks, disagreements, disagreements_apply
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.io.summary_tables import SummaryTableWriter, TableColumns, summary_path, table_columns
+from censusdp.pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
+from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.universes import check_same_blocks, disagreements, disagreements_apply
 
 PART_FILE = "part-{:06d}.parquet"  # a chunk's part of each lowest output: name order is node order
 STAGING = ".lowest-parts-"  # + an attempt's token, under the run's work_dir: parts renamed into place when complete

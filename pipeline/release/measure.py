@@ -14,12 +14,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from pipeline.budget.allocation import QueryAllocation
-from pipeline.config.model import Mechanism
-from pipeline.config.schema import Schema
-from pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
-from pipeline.dp.random_source import RandomSource
-from postprocess import QueryInvariant, QueryMeasurement
+from censusdp.pipeline.budget.allocation import QueryAllocation
+from censusdp.pipeline.config.model import Mechanism
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
+from censusdp.pipeline.dp.random_source import RandomSource
+from censusdp.postprocess import QueryInvariant, QueryMeasurement
 
 
 def measure_level(schema: Schema, histograms: np.ndarray, allocations: Sequence[QueryAllocation],

@@ -29,18 +29,18 @@ from typing import Any
 
 import numpy as np
 
-from geography.tree import GeoTree
-from pipeline.budget.allocation import QueryAllocation
-from pipeline.config.schema import Schema
-from pipeline.dp.random_source import substream_source
-from pipeline.errors import InputError, InputProblem
-from pipeline.io.histograms import compact_counts
-from pipeline.io.measurements import LevelMeasurementWriter
-from pipeline.io.microdata import InputFiles, encoded_rows
-from pipeline.release.chunks import level_chunks
-from pipeline.release.draws import UPPER, claim_draw, group_name, part_name
-from pipeline.release.measure import level_invariants, measure_level
-from postprocess import QueryInvariant, QueryMeasurement
+from censusdp.geography.tree import GeoTree
+from censusdp.pipeline.budget.allocation import QueryAllocation
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.dp.random_source import substream_source
+from censusdp.pipeline.errors import InputError, InputProblem
+from censusdp.pipeline.io.histograms import compact_counts
+from censusdp.pipeline.io.measurements import LevelMeasurementWriter
+from censusdp.pipeline.io.microdata import InputFiles, encoded_rows
+from censusdp.pipeline.release.chunks import level_chunks
+from censusdp.pipeline.release.draws import UPPER, claim_draw, group_name, part_name
+from censusdp.pipeline.release.measure import level_invariants, measure_level
+from censusdp.postprocess import QueryInvariant, QueryMeasurement
 
 LevelPlan = tuple[str, tuple[QueryAllocation, ...], tuple[str, ...]]  # level name, its allocations, invariant queries
 

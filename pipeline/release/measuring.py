@@ -25,17 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from geography.levels import Level
-from geography.tree import GeoTree
-from pipeline.budget.allocation import QueryAllocation, allocations_of
-from pipeline.config.model import ReleaseConfig
-from pipeline.dp.random_source import RandomSource, substream_key
-from pipeline.errors import InputError, InputProblem
-from pipeline.io.measurements import ChunkLocation, LevelMeasurementWriter, adopt_part
-from pipeline.io.microdata import InputFiles, encoded_rows
-from pipeline.release.chunks import level_chunks
-from pipeline.release.draws import check_claimed, chunk_label
-from pipeline.release.measure_groups import (
+from censusdp.geography.levels import Level
+from censusdp.geography.tree import GeoTree
+from censusdp.pipeline.budget.allocation import QueryAllocation, allocations_of
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.dp.random_source import RandomSource, substream_key
+from censusdp.pipeline.errors import InputError, InputProblem
+from censusdp.pipeline.io.measurements import ChunkLocation, LevelMeasurementWriter, adopt_part
+from censusdp.pipeline.io.microdata import InputFiles, encoded_rows
+from censusdp.pipeline.release.chunks import level_chunks
+from censusdp.pipeline.release.draws import check_claimed, chunk_label
+from censusdp.pipeline.release.measure_groups import (
     GroupMeasured,
     GroupTask,
     InputCategoryError,
@@ -46,8 +46,7 @@ from pipeline.release.measure_groups import (
     measure_upper,
     subtree_chunks,
 )
-from pipeline.release.memory import FreedAfter
-from postprocess import QueryInvariant
+from censusdp.postprocess import QueryInvariant
 
 PARTS_DIR = "measure-parts"  # inside the run's temporary folder; removed once collected
 
@@ -248,14 +247,14 @@ def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | No
         pending: deque[Any] = deque()
         try:
             for task in groups:
-                future = client.submit(FreedAfter(measure_group), task, pure=False)
+                future = client.submit(measure_group, task, pure=False)
                 pending.append(client.submit(operator.itemgetter(0), future, pure=False))
                 totals.append(client.submit(operator.itemgetter(1), future, pure=False))
                 del future  # released once both halves are taken: the scheduler forgets the task and its subtree
                 if len(pending) >= window:
                     yield pending.popleft().result()
             if upper is not None:
-                upper_future.append(client.submit(FreedAfter(measure_upper), upper, list(totals), pure=False))
+                upper_future.append(client.submit(measure_upper, upper, list(totals), pure=False))
             totals.clear()
             while pending:
                 yield pending.popleft().result()

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from geography.tree import GeoTree
-from pipeline.config.schema import Schema
-from pipeline.io.measurements import ChunkLocation, read_chunk
-from pipeline.release.run import ReleaseRun, stage_output
+from censusdp.geography.tree import GeoTree
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.io.measurements import ChunkLocation, read_chunk
+from censusdp.pipeline.release.run import ReleaseRun, stage_output
 
 
 def only_child_levels(tree: GeoTree, level: int) -> list[int]:

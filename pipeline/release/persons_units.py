@@ -26,14 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from geography.tree import GeoTree
-from pipeline.config.model import ReleaseConfig
-from pipeline.config.persons_per_unit import rules_matrix
-from pipeline.config.schema import TOTAL, Schema
-from pipeline.errors import CensusDPError
-from pipeline.release.run import ReleaseRun, stage_output
-from pipeline.release.support import structural_zero_mask
-from postprocess import UNBOUNDED, QueryBound
+from censusdp.geography.tree import GeoTree
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.config.persons_per_unit import rules_matrix
+from censusdp.pipeline.config.schema import TOTAL, Schema
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.support import structural_zero_mask
+from censusdp.postprocess import UNBOUNDED, QueryBound
 
 PERSONS_BOUND = "persons per unit"  # the bound's name in reconciliation errors and reports
 

@@ -16,15 +16,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.config.schema import Query, Schema
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.io.measurements import read_chunk
-from pipeline.release.lowest_parts import LowestPart, write_lowest_part, write_units_part
-from pipeline.release.persons_units import LevelRules
-from pipeline.release.targets import StoredTargets, TargetTerm, lowest_targets
-from postprocess import QueryBound, QueryInvariant, QueryMeasurement, reconcile_level
-from postprocess.gls_stream_chunk import LowestChunk
-from postprocess.passes import RoundingMarginal
+from censusdp.pipeline.config.schema import Query, Schema
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.io.measurements import read_chunk
+from censusdp.pipeline.release.lowest_parts import LowestPart, write_lowest_part, write_units_part
+from censusdp.pipeline.release.persons_units import LevelRules
+from censusdp.pipeline.release.targets import StoredTargets, TargetTerm, lowest_targets
+from censusdp.postprocess import QueryBound, QueryInvariant, QueryMeasurement, reconcile_level
+from censusdp.postprocess.gls_stream_chunk import LowestChunk
+from censusdp.postprocess.passes import RoundingMarginal
 
 
 @dataclass(frozen=True)

@@ -16,21 +16,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import scipy.sparse as sp
 
-from geography.tree import GeoTree
-from pipeline.budget.allocation import QueryAllocation, allocate, allocations_of, composed_rho
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.config.model import ReleaseConfig, Universe
-from pipeline.config.schema import Schema
-from pipeline.dp.accounting import per_person_rho
-from pipeline.dp.random_source import RandomSource
-from pipeline.errors import CensusDPError
-from pipeline.io import manifest as mf
-from pipeline.io.measurements import ChunkLocation, level_location
-from pipeline.io.microdata import InputFiles
-from postprocess import QueryInvariant
+from censusdp.geography.tree import GeoTree
+from censusdp.pipeline.budget.allocation import QueryAllocation, allocate, allocations_of, composed_rho
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.config.model import ReleaseConfig, Universe
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.dp.accounting import per_person_rho
+from censusdp.pipeline.dp.random_source import RandomSource
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.io import manifest as mf
+from censusdp.pipeline.io.measurements import ChunkLocation, level_location
+from censusdp.pipeline.io.microdata import InputFiles
+from censusdp.postprocess import QueryInvariant
 
 if TYPE_CHECKING:
-    from pipeline.release.targets import LevelTargets
+    from censusdp.pipeline.release.targets import LevelTargets
 
 T = TypeVar("T")
 

@@ -5,8 +5,7 @@
     runner = "tcp://host:8786"    # an existing Dask scheduler; workers must see the run's folder
 
 Chunks of one level are independent once the level above is fixed, so they are mapped in parallel; results
-come back in submission order, with a bounded number in flight so driver memory stays bounded.  A worker hands the
-memory a task freed back to the system before its next task (``memory.FreedAfter``).
+come back in submission order, with a bounded number in flight so driver memory stays bounded.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from pipeline.config.model import MeasureOn, ReleaseConfig, check_runner
-from pipeline.release.memory import FreedAfter
+from censusdp.pipeline.config.model import MeasureOn, ReleaseConfig, check_runner
 
 
 class LocalRunner:
@@ -40,7 +38,7 @@ class DaskRunner:
         import dask
         from distributed import Client
 
-        from pipeline.release.local_cluster import QUIET_DASK, local_cluster
+        from censusdp.pipeline.release.local_cluster import QUIET_DASK, local_cluster
 
         self.name = spec
         self._cluster = None
@@ -68,7 +66,7 @@ class DaskRunner:
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         pending: deque[Any] = deque()
         for task in tasks:
-            pending.append(self.client.submit(FreedAfter(fn), task, pure=False))
+            pending.append(self.client.submit(fn, task, pure=False))
             if len(pending) >= self.window:
                 yield pending.popleft().result()
         while pending:
@@ -76,7 +74,7 @@ class DaskRunner:
 
     def submit(self, fn: Callable[[Any], Any], task: Any) -> Callable[[], Any]:
         """``fn(task)`` started on a worker now, beside what ``map`` runs next; the returned call waits for it."""
-        return self.client.submit(FreedAfter(fn), task, pure=False).result
+        return self.client.submit(fn, task, pure=False).result
 
     def close(self) -> None:
         try:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from geography.tree import GeoTree, build_tree
-from pipeline.io.microdata import InputFiles, geography_units
-from pipeline.release.run import ReleaseRun
+from censusdp.geography.tree import GeoTree, build_tree
+from censusdp.pipeline.io.microdata import InputFiles, geography_units
+from censusdp.pipeline.release.run import ReleaseRun
 
 
 def geography_tree(run: ReleaseRun, files: InputFiles) -> GeoTree:

@@ -33,27 +33,27 @@ from typing import Any
 
 import scipy.sparse as sp
 
-from pipeline.budget.ledger.charges import ChargeStatus, FailureReason
-from pipeline.config.ledger_location import public_config_raw
-from pipeline.config.model import ReleaseConfig
-from pipeline.dp.random_source import RandomSource
-from pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
-from pipeline.io import manifest as mf
-from pipeline.io.measurements import measurements_digest, write_invariants
-from pipeline.io.microdata import read_input_files
-from pipeline.io.plots import budget_shares_png
-from pipeline.io.tables import LevelTableWriter
-from pipeline.io.verify import require_promises_kept
-from pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
-from pipeline.release.draws import claim_draw, claim_path
-from pipeline.release.expected_errors import compute_expected_errors, expected_errors_job
-from pipeline.release.full_information import (  # noqa: F401 - estimate: a stage (STAGES)
+from censusdp.pipeline.budget.ledger.charges import ChargeStatus, FailureReason
+from censusdp.pipeline.config.ledger_location import public_config_raw
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.dp.random_source import RandomSource
+from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
+from censusdp.pipeline.io import manifest as mf
+from censusdp.pipeline.io.measurements import measurements_digest, write_invariants
+from censusdp.pipeline.io.microdata import read_input_files
+from censusdp.pipeline.io.plots import budget_shares_png
+from censusdp.pipeline.io.tables import LevelTableWriter
+from censusdp.pipeline.io.verify import require_promises_kept
+from censusdp.pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
+from censusdp.pipeline.release.draws import claim_draw, claim_path
+from censusdp.pipeline.release.expected_errors import compute_expected_errors, expected_errors_job
+from censusdp.pipeline.release.full_information import (  # noqa: F401 - estimate: a stage (STAGES)
     ReconciliationMethod,
     discard_targets,
     estimate,
 )
-from pipeline.release.lowest_parts import finish_lowest_outputs, lowest_outputs
-from pipeline.release.measuring import (
+from censusdp.pipeline.release.lowest_parts import finish_lowest_outputs, lowest_outputs
+from censusdp.pipeline.release.measuring import (
     PARTS_DIR,
     level_plans_of,
     plan_measurement,
@@ -61,11 +61,10 @@ from pipeline.release.measuring import (
     shared_partition,
     validate_group,
 )
-from pipeline.release.memory import large_allocations_mapped, return_freed_memory, system_arrow_pool
-from pipeline.release.only_child import only_child_levels
-from pipeline.release.persons_units import check_same_chunks, persons_bounds_of, record_limits, units_bounds_of
-from pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWERS, ChunkTask, reconcile_chunk
-from pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
+from censusdp.pipeline.release.only_child import only_child_levels
+from censusdp.pipeline.release.persons_units import check_same_chunks, persons_bounds_of, record_limits, units_bounds_of
+from censusdp.pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWERS, ChunkTask, reconcile_chunk
+from censusdp.pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
     Published,
     ReleaseRun,
@@ -74,12 +73,12 @@ from pipeline.release.run import (  # noqa: F401 - part of this module's interfa
     stage_output,
     start_release,
 )
-from pipeline.release.runner import make_runner, records_on_workers
-from pipeline.release.shared_tree import geography_tree
-from pipeline.release.support import merge_reports
-from pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
-from pipeline.release.tasks import chunk_tasks
-from pipeline.release.universes import units_markdown, units_section, with_disagreements
+from censusdp.pipeline.release.runner import make_runner, records_on_workers
+from censusdp.pipeline.release.shared_tree import geography_tree
+from censusdp.pipeline.release.support import merge_reports
+from censusdp.pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
+from censusdp.pipeline.release.tasks import chunk_tasks
+from censusdp.pipeline.release.universes import units_markdown, units_section, with_disagreements
 
 log = logging.getLogger("censusdp")
 COMPLETE_MARKER = "complete.json"
@@ -403,8 +402,7 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
     """Run ``stages`` in order on ``run`` (each call through ``call``: the flow makes it a Prefect task) and
     return what the last one (publish) returns.  ``prepare`` runs first (a re-run loads its measurements).
     Any failure abandons the run (nothing published; the charge stays); the chunk runner is always closed."""
-    large_allocations_mapped()  # the driver's chunk-sized arrays go back as they are freed, its Parquet pages too:
-    runner, result, restore_arrow_pool = None, None, system_arrow_pool()
+    runner, result = None, None
     try:
         if prepare is not None:
             prepare(run)
@@ -415,17 +413,14 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
             for target in universes if stage.per_universe else [run]:
                 if not stage.per_level:
                     result = call(stage, function, (target, runner) if stage.needs_runner else (target,))
-                    return_freed_memory()
                     continue
                 for level in range(len(run.config.levels)):
                     result = call(stage, function, (target, level, runner) if stage.needs_runner else (target, level))
-                    return_freed_memory()
         return result
     except BaseException:
         abandon(run)
         raise
     finally:
-        restore_arrow_pool()
         if runner is not None:
             runner.close()
 

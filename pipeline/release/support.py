@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.config.model import ReleaseConfig
 
 
 def structural_zero_mask(config: ReleaseConfig) -> np.ndarray | None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.io.summary_tables import write_summary_tables
-from pipeline.release.expected_errors import expected_errors, record_expected_errors
-from pipeline.release.run import ReleaseRun, stage_output
-from pipeline.release.universes import check_same_blocks
+from censusdp.pipeline.io.summary_tables import write_summary_tables
+from censusdp.pipeline.release.expected_errors import expected_errors, record_expected_errors
+from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.universes import check_same_blocks
 
 log = logging.getLogger("censusdp")
 

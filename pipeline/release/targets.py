@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.io.gls_scratch import ScratchCubes, read_rows
-from pipeline.io.measurements import read_chunk
-from postprocess import QueryMeasurement
-from postprocess.gls_algebra import AxisBasis, QuerySpec, answer, unrotate
-from postprocess.gls_stream import FINAL, StreamedGls
-from postprocess.gls_stream_chunk import LowestChunk
+from censusdp.pipeline.io.gls_scratch import ScratchCubes, read_rows
+from censusdp.pipeline.io.measurements import read_chunk
+from censusdp.postprocess import QueryMeasurement
+from censusdp.postprocess.gls_algebra import AxisBasis, QuerySpec, answer, unrotate
+from censusdp.postprocess.gls_stream import FINAL, StreamedGls
+from censusdp.postprocess.gls_stream_chunk import LowestChunk
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from pipeline.config.passes import ReconciliationMethod
-from pipeline.dp.random_source import system_random_source
-from pipeline.release.full_information import discard_targets
-from pipeline.release.lowest_parts import LowestOutputs, lowest_part
-from pipeline.release.only_child import chain_measurements
-from pipeline.release.persons_units import LevelBounds, level_rules
-from pipeline.release.reconcile_chunk import ChunkTask
-from pipeline.release.run import ReleaseRun, stage_output
-from pipeline.release.support import structural_zero_mask
+from censusdp.pipeline.config.passes import ReconciliationMethod
+from censusdp.pipeline.dp.random_source import system_random_source
+from censusdp.pipeline.release.full_information import discard_targets
+from censusdp.pipeline.release.lowest_parts import LowestOutputs, lowest_part
+from censusdp.pipeline.release.only_child import chain_measurements
+from censusdp.pipeline.release.persons_units import LevelBounds, level_rules
+from censusdp.pipeline.release.reconcile_chunk import ChunkTask
+from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.support import structural_zero_mask
 
 
 class ChunkTasks:

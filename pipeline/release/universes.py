@@ -7,14 +7,14 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from pipeline.config.model import ReleaseConfig
-from pipeline.config.pl94_tables import GQ_TYPE, h1_schema_problem, h1_variables
-from pipeline.config.schema import Schema
-from pipeline.errors import CensusDPError
-from pipeline.exact import round_text
-from pipeline.io import manifest as mf
-from pipeline.io.summary_tables import summary_counts, variable_matrix
-from pipeline.release.run import UNITS_DIR, ReleaseRun, stage_output
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.config.pl94_tables import GQ_TYPE, h1_schema_problem, h1_variables
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.exact import round_text
+from censusdp.pipeline.io import manifest as mf
+from censusdp.pipeline.io.summary_tables import summary_counts, variable_matrix
+from censusdp.pipeline.release.run import UNITS_DIR, ReleaseRun, stage_output
 
 
 def units_section(run: ReleaseRun) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Geography for the synthetic census generator: counties, tracts, block groups and blocks.
 
 Everything here is vectorised numpy: the only Python-level work is per call, never per person or per
-block. See :mod:`pipeline.synth.population` for the public API.
+block. See :mod:`censusdp.pipeline.synth.population` for the public API.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.synth.geo import MAX_COUNTIES
-from pipeline.synth.population import MAX_PERSONS, MIN_PERSONS, SyntheticFiles, draw_persons, draw_units
-from pipeline.synth.states import N_STATES, apportion
+from censusdp.pipeline.synth.geo import MAX_COUNTIES
+from censusdp.pipeline.synth.population import MAX_PERSONS, MIN_PERSONS, SyntheticFiles, draw_persons, draw_units
+from censusdp.pipeline.synth.states import N_STATES, apportion
 
 PIECE_PERSONS = 5_000_000
 """Default largest piece: about 1.5 GB at the peak (BENCHMARKS.md, "Synthetic nation")."""

@@ -13,7 +13,7 @@ import numpy as np
 from numpy.random import Generator  # synthetic data only: never privacy noise
 from numpy.typing import NDArray
 
-from pipeline.synth.geo import Blocks, sample_ragged
+from censusdp.pipeline.synth.geo import Blocks, sample_ragged
 
 GQ_RATE = 0.03
 """Expected share of persons living in group quarters."""

@@ -21,9 +21,9 @@ import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from pipeline.synth.geo import MAX_COUNTIES, STATE_FIPS, Blocks, build_blocks
-from pipeline.synth.people import group_quarters, person_attributes, place_facilities
-from pipeline.synth.units import gq_code_values, synthesize_units
+from censusdp.pipeline.synth.geo import MAX_COUNTIES, STATE_FIPS, Blocks, build_blocks
+from censusdp.pipeline.synth.people import group_quarters, person_attributes, place_facilities
+from censusdp.pipeline.synth.units import gq_code_values, synthesize_units
 
 MIN_PERSONS = 1_000
 MAX_PERSONS = 10_000_000

@@ -27,12 +27,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from pipeline.io.assignments import Assignment, read_assignment
-from pipeline.io.run_folder import LoadedRun, load_run
-from pipeline.io.summary_tables import table_variables, variable_matrix
-from pipeline.uncertainty.gls import gls_levels
-from postprocess.gls import interval, solve_gls
-from postprocess.gls_areas import area_estimates, area_terms, area_variances
+from censusdp.pipeline.io.assignments import Assignment, read_assignment
+from censusdp.pipeline.io.run_folder import LoadedRun, load_run
+from censusdp.pipeline.io.summary_tables import table_variables, variable_matrix
+from censusdp.pipeline.uncertainty.gls import gls_levels
+from censusdp.postprocess.gls import interval, solve_gls
+from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
 
 AREAS_DIR = "areas"
 LABEL = "post-processing of public values only (published tables and noisy measurements); no budget spent"

@@ -20,14 +20,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
-from pipeline.io.run_folder import LoadedRun, load_run
-from pipeline.release.full_information import ReconciliationMethod, solve_tree, tree_targets
-from pipeline.release.measure import noisy_answers
-from pipeline.release.only_child import only_child_levels
-from pipeline.release.support import structural_zero_mask
-from postprocess import QueryMeasurement, reconcile_level
-from postprocess.passes import RoundingMarginal
+from censusdp.pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
+from censusdp.pipeline.io.run_folder import LoadedRun, load_run
+from censusdp.pipeline.release.full_information import ReconciliationMethod, solve_tree, tree_targets
+from censusdp.pipeline.release.measure import noisy_answers
+from censusdp.pipeline.release.only_child import only_child_levels
+from censusdp.pipeline.release.support import structural_zero_mask
+from censusdp.postprocess import QueryMeasurement, reconcile_level
+from censusdp.postprocess.passes import RoundingMarginal
 
 BOOTSTRAP_DIR = "bootstrap"
 MAX_STORED = 50_000_000  # replicate values kept for percentiles; beyond that, intervals use the sd only

@@ -26,13 +26,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.config.schema import DETAILED, TOTAL, Query
-from pipeline.dp.random_source import RandomSource
-from pipeline.io.run_folder import LoadedRun, load_run
-from pipeline.release.full_information import gls_problem, spec_of
-from pipeline.release.measure import noisy_answers
-from pipeline.release.run import ReleaseRun, stage_output
-from postprocess.gls import GlsLevel, GlsResult, interval, solve_gls
+from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query
+from censusdp.pipeline.dp.random_source import RandomSource
+from censusdp.pipeline.io.run_folder import LoadedRun, load_run
+from censusdp.pipeline.release.full_information import gls_problem, spec_of
+from censusdp.pipeline.release.measure import noisy_answers
+from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.postprocess.gls import GlsLevel, GlsResult, interval, solve_gls
 
 ESTIMATES_DIR = "estimates"
 

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from geography.levels import Level
-from pipeline.budget.allocation import (
+from censusdp.geography.levels import Level
+from censusdp.pipeline.budget.allocation import (
     QueryAllocation,
     allocate,
     allocations_of,
@@ -28,8 +28,8 @@ from pipeline.budget.allocation import (
     level_rho,
     query_allocation,
 )
-from pipeline.config.model import BudgetConfig, ReleaseConfig, StrategyQuery
-from pipeline.config.schema import Query
+from censusdp.pipeline.config.model import BudgetConfig, ReleaseConfig, StrategyQuery
+from censusdp.pipeline.config.schema import Query
 
 GRID = 10**6  # the Laplace scale is a multiple of 1e-6
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import main
+from censusdp.pipeline.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -68,7 +68,7 @@ def test_config_comparison_orders_the_seed_tools(tiny_release: Path, capsys: pyt
     (["-q"], ["-q"]),
 ])
 def test_show_is_the_default_budget_subcommand(argv: list[str], expected: list[str]) -> None:
-    from pipeline.cli.budget import default_subcommand
+    from censusdp.pipeline.cli.budget import default_subcommand
 
     assert default_subcommand(argv) == expected
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.budget.ledger.charges import BudgetExceededError, PrivacyLedger
-from pipeline.cli.ledger import add_ledger, cmd_ledger
-from pipeline.dp.accounting import epsilon_cks20
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.budget.ledger.charges import BudgetExceededError, PrivacyLedger
+from censusdp.pipeline.cli.ledger import add_ledger, cmd_ledger
+from censusdp.pipeline.dp.accounting import epsilon_cks20
+from censusdp.pipeline.errors import CensusDPError
 from tests.helpers.ledgers import DELTA, HASH, password
 
 
@@ -83,7 +83,7 @@ def test_cli_env_location(filled: PrivacyLedger, ledger_location: str, capsys: p
 
 def private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A user data directory under tmp_path (HOME and XDG_DATA_HOME), no $CENSUSDP_LEDGER; the default ledger."""
-    from pipeline.config.ledger_location import default_ledger_location
+    from censusdp.pipeline.config.ledger_location import default_ledger_location
 
     monkeypatch.delenv("CENSUSDP_LEDGER", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

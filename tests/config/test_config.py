@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.budget.allocation import allocate
-from pipeline.cli.commands import preset_text
-from pipeline.config.load import load_config
-from pipeline.errors import ConfigError
+from censusdp.pipeline.budget.allocation import allocate
+from censusdp.pipeline.cli.commands import preset_text
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.errors import ConfigError
 from tests.helpers.tiny import TINY_TOML
 
 
@@ -68,7 +68,7 @@ def test_epsilon_target_is_solved_for_rho(tmp_path: Path) -> None:
     """With budget.accountant = "cks20" the target is met by the CKS20 conversion (the PLD's: tests/dp/test_pld*)."""
     text = TINY_TOML.format(rho="4").replace('rho = "4"', 'epsilon = "2"\naccountant = "cks20"')
     config = load_config(write(tmp_path, text))
-    from pipeline.dp.accounting import epsilon_cks20
+    from censusdp.pipeline.dp.accounting import epsilon_cks20
 
     assert config.budget.rho > 0 and epsilon_cks20(config.budget.rho, 1e-10) <= 2
 

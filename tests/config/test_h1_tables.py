@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.cli.commands import preset_text
-from pipeline.config.load import load_config
-from pipeline.config.pl94_tables import h1_schema_problem, h1_variables, pl94_schema_problem
-from pipeline.config.schema import Attribute, Schema
-from pipeline.io.summary_tables import summary_counts, variable_matrix
+from censusdp.pipeline.cli.commands import preset_text
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.pl94_tables import h1_schema_problem, h1_variables, pl94_schema_problem
+from censusdp.pipeline.config.schema import Attribute, Schema
+from censusdp.pipeline.io.summary_tables import summary_counts, variable_matrix
 
 UNITS = Schema((Attribute("hhgq", "GQTYPE", tuple(str(t) for t in range(8))),
                 Attribute("occupancy", "VACS", ("1", "2"))))

@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config.options import (
+from censusdp.pipeline.config.options import (
     insecure_seed_allowed,
     insecure_seed_is_allowed,
     load_release_config,
     random_source,
     release_overrides,
 )
-from pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.dp.random_source import seeded_random_source
 from tests.helpers.tiny import TINY_TOML, TINY_UNITS_TOML
 
 

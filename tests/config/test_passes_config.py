@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli.commands import preset_text
-from pipeline.config.load import load_config
-from pipeline.config.passes import ReconciliationMethod
-from pipeline.errors import ConfigError
+from censusdp.pipeline.cli.commands import preset_text
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.passes import ReconciliationMethod
+from censusdp.pipeline.errors import ConfigError
 
 PRODUCTION_PASS_1 = ("cenrace", "hispanic", "votingage", "hhinstlevels", "hhgq", "votingage * hispanic",
                      "hispanic * cenrace", "votingage * cenrace", "votingage * hispanic * cenrace", "detailed")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli.commands import preset_text
-from pipeline.config.load import load_config
-from pipeline.errors import ConfigError
+from censusdp.pipeline.cli.commands import preset_text
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.errors import ConfigError
 
 RULES = '''
 [[units.persons_per_unit]]

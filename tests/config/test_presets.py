@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import main
-from pipeline.cli.commands import preset_names, preset_text
-from pipeline.config.load import load_config
-from pipeline.config.model import Format, ReleaseConfig, Universe
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.cli.commands import preset_names, preset_text
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.model import Format, ReleaseConfig, Universe
 
 F = Fraction
 RHO_2020 = F(293764, 114921)
@@ -107,7 +107,7 @@ def test_units_mappings_follow_the_mdf_codes(tmp_path: Path, name: str) -> None:
 
 
 def test_pl94_2020_units_are_the_production_housing_unit_run(tmp_path: Path) -> None:
-    from pipeline.dp.accounting import epsilon_cks20
+    from censusdp.pipeline.dp.accounting import epsilon_cks20
 
     config = preset_config(tmp_path, "pl94-2020")
     units = config.units

@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.config.load import load_config
-from pipeline.config.schema import Attribute, Recode, Schema
-from pipeline.errors import ConfigError
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.schema import Attribute, Recode, Schema
+from censusdp.pipeline.errors import ConfigError
 from tests.helpers.tiny import TINY_TOML
 
 HHGQ = Attribute("hhgq", "G", tuple(str(i) for i in range(8)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config.model import check_runner
+from censusdp.pipeline.config.model import check_runner
 
 
 @pytest.mark.parametrize("spec", ["local", "dask-local:1", "dask-local:32", "tcp://10.0.0.5:8786",

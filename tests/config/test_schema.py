@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.config.schema import Attribute, Schema
+from censusdp.pipeline.config.schema import Attribute, Schema
 
 
 def schema_of(sizes: list[int]) -> Schema:

@@ -17,17 +17,17 @@ from pathlib import Path
 import mpmath as mp
 import pytest
 
-from pipeline.budget.allocation import allocate
-from pipeline.budget.compare import comparison_rows
-from pipeline.budget.report import budget_command
-from pipeline.cli.main import build_parser
-from pipeline.config.load import load_config
-from pipeline.config.model import Format, Mechanism, Neighbouring, ReleaseConfig
-from pipeline.dp.accounting import epsilon_bun_steinke
-from pipeline.errors import ConfigError
-from pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA
-from pipeline.release.chunks import level_chunks
-from postprocess.least_squares import SolverPath, check_solver
+from censusdp.pipeline.budget.allocation import allocate
+from censusdp.pipeline.budget.compare import comparison_rows
+from censusdp.pipeline.budget.report import budget_command
+from censusdp.pipeline.cli.main import build_parser
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.model import Format, Mechanism, Neighbouring, ReleaseConfig
+from censusdp.pipeline.dp.accounting import epsilon_bun_steinke
+from censusdp.pipeline.errors import ConfigError
+from censusdp.pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA
+from censusdp.pipeline.release.chunks import level_chunks
+from censusdp.postprocess.least_squares import SolverPath, check_solver
 
 
 def subcommand(name: str) -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.dp import gaussian_table as nt
+from censusdp.pipeline.dp import gaussian_table as nt
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.dp import bernoulli as nb
-from pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.dp import bernoulli as nb
+from censusdp.pipeline.dp.random_source import seeded_random_source
 
 Z = 6.5
 

@@ -10,9 +10,9 @@ from fractions import Fraction
 
 import pytest
 
-from pipeline.dp import cdf as nc
-from pipeline.dp.cdf import LaplaceCdf
-from pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.dp import cdf as nc
+from censusdp.pipeline.dp.cdf import LaplaceCdf
+from censusdp.pipeline.dp.random_source import seeded_random_source
 from tests.helpers.cdf_reference import (
     assert_encloses,
     brute_locate,

@@ -14,10 +14,10 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from pipeline.dp import gaussian_table as nt
-from pipeline.dp.cdf import CdfEnclosure, cdf_enclosure, exp_neg
-from pipeline.dp.noise import TABLE_MAX_SIGMA2, sample_discrete_gaussian
-from pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.dp import gaussian_table as nt
+from censusdp.pipeline.dp.cdf import CdfEnclosure, cdf_enclosure, exp_neg
+from censusdp.pipeline.dp.noise import TABLE_MAX_SIGMA2, sample_discrete_gaussian
+from censusdp.pipeline.dp.random_source import seeded_random_source
 from tests.helpers import noise_laws as tn
 
 N = tn.N

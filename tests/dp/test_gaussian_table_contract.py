@@ -19,9 +19,9 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from pipeline.dp import gaussian_table as nt
-from pipeline.dp.cdf import cdf_enclosure
-from pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.dp import gaussian_table as nt
+from censusdp.pipeline.dp.cdf import cdf_enclosure
+from censusdp.pipeline.dp.random_source import seeded_random_source
 from tests.helpers.table_reference import (
     DPS,
     MASK,

@@ -10,8 +10,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from pipeline.dp import gaussian_table as nt
-from pipeline.dp.cdf import CdfEnclosure, LaplaceCdf, cdf_enclosure
+from censusdp.pipeline.dp import gaussian_table as nt
+from censusdp.pipeline.dp.cdf import CdfEnclosure, LaplaceCdf, cdf_enclosure
 from tests.helpers.table_reference import (
     MASK,
     ScriptedSource,

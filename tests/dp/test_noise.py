@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.dp import bernoulli as noise_bernoulli
-from pipeline.dp import noise
-from pipeline.dp.noise import (
+from censusdp.pipeline.dp import bernoulli as noise_bernoulli
+from censusdp.pipeline.dp import noise
+from censusdp.pipeline.dp.noise import (
     gaussian_rho,
     gaussian_sigma2,
     laplace_epsilon,
@@ -37,8 +37,8 @@ from pipeline.dp.noise import (
     sample_discrete_laplace,
     sample_discrete_laplace_cks,
 )
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.errors import ExactNumberError
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.errors import ExactNumberError
 from tests.helpers.noise_laws import (
     ALPHA,
     GAUSSIAN_SAMPLERS,

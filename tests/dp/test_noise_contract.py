@@ -24,9 +24,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.dp import bernoulli as nb
-from pipeline.dp import noise
-from pipeline.dp.noise import (
+from censusdp.pipeline.dp import bernoulli as nb
+from censusdp.pipeline.dp import noise
+from censusdp.pipeline.dp.noise import (
     LAPLACE_TABLE_MAX_SCALE,
     MAX_LAPLACE_SCALE,
     MAX_SIGMA2,
@@ -40,7 +40,7 @@ from pipeline.dp.noise import (
     sample_discrete_laplace,
     sample_discrete_laplace_cks,
 )
-from pipeline.dp.random_source import RandomSource, seeded_random_source
+from censusdp.pipeline.dp.random_source import RandomSource, seeded_random_source
 
 # ---- privacy maps ------------------------------------------------------------------------------------------
 

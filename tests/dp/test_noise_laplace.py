@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.dp import gaussian_table as nt
-from pipeline.dp import laplace_table as nl
-from pipeline.dp import noise
-from pipeline.dp.cdf import CdfEnclosure, LaplaceCdf, laplace_difference_enclosure, laplace_g_bounds
-from pipeline.dp.noise import sample_discrete_laplace, sample_discrete_laplace_cks
-from pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.dp import gaussian_table as nt
+from censusdp.pipeline.dp import laplace_table as nl
+from censusdp.pipeline.dp import noise
+from censusdp.pipeline.dp.cdf import CdfEnclosure, LaplaceCdf, laplace_difference_enclosure, laplace_g_bounds
+from censusdp.pipeline.dp.noise import sample_discrete_laplace, sample_discrete_laplace_cks
+from censusdp.pipeline.dp.random_source import seeded_random_source
 from tests.helpers import noise_laws as tn
 
 N = tn.N

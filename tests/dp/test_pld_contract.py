@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import pytest
 
-from pipeline.dp.pld import (
+from censusdp.pipeline.dp.pld import (
     BITS,
     GaussianNoise,
     LaplaceNoise,

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 from flint import arb, ctx, fmpz_poly
 
-from pipeline.dp import pld
-from pipeline.dp.pld import (
+from censusdp.pipeline.dp import pld
+from censusdp.pipeline.dp.pld import (
     BITS,
     CAP_Z,
     FLOOR_Z,

@@ -18,8 +18,8 @@ import mpmath as mp
 import pytest
 from flint import fmpz_poly
 
-from pipeline.dp import pld
-from pipeline.dp.pld import (
+from censusdp.pipeline.dp import pld
+from censusdp.pipeline.dp.pld import (
     BITS,
     HALVINGS,
     TAIL_Z,

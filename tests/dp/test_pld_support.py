@@ -8,10 +8,10 @@ from fractions import Fraction
 import pytest
 from flint import fmpz_poly
 
-from pipeline.budget.allocation import QueryAllocation
-from pipeline.budget.compare import PLD_FALLBACK, epsilon_pld_of
-from pipeline.dp.accounting import epsilon_cks20
-from pipeline.dp.pld import (
+from censusdp.pipeline.budget.allocation import QueryAllocation
+from censusdp.pipeline.budget.compare import PLD_FALLBACK, epsilon_pld_of
+from censusdp.pipeline.dp.accounting import epsilon_cks20
+from censusdp.pipeline.dp.pld import (
     BITS,
     INFINITE_SHARE,
     MIN_DELTA,

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.budget.allocation import allocate
-from pipeline.budget.compare import epsilon_pld_of
-from pipeline.budget.report import config_budget
-from pipeline.config.load import load_config
-from pipeline.config.model import Accountant
-from pipeline.dp.accounting import epsilon_cks20
-from pipeline.dp.pld import GaussianNoise, epsilon_pld
-from pipeline.errors import ConfigError
+from censusdp.pipeline.budget.allocation import allocate
+from censusdp.pipeline.budget.compare import epsilon_pld_of
+from censusdp.pipeline.budget.report import config_budget
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.model import Accountant
+from censusdp.pipeline.dp.accounting import epsilon_cks20
+from censusdp.pipeline.dp.pld import GaussianNoise, epsilon_pld
+from censusdp.pipeline.errors import ConfigError
 from tests.helpers.pld_reference import gaussian_epsilon
 from tests.helpers.tiny import TINY_TOML
 

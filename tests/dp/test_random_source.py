@@ -12,8 +12,8 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from scipy import stats
 
-from pipeline.dp import random_source
-from pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
+from censusdp.pipeline.dp import random_source
+from censusdp.pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
 from tests.helpers import cks_reference
 
 ALPHA = cks_reference.ALPHA

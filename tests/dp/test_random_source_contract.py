@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from pipeline.dp import random_source
-from pipeline.dp.random_source import MAX_BOUND, seeded_random_source, system_random_source
+from censusdp.pipeline.dp import random_source
+from censusdp.pipeline.dp.random_source import MAX_BOUND, seeded_random_source, system_random_source
 
 CHUNK_WORDS = random_source._CHUNK_BYTES // 8
 

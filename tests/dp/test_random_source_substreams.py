@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from pipeline.dp.random_source import (
+from censusdp.pipeline.dp.random_source import (
     seeded_random_source,
     substream_key,
     substream_source,

@@ -8,9 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.cli import main
-from pipeline.config.ledger_location import default_ledger_location
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.config.ledger_location import default_ledger_location
 from tests.helpers.tiny import TINY_TOML, require_shared_data, tiny_microdata
 
 MARKER_ROW = 1234  # the bad value is planted in this row (1-based data row)

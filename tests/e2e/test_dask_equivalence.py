@@ -13,8 +13,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.cli import main
-from pipeline.io.run_folder import load_run
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.io.run_folder import load_run
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.tiny import REPO
 
@@ -52,7 +52,7 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, tmp_path: Pa
         assert len(imported) == 2 and all(not modules for modules in imported.values()), imported
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": "",
            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PYTHONPATH": str(REPO)}
-    flow = subprocess.run([sys.executable, "-m", "pipeline.cli", "-q", "release", str(tiny_release),
+    flow = subprocess.run([sys.executable, "-m", "censusdp.pipeline.cli", "-q", "release", str(tiny_release),
                            "--insecure-seed", "21", "--runner", "dask-local:2"], env=env, capture_output=True,
                           text=True, timeout=600)
     assert flow.returncode == 0, flow.stderr[-3000:]
@@ -65,11 +65,11 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, tmp_path: Pa
 # fingerprint's fallback to the files' lines is refused too
 NO_RECORDS_ON_DRIVER = """
 import os, sys
-import pipeline.io.fingerprint as fingerprint
-import pipeline.release.measure_groups as groups
-import pipeline.release.measuring as measuring
-from pipeline.cli import main
-from pipeline.io.run_folder import load_run
+import censusdp.pipeline.io.fingerprint as fingerprint
+import censusdp.pipeline.release.measure_groups as groups
+import censusdp.pipeline.release.measuring as measuring
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.io.run_folder import load_run
 def refuse(*args, **kwargs):
     raise RuntimeError("the driver read records")
 refused = os.environ["CENSUSDP_TEST_REFUSE"].split(",")

@@ -13,16 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.config.ledger_location import default_ledger_location
-from pipeline.synth.population import write_synthetic
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.config.ledger_location import default_ledger_location
+from censusdp.pipeline.synth.population import write_synthetic
 from tests.helpers.tiny import REPO
 
 
 def release_process(config: Path, seed: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "pipeline.cli", "-q", "release", str(config), "--no-prefect",
-                             "--insecure-seed", str(seed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "censusdp.pipeline.cli", "-q", "release", str(config),
+                             "--no-prefect", "--insecure-seed", str(seed)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
 
 
 def check_runs_folder(runs: Path, levels: list[str]) -> int:
@@ -49,7 +50,7 @@ CHARGED = Fraction(64, 25) + 4 * Fraction(3, 40)  # the pl94 preset's per-person
 def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> None:
     files = write_synthetic(20_000, 4, tmp_path / "data")
     micro, geo = files.microdata, files.geography
-    from pipeline.cli.commands import preset_text
+    from censusdp.pipeline.cli.commands import preset_text
 
     text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"').replace(
         'path = "units.parquet"', f'path = "{files.units}"')  # the units universe rides along
@@ -87,8 +88,8 @@ def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> Non
 DRIVER = '''
 import os, sys, time
 from pathlib import Path
-from pipeline.release import measure_groups, stages
-from pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.release import measure_groups, stages
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
 stage, marker = sys.argv[1], Path(sys.argv[2])
 
 def pause():  # tell the test where we are, then wait for its SIGKILL
@@ -123,7 +124,7 @@ def paused_set_status(self, run_id, status, reason=None):  # published, the ledg
 measure_groups.measure_level, stages.reconcile = paused_measure_level, paused_reconcile
 Path.rename = paused_rename if stage == "publish" else rename
 PrivacyLedger.set_status = paused_set_status if stage == "after-rename" else set_status
-from pipeline.cli import main
+from censusdp.pipeline.cli import main
 sys.exit(main(sys.argv[3:]))
 '''
 
@@ -134,7 +135,7 @@ def test_sigkill_at_a_chosen_stage(stage: str, tmp_path: Path) -> None:
     """The kill lands where the test chose (the run itself says so), and each outcome is the right one."""
     files = write_synthetic(5_000, 4, tmp_path / "data")
     micro, geo = files.microdata, files.geography
-    from pipeline.cli.commands import preset_text
+    from censusdp.pipeline.cli.commands import preset_text
 
     text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"').replace(
         'path = "units.parquet"', f'path = "{files.units}"')  # the units universe rides along
@@ -163,7 +164,7 @@ def test_sigkill_at_a_chosen_stage(stage: str, tmp_path: Path) -> None:
     (partial,) = runs.iterdir()
     assert partial.name == f".{charge.run_id}.partial"
     noisy = (partial / "measurements" / "block.parquet").read_bytes() if stage != "measure" else b""
-    resumed = subprocess.run([sys.executable, "-m", "pipeline.cli", "-q", "release", str(config), "--resume",
+    resumed = subprocess.run([sys.executable, "-m", "censusdp.pipeline.cli", "-q", "release", str(config), "--resume",
                               charge.run_id], env=env, capture_output=True, text=True, timeout=300)
     if stage == "measure":  # noise was drawn for some levels only: never finished, the charge stands
         assert resumed.returncode != 0 and "were not all saved" in resumed.stderr

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.config.ledger_location import default_ledger_location
-from tests.helpers.tiny import REPO, TINY_TOML
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.config.ledger_location import default_ledger_location
+from tests.helpers.decoy import decoy_project
+from tests.helpers.tiny import TINY_TOML
 
 DEPLOYMENT = "censusdp-release/scheduled"
 
@@ -51,7 +52,8 @@ def test_serve_runs_the_readme_commands_against_a_live_server(tiny_release: Path
     other.write_text(TINY_TOML.format(rho="2").replace('cap_rho = "1000"', 'cap_rho = "5"'))
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PYTHONPATH": str(REPO),
+    project = decoy_project(tmp_path / "project")  # served from a folder with its own flows/ and pipeline/
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PYTHONPATH": str(project),
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
     env.pop("PREFECT_API_URL", None)
     server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
@@ -61,9 +63,9 @@ def test_serve_runs_the_readme_commands_against_a_live_server(tiny_release: Path
         wait_for(lambda: healthy(api), "the Prefect server")
         env["PREFECT_API_URL"] = api
         runs = tmp_path / "runs"
-        serve = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", str(tiny_release), "--cron",
+        serve = subprocess.Popen([sys.executable, "-m", "censusdp.pipeline.cli", "serve", str(tiny_release), "--cron",
                                   "0 2 * * *", "--out", str(runs)], env=env, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL)
+                                 stderr=subprocess.DEVNULL, cwd=project)
 
         def deployment_run(*params: str) -> subprocess.CompletedProcess[str]:
             argv = [sys.executable, "-m", "prefect", "deployment", "run", DEPLOYMENT, "--watch",

@@ -10,10 +10,10 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli.evaluate import add_evaluate
-from pipeline.errors import CensusDPError
-from pipeline.evaluate.compare import evaluate
-from pipeline.evaluate.metrics import LABEL, entropy_bits, query_metrics, size_bin, total_variation
+from censusdp.pipeline.cli.evaluate import add_evaluate
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.evaluate.compare import evaluate
+from censusdp.pipeline.evaluate.metrics import LABEL, entropy_bits, query_metrics, size_bin, total_variation
 from tests.helpers.releases import release_dir
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.cli import main
-from pipeline.evaluate.compare import evaluate, write_evaluation
-from pipeline.io.run_folder import load_run
-from pipeline.uncertainty.gls import gls_estimates
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.evaluate.compare import evaluate, write_evaluation
+from censusdp.pipeline.io.run_folder import load_run
+from censusdp.pipeline.uncertainty.gls import gls_estimates
 from tests.helpers.releases import release_dir
 from tests.helpers.tiny import require_shared_data
 

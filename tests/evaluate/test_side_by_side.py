@@ -7,8 +7,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.cli import main
-from pipeline.evaluate.metrics import LABEL
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.evaluate.metrics import LABEL
 from tests.helpers.releases import release_dir
 
 

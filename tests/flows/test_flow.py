@@ -47,9 +47,9 @@ def leak_dataset(folder: Path) -> Path:
 # task also asks for no persistence itself
 SPY_DRIVER = """
 import json, sys
-import pipeline.release.measure_groups as stages
+import censusdp.pipeline.release.measure_groups as stages
 from prefect.settings import get_current_settings
-from pipeline.cli import main
+from censusdp.pipeline.cli import main
 original, seen = stages.measure_level, []
 def spy(*args, **kwargs):
     s = get_current_settings()
@@ -107,8 +107,8 @@ def test_release_through_prefect_publishes_and_leaks_nothing(tmp_path: Path) -> 
     assert unit.filter((pl.col("geoid") == "2311") & (pl.col("query") == "detailed")).height == 6
 
     # a release the ledger refuses fails visibly in Prefect: the flow run is FAILED with the one-line reason
-    refused = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", str(config), "--rho", "1000"], env=env,
-                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    refused = subprocess.run([sys.executable, "-m", "censusdp.pipeline.cli", "release", str(config), "--rho", "1000"],
+                             env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert refused.returncode != 0 and "exceeds the remaining budget" in refused.stderr
     database = next(home.rglob("*.db"))
     with sqlite3.connect(database) as connection:

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import main
-from pipeline.config.options import insecure_seed_is_allowed
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.config.options import insecure_seed_is_allowed
+from censusdp.pipeline.errors import CensusDPError
 from tests.helpers.tiny import REPO
 
 
 def test_the_flow_refuses_a_seed_it_was_not_given_by_the_cli(tiny_release: Path) -> None:
-    from flows.release import release_flow
+    from censusdp.flows.release import release_flow
 
     with pytest.raises(CensusDPError, match="insecure_seed is for tests only"):
         release_flow.fn(config_path=str(tiny_release), insecure_seed=7)  # as a deployment run would call it
@@ -28,7 +28,7 @@ def test_the_cli_seed_leaves_no_trace_in_the_process(tiny_release: Path, capsys:
     before = dict(os.environ)
     assert main(["-q", "release", str(tiny_release), "--no-prefect", "--insecure-seed", "3"]) == 0
     assert dict(os.environ) == before and not insecure_seed_is_allowed()
-    from flows.release import release_flow
+    from censusdp.flows.release import release_flow
 
     with pytest.raises(CensusDPError, match="insecure_seed is for tests only"):  # still refused afterwards
         release_flow.fn(config_path=str(tiny_release), insecure_seed=3)
@@ -38,8 +38,8 @@ def test_the_deployment_takes_rho_as_the_readme_writes_it(tiny_release: Path) ->
     """`prefect deployment run censusdp-release/scheduled -p rho=1.5` sends a JSON number."""
     from fractions import Fraction
 
-    from flows.release import release_flow
-    from pipeline.config.options import load_release_config
+    from censusdp.flows.release import release_flow
+    from censusdp.pipeline.config.options import load_release_config
 
     for given, exact in ((1.5, Fraction(3, 2)), (2, Fraction(2)), ("64/25", Fraction(64, 25)), (0.1, Fraction(1, 10))):
         checked = release_flow.validate_parameters({"config_path": str(tiny_release), "rho": given})
@@ -58,7 +58,7 @@ def test_importing_the_flows_changes_nothing_in_the_process() -> None:
 def test_the_hardened_settings_override_a_hostile_profile() -> None:
     from prefect.settings import get_current_settings, temporary_settings
 
-    from flows.settings import hardened_prefect
+    from censusdp.flows.settings import hardened_prefect
 
     hostile = {"results.persist_by_default": True, "tasks.default_persist_result": True, "logging.log_prints": True}
     with temporary_settings(updates=hostile), hardened_prefect():

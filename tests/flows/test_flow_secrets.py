@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import polars as pl
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
 from tests.helpers.tiny import REPO, TINY_TOML, tiny_microdata
 
 BAD_ROW, BAD_VALUE = 1234, "purplezqx"
@@ -54,7 +54,7 @@ def test_prefect_sees_no_row_value_or_password(tmp_path: Path, postgres_url: str
     env.pop("CENSUSDP_LEDGER", None)
 
     def censusdp(*argv: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", *argv], env={**env, **(extra_env or {})},
+        return subprocess.run([sys.executable, "-m", "censusdp.pipeline.cli", *argv], env={**env, **(extra_env or {})},
                               capture_output=True, text=True, timeout=600, cwd=tmp_path)
 
     rejected = censusdp("release", str(config), "--microdata", str(tmp_path / "bad.parquet"))

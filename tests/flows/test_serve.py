@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.errors import CensusDPError
 
 
 def test_deployment_has_the_schedule_and_only_paths_as_parameters(tiny_release: Path) -> None:
-    from flows.serve import make_deployment
+    from censusdp.flows.serve import make_deployment
 
     deployment = make_deployment(str(tiny_release), "0 2 * * *", out_dir=str(tiny_release.parent / "runs"))
     assert deployment.name == "scheduled"
@@ -19,7 +19,7 @@ def test_deployment_has_the_schedule_and_only_paths_as_parameters(tiny_release: 
 
 
 def test_invalid_cron_and_invalid_config_fail_at_serve_time(tiny_release: Path) -> None:
-    from flows.serve import make_deployment
+    from censusdp.flows.serve import make_deployment
 
     with pytest.raises(CensusDPError, match="invalid schedule"):
         make_deployment(str(tiny_release), "not a cron")

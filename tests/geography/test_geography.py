@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from geography.levels import Level
-from geography.presets import US_CENSUS_LEVELS
-from geography.tree import LOWEST_GEOIDS, build_tree, fixed_width
+from censusdp.geography.levels import Level
+from censusdp.geography.presets import US_CENSUS_LEVELS
+from censusdp.geography.tree import LOWEST_GEOIDS, build_tree, fixed_width
 
 LEVELS = (Level("root", 0), Level("a", 1), Level("b", 3))
 

@@ -11,7 +11,7 @@ from fractions import Fraction
 import mpmath as mp
 import pytest
 
-from pipeline.dp import cdf as nc
+from censusdp.pipeline.dp import cdf as nc
 
 DPS = 110  # mpmath digits: 365 bits, far beyond the 128 + 64 bits any bound here carries
 

@@ -8,9 +8,9 @@ from math import prod
 
 import numpy as np
 
-from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery
-from postprocess.gls_algebra import QuerySpec, answer
-from postprocess.gls_stream import Reader, StreamLevel
+from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery
+from censusdp.postprocess.gls_algebra import QuerySpec, answer
+from censusdp.postprocess.gls_stream import Reader, StreamLevel
 from tests.helpers.gls_reference import aggregation, random_tree
 
 Recodes = dict[int, list[tuple[int, ...]]]

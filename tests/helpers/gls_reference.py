@@ -9,7 +9,7 @@ from math import prod
 import numpy as np
 import scipy.linalg as la
 
-from postprocess.gls import GlsLevel
+from censusdp.postprocess.gls import GlsLevel
 
 
 def random_tree(rng: np.random.Generator, depth: int, most: int = 3) -> list[np.ndarray]:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pipeline.budget.ledger.charges import Charge, PrivacyLedger, config_hash
+from censusdp.pipeline.budget.ledger.charges import Charge, PrivacyLedger, config_hash
 
 HASH = config_hash(b'[budget]\nrho = "1/2"\n')
 DELTA = 1e-10

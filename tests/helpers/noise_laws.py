@@ -17,13 +17,13 @@ import mpmath as mp
 import numpy as np
 from scipy import stats
 
-from pipeline.dp.noise import (
+from censusdp.pipeline.dp.noise import (
     sample_discrete_gaussian,
     sample_discrete_gaussian_cks,
     sample_discrete_laplace,
     sample_discrete_laplace_cks,
 )
-from pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.dp.random_source import seeded_random_source
 from tests.helpers import cks_reference
 
 N = int(os.environ.get("CENSUSDP_STAT_SAMPLES", "1000000"))

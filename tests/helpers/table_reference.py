@@ -10,7 +10,7 @@ from fractions import Fraction
 import mpmath as mp
 import numpy as np
 
-from pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.dp.random_source import seeded_random_source
 
 DPS = 110
 MASK = (1 << 64) - 1

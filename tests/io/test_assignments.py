@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.errors import InputError, InputProblem
-from pipeline.io.assignments import read_assignment
+from censusdp.pipeline.errors import InputError, InputProblem
+from censusdp.pipeline.io.assignments import read_assignment
 
 BLOCKS = np.array(["440010101001000", "440010101001001", "440010102002000", "440030201001000"])
 

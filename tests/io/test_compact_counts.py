@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from pipeline.io.histograms import compact_counts
-from pipeline.io.measurements import INVARIANTS_FILE, write_invariants
-from pipeline.release.measure_groups import joined_invariants
-from postprocess import QueryInvariant
+from censusdp.pipeline.io.histograms import compact_counts
+from censusdp.pipeline.io.measurements import INVARIANTS_FILE, write_invariants
+from censusdp.pipeline.release.measure_groups import joined_invariants
+from censusdp.postprocess import QueryInvariant
 
 INT32 = np.iinfo(np.int32)
 

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.cli import main
-from pipeline.config.load import load_config
-from pipeline.errors import InputError, InputProblem
-from pipeline.io.checks import sorted_codes
-from pipeline.io.microdata import (
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.errors import InputError, InputProblem
+from censusdp.pipeline.io.checks import sorted_codes
+from censusdp.pipeline.io.microdata import (
     InputFiles,
     encoded_rows,
     geography_units,
@@ -25,7 +25,7 @@ from pipeline.io.microdata import (
     validate_input,
     validated_rows,
 )
-from pipeline.io.parts import read_batches
+from censusdp.pipeline.io.parts import read_batches
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.tiny import tiny_microdata
 
@@ -233,8 +233,8 @@ def test_the_units_of_a_dataset_without_a_geography_file(tiny_release: Path) -> 
 def test_a_part_swapped_after_it_was_listed_is_never_read(tiny_release: Path) -> None:
     """The fingerprint charged and the rows measured are one content: a part replaced (in place, or by another
     file under its name) after ``read_input_files`` is refused by every reader, the fingerprint's included."""
-    from pipeline.io.fingerprint import data_fingerprints
-    from pipeline.io.parts import ChangedFileError
+    from censusdp.pipeline.io.fingerprint import data_fingerprints
+    from censusdp.pipeline.io.parts import ChangedFileError
 
     folder = tiny_release.parent / "microdata"
     written = write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "region",

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.config.load import load_config
-from pipeline.io.fingerprint import FingerprintKind, MultisetDigest, data_fingerprints, part_digests, row_texts
-from pipeline.io.microdata import InputFiles, read_input_files
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.io.fingerprint import FingerprintKind, MultisetDigest, data_fingerprints, part_digests, row_texts
+from censusdp.pipeline.io.microdata import InputFiles, read_input_files
 from tests.helpers.datasets import write_hive_dataset
 
 KEY = bytes(range(32))

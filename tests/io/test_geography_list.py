@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import InputError, InputProblem
-from pipeline.io.checks import geography_units
+from censusdp.pipeline.errors import InputError, InputProblem
+from censusdp.pipeline.io.checks import geography_units
 
 PATH = Path("geo.parquet")
 
@@ -42,7 +42,7 @@ def test_a_duplicate_far_apart_in_file_order_is_found() -> None:
 def test_a_ragged_csv_is_refused_when_one_column_is_read(tmp_path: Path) -> None:
     """Reading the geocode column alone still parses every field: a row longer than the header is refused, not
     cut short (the whole file's read refused it before the geography was read for one column)."""
-    from pipeline.io.parts import read_body
+    from censusdp.pipeline.io.parts import read_body
 
     path = tmp_path / "geography.csv"
     path.write_text("geocode,name\n001,a\n002,b,extra\n")

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from pipeline.budget.allocation import QueryAllocation, allocate, query_allocation
-from pipeline.config.load import load_config
-from pipeline.config.model import ReleaseConfig
-from pipeline.exact import round_text
-from pipeline.io.manifest import allocation_section, float_up, privacy_section, report_markdown
+from censusdp.pipeline.budget.allocation import QueryAllocation, allocate, query_allocation
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.exact import round_text
+from censusdp.pipeline.io.manifest import allocation_section, float_up, privacy_section, report_markdown
 from tests.helpers.tiny import TINY_TOML
 
 INVARIANTS = '[[invariants]]\nquery = "total"\nlevels = ["root", "region"]\n'
@@ -125,7 +125,7 @@ def test_report_rounds_privacy_loss_up_and_sigma2_down() -> None:
 
 
 def test_ledger_epsilon_text_is_the_shared_round_up() -> None:
-    from pipeline.cli.ledger import _eps_text
+    from censusdp.pipeline.cli.ledger import _eps_text
 
     for value in (0.0, 1e-12, 0.1, 1.2345649, 2.00000001, 123456.5, 3.7e9):
         assert _eps_text(value) == round_text(value, up=True, significant=6, strip=True)

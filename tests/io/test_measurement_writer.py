@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 
-from pipeline.io import measurements
-from pipeline.io.measurements import (
+from censusdp.pipeline.io import measurements
+from censusdp.pipeline.io.measurements import (
     ChunkLocation,
     LevelMeasurementWriter,
     adopt_part,
@@ -25,7 +25,7 @@ from pipeline.io.measurements import (
     read_level_table,
     read_lowest_geoids,
 )
-from postprocess import QueryMeasurement
+from censusdp.postprocess import QueryMeasurement
 
 
 def chunk(start: int, stop: int, cells: int, seed: int) -> list[QueryMeasurement]:

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.io.measurements import REPEATED_ROWS, LevelMeasurementWriter, repeated
-from postprocess import QueryMeasurement
+from censusdp.pipeline.io.measurements import REPEATED_ROWS, LevelMeasurementWriter, repeated
+from censusdp.postprocess import QueryMeasurement
 
 
 @settings(max_examples=80, deadline=None)

@@ -11,13 +11,13 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.config.load import load_config
-from pipeline.config.model import SummaryTables
-from pipeline.config.pl94_tables import RACES, pl94_variables
-from pipeline.config.schema import Attribute, Schema
-from pipeline.errors import ConfigError
-from pipeline.io import summary_tables
-from pipeline.io.summary_tables import (
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.model import SummaryTables
+from censusdp.pipeline.config.pl94_tables import RACES, pl94_variables
+from censusdp.pipeline.config.schema import Attribute, Schema
+from censusdp.pipeline.errors import ConfigError
+from censusdp.pipeline.io import summary_tables
+from censusdp.pipeline.io.summary_tables import (
     SummaryTableWriter,
     census_geoid,
     summary_counts,

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.errors import CensusDPError
-from pipeline.io.measurements import read_chunk_plan
-from pipeline.io.run_folder import load_run
-from pipeline.release import stages
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.io.measurements import read_chunk_plan
+from censusdp.pipeline.io.run_folder import load_run
+from censusdp.pipeline.release import stages
 from tests.helpers.releases import release_dir
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.cli.commands import preset_text
-from pipeline.config.load import load_config
-from pipeline.config.model import ReleaseConfig
-from pipeline.errors import InputError, InputProblem
-from pipeline.io.microdata import read_input_files, read_microdata, validate_input, validated_rows
+from censusdp.pipeline.cli.commands import preset_text
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.errors import InputError, InputProblem
+from censusdp.pipeline.io.microdata import read_input_files, read_microdata, validate_input, validated_rows
 from tests.helpers.tiny import TINY_TOML, TINY_UNITS_TOML, tiny_microdata
 
 HEADER = "SCHEMA_TYPE_CODE|SCHEMA_BUILD_ID|TABBLKST|TABBLKCOU|TABTRACTCE|TABBLKGRPCE|TABBLK|RTYPE|GQTYPE|TEN|VACS"
@@ -160,7 +160,7 @@ def test_units_as_csv_through_the_persons_readers(tmp_path: Path) -> None:
 
 def test_synthetic_units_read_with_the_presets(tmp_path: Path) -> None:
     """``censusdp synth``'s units.parquet, read by both presets' units universe against the synthetic geography."""
-    from pipeline.synth.population import write_synthetic
+    from censusdp.pipeline.synth.population import write_synthetic
 
     files = write_synthetic(4_000, 7, tmp_path)
     frame = pl.read_parquet(files.units)

@@ -12,14 +12,14 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from geography.levels import Level
-from pipeline.cli import main
-from pipeline.cli.commands import preset_text
-from pipeline.config.load import load_config
-from pipeline.config.options import random_source
-from pipeline.io.verify import RuleCheck, persons_units_checks, verify_run
-from pipeline.release.stages import run_release
-from pipeline.synth.population import write_synthetic
+from censusdp.geography.levels import Level
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.cli.commands import preset_text
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.options import random_source
+from censusdp.pipeline.io.verify import RuleCheck, persons_units_checks, verify_run
+from censusdp.pipeline.release.stages import run_release
+from censusdp.pipeline.synth.population import write_synthetic
 from tests.helpers.releases import cli
 
 LINE = re.compile(r"(\d+) violations  (.+)  \[(\w+)\]  \((\d+) checked\)")

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
-from postprocess.layout import plan_batches, plan_blocks
-from postprocess.least_squares import resolve_solvers
-from postprocess.problem import validate
-from postprocess.reconcile import solve_batch
+from censusdp.postprocess import QueryInvariant, QueryMeasurement, reconcile_level
+from censusdp.postprocess.layout import plan_batches, plan_blocks
+from censusdp.postprocess.least_squares import resolve_solvers
+from censusdp.postprocess.problem import validate
+from censusdp.postprocess.reconcile import solve_batch
 
 SOLVERS = ["CLARABEL", "OSQP"]
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from postprocess import UNBOUNDED, QueryBound, QueryMeasurement, ReconciliationError, reconcile_level
+from censusdp.postprocess import UNBOUNDED, QueryBound, QueryMeasurement, ReconciliationError, reconcile_level
 
 MARGINAL = sp.csr_matrix(np.array([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=float))  # two types of two cells each
 

@@ -10,8 +10,8 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import milp
 
-import postprocess.rounding as rounding
-from postprocess import QueryInvariant, QueryMeasurement, ReconciliationError, reconcile_level
+import censusdp.postprocess.rounding as rounding
+from censusdp.postprocess import QueryInvariant, QueryMeasurement, ReconciliationError, reconcile_level
 
 ROWS = sp.csr_matrix(np.array([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=float))  # a 2 x 2 grid of cells
 COLS = sp.csr_matrix(np.array([[1, 0, 1, 0], [0, 1, 0, 1]], dtype=float))

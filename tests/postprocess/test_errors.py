@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import postprocess.reconcile as reconcile
-from postprocess import QueryInvariant, QueryMeasurement, ReconciliationError, reconcile_level
+import censusdp.postprocess.reconcile as reconcile
+from censusdp.postprocess import QueryInvariant, QueryMeasurement, ReconciliationError, reconcile_level
 
 N = 4
 IDENTITY = sp.identity(N, format="csr")

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import postprocess.least_squares as least_squares
-from pipeline.dp.random_source import seeded_random_source
-from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
-from postprocess.fast_path import applies, largest_remainder, project
-from postprocess.layout import plan_batches, plan_blocks
-from postprocess.problem import validate
-from postprocess.reconcile import solve_batch
-from postprocess.rounding import _greedy, round_batch
-from postprocess.ties import TieSource
+import censusdp.postprocess.least_squares as least_squares
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.postprocess import QueryInvariant, QueryMeasurement, reconcile_level
+from censusdp.postprocess.fast_path import applies, largest_remainder, project
+from censusdp.postprocess.layout import plan_batches, plan_blocks
+from censusdp.postprocess.problem import validate
+from censusdp.postprocess.reconcile import solve_batch
+from censusdp.postprocess.rounding import _greedy, round_batch
+from censusdp.postprocess.ties import TieSource
 
 
 class NumpySource:

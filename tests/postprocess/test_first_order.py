@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from postprocess import QueryInvariant, QueryMeasurement, first_order, reconcile_level
-from postprocess.layout import build_batch, plan_batches, plan_blocks
-from postprocess.least_squares import SOLVER_OPTIONS, Equalities
-from postprocess.least_squares import solve as cvxpy_solve
-from postprocess.problem import validate
-from postprocess.reconcile import _terms
-from postprocess.rounding import round_batch
+from censusdp.postprocess import QueryInvariant, QueryMeasurement, first_order, reconcile_level
+from censusdp.postprocess.layout import build_batch, plan_batches, plan_blocks
+from censusdp.postprocess.least_squares import SOLVER_OPTIONS, Equalities
+from censusdp.postprocess.least_squares import solve as cvxpy_solve
+from censusdp.postprocess.problem import validate
+from censusdp.postprocess.reconcile import _terms
+from censusdp.postprocess.rounding import round_batch
 
 SHAPES = [(4,), (2, 3), (3, 2, 2), (2, 2, 2), (5, 3)]
 TIGHT = {"CLARABEL": {**SOLVER_OPTIONS["CLARABEL"], "tol_gap_abs": 1e-12, "tol_gap_rel": 1e-12, "tol_feas": 1e-12}}

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.io.gls_scratch import ScratchCubes
-from postprocess.gls import solve_gls
-from postprocess.gls_stream import StreamLevel, family_slices, solve_gls_streamed
-from postprocess.gls_stream_chunk import LowestChunk
+from censusdp.pipeline.io.gls_scratch import ScratchCubes
+from censusdp.postprocess.gls import solve_gls
+from censusdp.postprocess.gls_stream import StreamLevel, family_slices, solve_gls_streamed
+from censusdp.postprocess.gls_stream_chunk import LowestChunk
 from tests.helpers.gls_problems import as_stream, make_problem
 
 PINNED = 1e-9
@@ -244,7 +244,7 @@ def test_a_chunks_arrays_are_freed_before_the_next_chunk_is_read(tmp_path: Path)
 
 
 def test_scratch_rows_are_read_back_by_range_and_a_short_file_is_refused(tmp_path: Path) -> None:
-    from pipeline.io.gls_scratch import read_rows
+    from censusdp.pipeline.io.gls_scratch import read_rows
 
     store = ScratchCubes(tmp_path, (2, 3))
     cube = np.arange(4 * 6, dtype=np.float64).reshape(4, 2, 3)

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import scipy.sparse as sp
 
-from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
+from censusdp.postprocess import QueryInvariant, QueryMeasurement, reconcile_level
 
 SHAPE = (2, 2, 63, 8)  # voting age x hispanic x cenrace x hhgq
 N_CELLS = int(np.prod(SHAPE))

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from postprocess import QueryInvariant, QueryMeasurement, reconcile_level
-from postprocess.layout import plan_blocks
-from postprocess.passes import RoundingMarginal, check_marginal
-from postprocess.problem import validate
-from postprocess.reconcile import solve_batch
+from censusdp.postprocess import QueryInvariant, QueryMeasurement, reconcile_level
+from censusdp.postprocess.layout import plan_blocks
+from censusdp.postprocess.passes import RoundingMarginal, check_marginal
+from censusdp.postprocess.problem import validate
+from censusdp.postprocess.reconcile import solve_batch
 
 N_CELLS = 6  # two attributes: a (2 values) x b (3 values), C order
 ONES = sp.csr_matrix(np.ones((1, N_CELLS)))

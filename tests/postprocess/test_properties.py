@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from postprocess import QueryInvariant, QueryMeasurement, ReconciliationError, reconcile_level
+from censusdp.postprocess import QueryInvariant, QueryMeasurement, ReconciliationError, reconcile_level
 
 
 def random_partition(rng: np.random.Generator, n_cells: int) -> sp.csr_matrix:

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from postprocess import QueryInvariant, QueryMeasurement
-from postprocess.layout import plan_blocks
-from postprocess.problem import validate
-from postprocess.reconcile import solve_batch
-from postprocess.rounding import SNAP, _binary, _greedy, round_batch
+from censusdp.postprocess import QueryInvariant, QueryMeasurement
+from censusdp.postprocess.layout import plan_blocks
+from censusdp.postprocess.problem import validate
+from censusdp.postprocess.reconcile import solve_batch
+from censusdp.postprocess.rounding import SNAP, _binary, _greedy, round_batch
 
 
 def tiny(seed: int, children: int, n_cells: int, invariant: bool, marginal: bool = False):

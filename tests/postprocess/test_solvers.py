@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import postprocess.least_squares as least_squares
-from postprocess import QueryInvariant, QueryMeasurement, ReconciliationError, reconcile_level
+import censusdp.postprocess.least_squares as least_squares
+from censusdp.postprocess import QueryInvariant, QueryMeasurement, ReconciliationError, reconcile_level
 
 N = 5
 IDENTITY = sp.identity(N, format="csr")

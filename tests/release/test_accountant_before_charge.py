@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.config.ledger_location import default_ledger_location
-from pipeline.io import manifest
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.config.ledger_location import default_ledger_location
+from censusdp.pipeline.io import manifest
 from tests.helpers.releases import cli, release_dir
 from tests.helpers.tiny import TINY_TOML
 

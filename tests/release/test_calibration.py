@@ -24,12 +24,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config.load import load_config
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.io.histograms import all_level_histograms, lowest_histograms
-from pipeline.io.microdata import validated_rows
-from pipeline.release import stages
-from pipeline.release.draws import claim_path
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histograms
+from censusdp.pipeline.io.microdata import validated_rows
+from censusdp.pipeline.release import stages
+from censusdp.pipeline.release.draws import claim_path
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 REPS = {"gaussian": 400, "laplace": 1000}  # the Laplace's heavier tails need more draws for the same power

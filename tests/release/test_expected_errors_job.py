@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from pipeline.cli.commands import preset_text
-from pipeline.config.load import load_config
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.release import expected_errors as expected_module
-from pipeline.release import stages, tabulate
-from pipeline.release.expected_errors import compute_expected_errors, expected_errors, expected_errors_job
-from pipeline.release.runner import LocalRunner
-from pipeline.synth.population import write_synthetic
+from censusdp.pipeline.cli.commands import preset_text
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.release import expected_errors as expected_module
+from censusdp.pipeline.release import stages, tabulate
+from censusdp.pipeline.release.expected_errors import compute_expected_errors, expected_errors, expected_errors_job
+from censusdp.pipeline.release.runner import LocalRunner
+from censusdp.pipeline.synth.population import write_synthetic
 
 
 class RecordingRunner(LocalRunner):

@@ -10,10 +10,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.config.load import load_config
-from pipeline.io.fingerprint import legacy_fingerprints
-from pipeline.io.microdata import read_input_files
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.io.fingerprint import legacy_fingerprints
+from censusdp.pipeline.io.microdata import read_input_files
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.ledgers import raw_rows
 from tests.helpers.releases import cli, release

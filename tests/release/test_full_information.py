@@ -13,9 +13,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.io.run_folder import load_run
-from pipeline.release import tasks
-from pipeline.release.full_information import (
+from censusdp.pipeline.io.run_folder import load_run
+from censusdp.pipeline.release import tasks
+from censusdp.pipeline.release.full_information import (
     GLS_SCRATCH,
     PINNED,
     level_targets,
@@ -23,10 +23,10 @@ from pipeline.release.full_information import (
     target_queries,
     tree_targets,
 )
-from pipeline.release.lowest_parts import LowestOutputs
-from pipeline.release.reconcile_chunk import ChunkTask, fitted_measurements
-from pipeline.release.run import ReleaseRun
-from pipeline.uncertainty.gls import gls_estimates
+from censusdp.pipeline.release.lowest_parts import LowestOutputs
+from censusdp.pipeline.release.reconcile_chunk import ChunkTask, fitted_measurements
+from censusdp.pipeline.release.run import ReleaseRun
+from censusdp.pipeline.uncertainty.gls import gls_estimates
 from tests.helpers.releases import cli, release_dir
 
 
@@ -81,7 +81,7 @@ def test_targets_are_the_gls_estimates_weighted_by_their_mean_variance(tiny_rele
 def test_a_partial_only_child_chain_informs_its_parent() -> None:
     """Item 2 of issue 12: a node that is its parent's only child while its siblings' parents have several (one
     state of a nation with a single county).  Its measurements move its parent's fit, and the two stay equal."""
-    from pipeline.config.schema import Attribute, Schema
+    from censusdp.pipeline.config.schema import Attribute, Schema
 
     schema = Schema((Attribute("a", "A", ("x", "y")),))
     detailed, total = schema.parse_query("detailed"), schema.parse_query("total")

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from pipeline.release.runner import DaskRunner
+from censusdp.pipeline.release.runner import DaskRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,7 +76,7 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypa
 
 DRIVER = """
 import sys, time
-from pipeline.release.runner import DaskRunner
+from censusdp.pipeline.release.runner import DaskRunner
 runner = DaskRunner("dask-local:1")
 print(runner._cluster.scheduler.process.pid, runner._cluster.scheduler._folder, flush=True)
 time.sleep(600)

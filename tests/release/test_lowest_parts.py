@@ -12,12 +12,12 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 
-from pipeline.config.schema import Attribute, Schema
-from pipeline.errors import CensusDPError
-from pipeline.io import summary_tables
-from pipeline.io.summary_tables import TableColumns
-from pipeline.release import lowest_parts
-from pipeline.release.lowest_parts import LowestOutputs, LowestPart, finish_lowest_outputs, write_lowest_part
+from censusdp.pipeline.config.schema import Attribute, Schema
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.io import summary_tables
+from censusdp.pipeline.io.summary_tables import TableColumns
+from censusdp.pipeline.release import lowest_parts
+from censusdp.pipeline.release.lowest_parts import LowestOutputs, LowestPart, finish_lowest_outputs, write_lowest_part
 
 SCHEMA = Schema((Attribute("colour", "COLOUR", ("blue", "red")), Attribute("adult", "ADULT", ("0", "1"))))
 GEOIDS = np.array([f"4400100{i:02d}" for i in range(9)])

@@ -10,13 +10,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config.load import load_config
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.errors import CensusDPError
-from pipeline.release import measure_groups, stages
-from pipeline.release.draws import MeasurementRepeatedError, check_claimed
-from pipeline.release.measure_groups import measure_group, measure_upper
-from pipeline.release.measuring import PARTS_DIR, MeasurementPlan, level_plans_of, plan_measurement
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.release import measure_groups, stages
+from censusdp.pipeline.release.draws import MeasurementRepeatedError, check_claimed
+from censusdp.pipeline.release.measure_groups import measure_group, measure_upper
+from censusdp.pipeline.release.measuring import PARTS_DIR, MeasurementPlan, level_plans_of, plan_measurement
 from tests.helpers.datasets import write_hive_dataset
 
 

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pipeline.budget.allocation import QueryAllocation
-from pipeline.config.model import Mechanism
-from pipeline.config.schema import Attribute, Schema
-from pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.release.measure import level_invariants, measure_level, noisy_answers
+from censusdp.pipeline.budget.allocation import QueryAllocation
+from censusdp.pipeline.config.model import Mechanism
+from censusdp.pipeline.config.schema import Attribute, Schema
+from censusdp.pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.release.measure import level_invariants, measure_level, noisy_answers
 
 SCHEMA = Schema((Attribute("colour", "C", ("red", "green", "blue")), Attribute("adult", "A", ("0", "1"))))
 # 3 nodes x 6 detailed cells (colour slowest), distinct counts so that every marginal is distinguishable

@@ -10,13 +10,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.cli import main
-from pipeline.config.load import load_config
-from pipeline.dp.random_source import seeded_random_source, system_random_source
-from pipeline.io.histograms import all_level_histograms, lowest_histograms
-from pipeline.io.microdata import read_input_files, validated_rows
-from pipeline.release import stages
-from pipeline.release.measuring import level_plans_of, partition_level, plan_measurement
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.dp.random_source import seeded_random_source, system_random_source
+from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histograms
+from censusdp.pipeline.io.microdata import read_input_files, validated_rows
+from censusdp.pipeline.release import stages
+from censusdp.pipeline.release.measuring import level_plans_of, partition_level, plan_measurement
 from tests.helpers.datasets import write_hive_dataset
 
 

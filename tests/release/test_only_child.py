@@ -11,11 +11,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-import pipeline.release.reconcile_chunk as rc
-from geography.levels import Level
-from geography.tree import build_tree
-from pipeline.io.run_folder import load_run
-from pipeline.release.only_child import only_child_levels
+import censusdp.pipeline.release.reconcile_chunk as rc
+from censusdp.geography.levels import Level
+from censusdp.geography.tree import build_tree
+from censusdp.pipeline.io.run_folder import load_run
+from censusdp.pipeline.release.only_child import only_child_levels
 from tests.helpers.releases import release_dir
 from tests.helpers.tiny import single_region_release
 
@@ -82,7 +82,7 @@ def test_full_information_fits_every_level_to_the_whole_trees_measurements(
 
 
 def test_a_postprocessing_rerun_uses_the_chain_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline.release.finish import postprocess_run
+    from censusdp.pipeline.release.finish import postprocess_run
 
     run_dir = release_dir(capsys, single_region_release(tmp_path))
     rerun = postprocess_run(run_dir)

@@ -10,12 +10,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.config.load import load_config
-from pipeline.config.schema import Schema
-from pipeline.release.persons_units import level_rules, persons_bound, units_level_bounds
-from pipeline.release.support import structural_zero_mask
-from pipeline.synth.population import write_synthetic
-from postprocess import UNBOUNDED
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.release.persons_units import level_rules, persons_bound, units_level_bounds
+from censusdp.pipeline.release.support import structural_zero_mask
+from censusdp.pipeline.synth.population import write_synthetic
+from censusdp.postprocess import UNBOUNDED
 from tests.helpers.releases import cli, release, release_dir, units_config
 
 
@@ -31,7 +31,7 @@ def test_every_level_keeps_every_rule(synthetic: Path, tmp_path: Path, capsys: p
                                       preset: str) -> None:
     config_path = units_config(tmp_path, synthetic)
     if preset == "pl94-2020":
-        from pipeline.cli.commands import preset_text
+        from censusdp.pipeline.cli.commands import preset_text
 
         text = preset_text(preset).replace("cap_rho = ", 'cap_rho = "1000" # ')
         for name in ("microdata", "geography", "units"):
@@ -100,7 +100,7 @@ def test_production_bounds_with_the_total_invariant() -> None:
 def test_the_units_bounds_of_a_parent_are_its_blocks_summed() -> None:
     """ceil(P / max) is superadditive and min(P, housing units) subadditive: a parent's own would leave its blocks
     no feasible share, so a parent's bounds are its blocks' summed."""
-    from geography.tree import build_tree
+    from censusdp.geography.tree import build_tree
 
     config = load_config(_preset_file("pl94"))
     tree = build_tree(config.levels, np.array(["010010000001000", "010010000001001"]))
@@ -119,7 +119,7 @@ def test_the_units_bounds_of_a_parent_are_its_blocks_summed() -> None:
 def _preset_file(preset: str) -> Path:
     import tempfile
 
-    from pipeline.cli.commands import preset_text
+    from censusdp.pipeline.cli.commands import preset_text
 
     path = Path(tempfile.mkdtemp()) / f"{preset}.toml"
     path.write_text(preset_text(preset).replace("cap_rho = ", 'cap_rho = "1000" # '))
@@ -129,7 +129,7 @@ def _preset_file(preset: str) -> Path:
 def test_publish_checks_what_it_wrote(synthetic: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A table changed after it was written (a P1 column no longer its cells' sum): publish refuses, names the rule."""
-    from pipeline.release import stages
+    from censusdp.pipeline.release import stages
 
     real_tabulate = stages.tabulate
 
@@ -150,7 +150,7 @@ def test_units_measured_in_other_chunks_are_refused(synthetic: Path, tmp_path: P
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The units' lowest tasks read their persons by chunk index: measurements chunked otherwise (an earlier
     version's, resumed) are refused before the lowest level is written."""
-    from pipeline.release import stages
+    from censusdp.pipeline.release import stages
 
     real_reconcile = stages.reconcile
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.cli import main
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.cli import main
 from tests.helpers.tiny import TINY_TOML
 
 MARKER_ROW = 1234
@@ -142,8 +142,8 @@ def test_file_level_problems_are_refused_without_a_charge(case: str, tiny_releas
 def test_unexpected_errors_reach_prefect_by_type_only() -> None:
     """Prefect stores task failure messages and logs tracebacks: every flow task reports foreign exceptions
     by type only (their text could quote a value), with no chained original."""
-    from flows import release as flow_module
-    from pipeline.errors import CensusDPError, InternalError, type_only_errors
+    from censusdp.flows import release as flow_module
+    from censusdp.pipeline.errors import CensusDPError, InternalError, type_only_errors
 
     def leaky() -> None:
         raise ValueError("found value 'purple' in row 1234")
@@ -190,7 +190,7 @@ def test_a_column_of_missing_values_is_a_value_problem(tiny_release: Path, insta
 def test_the_cli_reports_unexpected_errors_by_type_only(tiny_release: Path, monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """SECURITY.md: an unexpected exception's text could quote a value; the CLI prints its type only."""
-    from pipeline.release import stages
+    from censusdp.pipeline.release import stages
     def leaky(run: object, level: int) -> None:
         raise ValueError("found value 'purple' for row 1234")
 

@@ -12,8 +12,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.cli import main
-from pipeline.config.load import load_config
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.config.load import load_config
 from tests.helpers.releases import release_dir
 from tests.helpers.tiny import require_shared_data
 
@@ -192,10 +192,10 @@ def test_demo_runs_twice_on_its_own_ledger(tmp_path: Path, installation_ledger: 
 STAGE_ORDER_DRIVER = """
 import sys
 from pathlib import Path
-from pipeline.config.load import load_config
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.errors import CensusDPError
-from pipeline.release import stages
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.release import stages
 run = stages.start_release(load_config(Path(sys.argv[1])), Path(sys.argv[2]), seeded_random_source(1))
 for stage in (lambda: stages.measure(run, 0), lambda: stages.publish(run), lambda: stages.validate_inputs(run)):
     try:

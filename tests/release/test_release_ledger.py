@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.config.ledger_location import default_ledger_location
-from pipeline.release import reconcile_chunk, stages
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.config.ledger_location import default_ledger_location
+from censusdp.pipeline.release import reconcile_chunk, stages
 from tests.helpers.releases import cli
 from tests.helpers.tiny import TINY_TOML
 

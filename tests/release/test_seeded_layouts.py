@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pipeline.budget.allocation import QueryAllocation
-from pipeline.config.load import load_config
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.io.histograms import all_level_histograms, lowest_histograms
-from pipeline.io.measurements import read_level_table
-from pipeline.io.microdata import validated_rows
-from pipeline.release import stages
-from pipeline.release.draws import chunk_label
-from pipeline.release.measuring import partition_level
+from censusdp.pipeline.budget.allocation import QueryAllocation
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histograms
+from censusdp.pipeline.io.measurements import read_level_table
+from censusdp.pipeline.io.microdata import validated_rows
+from censusdp.pipeline.release import stages
+from censusdp.pipeline.release.draws import chunk_label
+from censusdp.pipeline.release.measuring import partition_level
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.tiny import TINY_TOML
 

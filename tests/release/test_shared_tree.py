@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from geography.levels import Level
-from geography.tree import GeoTree, build_tree
-from pipeline.release import shared_tree
+from censusdp.geography.levels import Level
+from censusdp.geography.tree import GeoTree, build_tree
+from censusdp.pipeline.release import shared_tree
 
 LEVELS = (Level("nation", 0), Level("state", 2), Level("block", 4))
 CODES = np.array(["0101", "0102", "0201"])

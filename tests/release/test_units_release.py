@@ -11,15 +11,15 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.config.load import load_config
-from pipeline.errors import ConfigError
-from pipeline.evaluate.compare import evaluate
-from pipeline.io import measurements
-from pipeline.io.measurements import measurements_digest
-from pipeline.release import lowest_parts, stages
-from pipeline.release import run as run_module
-from pipeline.synth.population import write_synthetic
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.errors import ConfigError
+from censusdp.pipeline.evaluate.compare import evaluate
+from censusdp.pipeline.io import measurements
+from censusdp.pipeline.io.measurements import measurements_digest
+from censusdp.pipeline.release import lowest_parts, stages
+from censusdp.pipeline.release import run as run_module
+from censusdp.pipeline.synth.population import write_synthetic
 from tests.helpers.releases import cli, release, release_dir, units_config
 
 

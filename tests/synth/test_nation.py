@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.cli import main
-from pipeline.synth import nation
-from pipeline.synth.nation import Piece, plan_nation, write_synthetic_nation
-from pipeline.synth.population import MICRODATA_COLUMNS, UNITS_COLUMNS
-from pipeline.synth.states import N_STATES, STATE_POPULATION_2020, apportion
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.synth import nation
+from censusdp.pipeline.synth.nation import Piece, plan_nation, write_synthetic_nation
+from censusdp.pipeline.synth.population import MICRODATA_COLUMNS, UNITS_COLUMNS
+from censusdp.pipeline.synth.states import N_STATES, STATE_POPULATION_2020, apportion
 
 PERSONS, STATES, PIECE, SEED = 120_000, 4, 15_000, 5
 

@@ -8,9 +8,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.synth.geo import sample_ragged
-from pipeline.synth.people import COMBINATIONS, NH_MULTI_PROPENSITY, NH_SINGLE, race_profile
-from pipeline.synth.population import (
+from censusdp.pipeline.synth.geo import sample_ragged
+from censusdp.pipeline.synth.people import COMBINATIONS, NH_MULTI_PROPENSITY, NH_SINGLE, race_profile
+from censusdp.pipeline.synth.population import (
     CENRACE_VALUES,
     MICRODATA_COLUMNS,
     synthesize,

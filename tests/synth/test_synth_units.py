@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.synth.population import UNITS_COLUMNS, SyntheticState, synthesize, synthesize_state
-from pipeline.synth.units import GQ_CODES, HOUSEHOLD_SIZE_P, household_starts
+from censusdp.pipeline.synth.population import UNITS_COLUMNS, SyntheticState, synthesize, synthesize_state
+from censusdp.pipeline.synth.units import GQ_CODES, HOUSEHOLD_SIZE_P, household_starts
 
 PERSONS = 60_000
 
@@ -91,7 +91,7 @@ def test_units_are_deterministic_per_seed_and_leave_the_persons_alone() -> None:
 
 
 def test_censusdp_synth_writes_the_units(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline.cli import main
+    from censusdp.pipeline.cli import main
 
     assert main(["synth", "--persons", "3000", "--seed", "2", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out.split()

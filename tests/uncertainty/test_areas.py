@@ -10,15 +10,15 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.cli import main
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.evaluate.compare import true_histograms
-from pipeline.io.assignments import read_assignment
-from pipeline.io.run_folder import LoadedRun, load_run
-from pipeline.uncertainty.areas import LABEL, area_table, area_variables
-from pipeline.uncertainty.gls import gls_levels, redrawn_measurements
-from postprocess.gls import QuerySpec, solve_gls
-from postprocess.gls_areas import area_estimates, area_terms, area_variances
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.evaluate.compare import true_histograms
+from censusdp.pipeline.io.assignments import read_assignment
+from censusdp.pipeline.io.run_folder import LoadedRun, load_run
+from censusdp.pipeline.uncertainty.areas import LABEL, area_table, area_variables
+from censusdp.pipeline.uncertainty.gls import gls_levels, redrawn_measurements
+from censusdp.postprocess.gls import QuerySpec, solve_gls
+from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
 from tests.helpers.releases import cli, release_dir
 from tests.helpers.tiny import TINY_TOML, require_shared_data, tiny_microdata
 

@@ -23,8 +23,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.cli import main
-from pipeline.uncertainty.bootstrap import bootstrap_intervals
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.uncertainty.bootstrap import bootstrap_intervals
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 TWO_LEVELS = ("""

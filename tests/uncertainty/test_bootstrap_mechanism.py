@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import pipeline.uncertainty.bootstrap as ub
-from pipeline.config.load import load_config
-from pipeline.config.options import random_source
-from pipeline.dp import noise
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.io.run_folder import load_run
-from pipeline.release import measure
-from pipeline.release.stages import run_release
+import censusdp.pipeline.uncertainty.bootstrap as ub
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.options import random_source
+from censusdp.pipeline.dp import noise
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.io.run_folder import load_run
+from censusdp.pipeline.release import measure
+from censusdp.pipeline.release.stages import run_release
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 UNIT = '[strategy.unit]\ndetailed = "1"'

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-import pipeline.uncertainty.bootstrap as ub
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.io.run_folder import load_run
+import censusdp.pipeline.uncertainty.bootstrap as ub
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.io.run_folder import load_run
 from tests.helpers.releases import release_dir
 from tests.helpers.tiny import single_region_release
 

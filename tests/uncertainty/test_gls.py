@@ -7,8 +7,8 @@ from math import prod
 import numpy as np
 import pytest
 
-from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, solve_gls
-from postprocess.gls_algebra import marginal
+from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, solve_gls
+from censusdp.postprocess.gls_algebra import marginal
 from tests.helpers.gls_reference import aggregation, dense_gls, query_matrix, random_tree
 
 SHAPE = (2, 3, 2)

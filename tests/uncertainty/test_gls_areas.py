@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from postprocess.gls import GlsLevel, solve_gls
-from postprocess.gls_algebra import QuerySpec
-from postprocess.gls_areas import area_estimates, area_terms, area_variances, mean_area_variances
+from censusdp.postprocess.gls import GlsLevel, solve_gls
+from censusdp.postprocess.gls_algebra import QuerySpec
+from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances, mean_area_variances
 from tests.helpers.gls_problems import SHAPE as MINI_SHAPE
 from tests.helpers.gls_problems import make_problem, mini_levels
 from tests.helpers.gls_reference import dense_gls, query_matrix

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import postprocess.gls_algebra as algebra
-from postprocess.gls import GlsLevel, solve_gls
-from postprocess.gls_algebra import QuerySpec, apply_axes
+import censusdp.postprocess.gls_algebra as algebra
+from censusdp.postprocess.gls import GlsLevel, solve_gls
+from censusdp.postprocess.gls_algebra import QuerySpec, apply_axes
 from tests.helpers.gls_problems import SHAPE, make_problem, mini_levels
 from tests.helpers.gls_reference import dense_gls, dense_query
 

@@ -11,22 +11,22 @@ import numpy as np
 import polars as pl
 import pytest
 
-from geography.levels import Level
-from geography.tree import build_tree
-from pipeline.cli import main
-from pipeline.cli.uncertainty import add_uncertainty
-from pipeline.config.load import load_config
-from pipeline.dp.noise import sample_discrete_gaussian
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.errors import CensusDPError
-from pipeline.io.run_folder import load_run
-from pipeline.release import measure_groups, stages
-from pipeline.synth.population import synthesize
-from pipeline.uncertainty.bootstrap import bootstrap_intervals
-from pipeline.uncertainty.gls import gls_estimates, write_estimates
-from postprocess import QueryInvariant, QueryMeasurement
-from postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
-from postprocess.gls_algebra import marginal
+from censusdp.geography.levels import Level
+from censusdp.geography.tree import build_tree
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.cli.uncertainty import add_uncertainty
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.dp.noise import sample_discrete_gaussian
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.io.run_folder import load_run
+from censusdp.pipeline.release import measure_groups, stages
+from censusdp.pipeline.synth.population import synthesize
+from censusdp.pipeline.uncertainty.bootstrap import bootstrap_intervals
+from censusdp.pipeline.uncertainty.gls import gls_estimates, write_estimates
+from censusdp.postprocess import QueryInvariant, QueryMeasurement
+from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
+from censusdp.postprocess.gls_algebra import marginal
 from tests.helpers.releases import release_dir
 
 

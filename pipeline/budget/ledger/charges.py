@@ -28,19 +28,19 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from pipeline.budget.ledger.fingerprints import HEX as _HEX
-from pipeline.budget.ledger.fingerprints import ID as _ID
-from pipeline.budget.ledger.fingerprints import check_fingerprints as _check_fingerprints
-from pipeline.budget.ledger.fingerprints import needs_legacy
-from pipeline.budget.ledger.fingerprints import now as _now
-from pipeline.budget.ledger.fingerprints import record_fingerprints as _record_fingerprints
-from pipeline.budget.ledger.fingerprints import refuse_while_unbound as _refuse_while_unbound
-from pipeline.budget.ledger.fingerprints import unbound as _unbound
-from pipeline.budget.ledger.store import SQL, Store, open_store
-from pipeline.config.ledger_location import public_config_raw
-from pipeline.dp.accounting import compose_zcdp, epsilon_cks20
-from pipeline.errors import CensusDPError
-from pipeline.exact import parse_rational
+from censusdp.pipeline.budget.ledger.fingerprints import HEX as _HEX
+from censusdp.pipeline.budget.ledger.fingerprints import ID as _ID
+from censusdp.pipeline.budget.ledger.fingerprints import check_fingerprints as _check_fingerprints
+from censusdp.pipeline.budget.ledger.fingerprints import needs_legacy
+from censusdp.pipeline.budget.ledger.fingerprints import now as _now
+from censusdp.pipeline.budget.ledger.fingerprints import record_fingerprints as _record_fingerprints
+from censusdp.pipeline.budget.ledger.fingerprints import refuse_while_unbound as _refuse_while_unbound
+from censusdp.pipeline.budget.ledger.fingerprints import unbound as _unbound
+from censusdp.pipeline.budget.ledger.store import SQL, Store, open_store
+from censusdp.pipeline.config.ledger_location import public_config_raw
+from censusdp.pipeline.dp.accounting import compose_zcdp, epsilon_cks20
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.exact import parse_rational
 
 ID_PATTERN = _ID  # dataset and run ids; a run folder is named by its run id (cli/evaluate checks with it)
 _FINGERPRINT_KEY = "fingerprint_key"

@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from pipeline.budget.ledger.store import SQL
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.budget.ledger.store import SQL
+from censusdp.pipeline.errors import CensusDPError
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
 HEX = re.compile(r"[0-9a-f]{8,128}")

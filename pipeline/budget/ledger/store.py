@@ -19,8 +19,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.config.ledger_location import is_postgres_url, redact_url
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.config.ledger_location import is_postgres_url, redact_url
+from censusdp.pipeline.errors import CensusDPError
 
 SQL = Callable[..., list[tuple[Any, ...]]]
 _PG_LOCK_KEY = 0x63656E73757364  # pg_advisory_xact_lock key serialising table creation ("censusd")

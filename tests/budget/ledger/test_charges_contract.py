@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.budget.ledger.charges import (
+from censusdp.pipeline.budget.ledger.charges import (
     BudgetExceededError,
     Charge,
     ChargeStatus,
@@ -28,8 +28,8 @@ from pipeline.budget.ledger.charges import (
     PrivacyLedger,
     config_digest,
 )
-from pipeline.dp.accounting import epsilon_cks20
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.dp.accounting import epsilon_cks20
+from censusdp.pipeline.errors import CensusDPError
 from tests.helpers.ledgers import DELTA, HASH, OTHER_HASH, A, charge, one_line_naming, release
 
 # --- what a charge records ----------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ def test_a_charge_reads_the_cap_under_the_row_lock(ledger: PrivacyLedger, monkey
 
 def test_the_stored_status_words_are_the_enum() -> None:
     """The table's CHECK constraint (pipeline.budget.ledger.store) allows exactly the ChargeStatus words."""
-    from pipeline.budget.ledger.store import _DDL
+    from censusdp.pipeline.budget.ledger.store import _DDL
 
     allowed = re.search(r"CHECK \(status IN \(([^)]*)\)\)", " ".join(_DDL))
     assert allowed is not None

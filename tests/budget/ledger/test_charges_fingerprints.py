@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.budget.ledger.charges import BudgetExceededError, PrivacyLedger
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.budget.ledger.charges import BudgetExceededError, PrivacyLedger
+from censusdp.pipeline.errors import CensusDPError
 from tests.helpers.ledgers import A, B, C, charge, fingerprint_rows, one_line_naming, raw_rows, release
 
 

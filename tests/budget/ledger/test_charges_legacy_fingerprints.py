@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
 from tests.helpers.ledgers import A, B, C, release
 
 D, E = "d4" * 32, "e5" * 32

@@ -15,14 +15,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from pipeline.budget.ledger.charges import (
+from censusdp.pipeline.budget.ledger.charges import (
     BudgetExceededError,
     PrivacyLedger,
     config_hash,
 )
-from pipeline.config.ledger_location import redact_url
-from pipeline.dp.accounting import cap_from_epsilon_delta, epsilon_cks20
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.config.ledger_location import redact_url
+from censusdp.pipeline.dp.accounting import cap_from_epsilon_delta, epsilon_cks20
+from censusdp.pipeline.errors import CensusDPError
 from tests.helpers.ledgers import DELTA, HASH, charge, is_postgres_url, password, raw_rows
 
 

@@ -13,8 +13,8 @@ import multiprocessing as mp
 from fractions import Fraction
 from typing import Any
 
-from pipeline.budget.ledger.charges import BudgetExceededError, PrivacyLedger, config_hash
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.budget.ledger.charges import BudgetExceededError, PrivacyLedger, config_hash
+from censusdp.pipeline.errors import CensusDPError
 
 HASH = config_hash(b"concurrency")
 TIMEOUT_S = 60

@@ -13,13 +13,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.cli.commands import preset_text
-from pipeline.config.load import load_config
-from pipeline.dp.random_source import seeded_random_source
-from pipeline.io.fingerprint import data_fingerprints
-from pipeline.io.microdata import read_input_files
-from pipeline.release import stages
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.cli.commands import preset_text
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.dp.random_source import seeded_random_source
+from censusdp.pipeline.io.fingerprint import data_fingerprints
+from censusdp.pipeline.io.microdata import read_input_files
+from censusdp.pipeline.release import stages
 from tests.helpers.releases import cli, release
 from tests.helpers.tiny import SHARED_DATA, TINY_TOML, tiny_microdata
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.cli import main
-from pipeline.release import stages
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.cli import main
+from censusdp.pipeline.release import stages
 from tests.helpers.releases import cli, release
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 

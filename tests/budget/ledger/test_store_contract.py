@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from pipeline.budget.ledger.charges import PrivacyLedger
-from pipeline.budget.ledger.store import _DDL, SQLiteStore, open_store
-from pipeline.config.ledger_location import redact_url
-from pipeline.errors import CensusDPError
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
+from censusdp.pipeline.budget.ledger.store import _DDL, SQLiteStore, open_store
+from censusdp.pipeline.config.ledger_location import redact_url
+from censusdp.pipeline.errors import CensusDPError
 from tests.helpers.ledgers import HASH, charge, is_postgres_url, password, raw_rows
 
 
