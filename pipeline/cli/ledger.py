@@ -32,14 +32,6 @@ def add_ledger(sub: Sub) -> None:
                                    f"dataset the smallest delta charged, else {DEFAULT_DELTA})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_ledger)
-    actions = p.add_subparsers(dest="ledger_action", metavar="ACTION")
-    bind = actions.add_parser("bind", help="data curator, once per dataset charged before fingerprints existed: "
-                              "record that a microdata file is that dataset's data")
-    bind.add_argument("dataset", help="the dataset id in the ledger")
-    bind.add_argument("config", help="a release configuration that reads the file (TOML)")
-    bind.add_argument("--microdata", help="microdata file or Parquet dataset folder (overrides input.path)")
-    bind.add_argument("--format", dest="fmt", help="microdata format (overrides input.format)")
-    bind.set_defaults(handler=cmd_ledger_bind)
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
@@ -47,23 +39,6 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     ledger = PrivacyLedger(resolve_location(getattr(args, "ledger", None)))
     report = ledger_report(ledger, getattr(args, "dataset", None), _optional_delta(getattr(args, "delta", None)))
     print(json.dumps(report, indent=2) if getattr(args, "json", False) else format_text(report))
-    return 0
-
-
-def cmd_ledger_bind(args: argparse.Namespace) -> int:
-    """Fingerprint a microdata file (no value is shown, no noise drawn) and bind it to an existing dataset."""
-    from censusdp.pipeline.config.options import load_release_config
-    from censusdp.pipeline.io.fingerprint import data_fingerprints
-    from censusdp.pipeline.io.microdata import read_input_files
-
-    ledger = PrivacyLedger(resolve_location(args.ledger))
-    config = load_release_config(args.config, args.microdata, None, args.fmt)
-    files = read_input_files(config)
-    ledger.bind(args.dataset, data_fingerprints(files, ledger.fingerprint_key(),
-                                                legacy=ledger.needs_legacy_fingerprints()))
-    left = ledger.unbound_datasets()
-    print(f"censusdp ledger: {config.input.path} is dataset {args.dataset!r} in {ledger.location}"
-          + (f"; still to bind: {', '.join(left)}" if left else ""))
     return 0
 
 

@@ -21,8 +21,6 @@ from typing import Any
 
 from platformdirs import user_data_path
 
-from censusdp.pipeline.errors import CensusDPError
-
 LEDGER_ENV = "CENSUSDP_LEDGER"
 LEDGER_FILENAME = "ledger.sqlite"
 
@@ -39,20 +37,6 @@ def default_ledger_location() -> str:
     return str(user_data_path("censusdp", appauthor=False) / LEDGER_FILENAME)
 
 
-LEGACY_FILENAME = ".censusdp-ledger.sqlite"  # where censusdp 0.1 kept a ledger: beside the microdata
-
-
-def refuse_legacy_ledger(microdata: Path | None, location: str) -> None:
-    """A ledger of the earlier layout beside the data still holds that data's charges: a release must not
-    silently start afresh in the installation's ledger.  (Its existence is a fact about files, not data.)"""
-    if microdata is None:
-        return
-    folders = {Path(microdata).parent, Path(microdata).resolve().parent}  # where it is named, and where it is
-    legacy = next((f / LEGACY_FILENAME for f in sorted(folders) if (f / LEGACY_FILENAME).is_file()), None)
-    if legacy is not None and not _same_place(str(legacy), location):
-        raise CensusDPError(f"{legacy}: a ledger of an earlier censusdp lies beside the microdata and its charges "
-                            f"still count; use it (set ${LEDGER_ENV} to it, or [ledger] path) or have an "
-                            "administrator merge it into the installation's ledger and remove it")
 
 
 def prepare_location(location: str) -> None:

@@ -17,13 +17,7 @@ recorded, so either layout finds the data.  Kinds:
   MSet-Add-Hash), then HMAC-SHA256'd once more so that a digest on record is no sum that could be combined with
   another;
 - ``lines-set`` (only where ``rows-set`` cannot be computed: a CSV body that does not parse, a value with no
-  text form): the same sum over the parts' raw lines, each part's first line left out;
-- ``rows`` and ``lines`` (legacy, whole dataset in memory): the sorted multiset of the rows' text with their
-  counts, or of the raw lines.  Ledgers written before the streamed kinds existed record only these: a release
-  computes them too while the ledger holds a dataset whose fingerprints lack a streamed kind
-  (``PrivacyLedger.needs_legacy_fingerprints``), and records both, so the upgrade never makes known data look new
-  and after one release of each old dataset the streamed kind is on record (then the legacy kinds are no longer
-  computed).  The ``-with-paths`` variant is computed for the legacy kinds too.
+  text form): the same sum over the parts' raw lines, each part's first line left out.
 
 It does not depend on the configuration at all, so no choice of geocode columns, attributes, mappings or levels
 makes the same file look new; and matching needs the whole dataset's content, so a crafted file of one's own
@@ -51,10 +45,8 @@ import polars as pl
 from censusdp.pipeline.io.microdata import BATCH_ROWS, InputFiles
 from censusdp.pipeline.io.parts import (
     ChangedFileError,
-    InputPart,
     check_unchanged,
     read_batches,
-    read_body,
     read_header,
     with_hive,
 )
@@ -73,21 +65,15 @@ PartMap = Callable[[Callable[[int], Any], Iterable[int]], Iterable[Any]]
 class FingerprintKind(StrEnum):
     ROWS_SET = "rows-set"
     LINES_SET = "lines-set"
-    ROWS = "rows"  # legacy
-    LINES = "lines"  # legacy
 
 
-def data_fingerprints(files: InputFiles, key: bytes, *, legacy: bool = False,
-                      batch_rows: int = BATCH_ROWS, map_parts: PartMap | None = None) -> dict[str, str]:
+def data_fingerprints(files: InputFiles, key: bytes, *, batch_rows: int = BATCH_ROWS,
+                      map_parts: PartMap | None = None) -> dict[str, str]:
     """The keyed fingerprints of the microdata (kind -> hex digest), independent of path, parts and row order:
-    ``rows-set`` (else ``lines-set``), and with ``legacy`` also ``rows`` (else ``lines``) as releases before the
-    streamed kinds computed them.  ``map_parts(function, part indices)`` computes the parts' digests, in any
+    ``rows-set`` (else ``lines-set``).  ``map_parts(function, part indices)`` computes the parts' digests, in any
     order and anywhere (a Dask runner's workers: they then hold the key); by default one after another here.
     An error of ``map_parts`` itself propagates: only a part's content chooses the fallback kind."""
-    fingerprints = _streamed(files, key, batch_rows, map_parts)
-    if legacy:
-        fingerprints |= legacy_fingerprints(files, key)
-    return fingerprints
+    return _streamed(files, key, batch_rows, map_parts)
 
 
 class MultisetDigest:
@@ -196,65 +182,11 @@ def part_lines_set(files: InputFiles, part_index: int, key: bytes) -> MultisetDi
     lines = MultisetDigest(key, FingerprintKind.LINES_SET)
     check_unchanged(part)
     with part.path.open("rb") as handle:
-        handle.readline()  # the header (a CSV's), left out as the legacy kind leaves it out
+        handle.readline()  # the header (a CSV's): a label, not data
         for block in iter(lambda: handle.readlines(1 << 24), []):
             lines.add(line.rstrip(b"\r\n") for line in block)
     check_unchanged(part)
     return lines
-
-
-def legacy_fingerprints(files: InputFiles, key: bytes) -> dict[str, str]:
-    """The kinds recorded before the streamed ones, computed as they were (the whole dataset in memory): ``rows``
-    of every part's rows together, else ``lines``.  For a single file exactly the digest earlier releases
-    recorded."""
-    try:
-        frames = [_whole(part, files.format) for part in files.parts]
-        full = [with_hive(frame, part) for frame, part in zip(frames, files.parts, strict=True)]
-        digests = {FingerprintKind.ROWS.value: _rows_digest(_concat(frames), key)}
-        if any(f.width != g.width for f, g in zip(frames, full, strict=True)):
-            digests[f"{FingerprintKind.ROWS.value}{WITH_PATHS}"] = _rows_digest(_concat(full), key)
-        return digests
-    except (KeyboardInterrupt, SystemExit, ChangedFileError):
-        raise
-    except BaseException:  # noqa: BLE001 - e.g. a polars panic on an odd value: fall back, never refuse
-        pass
-    mac = _mac(key, FingerprintKind.LINES)
-    for line in sorted(line for part in files.parts for line in _bytes(part).splitlines()[1:]):
-        mac.update(line + _ROW.encode())
-    return {FingerprintKind.LINES.value: mac.hexdigest()}
-
-
-def _whole(part: InputPart, fmt: str) -> pl.DataFrame:
-    check_unchanged(part)
-    frame = read_body(part.path, fmt)
-    check_unchanged(part)
-    return frame
-
-
-def _bytes(part: InputPart) -> bytes:
-    check_unchanged(part)
-    content = part.path.read_bytes()
-    check_unchanged(part)
-    return content
-
-
-def _concat(frames: list[pl.DataFrame]) -> pl.DataFrame:
-    return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
-
-
-def _rows_digest(frame: pl.DataFrame, key: bytes) -> str:
-    # nested or binary columns have no text form: they are left out (a configuration never reads them); dates
-    # and times are written as their integer form, which every value has
-    names = sorted(c for c, t in frame.schema.items() if not (t.is_nested() or t in (pl.Binary, pl.Object)))
-    columns = [pl.col(n).to_physical() if frame.schema[n].is_temporal() else pl.col(n) for n in names]
-    text = frame.select([c.cast(pl.Utf8).fill_null(_NULL).alias(f"c{i}") for i, c in enumerate(columns)])
-    rows = text.group_by(text.columns).len().sort(text.columns)
-    fields = [pl.lit(f"{n}=") + pl.col(f"c{i}") for i, n in enumerate(names)]
-    lines_text = rows.select(pl.concat_str([*fields, pl.col("len").cast(pl.Utf8)], separator=_FIELD)).to_series()
-    mac = _mac(key, FingerprintKind.ROWS)
-    for start in range(0, len(lines_text), _BATCH):
-        mac.update((_ROW.join(lines_text.slice(start, _BATCH).to_list()) + _ROW).encode())
-    return mac.hexdigest()
 
 
 def _mac(key: bytes, kind: FingerprintKind) -> hmac.HMAC:
@@ -266,9 +198,6 @@ def seeded_noise_secret(key: bytes, fingerprints: dict[str, str], release: str) 
     fingerprint and ``release``, a digest of everything else that decides which count each draw lands on (the
     configuration as applied, the geography file, the code version).  So the seed alone never reveals a
     release's noise, and the same noise never lands on two different layouts of the same data (subtracting
-    two such releases would cancel it); only an identical release repeats it, which reveals nothing new.  The
-    legacy kinds are left out: whether a release computes them depends on the ledger, not on the release."""
-    streamed = {FingerprintKind.ROWS_SET.value, FingerprintKind.LINES_SET.value}
-    material = "".join(f"{k}={v};" for k, v in sorted(fingerprints.items())
-                       if k.removeprefix("units-").removesuffix(WITH_PATHS) in streamed) + release
+    two such releases would cancel it); only an identical release repeats it, which reveals nothing new."""
+    material = "".join(f"{k}={v};" for k, v in sorted(fingerprints.items())) + release
     return hmac.new(key, f"censusdp-seeded-noise-v2:{material}".encode(), hashlib.sha256).digest()

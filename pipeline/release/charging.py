@@ -7,7 +7,7 @@ import logging
 from fractions import Fraction
 
 from censusdp.pipeline.budget.ledger.charges import PrivacyLedger, config_digest, config_hash
-from censusdp.pipeline.config.ledger_location import prepare_location, public_config_raw, refuse_legacy_ledger
+from censusdp.pipeline.config.ledger_location import prepare_location, public_config_raw
 from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.io import manifest as mf
 from censusdp.pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
@@ -32,18 +32,14 @@ def charge(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) -> N
     """
     stage_output(run.input_files, "the input files (read_files)")
     config = run.config
-    refuse_legacy_ledger(config.input.path, config.ledger.location)
     prepare_location(config.ledger.location)
     ledger = PrivacyLedger(config.ledger.location)
     key = ledger.fingerprint_key()
-    # the legacy (whole file in memory) kinds too while some dataset on record has only those: else that data,
-    # fingerprinted with the streamed kinds alone, would look new and start a fresh lifetime cap
-    legacy = ledger.needs_legacy_fingerprints()
     map_parts = runner.map if runner is not None and records_on_workers(config, runner) else None
-    fingerprints = data_fingerprints(run.input_files, key, legacy=legacy, map_parts=map_parts)
+    fingerprints = data_fingerprints(run.input_files, key, map_parts=map_parts)
     if run.units is not None:  # the units file is the dataset's too: either file finds it, one charge for both
         units_files = stage_output(run.units.input_files, "the units' input files (read_files)")
-        units = data_fingerprints(units_files, key, legacy=legacy, map_parts=map_parts)
+        units = data_fingerprints(units_files, key, map_parts=map_parts)
         fingerprints |= {f"units-{kind}": digest for kind, digest in units.items()}
     # the guarantee is stated (every accountant run) before anything is spent, and the charge is the per-person
     # bound it states: an accountant that failed after the charge would leave budget spent and nothing published

@@ -1,6 +1,6 @@
 """The streamed fingerprint (``rows-set``): the same rows give the same digest however they are stored (one file,
 a dataset folder, shuffled, split differently, CSV or Parquet, any batch size); other rows give another; bad
-values never make it fail.  The legacy kinds are the earlier releases' digests, for a dataset folder too."""
+values never make it fail."""
 
 from __future__ import annotations
 
@@ -90,39 +90,20 @@ def test_partial_digests_merge_to_the_whole(tiny_release: Path) -> None:
     assert merged.hexdigest() == whole.hexdigest() == data_fingerprints(files, KEY)["rows-set"]
 
 
-def test_the_legacy_kinds_of_a_dataset_are_those_of_its_file(tiny_release: Path) -> None:
-    """A ledger of earlier releases knows the file by its legacy ``rows`` digest: the same rows split into a
-    dataset folder must find it too (else splitting the file would start a fresh budget)."""
-    folder = tiny_release.parent
-    micro = pl.read_parquet(folder / "microdata.parquet")
-    write_hive_dataset(micro, folder / "by-region", "region", pl.col("geocode").str.slice(0, 1))
-    single = data_fingerprints(files_at(tiny_release, folder / "microdata.parquet"), KEY, legacy=True)
-    assert set(single) == {"rows-set", "rows"}
-    by_region = data_fingerprints(files_at(tiny_release, folder / "by-region"), KEY, legacy=True)
-    assert (by_region["rows-set"], by_region["rows"]) == (single["rows-set"], single["rows"])
-    with_r = micro.with_columns(R=pl.col("geocode").str.slice(0, 1))
-    with_r.write_parquet(folder / "with-r.parquet")
-    write_hive_dataset(with_r, folder / "path-only", "R", keep_column=False)
-    path_only = data_fingerprints(files_at(tiny_release, folder / "path-only"), KEY, legacy=True)
-    assert path_only["rows"] == single["rows"] and path_only["rows-with-paths"] == data_fingerprints(
-        files_at(tiny_release, folder / "with-r.parquet"), KEY, legacy=True)["rows"]
-
-
-@pytest.mark.parametrize("legacy", [False, True])
-def test_fingerprints_never_fail_on_bad_values(tiny_release: Path, legacy: bool) -> None:
+def test_fingerprints_never_fail_on_bad_values(tiny_release: Path) -> None:
     csv = tiny_release.parent / "micro.csv"
     csv.write_text("geocode,COLOUR,ADULT\n1101,r,1\n1102,\"g,1\n")
-    kinds = data_fingerprints(files_at(tiny_release, csv, "csv"), KEY, legacy=legacy)
-    assert set(kinds) == ({"lines-set", "lines"} if legacy else {"lines-set"})
+    kinds = data_fingerprints(files_at(tiny_release, csv, "csv"), KEY)
+    assert set(kinds) == {"lines-set"}
     reordered = tiny_release.parent / "reordered.csv"
     reordered.write_text("geocode,COLOUR,ADULT\n1102,\"g,1\n1101,r,1\n")
-    assert data_fingerprints(files_at(tiny_release, reordered, "csv"), KEY, legacy=legacy) == kinds
+    assert data_fingerprints(files_at(tiny_release, reordered, "csv"), KEY) == kinds
     path = tiny_release.parent / "microdata.parquet"
     frame = pl.read_parquet(path)
     days = [0] * frame.height
     days[5] = 10**8  # a date polars cannot write as text
     frame.with_columns(pl.Series("BIRTH", days, dtype=pl.Int32).cast(pl.Date)).write_parquet(path)
-    assert data_fingerprints(files_at(tiny_release, path), KEY, legacy=legacy)
+    assert data_fingerprints(files_at(tiny_release, path), KEY)
 
 
 def test_parts_are_digested_where_map_parts_runs_them_and_its_own_errors_are_never_a_fallback(

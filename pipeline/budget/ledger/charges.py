@@ -31,11 +31,8 @@ from typing import Any
 from censusdp.pipeline.budget.ledger.fingerprints import HEX as _HEX
 from censusdp.pipeline.budget.ledger.fingerprints import ID as _ID
 from censusdp.pipeline.budget.ledger.fingerprints import check_fingerprints as _check_fingerprints
-from censusdp.pipeline.budget.ledger.fingerprints import needs_legacy
 from censusdp.pipeline.budget.ledger.fingerprints import now as _now
 from censusdp.pipeline.budget.ledger.fingerprints import record_fingerprints as _record_fingerprints
-from censusdp.pipeline.budget.ledger.fingerprints import refuse_while_unbound as _refuse_while_unbound
-from censusdp.pipeline.budget.ledger.fingerprints import unbound as _unbound
 from censusdp.pipeline.budget.ledger.store import SQL, Store, open_store
 from censusdp.pipeline.config.ledger_location import public_config_raw
 from censusdp.pipeline.dp.accounting import compose_zcdp, epsilon_cks20
@@ -174,43 +171,12 @@ class PrivacyLedger:
                 target = owners[0] if owners else dataset
                 entry = self._entry(target, run_id, rho, delta, config_hash, publishable)
                 if not owners:
-                    _refuse_while_unbound(sql)
                     self._register(sql, dataset, cap)
                 _record_fingerprints(sql, fingerprints, target, run_id)
                 self._insert_charge(sql, entry)
         except self._store.integrity_errors:
             raise _duplicate(run_id) from None
         return entry
-
-    def bind(self, dataset: str, fingerprints: Mapping[str, str]) -> None:
-        """Record that data with ``fingerprints`` is ``dataset``: the data curator's one-time step for a dataset
-        charged before fingerprints existed (``unbound_datasets``).  Refused for any other dataset, and if a
-        fingerprint already belongs to another dataset.  The ledger cannot check that the file is the one those
-        old charges measured: that is the curator's word, so ``bind`` is a curator's action (SECURITY.md)."""
-        _check_id(dataset, "dataset id")
-        _check_fingerprints(fingerprints)
-        with self._store.transaction() as sql:
-            self._lock_charges(sql)
-            self._cap(sql, dataset)
-            if dataset not in _unbound(sql):  # once only: a bound dataset's data is never re-pointed
-                raise CensusDPError(f"ledger: dataset {dataset!r} is not waiting to be bound (it already has its "
-                                    "data's fingerprint, or was never charged); nothing was bound")
-            for digest in fingerprints.values():
-                owner = sql("SELECT dataset FROM censusdp_fingerprints WHERE fingerprint = ?", (digest,))
-                if owner and owner[0][0] != dataset:
-                    raise CensusDPError(f"ledger: this data is already dataset {owner[0][0]!r}; nothing was bound")
-            _record_fingerprints(sql, fingerprints, dataset, "bind")
-
-    def unbound_datasets(self) -> list[str]:
-        """Datasets charged before this ledger kept fingerprints (they must be ``bind``-ed to their data)."""
-        with self._store.transaction(write=False) as sql:
-            return _unbound(sql)
-
-    def needs_legacy_fingerprints(self) -> bool:
-        """Whether a release must compute the legacy fingerprint kinds too: some dataset's fingerprints were all
-        recorded before the streamed kinds existed (``pipeline.io.fingerprint``), so only a legacy kind finds it."""
-        with self._store.transaction(write=False) as sql:
-            return needs_legacy(sql)
 
     def fingerprint_key(self) -> bytes:
         """The ledger's secret key for content fingerprints (32 random bytes, made once, never changed)."""

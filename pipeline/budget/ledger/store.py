@@ -30,7 +30,10 @@ _DDL = (
     "dataset TEXT NOT NULL REFERENCES censusdp_datasets (id), charged_at TEXT NOT NULL, rho TEXT NOT NULL, "
     "delta DOUBLE PRECISION NOT NULL, epsilon DOUBLE PRECISION NOT NULL, config_hash TEXT NOT NULL, "
     "status TEXT NOT NULL CHECK (status IN ('charged', 'published', 'failed', 'postprocess')), "
-    "publishable INTEGER NOT NULL CHECK (publishable IN (0, 1)))",
+    "publishable INTEGER NOT NULL CHECK (publishable IN (0, 1)), "
+    # why a charged run failed (a category from pipeline.budget.ledger.charges.FailureReason, never a row number
+    # or a value), and the digest of the measurements it drew
+    "reason TEXT, measurements TEXT)",
     "CREATE INDEX IF NOT EXISTS censusdp_charges_by_dataset ON censusdp_charges (dataset)",
     # keyed content fingerprints (pipeline.io.fingerprint): the same data under another name finds its dataset
     "CREATE TABLE IF NOT EXISTS censusdp_fingerprints (fingerprint TEXT PRIMARY KEY, kind TEXT NOT NULL, "
@@ -38,11 +41,6 @@ _DDL = (
     # the ledger's secrets (the fingerprint key): readable by whoever can read the ledger, nobody else
     "CREATE TABLE IF NOT EXISTS censusdp_keys (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
-# columns added after the first version: why a charged run failed (a category from
-# pipeline.budget.ledger.charges.FailureReason, never a row number or a value), and the digest of the
-# measurements it drew
-_NEW_COLUMNS = ("reason", "measurements")
-_ADD_COLUMN = "ALTER TABLE censusdp_charges ADD COLUMN {if_not_exists}{name} TEXT"
 # SQLite only: charges are never deleted or altered (only their status), caps never changed.
 _SQLITE_GUARDS = (
     "CREATE TRIGGER IF NOT EXISTS censusdp_charges_keep BEFORE DELETE ON censusdp_charges "
@@ -93,15 +91,11 @@ class SQLiteStore:
         if not path.exists():  # only its owner may read it: it holds the fingerprint key
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         elif path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
-            path.chmod(0o600)  # a ledger made by an earlier version, readable by others
+            path.chmod(0o600)  # a ledger file copied or made by hand, readable by others
         self._wal()
         with self.transaction() as sql:
             for ddl in _DDL + _SQLITE_GUARDS:
                 sql(ddl.format(seq="INTEGER PRIMARY KEY AUTOINCREMENT"))
-            present = {row[1] for row in sql("PRAGMA table_info(censusdp_charges)")}
-            for name in _NEW_COLUMNS:
-                if name not in present:  # a ledger written by an earlier version
-                    sql(_ADD_COLUMN.format(if_not_exists="", name=name))
 
     def _wal(self) -> None:
         """Switch the file to WAL (persistent); switching needs a moment alone, so retry while it is busy."""
@@ -178,8 +172,6 @@ class PostgresStore:
             sql("SELECT pg_advisory_xact_lock(?)", (_PG_LOCK_KEY,))  # concurrent CREATE IF NOT EXISTS can clash
             for ddl in _DDL:
                 sql(ddl.format(seq="BIGSERIAL PRIMARY KEY"))
-            for name in _NEW_COLUMNS:
-                sql(_ADD_COLUMN.format(if_not_exists="IF NOT EXISTS ", name=name))
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[SQL]:

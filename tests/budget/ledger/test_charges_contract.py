@@ -185,7 +185,6 @@ def test_a_tiny_positive_cap_is_a_cap(ledger: PrivacyLedger) -> None:
 
 def test_ids_are_checked_naming_which_id(ledger: PrivacyLedger) -> None:
     for call, names in ((lambda: ledger.ensure_dataset("secret row 9", Fraction(1)), "dataset id must be 1-200"),
-                        (lambda: ledger.bind("secret row 9", {"rows": A}), "dataset id must be 1-200"),
                         (lambda: ledger.set_status("secret row 9", "failed"), "run id must be 1-200"),
                         (lambda: ledger.record_measurements("secret row 9", "ab" * 32), "run id must be 1-200")):
         with pytest.raises(CensusDPError) as info:

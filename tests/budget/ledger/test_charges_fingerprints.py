@@ -20,7 +20,6 @@ def test_new_data_registers_its_dataset_and_binds_its_fingerprints(ledger: Priva
     assert (c.dataset, c.run_id, c.rho, c.status) == ("pa", "r1", Fraction(1, 4), "charged")
     assert ledger.datasets() == {"pa": Fraction(3, 4)} and ledger.charges() == [c]
     assert fingerprint_rows(ledger_location) == [(A, "rows", "pa", "r1"), (B, "lines", "pa", "r1")]
-    assert ledger.unbound_datasets() == []
 
 
 def test_known_data_under_another_name_pays_from_its_own_dataset(ledger: PrivacyLedger,
@@ -68,70 +67,13 @@ def test_an_existing_dataset_keeps_its_cap(ledger: PrivacyLedger) -> None:
 
 def test_malformed_fingerprints_are_refused(ledger: PrivacyLedger) -> None:
     ledger.ensure_dataset("pa", Fraction(1))
-    charge(ledger, "old", Fraction(1, 2))  # an unbound dataset, for bind
+    charge(ledger, "old", Fraction(1, 2))
     for fingerprints in ({"rows": A.upper()}, {"rows": "abc"}, {"rows": 12345}, {"no kind": A}, {"": A},
                          {"rows": A, "lines": "not hex"}):
-        for call in (lambda: release(ledger, "r1", Fraction(1, 4), fingerprints),  # noqa: B023 - called at once
-                     lambda: ledger.bind("pa", fingerprints)):  # noqa: B023
-            with pytest.raises(CensusDPError) as info:
-                call()
-            one_line_naming(info, "a fingerprint must be a kind and a lowercase hex digest")
-    assert len(ledger.charges()) == 1 and ledger.unbound_datasets() == ["pa"]
-
-
-# --- datasets charged before fingerprints: bind ----------------------------------------------------------------
-
-
-def test_unbound_datasets_block_new_data_until_bound(ledger: PrivacyLedger, ledger_location: str) -> None:
-    ledger.ensure_dataset("old-b", Fraction(1))
-    ledger.ensure_dataset("old-a", Fraction(1))
-    ledger.ensure_dataset("never-charged", Fraction(1))
-    ledger.ensure_dataset("free-only", Fraction(1))
-    charge(ledger, "b1", Fraction(1, 2), dataset="old-b")
-    charge(ledger, "a1", Fraction(1, 2), dataset="old-a")
-    charge(ledger, "f1", Fraction(0), dataset="free-only")  # post-processing spends nothing: no data to bind
-    assert ledger.unbound_datasets() == ["old-a", "old-b"]
-    with pytest.raises(CensusDPError) as info:
-        release(ledger, "r1", Fraction(1, 4), {"rows": A}, dataset="new")
-    one_line_naming(info, "(old-a, old-b) must first be bound", "nothing was charged")
-    assert "new" not in ledger.datasets()
-    ledger.bind("old-a", {"rows": A, "lines": B})
-    assert fingerprint_rows(ledger_location) == [(A, "rows", "old-a", "bind"), (B, "lines", "old-a", "bind")]
-    assert ledger.unbound_datasets() == ["old-b"]
-    c = release(ledger, "r1", Fraction(1, 4), {"rows": A}, dataset="new")  # bound data is charged meanwhile
-    assert c.dataset == "old-a" and ledger.spent("old-a") == Fraction(3, 4)
-    with pytest.raises(CensusDPError, match=r"\(old-b\) must first be bound"):
-        release(ledger, "r2", Fraction(1, 4), {"rows": C}, dataset="new")
-    ledger.bind("old-b", {"rows": C})
-    assert ledger.unbound_datasets() == []
-    assert release(ledger, "r2", Fraction(1, 4), {"rows": "d4" * 32}, dataset="new").dataset == "new"
-
-
-def test_bind_is_refused_for_data_of_another_dataset(ledger: PrivacyLedger) -> None:
-    release(ledger, "r1", Fraction(1, 4), {"rows": A}, dataset="bound")
-    ledger.ensure_dataset("old", Fraction(1))
-    charge(ledger, "o1", Fraction(1, 4), dataset="old")
-    with pytest.raises(CensusDPError) as info:
-        ledger.bind("old", {"lines": B, "rows": A})
-    one_line_naming(info, "this data is already dataset 'bound'", "nothing was bound")
-    assert ledger.unbound_datasets() == ["old"]
-    with pytest.raises(CensusDPError) as info:
-        ledger.bind("bound", {"rows": B})
-    one_line_naming(info, "dataset 'bound' is not waiting to be bound", "nothing was bound")
-    with pytest.raises(CensusDPError) as info:
-        ledger.bind("nobody", {"rows": B})
-    one_line_naming(info, "unknown dataset 'nobody'")
-
-
-def test_bind_accepts_the_datasets_own_fingerprint_of_an_older_kind(ledger: PrivacyLedger,
-                                                                    ledger_location: str) -> None:
-    """A fingerprint of a retired kind does not bind a dataset, but it is the dataset's own: binding with it is no
-    conflict, and it stays as it was (never re-pointed)."""
-    release(ledger, "r1", Fraction(1, 4), {"rows-v0": A}, dataset="old")
-    assert ledger.unbound_datasets() == ["old"]
-    ledger.bind("old", {"rows-v0": A, "rows": B})
-    assert ledger.unbound_datasets() == []
-    assert fingerprint_rows(ledger_location) == [(A, "rows-v0", "old", "r1"), (B, "rows", "old", "bind")]
+        with pytest.raises(CensusDPError) as info:
+            release(ledger, "r1", Fraction(1, 4), fingerprints)
+        one_line_naming(info, "a fingerprint must be a kind and a lowercase hex digest")
+    assert len(ledger.charges()) == 1
 
 
 def test_the_fingerprint_key_is_made_once(ledger: PrivacyLedger, ledger_location: str, tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ they find the ledger from the user's side and vouch only for what the ledger cha
 from __future__ import annotations
 
 import json
-from fractions import Fraction
 from pathlib import Path
 
 import polars as pl
@@ -14,32 +13,6 @@ from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.release import stages
 from tests.helpers.releases import cli, release
-from tests.helpers.tiny import TINY_TOML, tiny_microdata
-
-
-def test_a_ledger_of_the_earlier_layout_beside_the_data_is_not_ignored(
-        tiny_release: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    legacy = tiny_release.parent / ".censusdp-ledger.sqlite"
-    old = PrivacyLedger(legacy)  # as censusdp 0.1 left it: a dataset charged to its cap, no fingerprints
-    legacy.chmod(0o644)
-    old.ensure_dataset("tiny", Fraction(8))
-    old.charge("tiny", "old-run-1", Fraction(8), 1e-10, "ab" * 32, True)
-    code, _, err = release(capsys, tiny_release)
-    assert code != 0 and ".censusdp-ledger.sqlite" in err and "CENSUSDP_LEDGER" in err
-    assert not installation_ledger.exists(), "a release started afresh beside an earlier ledger"
-    # pointed at it: nothing new may be charged until the curator binds 'tiny' to its data
-    tiny_release.write_text(TINY_TOML.format(rho="4").replace('cap_rho = "1000"', f'cap_rho = "8"\npath = "{legacy}"'))
-    renamed = TINY_TOML.format(rho="4").replace('dataset = "tiny"', 'dataset = "tiny-v2"')
-    (tiny_release.parent / "renamed.toml").write_text(renamed.replace('cap_rho = "1000"', f'cap_rho = "1000"\n'
-                                                                                        f'path = "{legacy}"'))
-    for config in (tiny_release.parent / "renamed.toml", tiny_release):
-        code, _, err = release(capsys, config)
-        assert code != 0 and "must first be bound" in err and "tiny" in err
-    assert cli(capsys, "ledger", "--ledger", str(legacy), "bind", "tiny", str(tiny_release))[0] == 0
-    code, _, err = release(capsys, tiny_release.parent / "renamed.toml")
-    assert code != 0 and "dataset 'tiny'" in err and "exceeds the remaining budget" in err
-    assert set(PrivacyLedger(legacy).datasets()) == {"tiny"} and PrivacyLedger(legacy).spent("tiny") == 8
-    assert legacy.stat().st_mode & 0o077 == 0, "the old ledger (now holding the key) stays readable by others"
 
 
 def test_postprocess_is_publishable_only_for_the_measurements_the_ledger_charged(
@@ -102,21 +75,6 @@ def test_postprocess_never_takes_its_ledger_from_the_runs_files(
     code, again, _ = cli(capsys, "postprocess", out)
     assert code == 0 and not (tmp_path / "forged.sqlite").exists()
     assert [c.status for c in PrivacyLedger(installation_ledger).charges()] == ["published", "postprocess"]
-
-
-def test_bind_is_once_and_only_for_datasets_from_before_fingerprints(
-        tiny_release: Path, installation_ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert release(capsys, tiny_release)[0] == 0  # 'tiny' is bound by its release
-    code, _, err = cli(capsys, "ledger", "bind", "tiny", str(tiny_release))
-    assert code != 0 and "not waiting to be bound" in err
-    old = PrivacyLedger(installation_ledger)
-    old.ensure_dataset("legacy", Fraction(8))
-    old.charge("legacy", "old-run", Fraction(8), 1e-10, "cd" * 32, True)
-    junk = tiny_release.parent / "junk.parquet"
-    tiny_microdata(seed=4)[0].write_parquet(junk)
-    assert cli(capsys, "ledger", "bind", "legacy", str(tiny_release), "--microdata", str(junk))[0] == 0
-    code, _, err = cli(capsys, "ledger", "bind", "legacy", str(tiny_release))  # once only
-    assert code != 0 and "not waiting to be bound" in err
 
 
 def test_the_rejection_says_how_to_check_the_very_files_released(
