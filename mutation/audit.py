@@ -1,4 +1,4 @@
-"""The mutants an audit planted by hand (issue 10): apply each, run the test meant to catch it, revert.
+"""The mutants an audit planted by hand: apply each, run the test meant to catch it, revert.
 
     python mutation/audit.py            # every one must make its test fail; exit 1 if one survives
 

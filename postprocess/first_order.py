@@ -22,8 +22,8 @@ The blocks' certificates are per block (f and both bounds are sums over blocks),
 criterion on its own (``gap_b <= RELATIVE_GAP * f_b(x_b) + ABSOLUTE_GAP / n_blocks``) is frozen at its certified
 point and stops being iterated: the batch's bound is then the frozen blocks' recorded ones plus the others' (the
 batch stops, as before, once that sum meets the batch's criterion).  When the frozen blocks hold a quarter of the
-variables still in the arrays, the arrays are compacted to the others (measured: 18% of the iterations' work on
-the 1M nation's batches was on blocks already certified; the 2M nation's block level took 36.4 s, then 34.6 s).
+variables still in the arrays, the arrays are compacted to the others (a good share of the iterations' work was
+on blocks already certified: BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def project_simplex(z: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 def _dot(u: np.ndarray, v: np.ndarray) -> float:
     """``u'v`` without BLAS: a multithreaded BLAS in each worker of a process pool oversubscribes the cores
-    (measured: 2 workers at the block level 1.8x slower with BLAS dots than with these)."""
+    (BENCHMARKS.md)."""
     return float(np.multiply(u, v).sum())
 
 

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from censusdp.postprocess.least_squares import Inequalities
 from censusdp.postprocess.problem import UNBOUNDED, Inputs, ReconciliationError
 
-BATCH_VARIABLES = 20_000  # stack blocks until a batch has about this many variables (measured: flat above 5k)
+BATCH_VARIABLES = 20_000  # stack blocks until a batch has about this many variables (time is flat above a few 1000)
 BATCH_DENSE_ENTRIES = 16_000_000  # cap on nodes x n_cells of a batch (its dense free-cell mask)
 _CHUNK = 4096  # parents per chunk when scanning parent rows
 

@@ -16,7 +16,7 @@ independently of the others.  No floating-point number is ever computed:
 Integer sizes: a value is put in an int64 array only if it is at most ``INT64_LIMIT`` = 2^62, and every
 product or sum numpy will form is bounded beforehand with Python ints, so nothing can wrap at 2^63.
 Values that may be larger (``den * K``, far-tail numerators, huge scales) use numpy object arrays of
-Python ints instead (exact, ~20x slower) -- decided per round, or per element with ``split_int64``.
+Python ints instead (exact, much slower) -- decided per round, or per element with ``split_int64``.
 Tests lower ``INT64_LIMIT`` to force the fallback on every path.
 """
 

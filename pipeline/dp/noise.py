@@ -204,7 +204,7 @@ def sample_discrete_gaussian(
     Guarantee when added to an integer query of l2 sensitivity Delta2: ``gaussian_rho(sigma2, Delta2^2)``
     -zCDP (CKS20 Theorem 4; Thm 19.37(iii)).  For sigma2 <= ``TABLE_MAX_SIGMA2`` it inverts a uniform U*
     against a certified CDF table, refining U* lazily where 64 bits do not decide (``pipeline.dp.gaussian_table``
-    says why every branch is exact; 30-60x faster than CKS20 here); larger sigma2 uses
+    says why every branch is exact; much faster than CKS20 here); larger sigma2 uses
     ``sample_discrete_gaussian_cks``.  Both have exactly the same output law; the random bits they consume
     differ.  ``rng`` defaults to the production OS-CSPRNG source.
     """

@@ -5,8 +5,8 @@ bits.  This module is the only place those bits come from, and it offers exactly
 
 - ``system_random_source()`` (production, ``publishable = True``): an AES-256-CTR keystream whose key is
   32 bytes from ``os.urandom`` and is replaced by fresh ``os.urandom`` bytes every 2^30 output bytes and
-  after a ``fork``.  We use AES-CTR over ``os.urandom`` itself only because it is measurably faster (about
-  5.9 GB/s against 0.29 GB/s on the development machine); AES-256 in counter mode is a standard CSPRNG
+  after a ``fork``.  We use AES-CTR over ``os.urandom`` itself only because it is much faster
+  (BENCHMARKS.md); AES-256 in counter mode is a standard CSPRNG
   (NIST SP 800-90A's CTR_DRBG has the same core), so the bits are computationally indistinguishable from
   uniform.
 - ``seeded_random_source(seed)`` (tests only, ``publishable = False``): the same construction keyed by

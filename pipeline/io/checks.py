@@ -177,8 +177,8 @@ def geography_units(frame: pl.DataFrame, path: Path, width: int) -> np.ndarray:
     if bad.any():
         raise InputError(str(path), f"geocode must have {width} characters", column="geocode",
                          row=int(bad.arg_max()) + 1, category=InputProblem.GEOGRAPHY)
-    # duplicates are neighbours once sorted (the sort is needed anyway): no hash table of every code (0.11 GB
-    # for a 1.4M-block geography); only a file that has one looks for the first in file order
+    # duplicates are neighbours once sorted (the sort is needed anyway): no hash table of every code; only a file
+    # that has one looks for the first in file order
     ordered = codes.sort()
     if len(ordered) > 1 and bool((ordered.slice(1) == ordered.slice(0, len(ordered) - 1)).any()):
         raise InputError(str(path), "duplicate geocode", column="geocode",
@@ -188,7 +188,7 @@ def geography_units(frame: pl.DataFrame, path: Path, width: int) -> np.ndarray:
 
 def sorted_codes(codes: pl.Series, width: int) -> np.ndarray:
     """Codes of ``width`` characters, sorted, as a numpy unicode array.  ASCII codes (every byte a character) go
-    through one joined byte string, not a Python string per code: a nation's 8M blocks in ~0.5 GB less."""
+    through one joined byte string, not a Python string per code."""
     ordered = codes if codes.flags["SORTED_ASC"] else codes.sort()  # a sort flagged by polars is not redone
     if width and len(ordered) and bool((ordered.str.len_bytes() == width).all()):
         joined = ordered.str.join("").item().encode("ascii")

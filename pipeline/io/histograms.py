@@ -23,7 +23,7 @@ def all_level_histograms(tree: GeoTree, lowest: np.ndarray) -> list[np.ndarray]:
 
 def compact_counts(values: np.ndarray) -> np.ndarray:
     """Integer counts held for a whole level (the invariants the driver keeps through a release) as int32 when
-    they fit, else as they are: at 8 cells a block a nation's block invariants are 0.3 GB in int32, not 0.6.
+    they fit, else as they are: half the memory of int64 for a nation's block invariants.
     Their published file keeps int64; whatever sums them upwards sums in int64 (numpy's ``sum``), and the
     reconciliation widens them again per chunk (``postprocess.problem``)."""
     if not np.issubdtype(values.dtype, np.integer):

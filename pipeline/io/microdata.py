@@ -38,8 +38,7 @@ from censusdp.pipeline.io.checks import geography_units as _geography_list
 from censusdp.pipeline.io.parts import InputPart, discover_parts, part_header, read_batches, read_body, read_header
 
 # Rows per batch.  A reader's transient grows with it (polars' frames, the texts a fingerprint hashes, the codes
-# searched): reading the 50M-person nation's largest state, 1M rows took +0.46 GB to encode and +0.65 GB to
-# fingerprint, 2^17 rows +0.19 and +0.16 GB, in the same time (5.6 and 5.4 s for the fingerprint)
+# searched), its speed does not above this size (BENCHMARKS.md)
 BATCH_ROWS = 1 << 17
 __all__ = ["BATCH_ROWS", "EncodedBatch", "InputFiles", "InputPart", "Microdata", "encoded_rows", "geocode_columns",
            "geography_units", "read_input_files", "read_microdata", "validate_input", "validated_rows"]
@@ -154,7 +153,7 @@ def encoded_rows(files: InputFiles, part_index: int, lowest_geoids: np.ndarray, 
     row of the part (its file, column and row), whatever ``batch_rows`` is.  An empty part yields nothing (the
     caller decides whether no record at all is an error: ``validated_rows`` says EMPTY)."""
     # fixed-width str_: a tree's lowest codes are compact (``geography.tree.LOWEST_GEOIDS``), but searching every
-    # record's code among them is 4x faster in this form (a group's or part's units: a copy of a few MB)
+    # record's code among them is several times faster in this form (a group's or part's units: a small copy)
     lowest_geoids = fixed_width(lowest_geoids)
     if len(lowest_geoids) > 1 and not bool(np.all(lowest_geoids[:-1] < lowest_geoids[1:])):
         raise CensusDPError("internal error: the lowest-level units must be sorted and unique")

@@ -5,7 +5,7 @@ error of the node's GLS estimate (``postprocess.gls_areas``: a node is the area 
 depends on the design only (the tree, every query's σ², which queries are invariant), not on the data or the
 noise, so it is known before anyone reads the tables.  It is the error of the GLS estimate, the linear unbiased
 fit of every measurement (``estimates/``), not of the published counts: with full-information reconciliation
-those were measured to be more accurate above and at the blocks (BENCHMARKS.md, "Areas of your own"); with
+those are at least as accurate above and at the blocks (BENCHMARKS.md); with
 ``level_by_level`` each level fits its own measurements only and may be less accurate (the report says which).
 """
 

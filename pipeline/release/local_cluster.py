@@ -2,8 +2,7 @@
 its own.
 
 Not in the driver's process, where ``distributed.LocalCluster`` puts it: the scheduler keeps state for every task
-it was sent and its memory grows with the run (1M-person nation: the driver's RSS after the block level was
-0.74 GB with the scheduler inside, 0.43 GB with it outside), and its event loop would share the driver's GIL.
+it was sent and its memory grows with the run (docs/dask.md), and its event loop would share the driver's GIL.
 The nannies stay here, as ``LocalCluster``'s do: they are small, and they read their settings from this process.
 The scheduler's process ends with the driver's, however the driver ends (``scheduler_watch``).
 """
@@ -33,7 +32,7 @@ LOOPBACK = "127.0.0.1"  # nothing off this machine may join
 STARTUP_S = 120.0  # a loaded machine or a network-mounted environment imports slowly
 # distributed keeps, for its developers, the last 1,000 messages under 1 MB that each connection sent
 # (``distributed.admin.low-level-log-length``): the driver's are its tasks, arrays included (a block chunk's GLS
-# terms), 50 MB still held after the block level of a 10M-person nation and growing with the chunks' size.  The
+# terms), held after the block level and growing with the chunks' size.  The
 # driver's client (any runner's) and a local cluster's scheduler and workers keep none.
 QUIET_DASK = {"distributed.admin.low-level-log-length": 0}
 
@@ -43,8 +42,8 @@ def local_cluster(workers: int) -> SpecCluster:
     places) and a scheduler process, all on the loopback interface.
 
     Dask's nannies set MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's mmap threshold: every array over
-    128 KiB is then mapped and unmapped afresh, and the page faults made the block level's reconciliation 1.5x
-    slower (2M-person nation, one process: 80 s against 52 s; that run spent 42 s in the kernel).  A nanny reads
+    128 KiB is then mapped and unmapped afresh, and the page faults slowed the block level's reconciliation
+    markedly (docs/dask.md).  A nanny reads
     that setting when it is made, so it is cleared around the cluster's start."""
     worker = {"cls": Nanny, "options": {
         "host": LOOPBACK, "nthreads": 1, "dashboard": False, "silence_logs": logging.ERROR,

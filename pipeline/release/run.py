@@ -147,7 +147,7 @@ class ReleaseRun:
     def drop_invariants(self) -> None:
         """Called once the lowest level is reconciled: from then on only publish's GLS estimates (the main
         universe's, where configured) read the invariants held here, and their file keeps them.  The units
-        universe's hold a value per block and query (50M persons: 45 MB on the driver until publish)."""
+        universe's hold a value per block and query, on the driver until publish."""
         if not (self.main and self.config.output.estimates):
             self.invariants.clear()
 

@@ -92,8 +92,7 @@ def driver_blas_single() -> Any:
 
     With ``dask-local`` the workers share this machine's cores.  OpenBLAS's idle threads spin for a while after
     each call, so the driver's matrix products between tasks (the GLS targets above the blocks) kept every core
-    busy: on the 1M-person nation (2 cores, 2 workers) the driver's CPU per level above the blocks was 0.8-1.4 s
-    against 0.2 s with one thread, and the workers' levels ran 14-31% faster without that spinning.  Dask's nannies
+    busy and slowed the workers' levels (docs/dask.md).  Dask's nannies
     already start the workers with one BLAS thread each."""
     from threadpoolctl import threadpool_limits
 

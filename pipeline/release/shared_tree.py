@@ -13,8 +13,8 @@ from censusdp.pipeline.release.run import ReleaseRun
 
 def geography_tree(run: ReleaseRun, files: InputFiles) -> GeoTree:
     """The run's tree: the units universe's (validated first) where it is this geography's, so the two universes
-    share one copy — the same levels and either the same geography file (not read again: at 50M persons its codes
-    were 0.16 GB more at this stage's peak) or the same lowest-level units — else built from the codes."""
+    share one copy — the same levels and either the same geography file (not read again: its codes would add to
+    this stage's peak) or the same lowest-level units — else built from the codes."""
     units = run.units
     theirs = units.input_files if units is not None and units.config.levels == run.config.levels else None
     if units is None or units.tree is None or theirs is None:

@@ -109,7 +109,7 @@ def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
     config, files = run.config, stage_output(run.input_files, "the input files (read_files)")
     problem: InputProblem | None = None
     try:
-        run.tree = geography_tree(run, files)  # its codes (0.5 GB at 8M blocks) not held through the groups' checks
+        run.tree = geography_tree(run, files)  # its codes not held through the groups' checks
     except InputError as error:
         problem = error.category
     except ValueError:  # the geography's own structure (codes that do not nest): public, but named by category

@@ -36,7 +36,7 @@ class TargetTerm:
 class StoredTargets:
     """A chunk's targets above the lowest level, as its task computes them where it runs: the rows of the level's
     GLS estimates x̂ (rotated) in the streamed GLS's scratch file, the axes' bases and the target queries.  A task
-    carries this, not the chunk's (nodes, cells) float64 answers (a block-group chunk's: ~40 MB on the driver, a
+    carries this, not the chunk's (nodes, cells) float64 answers (a chunk-sized array on the driver for each task, a
     window of them at once); the run's folder is readable by the workers (as for the lowest level's measurements)."""
 
     path: str

@@ -33,7 +33,7 @@ from censusdp.pipeline.synth.population import MAX_PERSONS, MIN_PERSONS, Synthet
 from censusdp.pipeline.synth.states import N_STATES, apportion
 
 PIECE_PERSONS = 5_000_000
-"""Default largest piece: about 1.5 GB at the peak (BENCHMARKS.md, "Synthetic nation")."""
+"""Default largest piece: its peak memory is in BENCHMARKS.md ("Synthetic nation")."""
 
 MAX_NATION_PERSONS = 1_000_000_000
 

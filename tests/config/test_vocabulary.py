@@ -1,6 +1,6 @@
 """Closed vocabularies and shared defaults have one definition each, and every user of them uses it.
 
-Before the reorganisation (issue 11) the format list, the default delta and the chunk size were each written
+Before a reorganisation the format list, the default delta and the chunk size were each written
 three times, the relation and mechanism were bare strings, and the Renyi row of ``censusdp budget`` recomputed
 Bun-Steinke in floats without the accountant's round-up: each test here fails on one of those drifts.
 """

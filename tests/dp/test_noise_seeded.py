@@ -1,5 +1,5 @@
 """A test seed never reveals the noise: the seeded stream is bound to the ledger key, the data and the layout of
-the release (issue 9, hostile reviews)."""
+the release (hostile reviews)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The PLD against Google's dp-accounting, on the pl94-2020 preset (the figure of issue 12), and as the accountant
+"""The PLD against Google's dp-accounting, on the pl94-2020 preset, and as the accountant
 of budget.epsilon targets (pipeline/config/targets.py)."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_against_dp_accounting(sigmas: list[float], delta: float) -> None:
 
 
 def test_pl94_2020_figure() -> None:
-    """issue 12: at rho = 293764/114921, delta = 1e-10, CKS20 gives 17.14, the continuous Gaussian 16.47; the
+    """At rho = 293764/114921, delta = 1e-10, CKS20 gives 17.14, the continuous Gaussian 16.47; the
     certified discrete composition lies between (above the continuous value less 0.1%)."""
     config = load_config(PRESET)
     figure = epsilon_pld_of(allocate(config), 1e-10, sensitivity2_squared=config.budget.sensitivity2_squared,

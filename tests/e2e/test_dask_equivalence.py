@@ -1,4 +1,4 @@
-"""Dask gives the same tables as the local runner under the same seed (issue 10, item 3): `dask-local:2`, an
+"""Dask gives the same tables as the local runner under the same seed: `dask-local:2`, an
 existing cluster by its `tcp://` address, and Dask under the Prefect flow (the README's command); the workers
 never import Prefect."""
 
@@ -85,7 +85,7 @@ sys.exit(main(sys.argv[1:]))
 @pytest.mark.slow
 def test_a_partitioned_release_measured_on_the_workers_publishes_the_driver_only_tables(
         tiny_release: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 14: a dataset partitioned by region, measured group by group on a LocalCluster's workers (each chunk
+    """A dataset partitioned by region, measured group by group on a LocalCluster's workers (each chunk
     from its own seeded stream), publishes exactly the tables of the same release measured on the driver only."""
     folder = tmp_path / "partitioned"
     write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "region",

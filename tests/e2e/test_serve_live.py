@@ -1,4 +1,4 @@
-"""`censusdp serve` against a real Prefect server that the test starts (issue 10, item 3): the README's own
+"""`censusdp serve` against a real Prefect server that the test starts: the README's own
 commands — `prefect deployment run censusdp-release/scheduled -p rho=1.5` and `-p config_path=...` — publish,
 and a run the ledger refuses fails in Prefect with the reason."""
 

@@ -1,4 +1,4 @@
-"""Through Prefect, against a real PostgreSQL ledger (issue 9, parts 1 and 4): a release whose input fails a value
+"""Through Prefect, against a real PostgreSQL ledger: a release whose input fails a value
 check is charged and reaches Prefect with a category only (no row, no column, no value), and the ledger URL's
 password reaches no written file, Prefect's database or logs, stdout or stderr; ``postprocess`` then finds the
 ledger from the user's environment, not from the run's files."""

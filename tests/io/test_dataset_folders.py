@@ -1,4 +1,4 @@
-"""Streamed reading (issue 14): a Parquet dataset folder read part by part, batch by batch, with the checks and
+"""Streamed reading: a Parquet dataset folder read part by part, batch by batch, with the checks and
 errors of one whole file; file-level refusals stay file-level (no body read, no charge)."""
 
 from __future__ import annotations

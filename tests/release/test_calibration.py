@@ -1,4 +1,4 @@
-"""Calibration end to end: the noise a release adds is the noise its own manifest states (issue 10, item 1).
+"""Calibration end to end: the noise a release adds is the noise its own manifest states.
 
 On a fixture whose truth is known, for every mechanism (discrete Gaussian, discrete Laplace) and both
 neighbouring relations, the release's own stages draw the measurements and the empirical second moment of

@@ -79,7 +79,7 @@ def test_targets_are_the_gls_estimates_weighted_by_their_mean_variance(tiny_rele
 
 
 def test_a_partial_only_child_chain_informs_its_parent() -> None:
-    """Item 2 of issue 12: a node that is its parent's only child while its siblings' parents have several (one
+    """A node that is its parent's only child while its siblings' parents have several (one
     state of a nation with a single county).  Its measurements move its parent's fit, and the two stay equal."""
     from censusdp.pipeline.config.schema import Attribute, Schema
 

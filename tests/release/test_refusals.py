@@ -1,4 +1,4 @@
-"""A refusal is a query: whether a release is charged must not depend on confidential values (issue 9, part 1).
+"""A refusal is a query: whether a release is charged must not depend on confidential values.
 
 File-level problems (missing file, unreadable file, missing column, wrong column type) may refuse a release
 without a charge.  Every value-level problem (domain, geocode width and membership, duplicates, empty file)

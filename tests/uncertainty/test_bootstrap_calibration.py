@@ -1,4 +1,4 @@
-"""The parametric bootstrap's intervals are as wide as the noise and cover the truth (issue 10, item 2).
+"""The parametric bootstrap's intervals are as wide as the noise and cover the truth.
 
 A two-level release (root and unit, the detailed query at each, no invariants) is repeated with fresh seeds. At the
 root every cell's published count is its noisy measurement (the least-squares projection is the identity for counts
@@ -73,7 +73,7 @@ detailed = "1"
                          # 5 cells a release: 120 and 100 intervals, so a 95% interval's chance of covering every
                          # one (0.95^n: 0.2% and 0.6%) stays under the upper bound's reach; with 10 releases (50
                          # intervals) it was 7.7%, and this test failed so in CI (the seeded releases' coverage
-                         # varied from 0.88 to 0.98 between processes, before and after stop 25's changes)
+                         # varied from 0.88 to 0.98 between processes)
                          [("level_by_level", 24, 100, 0.87), ("full_information", 20, 60, 0.80)])
 def test_bootstrap_intervals_are_as_wide_as_the_noise_and_cover_the_truth(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], method: str, releases: int, replicates: int,

@@ -1,4 +1,4 @@
-"""The budget follows the data, not its file (issue 9, parts 2, 4 and 5): one ledger per installation, keyed
+"""The budget follows the data, not its file: one ledger per installation, keyed
 content fingerprints, no credential in any written file, and a charge durable before the first noise draw."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Upgrading from ledgers of the earlier layout, and re-runs from saved measurements (postprocess, --resume):
-they find the ledger from the user's side and vouch only for what the ledger charged (issue 9)."""
+they find the ledger from the user's side and vouch only for what the ledger charged."""
 
 from __future__ import annotations
 
