@@ -1,4 +1,4 @@
-"""`censusdp serve` against a real Prefect server that the test starts: the README's own
+"""`censusdp serve` against a real Prefect server that the test starts: docs/commands.md's
 commands — `prefect deployment run censusdp-release/scheduled -p rho=1.5` and `-p config_path=...` — publish,
 and a run the ledger refuses fails in Prefect with the reason."""
 
@@ -80,7 +80,7 @@ def test_serve_runs_the_readme_commands_against_a_live_server(tiny_release: Path
             return "scheduled" in listed.stdout
 
         wait_for(deployed, "the served deployment")
-        first = deployment_run("rho=1.5")  # a JSON number, as the README writes it
+        first = deployment_run("rho=1.5")  # a JSON number, as docs/commands.md writes it
         assert first.returncode == 0 and "Completed" in first.stdout, first.stdout[-2000:] + first.stderr[-2000:]
         second = deployment_run(f"config_path={other}")
         assert second.returncode == 0 and "Completed" in second.stdout, second.stdout[-2000:]
