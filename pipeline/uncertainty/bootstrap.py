@@ -33,15 +33,19 @@ BOOTSTRAP_DIR = "bootstrap"
 MAX_STORED = 50_000_000  # replicate values kept for percentiles; beyond that, intervals use the sd only
 
 
-def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource) -> list[np.ndarray]:
-    """One bootstrap replicate: fresh noisy measurements of ``truth`` (per level, dense), reconciled top-down.
+def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource, count: int = 1
+                     ) -> list[np.ndarray]:
+    """``count`` bootstrap replicates: fresh noisy measurements of ``truth`` (per level, dense), reconciled
+    top-down; per level, the replicates' tables stacked (replicate r's nodes are rows r n .. (r + 1) n - 1).
 
     Every level's noise is drawn once, and each level is reconciled as the release reconciles it: against the
     replicate's own GLS estimates (full information, the default), or with its own measurements and those of the
     only-child levels below it (``release.only_child``), which are drawn early for that; with its passes and
-    rounding order either way.
+    rounding order either way.  The replicates are reconciled together, as ``count`` copies of the tree side by
+    side: a node's problem involves its own parent only, so each replicate gets the tables it would get alone (up
+    to the solver's tolerance, which can tip a tie in the rounding).
     """
-    schema, config = run.config.schema, run.config
+    schema, config, tree = run.config.schema, run.config, run.tree
     zeros = structural_zero_mask(config)
     drawn: dict[int, list[QueryMeasurement]] = {}
 
@@ -49,7 +53,7 @@ def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource)
         if level not in drawn:
             drawn[level] = []
             for q in run.level_noise(level):
-                answers = schema.marginal(q.query, truth[level])
+                answers = np.tile(schema.marginal(q.query, truth[level]), (count, 1))
                 # the release's own mechanism and public parameters (manifest allocation), through its own function
                 noisy = noisy_answers(answers, q.mechanism, q.sigma2, q.scale, rng)
                 drawn[level].append(QueryMeasurement(name=q.query.name, matrix=schema.query_matrix(q.query),
@@ -57,20 +61,23 @@ def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource)
         return drawn[level]
 
     full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
-    targets = _gls_targets(run, [draws(level) for level in range(run.tree.depth)]) if full else None
+    targets = _gls_targets(run, [draws(level) for level in range(tree.depth)], count) if full else None
     out: list[np.ndarray] = []
-    for level in range(run.tree.depth):
+    for level in range(tree.depth):
         if targets is not None:
             fitted = targets[level]
         else:
             chain = [replace(m, name=f"{config.levels[deeper].name}: {m.name}")
-                     for deeper in only_child_levels(run.tree, level) for m in draws(deeper)]
+                     for deeper in only_child_levels(tree, level) for m in draws(deeper)]
             fitted = draws(level) + chain
         passes = config.level_passes(config.levels[level].name)
-        parent = out[level - 1] if level > 0 else None
-        result = reconcile_level(fitted, n_cells=schema.n_cells, parent_counts=parent,
-                                 parent_index=run.tree.parent[level] if level > 0 else None,
-                                 invariants=run.invariants.get(level, []), structural_zeros=zeros,
+        parent_index = None
+        if level > 0:
+            above = tree.n_nodes(level - 1)
+            parent_index = np.concatenate([tree.parent[level] + r * above for r in range(count)])
+        invariants = [replace(i, values=np.tile(i.values, (count, 1))) for i in run.invariants.get(level, [])]
+        result = reconcile_level(fitted, n_cells=schema.n_cells, parent_counts=out[level - 1] if level else None,
+                                 parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
                                  solver=config.solver, passes=passes.l2, tolerance=float(passes.tolerance),
                                  rounding=[RoundingMarginal(q.name, schema.query_matrix(q)) for q in passes.rounding])
         drawn.pop(level, None)
@@ -78,11 +85,21 @@ def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource)
     return out
 
 
-def _gls_targets(run: LoadedRun, drawn: list[list[QueryMeasurement]]) -> list[list[QueryMeasurement]]:
-    """Full-information reconciliation's targets from one replicate's measurements (``release.full_information``)."""
+def _gls_targets(run: LoadedRun, drawn: list[list[QueryMeasurement]], count: int) -> list[list[QueryMeasurement]]:
+    """Full-information reconciliation's targets from each replicate's measurements (``release.full_information``),
+    stacked as ``drawn`` is.  The GLS is solved per replicate (its tree has one root); a target's variance depends
+    on the design only, so the replicates' agree."""
     schema, config = run.config.schema, run.config
-    measured = [[(schema.parse_query(m.name), m.sigma2, m.noisy) for m in level] for level in drawn]
-    return tree_targets(config, solve_tree(schema, run.tree.parent, measured, run.invariants), measured)
+    per_replicate = []
+    for r in range(count):
+        measured = []
+        for level, queries in enumerate(drawn):
+            n = run.tree.n_nodes(level)
+            measured.append([(schema.parse_query(m.name), m.sigma2, m.noisy[r * n:(r + 1) * n]) for m in queries])
+        per_replicate.append(tree_targets(config, solve_tree(schema, run.tree.parent, measured, run.invariants),
+                                          measured))
+    return [[replace(first, noisy=np.concatenate([rep[level][i].noisy for rep in per_replicate]))
+             for i, first in enumerate(per_replicate[0][level])] for level in range(len(drawn))]
 
 
 def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None,
@@ -105,13 +122,16 @@ def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None,
     totals: list[list[np.ndarray]] = [[] for _ in truth]
     keep = sum(t.size for t in truth) * replicates <= MAX_STORED
     stored: list[list[np.ndarray]] = [[] for _ in truth]
-    for _ in range(replicates):
-        for level, table in enumerate(replicate_tables(run, truth, rng)):
-            sums[level] += table
-            squares[level] += table.astype(float) ** 2
-            totals[level].append(table.sum(axis=1))
-            if keep:
-                stored[level].append(table.astype(np.int32))
+    per_batch = max(1, run.config.chunk_cells // sum(t.size for t in truth))  # replicates reconciled together
+    for start in range(0, replicates, per_batch):
+        count = min(per_batch, replicates - start)
+        for level, stacked in enumerate(replicate_tables(run, truth, rng, count)):
+            for table in np.split(stacked, count):
+                sums[level] += table
+                squares[level] += table.astype(float) ** 2
+                totals[level].append(table.sum(axis=1))
+                if keep:
+                    stored[level].append(table.astype(np.int32))
     summary: dict[str, Any] = {"replicates": replicates, "levels": {}, "paths": []}
     for level, spec in enumerate(run.config.levels):
         mean = sums[level] / replicates
