@@ -197,10 +197,22 @@ def _reconcile_general(
         worst["invariant"] = max(worst["invariant"], solution.violations[1])
         worst["min"] = min(worst["min"], solution.min_value)
         tick = time.perf_counter()
-        if marginals:
-            inv_matrix, inv_rhs, methods = fix_marginals(batch, solution.x, inv_matrix, inv_rhs, marginals, rng)
-            rounding.update(f"{m.name}:{method}" for m, method in zip(marginals, methods, strict=True))
-        values, method = round_batch(batch, solution.x, inv_matrix, inv_rhs, rng, limits)
+        try:
+            fixed_matrix, fixed_rhs = inv_matrix, inv_rhs
+            if marginals:
+                fixed_matrix, fixed_rhs, methods = fix_marginals(batch, solution.x, inv_matrix, inv_rhs, marginals,
+                                                                 rng)
+                rounding.update(f"{m.name}:{method}" for m, method in zip(marginals, methods, strict=True))
+            values, method = round_batch(batch, solution.x, fixed_matrix, fixed_rhs, rng, limits)
+        except ReconciliationError:
+            if not marginals:
+                raise
+            # the marginals are rounded over their own cells, blind to which cells the bounds and zeros leave each
+            # child: their integers can leave the cells no integer point (children that only some parent cells
+            # may fill, all rounded up); the cells alone always have one where the fit is feasible (integral
+            # parents and bounds: a flow problem), so they are rounded alone
+            values, method = round_batch(batch, solution.x, inv_matrix, inv_rhs, rng, limits)
+            method += "_marginals_released"
         seconds["rounding"] += time.perf_counter() - tick
         rounding[method] += 1
         variables += batch.n_vars

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,14 @@ import pytest
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 pytest_plugins = ["tests.helpers.postgres", "tests.helpers.ledgers"]  # a throw-away PostgreSQL server; ledgers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest-xdist worker runs Prefect on a database of its own (set before anything imports Prefect, which
+    reads PREFECT_HOME when it loads): two workers' embedded servers never share one SQLite file."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"prefect-home-{worker}-")
 
 
 @pytest.fixture(autouse=True)
