@@ -21,9 +21,6 @@ class Level:
     name: str
     width: int
 
-    def geoid_of(self, code: str) -> str:
-        return code[: self.width]
-
 
 def check_levels(levels: tuple[Level, ...]) -> None:
     """Raise ``ValueError`` unless the levels nest: unique names, root width 0, strictly increasing widths."""

