@@ -32,7 +32,7 @@ from censusdp.pipeline.evaluate.compare import true_histograms
 from censusdp.pipeline.io.run_folder import load_run
 from censusdp.pipeline.synth.population import write_synthetic
 from censusdp.pipeline.uncertainty.areas import area_variables, write_areas
-from censusdp.pipeline.uncertainty.gls import gls_levels, redrawn_measurements
+from censusdp.pipeline.uncertainty.estimates import gls_levels, redrawn_measurements
 from censusdp.postprocess.gls import solve_gls
 from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
 

@@ -20,7 +20,7 @@ from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.config.options import insecure_seed_is_allowed, load_release_config, random_source
 from censusdp.pipeline.errors import CensusDPError, type_only_errors
 from censusdp.pipeline.release import stages
-from censusdp.pipeline.uncertainty.gls import write_release_estimates
+from censusdp.pipeline.uncertainty.estimates import write_release_estimates
 from censusdp.postprocess import ReconciliationError
 
 PUBLIC = (ReconciliationError,)  # its messages carry sizes and statuses only, never a count

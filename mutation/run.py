@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
 import random
 import re
@@ -33,6 +32,8 @@ import tempfile
 import time
 import tomllib
 from pathlib import Path
+
+import tomli_w
 
 REPO = Path(__file__).resolve().parent.parent
 NOTHING_CHECKED = 2  # report.py's exit status when no mutant of a sample could be checked
@@ -134,13 +135,13 @@ def staged_copy(modules: list[str], tests: list[str] | None = None) -> Path:
             target = copy / "censusdp" / name if name.split("/")[0] in STAGES else copy / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, target)
-    text = (copy / "pyproject.toml").read_text()
-    text = re.sub(r"source_paths = \[[^\]]*\]", 'source_paths = ["censusdp/"]', text)
-    text = re.sub(r"only_mutate = \[[^\]]*\]", "only_mutate = " + json.dumps([f"censusdp/{m}" for m in modules]), text)
+    project = tomllib.loads((copy / "pyproject.toml").read_text())
+    settings = project["tool"]["mutmut"]
+    settings["source_paths"] = ["censusdp/"]
+    settings["only_mutate"] = [f"censusdp/{m}" for m in modules]
     if tests is not None:
-        text = re.sub(r"pytest_add_cli_args_test_selection = \[[^\]]*\]",
-                      "pytest_add_cli_args_test_selection = " + json.dumps(tests), text)
-    (copy / "pyproject.toml").write_text(text)
+        settings["pytest_add_cli_args_test_selection"] = tests
+    (copy / "pyproject.toml").write_text(tomli_w.dumps(project))
     (copy.parent / "shared").symlink_to(REPO.parent / "shared")  # the tests find ../shared next to the checkout
     return copy
 

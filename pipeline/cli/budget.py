@@ -48,7 +48,7 @@ def add_budget(sub: Sub) -> None:
 
 
 def cmd_budget_show(args: argparse.Namespace) -> int:
-    from censusdp.pipeline.budget.report import budget_command
+    from censusdp.pipeline.budget.summary import budget_command
 
     print(budget_command(args.config, args.rho, args.epsilon, args.delta, args.json))
     return 0

@@ -123,7 +123,7 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
     with insecure_seed_allowed() if insecure_seed is not None else nullcontext():
         if no_prefect:
             from censusdp.pipeline.release.stages import run_release
-            from censusdp.pipeline.uncertainty.gls import write_release_estimates
+            from censusdp.pipeline.uncertainty.estimates import write_release_estimates
 
             cfg = load_release_config(config, microdata, geography, fmt, rho, runner, units, no_units)
             root = Path(out).resolve() if out else cfg.output.dir
@@ -142,7 +142,7 @@ def cmd_release(args: argparse.Namespace) -> int:
     if args.resume:
         from censusdp.pipeline.config.load import load_config
         from censusdp.pipeline.release.finish import resume_release
-        from censusdp.pipeline.uncertainty.gls import write_release_estimates
+        from censusdp.pipeline.uncertainty.estimates import write_release_estimates
 
         if (args.rho or args.microdata or args.geography or args.fmt or args.insecure_seed is not None
                 or args.units or args.no_units):
@@ -173,8 +173,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     the confidential data: only someone allowed to read the microdata may run it; deployments never expose it."""
     from censusdp.pipeline.config.options import load_release_config
     from censusdp.pipeline.errors import InputError, InputProblem
-    from censusdp.pipeline.io.checks import persons_units_problem
     from censusdp.pipeline.io.microdata import read_input_files, validated_rows
+    from censusdp.pipeline.io.value_checks import persons_units_problem
 
     config = load_release_config(args.config, args.microdata, args.geography, args.fmt, units=args.units,
                                  no_units=args.no_units)
@@ -225,7 +225,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config.write_text(text)
     started = time.monotonic()
     run_dir = run_release_command(str(config), str(out / "runs"), None, None, None, None, args.no_prefect, None)
-    from censusdp.pipeline.uncertainty.gls import write_estimates
+    from censusdp.pipeline.uncertainty.estimates import write_estimates
 
     write_estimates(run_dir)  # error bars for every published count: post-processing of public values
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -255,7 +255,7 @@ def add_postprocess(sub: Sub) -> None:
 
 def cmd_postprocess(args: argparse.Namespace) -> int:
     from censusdp.pipeline.release.finish import postprocess_run
-    from censusdp.pipeline.uncertainty.gls import write_release_estimates
+    from censusdp.pipeline.uncertainty.estimates import write_release_estimates
 
     out = Path(args.out).resolve() if args.out else None
     print(postprocess_run(Path(args.run_dir), out, args.solver, args.runner, args.ledger,

@@ -1,5 +1,5 @@
 """``censusdp uncertainty RUN_DIR [--bootstrap R] [--seed S]``: GLS estimates and the parametric bootstrap of a
-run's public outputs (no microdata, no budget: Thm 19.25).  Above both ``pipeline.uncertainty.gls`` and
+run's public outputs (no microdata, no budget: Thm 19.25).  Above both ``pipeline.uncertainty.estimates`` and
 ``pipeline.uncertainty.bootstrap``, so neither imports the other's command."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.uncertainty.areas import write_areas
 from censusdp.pipeline.uncertainty.bootstrap import bootstrap_intervals
-from censusdp.pipeline.uncertainty.gls import write_estimates
+from censusdp.pipeline.uncertainty.estimates import write_estimates
 
 
 def add_uncertainty(sub: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from censusdp.geography.levels import Level
 from censusdp.pipeline.config.constraints import check_relation, parse_invariants, parse_structural_zeros
+from censusdp.pipeline.config.epsilon_target import pld_target
 from censusdp.pipeline.config.ledger_location import is_postgres_url, resolve_ledger_location
 from censusdp.pipeline.config.model import (
     Accountant,
@@ -32,13 +33,12 @@ from censusdp.pipeline.config.model import (
     parse_fraction,
     require,
 )
-from censusdp.pipeline.config.passes import parse_reconciliation
 from censusdp.pipeline.config.persons_per_unit import parse_rules
 from censusdp.pipeline.config.pl94_tables import summary_tables
 from censusdp.pipeline.config.recodes import schema_with_recodes
+from censusdp.pipeline.config.reconciliation import parse_reconciliation
 from censusdp.pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from censusdp.pipeline.config.solver import check_solver_setting
-from censusdp.pipeline.config.targets import pld_target
 from censusdp.pipeline.config.units import check_units_budget, units_keys, units_raw
 from censusdp.pipeline.errors import ConfigError, ExactNumberError
 from censusdp.pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA, parse_delta

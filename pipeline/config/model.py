@@ -81,7 +81,7 @@ class Mechanism(StrEnum):
 
 
 DEFAULT_TOLERANCE = Fraction(1, 10)  # production's opt_tol_slack
-DEFAULT_ROUNDING = (TOTAL,)  # marginals rounded before the cells at every level (pipeline.config.passes)
+DEFAULT_ROUNDING = (TOTAL,)  # marginals rounded before the cells at every level (pipeline.config.reconciliation)
 
 
 class ReconciliationMethod(StrEnum):
@@ -221,7 +221,7 @@ class ReleaseConfig:
     runner: str = "local"
     measure_on: MeasureOn = MeasureOn.WORKERS
     chunk_cells: int = DEFAULT_CHUNK_CELLS
-    reconciliation: Reconciliation | None = None  # pipeline.config.passes; set by the loader
+    reconciliation: Reconciliation | None = None  # pipeline.config.reconciliation; set by the loader
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as read: may hold a ledger password
     universe: Universe = Universe.PERSONS
     # the housing-unit universe ([units], pipeline.config.units): a full configuration of its own that shares the
@@ -238,7 +238,7 @@ class ReleaseConfig:
         return self.reconciliation.method if self.reconciliation else ReconciliationMethod.FULL_INFORMATION
 
     def level_passes(self, level: str) -> LevelPasses:
-        """The level's least-squares passes and rounding order (``pipeline.config.passes``)."""
+        """The level's least-squares passes and rounding order (``pipeline.config.reconciliation``)."""
         if self.reconciliation is None:
             return LevelPasses(rounding=tuple(self.schema.parse_query(n) for n in DEFAULT_ROUNDING))
         return self.reconciliation.passes[level]

@@ -326,7 +326,7 @@ def _check_noise(noise: Noise, name: str) -> None:
 def epsilon_pld(noises: Sequence[Noise], delta: float, *, cells: int) -> float | None:
     """epsilon at ``delta`` of the composed noises by their certified privacy curve, rounded up; None when no cap
     puts at most INFINITE_SHARE of ``delta`` at +infinity (the caller then states another accountant's figure:
-    ``pipeline.budget.compare.epsilon_pld_of``).  Never raises for a valid ``delta``.
+    ``pipeline.budget.accountants.epsilon_pld_of``).  Never raises for a valid ``delta``.
 
     The cap starts at mean + CAP_Z sd of the total loss and doubles while the mass above it is too large: the
     loss of a query of small sigma is a skewed lattice (nearly all its mass at one point), whose sd says nothing

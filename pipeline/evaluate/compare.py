@@ -34,7 +34,7 @@ from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histogr
 from censusdp.pipeline.io.microdata import read_microdata
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run, units_of
 from censusdp.pipeline.io.summary_tables import housing_variables, summary_counts, table_variables, variable_matrix
-from censusdp.pipeline.uncertainty.gls import gls_estimates
+from censusdp.pipeline.uncertainty.estimates import gls_estimates
 
 DIVERSITY_ATTRIBUTES = ("hispanic", "cenrace")
 METHODS = ("noisy", "reconciled", "gls", "bottom_up")

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS  # noqa: E402
-from censusdp.pipeline.io.plots import budget_shares, finish_figure  # noqa: E402
+from censusdp.pipeline.io.budget_figure import budget_shares, finish_figure  # noqa: E402
 
 METHOD_STYLE = {"noisy": ("tab:gray", "o"), "reconciled": ("tab:blue", "s"), "gls": ("tab:green", "^"),
                 "bottom_up": ("tab:red", "x")}

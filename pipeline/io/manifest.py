@@ -11,8 +11,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from censusdp.pipeline.budget.accountants import epsilon_pld_of
 from censusdp.pipeline.budget.allocation import QueryAllocation, level_rho
-from censusdp.pipeline.budget.compare import epsilon_pld_of
 from censusdp.pipeline.config.model import ReleaseConfig, Universe
 from censusdp.pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20
 from censusdp.pipeline.dp.noise import laplace_epsilon

@@ -8,7 +8,7 @@
    and is found by step 2, after the charge.
 2. ``geography_units`` and ``encoded_rows`` (value level, streamed): no missing values, geocodes of the right
    width and form, values inside the configured domains, the MDF unit layout's rules, geography codes unique and
-   of the right width, every record's unit listed (``pipeline.io.checks``).  Their outcome depends on
+   of the right width, every record's unit listed (``pipeline.io.value_checks``).  Their outcome depends on
    confidential values, so a release runs them only after the charge (a failure there is a charged failure,
    ``pipeline.release.stages``); ``censusdp check`` runs both steps for the data curator.
 
@@ -33,9 +33,15 @@ import polars as pl
 from censusdp.geography.tree import GeoTree, build_tree, fixed_width
 from censusdp.pipeline.config.model import Format, ReleaseConfig
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem
-from censusdp.pipeline.io.checks import MDF_GROUP_COLUMN, MDF_RECORD_TYPE, check_type, encode_batch, geocode_columns
-from censusdp.pipeline.io.checks import geography_units as _geography_list
 from censusdp.pipeline.io.parts import InputPart, discover_parts, part_header, read_batches, read_body, read_header
+from censusdp.pipeline.io.value_checks import (
+    MDF_GROUP_COLUMN,
+    MDF_RECORD_TYPE,
+    check_type,
+    encode_batch,
+    geocode_columns,
+)
+from censusdp.pipeline.io.value_checks import geography_units as _geography_list
 
 # Rows per batch.  A reader's transient grows with it (polars' frames, the texts a fingerprint hashes, the codes
 # searched), its speed does not above this size (BENCHMARKS.md)

@@ -25,7 +25,7 @@ from fractions import Fraction
 import numpy as np
 
 from censusdp.pipeline.config.model import ReleaseConfig
-from censusdp.pipeline.config.passes import LevelPasses, ReconciliationMethod
+from censusdp.pipeline.config.reconciliation import LevelPasses, ReconciliationMethod
 from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query, Schema
 from censusdp.pipeline.io.gls_scratch import ScratchCubes
 from censusdp.pipeline.io.measurements import read_chunk

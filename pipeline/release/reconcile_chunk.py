@@ -52,7 +52,7 @@ class ChunkTask:
     stored_targets: StoredTargets | None = None
     gls_chunk: LowestChunk | None = None
     target_terms: tuple[TargetTerm, ...] = ()
-    passes: tuple[tuple[str, ...], ...] = ()  # least-squares passes (query names), pipeline.config.passes
+    passes: tuple[tuple[str, ...], ...] = ()  # least-squares passes (query names), pipeline.config.reconciliation
     tolerance: float = 0.1
     rounding: tuple[str, ...] = ()  # marginals rounded and fixed before the cells, in order
     # the main universe's lowest level: the task writes its chunk's part of the level's outputs (release.lowest_parts)

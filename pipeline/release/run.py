@@ -54,7 +54,7 @@ def require_estimates_writer(config: ReleaseConfig, write_estimates: EstimatesWr
     """``output.estimates`` needs a writer from the caller; refused before anything is read or charged."""
     if config.output.estimates and write_estimates is None:
         raise CensusDPError("output.estimates = true, but this caller passed no estimates writer "
-                            "(pipeline.uncertainty.gls.write_release_estimates)")
+                            "(pipeline.uncertainty.estimates.write_release_estimates)")
 
 
 @dataclass

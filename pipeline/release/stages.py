@@ -39,9 +39,9 @@ from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.dp.random_source import RandomSource
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from censusdp.pipeline.io import manifest as mf
+from censusdp.pipeline.io.budget_figure import budget_shares_png
 from censusdp.pipeline.io.measurements import measurements_digest, write_invariants
 from censusdp.pipeline.io.microdata import read_input_files
-from censusdp.pipeline.io.plots import budget_shares_png
 from censusdp.pipeline.io.tables import LevelTableWriter
 from censusdp.pipeline.io.verify import require_promises_kept
 from censusdp.pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)

@@ -6,7 +6,7 @@ With full-information reconciliation (the default) a task computes the GLS targe
 measurements it reads (``gls_chunk``); with
 ``level_by_level`` it reads the level's own noisy measurements from their file, plus those of the only-child
 levels below (``release.only_child``).  Either way, it also carries the level's least-squares passes and the
-marginals rounded first (``pipeline.config.passes``).
+marginals rounded first (``pipeline.config.reconciliation``).
 
 Tasks are made lazily, in chunk order, so only the runner's window of them is ever in memory.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from censusdp.pipeline.config.passes import ReconciliationMethod
+from censusdp.pipeline.config.reconciliation import ReconciliationMethod
 from censusdp.pipeline.dp.random_source import system_random_source
 from censusdp.pipeline.release.full_information import discard_targets
 from censusdp.pipeline.release.lowest_parts import LowestOutputs, lowest_part

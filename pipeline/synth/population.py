@@ -6,7 +6,7 @@ tabulation block per 35 persons of which a quarter or so are empty, heavy-tailed
 group quarters (about 3% of persons) concentrated in a few blocks with one facility type each, and
 race / ethnicity mixes that vary by county and tract. Everything is vectorised numpy; 10 million
 persons fit comfortably in memory.  ``synthesize_state`` adds the housing units and group-quarters facilities
-those persons live in (``pipeline.synth.units``), drawn after the persons from a stream of their own, so the
+those persons live in (``pipeline.synth.housing``), drawn after the persons from a stream of their own, so the
 persons of a seed are the same with or without them.
 
 This is test data, not a privacy mechanism: it uses numpy's ordinary generator on purpose.
@@ -22,8 +22,8 @@ import polars as pl
 from numpy.typing import NDArray
 
 from censusdp.pipeline.synth.geo import MAX_COUNTIES, STATE_FIPS, Blocks, build_blocks
+from censusdp.pipeline.synth.housing import gq_code_values, synthesize_units
 from censusdp.pipeline.synth.people import group_quarters, person_attributes, place_facilities
-from censusdp.pipeline.synth.units import gq_code_values, synthesize_units
 
 MIN_PERSONS = 1_000
 MAX_PERSONS = 10_000_000
@@ -33,7 +33,7 @@ GQTYPE_VALUES = tuple(str(i) for i in range(8))
 VOTING_AGE_VALUES = ("1", "2")
 CENHISP_VALUES = ("1", "2")
 CENRACE_VALUES = tuple(f"{i:02d}" for i in range(1, 64))
-UNITS_COLUMNS = ("geocode", "RTYPE", "GQTYPE", "VACS")  # the 2020 MDF unit layout's codes (pipeline.synth.units)
+UNITS_COLUMNS = ("geocode", "RTYPE", "GQTYPE", "VACS")  # the 2020 MDF unit layout's codes (pipeline.synth.housing)
 UNITS_STREAM = 1  # the units' generator is seeded with (seed, UNITS_STREAM): the persons' draws stay as they were
 
 

@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from censusdp.pipeline.io.assignments import Assignment, read_assignment
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run
 from censusdp.pipeline.io.summary_tables import table_variables, variable_matrix
-from censusdp.pipeline.uncertainty.gls import gls_levels
+from censusdp.pipeline.uncertainty.estimates import gls_levels
 from censusdp.postprocess.gls import interval, solve_gls
 from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
 

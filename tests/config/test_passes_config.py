@@ -1,4 +1,4 @@
-"""The reconciliation method and the multi-pass order as configuration data (``pipeline.config.passes``)."""
+"""The reconciliation method and the multi-pass order as configuration data (``pipeline.config.reconciliation``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from censusdp.pipeline.cli.commands import preset_text
 from censusdp.pipeline.config.load import load_config
-from censusdp.pipeline.config.passes import ReconciliationMethod
+from censusdp.pipeline.config.reconciliation import ReconciliationMethod
 from censusdp.pipeline.errors import ConfigError
 
 PRODUCTION_PASS_1 = ("cenrace", "hispanic", "votingage", "hhinstlevels", "hhgq", "votingage * hispanic",

@@ -17,9 +17,9 @@ from pathlib import Path
 import mpmath as mp
 import pytest
 
+from censusdp.pipeline.budget.accountants import comparison_rows
 from censusdp.pipeline.budget.allocation import allocate
-from censusdp.pipeline.budget.compare import comparison_rows
-from censusdp.pipeline.budget.report import budget_command
+from censusdp.pipeline.budget.summary import budget_command
 from censusdp.pipeline.cli.main import build_parser
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.model import Format, Mechanism, Neighbouring, ReleaseConfig

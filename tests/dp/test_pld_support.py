@@ -8,8 +8,8 @@ from fractions import Fraction
 import pytest
 from flint import fmpz_poly
 
+from censusdp.pipeline.budget.accountants import PLD_FALLBACK, epsilon_pld_of
 from censusdp.pipeline.budget.allocation import QueryAllocation
-from censusdp.pipeline.budget.compare import PLD_FALLBACK, epsilon_pld_of
 from censusdp.pipeline.dp.accounting import epsilon_cks20
 from censusdp.pipeline.dp.pld import (
     BITS,

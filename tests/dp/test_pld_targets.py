@@ -1,5 +1,5 @@
 """The PLD against Google's dp-accounting, on the pl94-2020 preset, and as the accountant
-of budget.epsilon targets (pipeline/config/targets.py)."""
+of budget.epsilon targets (pipeline/config/epsilon_target.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+import censusdp.pipeline.config as config_package
+from censusdp.pipeline.budget.accountants import epsilon_pld_of
 from censusdp.pipeline.budget.allocation import allocate
-from censusdp.pipeline.budget.compare import epsilon_pld_of
-from censusdp.pipeline.budget.report import config_budget
+from censusdp.pipeline.budget.summary import config_budget
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.model import Accountant
 from censusdp.pipeline.dp.accounting import epsilon_cks20
@@ -19,7 +20,7 @@ from censusdp.pipeline.errors import ConfigError
 from tests.helpers.pld_reference import gaussian_epsilon
 from tests.helpers.tiny import TINY_TOML
 
-PRESET = Path(__file__).resolve().parents[2] / "pipeline" / "config" / "presets" / "pl94-2020.toml"
+PRESET = Path(config_package.__file__).parent / "presets" / "pl94-2020.toml"
 
 
 @pytest.mark.parametrize("sigmas", [[2.0], [3.0, 5.0], [1.5, 4.0, 10.0], [8.0] * 6])

@@ -12,7 +12,7 @@ import pytest
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.evaluate.compare import evaluate, write_evaluation
 from censusdp.pipeline.io.run_folder import load_run
-from censusdp.pipeline.uncertainty.gls import gls_estimates
+from censusdp.pipeline.uncertainty.estimates import gls_estimates
 from tests.helpers.releases import release_dir
 from tests.helpers.tiny import require_shared_data
 

@@ -16,7 +16,6 @@ from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.errors import InputError, InputProblem
-from censusdp.pipeline.io.checks import sorted_codes
 from censusdp.pipeline.io.microdata import (
     InputFiles,
     encoded_rows,
@@ -26,6 +25,7 @@ from censusdp.pipeline.io.microdata import (
     validated_rows,
 )
 from censusdp.pipeline.io.parts import read_batches
+from censusdp.pipeline.io.value_checks import sorted_codes
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.tiny import tiny_microdata
 

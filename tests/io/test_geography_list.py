@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from censusdp.pipeline.errors import InputError, InputProblem
-from censusdp.pipeline.io.checks import geography_units
+from censusdp.pipeline.io.value_checks import geography_units
 
 PATH = Path("geo.parquet")
 

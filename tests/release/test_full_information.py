@@ -26,7 +26,7 @@ from censusdp.pipeline.release.full_information import (
 from censusdp.pipeline.release.lowest_parts import LowestOutputs
 from censusdp.pipeline.release.reconcile_chunk import ChunkTask, fitted_measurements
 from censusdp.pipeline.release.run import ReleaseRun
-from censusdp.pipeline.uncertainty.gls import gls_estimates
+from censusdp.pipeline.uncertainty.estimates import gls_estimates
 from tests.helpers.releases import cli, release_dir
 
 

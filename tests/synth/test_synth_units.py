@@ -1,4 +1,4 @@
-"""The synthetic units (pipeline.synth.units): consistent with the persons block by block, seeded, deterministic."""
+"""The synthetic units (pipeline.synth.housing): consistent with the persons block by block, seeded, deterministic."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from censusdp.pipeline.synth.housing import GQ_CODES, HOUSEHOLD_SIZE_P, household_starts
 from censusdp.pipeline.synth.population import UNITS_COLUMNS, SyntheticState, synthesize, synthesize_state
-from censusdp.pipeline.synth.units import GQ_CODES, HOUSEHOLD_SIZE_P, household_starts
 
 PERSONS = 60_000
 

@@ -16,7 +16,7 @@ from censusdp.pipeline.evaluate.compare import true_histograms
 from censusdp.pipeline.io.assignments import read_assignment
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run
 from censusdp.pipeline.uncertainty.areas import LABEL, area_table, area_variables
-from censusdp.pipeline.uncertainty.gls import gls_levels, redrawn_measurements
+from censusdp.pipeline.uncertainty.estimates import gls_levels, redrawn_measurements
 from censusdp.postprocess.gls import QuerySpec, solve_gls
 from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
 from tests.helpers.releases import cli, release_dir

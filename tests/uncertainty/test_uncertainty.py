@@ -23,7 +23,7 @@ from censusdp.pipeline.io.run_folder import load_run
 from censusdp.pipeline.release import measure_groups, stages
 from censusdp.pipeline.synth.population import synthesize
 from censusdp.pipeline.uncertainty.bootstrap import bootstrap_intervals
-from censusdp.pipeline.uncertainty.gls import gls_estimates, write_estimates
+from censusdp.pipeline.uncertainty.estimates import gls_estimates, write_estimates
 from censusdp.postprocess import QueryInvariant, QueryMeasurement
 from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
 from censusdp.postprocess.gls_algebra import marginal

@@ -6,7 +6,7 @@ import json
 from fractions import Fraction
 from typing import Any
 
-from censusdp.pipeline.budget.compare import comparison_rows, epsilon_pld_of
+from censusdp.pipeline.budget.accountants import comparison_rows, epsilon_pld_of
 from censusdp.pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta, parse_rational, round_text
