@@ -28,7 +28,7 @@ class PlantedMutant:
 
 PLANTED = (
     PlantedMutant("a quarter of the noise variance where a release draws its measurements",
-                  "pipeline/release/measure.py",
+                  "pipeline/release/noisy_measurements.py",
                   "sample_discrete_gaussian(sigma2, answers.size",
                   "sample_discrete_gaussian(sigma2 / 4, answers.size",
                   "tests/release/test_calibration.py"),

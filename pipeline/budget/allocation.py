@@ -43,7 +43,7 @@ class QueryAllocation:
     scale: Fraction | None = None
 
     def __post_init__(self) -> None:
-        """The charge (``composed_rho``) and the noise (``release.measure.noisy_answers``) both read the
+        """The charge (``composed_rho``) and the noise (``release.noisy_measurements.noisy_answers``) both read the
         mechanism: a scale belongs to the Laplace, and the Laplace has one."""
         if (self.scale is not None) != (self.mechanism == Mechanism.LAPLACE):
             raise ValueError(f"{self.level}/{self.query}: a scale is given if and only if the mechanism is laplace")

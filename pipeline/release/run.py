@@ -93,7 +93,7 @@ class ReleaseRun:
     # with this one; main is False for it (no ledger record of its own, no complete marker, no publish)
     units: ReleaseRun | None = None
     main: bool = True
-    partition: int | None = None  # the partition level both universes are measured at (release.measuring)
+    partition: int | None = None  # the partition level both universes are measured at (release.measurement_plan)
     # the units universe's, tied to the persons (release.persons_units): each level's bounds on its rule answers,
     # set once the persons' blocks are published, and the lowest outputs whose summary tables its lowest tasks write
     bounds: dict[int, Any] = field(default_factory=dict)

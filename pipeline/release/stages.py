@@ -53,7 +53,7 @@ from censusdp.pipeline.release.full_information import (  # noqa: F401 - estimat
     estimate,
 )
 from censusdp.pipeline.release.lowest_parts import finish_lowest_outputs, lowest_outputs
-from censusdp.pipeline.release.measuring import (
+from censusdp.pipeline.release.measurement_plan import (
     PARTS_DIR,
     level_plans_of,
     plan_measurement,
@@ -99,7 +99,7 @@ def read_files(run: ReleaseRun) -> None:
 
 def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
     """Value-level checks, after the charge and before any noise: build the tree, then check every record, group by
-    group where the measurement will run (``release.measuring``), nothing kept.
+    group where the measurement will run (``release.measurement_plan``), nothing kept.
 
     A value-level failure is a charged failure (``InputRejectedError``): the message and the ledger record
     its category only, so nobody who may start releases learns a row or a value, and a refusal is never free.
@@ -164,7 +164,7 @@ MEASURE_CLAIM = ".measure"  # the measure stage's claim in the run's temporary f
 
 
 def measure(run: ReleaseRun, runner: Any = None) -> None:
-    """Draw every level's noisy measurements, group by group and chunk by chunk (``release.measuring``: on the
+    """Draw every level's noisy measurements, group by group and chunk by chunk (``release.measurement_plan``: on the
     driver, or on the Dask workers), and write them with the invariants.  The stage claims the run's draw first
     (``release.draws.claim_draw``): it runs once per run, whatever calls it again."""
     claim_draw(str(run.work_dir), MEASURE_CLAIM)

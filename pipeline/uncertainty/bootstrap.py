@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from censusdp.pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run
 from censusdp.pipeline.release.full_information import ReconciliationMethod, solve_tree, tree_targets
-from censusdp.pipeline.release.measure import noisy_answers
+from censusdp.pipeline.release.noisy_measurements import noisy_answers
 from censusdp.pipeline.release.only_child import only_child_levels
 from censusdp.pipeline.release.support import structural_zero_mask
 from censusdp.postprocess import QueryMeasurement, reconcile_level

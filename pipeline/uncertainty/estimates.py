@@ -30,7 +30,7 @@ from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query
 from censusdp.pipeline.dp.random_source import RandomSource
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run
 from censusdp.pipeline.release.full_information import gls_problem, spec_of
-from censusdp.pipeline.release.measure import noisy_answers
+from censusdp.pipeline.release.noisy_measurements import noisy_answers
 from censusdp.pipeline.release.run import ReleaseRun, stage_output
 from censusdp.postprocess.gls import GlsLevel, GlsResult, interval, solve_gls
 
@@ -46,7 +46,7 @@ def gls_levels(run: LoadedRun, noisy: list[list[tuple[Query, Fraction, np.ndarra
 def redrawn_measurements(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource
                          ) -> list[list[tuple[Query, Fraction, np.ndarray]]]:
     """Fresh noisy answers of ``truth`` (dense histograms per level) to every level x query, each with the
-    release's own mechanism and public parameters (``release.measure.noisy_answers``): the distribution of
+    release's own mechanism and public parameters (``release.noisy_measurements.noisy_answers``): the distribution of
     another release's measurements, for coverage checks (``gls_levels(run, noisy=...)``).  Evaluation only: it
     needs the truth."""
     schema = run.config.schema

@@ -66,8 +66,8 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, tmp_path: Pa
 NO_RECORDS_ON_DRIVER = """
 import os, sys
 import censusdp.pipeline.io.fingerprint as fingerprint
-import censusdp.pipeline.release.measure_groups as groups
-import censusdp.pipeline.release.measuring as measuring
+import censusdp.pipeline.release.group_tasks as groups
+import censusdp.pipeline.release.measurement_plan as measurement_plan
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.io.run_folder import load_run
 def refuse(*args, **kwargs):
@@ -75,7 +75,7 @@ def refuse(*args, **kwargs):
 refused = os.environ["CENSUSDP_TEST_REFUSE"].split(",")
 if "measure" in refused:
     groups.group_keys = refuse
-    measuring.encoded_rows = refuse
+    measurement_plan.encoded_rows = refuse
 if "fingerprint" in refused:
     fingerprint.read_batches = fingerprint.check_unchanged = refuse
 sys.exit(main(sys.argv[1:]))

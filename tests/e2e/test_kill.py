@@ -88,7 +88,7 @@ def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> Non
 DRIVER = '''
 import os, sys, time
 from pathlib import Path
-from censusdp.pipeline.release import measure_groups, stages
+from censusdp.pipeline.release import group_tasks, stages
 from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
 stage, marker = sys.argv[1], Path(sys.argv[2])
 
@@ -96,7 +96,7 @@ def pause():  # tell the test where we are, then wait for its SIGKILL
     marker.write_text(str(os.getpid()))
     time.sleep(600)
 
-measure_level, reconcile, rename, set_status = (measure_groups.measure_level, stages.reconcile, Path.rename,
+measure_level, reconcile, rename, set_status = (group_tasks.measure_level, stages.reconcile, Path.rename,
                                               PrivacyLedger.set_status)
 
 def paused_measure_level(schema, histograms, allocations, rng):  # between two levels' draws: us to county drawn
@@ -121,7 +121,7 @@ def paused_set_status(self, run_id, status, reason=None):  # published, the ledg
         pause()
     set_status(self, run_id, status, reason)
 
-measure_groups.measure_level, stages.reconcile = paused_measure_level, paused_reconcile
+group_tasks.measure_level, stages.reconcile = paused_measure_level, paused_reconcile
 Path.rename = paused_rename if stage == "publish" else rename
 PrivacyLedger.set_status = paused_set_status if stage == "after-rename" else set_status
 from censusdp.pipeline.cli import main

@@ -41,13 +41,13 @@ def leak_dataset(folder: Path) -> Path:
     return folder / "config.toml"
 
 
-# `censusdp release` (the same main()) with the measure stage's helper (measure_groups.measure_level) wrapped: it
+# `censusdp release` (the same main()) with the measure stage's helper (group_tasks.measure_level) wrapped: it
 # notes the Prefect settings in
 # force while a task runs (public booleans only), so removing the hardening fails the test even though every
 # task also asks for no persistence itself
 SPY_DRIVER = """
 import json, sys
-import censusdp.pipeline.release.measure_groups as stages
+import censusdp.pipeline.release.group_tasks as stages
 from prefect.settings import get_current_settings
 from censusdp.pipeline.cli import main
 original, seen = stages.measure_level, []

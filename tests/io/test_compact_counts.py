@@ -14,7 +14,7 @@ from hypothesis.extra.numpy import arrays
 
 from censusdp.pipeline.io.histograms import compact_counts
 from censusdp.pipeline.io.measurements import INVARIANTS_FILE, write_invariants
-from censusdp.pipeline.release.measure_groups import joined_invariants
+from censusdp.pipeline.release.group_tasks import joined_invariants
 from censusdp.postprocess import QueryInvariant
 
 INT32 = np.iinfo(np.int32)

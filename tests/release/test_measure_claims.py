@@ -13,10 +13,10 @@ import pytest
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.errors import CensusDPError
-from censusdp.pipeline.release import measure_groups, stages
+from censusdp.pipeline.release import group_tasks, stages
 from censusdp.pipeline.release.draws import MeasurementRepeatedError, check_claimed
-from censusdp.pipeline.release.measure_groups import measure_group, measure_upper
-from censusdp.pipeline.release.measuring import PARTS_DIR, MeasurementPlan, level_plans_of, plan_measurement
+from censusdp.pipeline.release.group_tasks import measure_group, measure_upper
+from censusdp.pipeline.release.measurement_plan import PARTS_DIR, MeasurementPlan, level_plans_of, plan_measurement
 from tests.helpers.datasets import write_hive_dataset
 
 
@@ -45,8 +45,8 @@ def test_a_second_attempt_of_a_group_draws_nothing_and_leaves_nothing(tiny_relea
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     run, plan = worker_plan(tiny_release)
     draws = []
-    real = measure_groups.measure_level
-    monkeypatch.setattr(measure_groups, "measure_level", lambda *a: draws.append(1) or real(*a))
+    real = group_tasks.measure_level
+    monkeypatch.setattr(group_tasks, "measure_level", lambda *a: draws.append(1) or real(*a))
     task = plan.groups[0]
     measured, total = measure_group(task)
     first_draws = len(draws)

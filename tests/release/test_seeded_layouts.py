@@ -20,7 +20,7 @@ from censusdp.pipeline.io.measurements import read_level_table
 from censusdp.pipeline.io.microdata import validated_rows
 from censusdp.pipeline.release import stages
 from censusdp.pipeline.release.draws import chunk_label
-from censusdp.pipeline.release.measuring import partition_level
+from censusdp.pipeline.release.measurement_plan import partition_level
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.tiny import TINY_TOML
 

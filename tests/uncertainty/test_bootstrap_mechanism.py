@@ -16,7 +16,7 @@ from censusdp.pipeline.config.options import random_source
 from censusdp.pipeline.dp import noise
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.io.run_folder import load_run
-from censusdp.pipeline.release import measure
+from censusdp.pipeline.release import noisy_measurements
 from censusdp.pipeline.release.stages import run_release
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
@@ -52,9 +52,9 @@ def test_bootstrap_draws_laplace_for_a_laplace_query(laplace_run: Path, monkeypa
         calls.append(("laplace", Fraction(scale), size))
         return noise.sample_discrete_laplace(scale, size, rng=rng)
 
-    # the bootstrap draws through the release's own noisy_answers (pipeline.release.measure)
-    monkeypatch.setattr(measure, "sample_discrete_gaussian", gaussian)
-    monkeypatch.setattr(measure, "sample_discrete_laplace", laplace)
+    # the bootstrap draws through the release's own noisy_answers (pipeline.release.noisy_measurements)
+    monkeypatch.setattr(noisy_measurements, "sample_discrete_gaussian", gaussian)
+    monkeypatch.setattr(noisy_measurements, "sample_discrete_laplace", laplace)
     run = load_run(laplace_run)
     truth = [run.table(level) for level in range(run.tree.depth)]
     tables = ub.replicate_tables(run, truth, seeded_random_source(1))

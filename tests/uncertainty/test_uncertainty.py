@@ -20,7 +20,7 @@ from censusdp.pipeline.dp.noise import sample_discrete_gaussian
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io.run_folder import load_run
-from censusdp.pipeline.release import measure_groups, stages
+from censusdp.pipeline.release import group_tasks, stages
 from censusdp.pipeline.synth.population import synthesize
 from censusdp.pipeline.uncertainty.bootstrap import bootstrap_intervals
 from censusdp.pipeline.uncertainty.estimates import gls_estimates, write_estimates
@@ -81,7 +81,7 @@ def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytes
     measurements and invariants as the release held them in memory, before anything was written."""
     drawn: dict[str, list[list[QueryMeasurement]]] = {}  # per level name: one list of measurements per chunk
     held: list[stages.ReleaseRun] = []
-    real_measure, real_publish = measure_groups.measure_level, stages.publish
+    real_measure, real_publish = group_tasks.measure_level, stages.publish
 
     def measure_level(schema, histograms, allocations, rng):  # the real one, keeping what it drew
         out = real_measure(schema, histograms, allocations, rng)
@@ -98,7 +98,7 @@ def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytes
 
     held_invariants: dict[int, list[QueryInvariant]] = {}
     real_drop = stages.ReleaseRun.drop_invariants
-    monkeypatch.setattr(measure_groups, "measure_level", measure_level)
+    monkeypatch.setattr(group_tasks, "measure_level", measure_level)
     monkeypatch.setattr(stages, "publish", publish)
     monkeypatch.setattr(stages.ReleaseRun, "drop_invariants", drop_invariants)
     run_dir = release_dir(capsys, tiny_release)

@@ -5,7 +5,7 @@ The input is read group by group: a group is the nodes of one *partition level* 
 a dataset without partition folders, the whole tree (one group at the root). A group's task reads only its files,
 batch by batch (``pipeline.io.microdata.encoded_rows``: every value check), keeps one int64 key per record (unit x
 cells + cell, in sorted runs of one batch each), and measures every level from the partition level down, chunk by
-chunk (chunks of whole parents inside the group): histogram, exact noise (``release.measure.measure_level``),
+chunk (chunks of whole parents inside the group): histogram, exact noise (``release.noisy_measurements.measure_level``),
 written at once. What the levels above the partition level need from a group is its total histogram (confidential):
 it is summed into those levels' nodes by ``measure_upper``, which runs where the groups ran (on Dask, worker to
 worker: the driver never holds it). Memory per task: 8 bytes per record of the group, plus one chunk's dense
@@ -15,7 +15,7 @@ Every chunk draws from its own stream (``pipeline.dp.random_source.substream_key
 of the process that measures it; with a test seed, a stream keyed from the run's seeded source and the chunk's
 label, so a driver-only and a Dask run of the same seeded release publish the same tables, bit for bit.
 
-Guarantee: unchanged from ``release.measure`` (Thm 19.37(iii) with CKS20 Thm 4 per query and level; nodes are
+Guarantee: unchanged from ``release.noisy_measurements`` (Thm 19.37(iii) with CKS20 Thm 4 per query and level; nodes are
 disjoint, Prop. 19.30).  Which process draws a chunk's noise does not change its distribution; the streams are
 independent (fresh OS keys, or distinct HMAC labels under one test key).
 """
@@ -39,7 +39,7 @@ from censusdp.pipeline.io.measurements import LevelMeasurementWriter
 from censusdp.pipeline.io.microdata import InputFiles, encoded_rows
 from censusdp.pipeline.release.chunks import level_chunks
 from censusdp.pipeline.release.draws import UPPER, claim_draw, group_name, part_name
-from censusdp.pipeline.release.measure import level_invariants, measure_level
+from censusdp.pipeline.release.noisy_measurements import level_invariants, measure_level
 from censusdp.postprocess import QueryInvariant, QueryMeasurement
 
 LevelPlan = tuple[str, tuple[QueryAllocation, ...], tuple[str, ...]]  # level name, its allocations, invariant queries

@@ -1,4 +1,4 @@
-"""Measurement by groups (``release.measuring``, ``release.measure_groups``): which level the partitions name, the
+"""Measurement by groups (``release.measurement_plan``, ``release.group_tasks``): which level the partitions name, the
 plan's groups and noise streams, a partitioned release's invariants and measurements, and a row outside its
 partition refused by category."""
 
@@ -16,7 +16,7 @@ from censusdp.pipeline.dp.random_source import seeded_random_source, system_rand
 from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histograms
 from censusdp.pipeline.io.microdata import read_input_files, validated_rows
 from censusdp.pipeline.release import stages
-from censusdp.pipeline.release.measuring import level_plans_of, partition_level, plan_measurement
+from censusdp.pipeline.release.measurement_plan import level_plans_of, partition_level, plan_measurement
 from tests.helpers.datasets import write_hive_dataset
 
 

@@ -1,6 +1,6 @@
 """The measure stage's plan and its two places: the driver (in process) or the Dask workers.
 
-``plan_measurement`` turns the tree and the input files into group tasks (``release.measure_groups``) and the task
+``plan_measurement`` turns the tree and the input files into group tasks (``release.group_tasks``) and the task
 of the levels above the partition level; ``run_measurement`` runs them and lays out every level's measurements in
 node order (row groups per chunk and query, ``io.measurements``), returning each level's chunk plan and invariants.
 
@@ -35,7 +35,7 @@ from censusdp.pipeline.io.measurements import ChunkLocation, LevelMeasurementWri
 from censusdp.pipeline.io.microdata import InputFiles, encoded_rows
 from censusdp.pipeline.release.chunks import level_chunks
 from censusdp.pipeline.release.draws import check_claimed, chunk_label
-from censusdp.pipeline.release.measure_groups import (
+from censusdp.pipeline.release.group_tasks import (
     GroupMeasured,
     GroupTask,
     InputCategoryError,

@@ -1,4 +1,4 @@
-"""Drawing the noisy measurements (``pipeline.release.measure``), checked against an independent computation.
+"""Drawing the noisy measurements (``pipeline.release.noisy_measurements``), checked against an independent computation.
 
 For each allocation, every cell of every node's marginal gets one independent draw from the allocated
 mechanism: exact discrete Gaussian N_Z(0, sigma2) (rho-zCDP by CKS20 Thm 4 with Thm 19.37(iii)) or exact
@@ -20,7 +20,7 @@ from censusdp.pipeline.config.model import Mechanism
 from censusdp.pipeline.config.schema import Attribute, Schema
 from censusdp.pipeline.dp.noise import sample_discrete_gaussian, sample_discrete_laplace
 from censusdp.pipeline.dp.random_source import seeded_random_source
-from censusdp.pipeline.release.measure import level_invariants, measure_level, noisy_answers
+from censusdp.pipeline.release.noisy_measurements import level_invariants, measure_level, noisy_answers
 
 SCHEMA = Schema((Attribute("colour", "C", ("red", "green", "blue")), Attribute("adult", "A", ("0", "1"))))
 # 3 nodes x 6 detailed cells (colour slowest), distinct counts so that every marginal is distinguishable

@@ -1,4 +1,4 @@
-"""``measure_groups.chunk_histograms``: a chunk's dense histograms from a group's sorted runs of keys, counted a
+"""``group_tasks.chunk_histograms``: a chunk's dense histograms from a group's sorted runs of keys, counted a
 bounded slice at a time, equal the histograms of the records counted at once, whatever the runs and the slice."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from censusdp.pipeline.release.measure_groups import chunk_histograms
+from censusdp.pipeline.release.group_tasks import chunk_histograms
 
 
 @settings(max_examples=60, deadline=None)
@@ -35,7 +35,7 @@ def test_a_chunk_counts_every_record_of_its_nodes_once(seed: int, n_records: int
 
 def test_slices_bound_what_is_counted_at_once(monkeypatch) -> None:  # noqa: ANN001
     """A chunk holding every record is counted in slices of at most ``slice_keys`` (plus one run's remainder)."""
-    import censusdp.pipeline.release.measure_groups as groups
+    import censusdp.pipeline.release.group_tasks as groups
 
     sizes: list[int] = []
     real = np.bincount
