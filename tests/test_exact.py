@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from censusdp.pipeline.directed_rounding import _exponent10, round_text
 from censusdp.pipeline.errors import CensusDPError, ExactNumberError
-from censusdp.pipeline.exact import _exponent10, parse_delta, parse_rational, round_text
+from censusdp.pipeline.exact import parse_delta, parse_rational
 
 EXACT = "such as '0.5', '1/4' or '1e-3'"
 

@@ -7,9 +7,10 @@ from fractions import Fraction
 from typing import Any
 
 from censusdp.pipeline.budget.accountants import comparison_rows, epsilon_pld_of
+from censusdp.pipeline.directed_rounding import round_text
 from censusdp.pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
 from censusdp.pipeline.errors import CensusDPError
-from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta, parse_rational, round_text
+from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta, parse_rational
 
 
 def _positive_fraction(text: str, name: str) -> Fraction:

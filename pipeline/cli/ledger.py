@@ -15,9 +15,10 @@ from typing import Any
 
 from censusdp.pipeline.budget.ledger.charges import Charge, PrivacyLedger
 from censusdp.pipeline.config.ledger_location import LEDGER_ENV, default_ledger_location, is_postgres_url
+from censusdp.pipeline.directed_rounding import round_text
 from censusdp.pipeline.dp.accounting import epsilon_cks20
 from censusdp.pipeline.errors import CensusDPError
-from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta, round_text
+from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta
 
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 

@@ -15,6 +15,7 @@ from censusdp.pipeline.config.constraints import check_relation, parse_invariant
 from censusdp.pipeline.config.epsilon_target import pld_target
 from censusdp.pipeline.config.ledger_location import is_postgres_url, resolve_ledger_location
 from censusdp.pipeline.config.model import (
+    DEFAULT_CHUNK_CELLS,
     Accountant,
     BudgetConfig,
     Format,
@@ -41,7 +42,7 @@ from censusdp.pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from censusdp.pipeline.config.solver import check_solver_setting
 from censusdp.pipeline.config.units import check_units_budget, units_keys, units_raw
 from censusdp.pipeline.errors import ConfigError, ExactNumberError
-from censusdp.pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA, parse_delta
+from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta
 
 TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "recodes", "strategy", "invariants",
             "structural_zeros", "ledger", "units"}

@@ -16,7 +16,7 @@ from typing import Any
 from censusdp.geography.levels import Level, check_levels
 from censusdp.pipeline.config.schema import TOTAL, Attribute, Query, Schema
 from censusdp.pipeline.errors import ConfigError, ExactNumberError
-from censusdp.pipeline.exact import DEFAULT_CHUNK_CELLS, parse_rational
+from censusdp.pipeline.exact import parse_rational
 
 
 class Format(StrEnum):
@@ -90,6 +90,9 @@ class ReconciliationMethod(StrEnum):
     FULL_INFORMATION = "full_information"  # the tree's GLS estimates of every query, inverse-variance weighted
     LEVEL_BY_LEVEL = "level_by_level"  # the level's own noisy measurements (and its only-child chain)
 
+
+
+DEFAULT_CHUNK_CELLS = 4_000_000  # cells per chunk of a level: ~32 MB of int64 per query array
 
 @dataclass(frozen=True)
 class LevelPasses:

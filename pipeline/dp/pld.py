@@ -34,6 +34,8 @@ from fractions import Fraction
 import numpy as np
 from flint import arb, ctx, fmpq, fmpz_poly
 
+from censusdp.pipeline.directed_rounding import float_up
+
 BITS = 96  # masses are integers at scale 2^-BITS; each rounding up adds < 2^-96 per entry to delta
 PREC = 160  # arb working precision in bits (balls, so precision only affects tightness, never validity)
 TAIL_Z = 12  # a cell's noise is enumerated over |o| <= 12 sigma + 2: the rest (< 1e-31) is put at +infinity
@@ -157,9 +159,7 @@ def _fmpq(value: Fraction) -> fmpq:
 def _float_up(value: arb) -> float:
     """The smallest float >= an exact arb point (an arb's upper end)."""
     mantissa, exponent = value.mid().man_exp()
-    exact = Fraction(int(mantissa)) * Fraction(2) ** int(exponent)
-    result = float(exact)
-    return math.nextafter(result, math.inf) if Fraction(result) < exact else result
+    return float_up(Fraction(int(mantissa)) * Fraction(2) ** int(exponent))
 
 
 def _ceil_scaled(value: arb) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -14,18 +13,12 @@ from typing import Any
 from censusdp.pipeline.budget.accountants import epsilon_pld_of
 from censusdp.pipeline.budget.allocation import QueryAllocation, level_rho
 from censusdp.pipeline.config.model import ReleaseConfig, Universe
+from censusdp.pipeline.directed_rounding import float_up, round_text
 from censusdp.pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20
 from censusdp.pipeline.dp.noise import laplace_epsilon
-from censusdp.pipeline.exact import round_text
 
 COMPOSITION = ("zCDP: parallel across the nodes of a level (Prop. 19.30), sequential across queries and levels "
                "(Thm 19.37(i)); epsilon from rho by CKS20 Corollary 13")
-
-
-def float_up(value: Fraction) -> float:
-    """The smallest float >= value: a reported budget is never below the exact one."""
-    result = float(value)
-    return math.nextafter(result, math.inf) if Fraction(result) < value else result
 
 
 def now() -> str:

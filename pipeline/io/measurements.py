@@ -37,8 +37,8 @@ import pyarrow.parquet as pq
 
 from censusdp.geography.tree import GeoTree
 from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.directed_rounding import float_up
 from censusdp.pipeline.io.histograms import compact_counts
-from censusdp.pipeline.io.manifest import float_up
 from censusdp.postprocess import QueryInvariant, QueryMeasurement
 
 INVARIANTS_FILE = "invariants.parquet"

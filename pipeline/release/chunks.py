@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from censusdp.geography.tree import GeoTree
-from censusdp.pipeline.exact import DEFAULT_CHUNK_CELLS
+from censusdp.pipeline.config.model import DEFAULT_CHUNK_CELLS
 
 
 def level_chunks(tree: GeoTree, level: int, n_cells: int,

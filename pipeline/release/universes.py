@@ -10,8 +10,8 @@ import scipy.sparse as sp
 from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.config.pl94_tables import GQ_TYPE, h1_schema_problem, h1_variables
 from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.directed_rounding import round_text
 from censusdp.pipeline.errors import CensusDPError
-from censusdp.pipeline.exact import round_text
 from censusdp.pipeline.io import manifest as mf
 from censusdp.pipeline.io.summary_tables import summary_counts, variable_matrix
 from censusdp.pipeline.release.run import UNITS_DIR, ReleaseRun, stage_output

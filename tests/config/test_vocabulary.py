@@ -22,10 +22,10 @@ from censusdp.pipeline.budget.allocation import allocate
 from censusdp.pipeline.budget.summary import budget_command
 from censusdp.pipeline.cli.main import build_parser
 from censusdp.pipeline.config.load import load_config
-from censusdp.pipeline.config.model import Format, Mechanism, Neighbouring, ReleaseConfig
+from censusdp.pipeline.config.model import DEFAULT_CHUNK_CELLS, Format, Mechanism, Neighbouring, ReleaseConfig
 from censusdp.pipeline.dp.accounting import epsilon_bun_steinke
 from censusdp.pipeline.errors import ConfigError
-from censusdp.pipeline.exact import DEFAULT_CHUNK_CELLS, DEFAULT_DELTA
+from censusdp.pipeline.exact import DEFAULT_DELTA
 from censusdp.pipeline.release.chunks import level_chunks
 from censusdp.postprocess.least_squares import SolverPath, check_solver
 

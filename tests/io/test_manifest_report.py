@@ -11,8 +11,8 @@ import pytest
 from censusdp.pipeline.budget.allocation import QueryAllocation, allocate, query_allocation
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.model import ReleaseConfig
-from censusdp.pipeline.exact import round_text
-from censusdp.pipeline.io.manifest import allocation_section, float_up, privacy_section, report_markdown
+from censusdp.pipeline.directed_rounding import float_up, round_text
+from censusdp.pipeline.io.manifest import allocation_section, privacy_section, report_markdown
 from tests.helpers.tiny import TINY_TOML
 
 INVARIANTS = '[[invariants]]\nquery = "total"\nlevels = ["root", "region"]\n'
