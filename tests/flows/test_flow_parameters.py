@@ -49,7 +49,8 @@ def test_the_deployment_takes_rho_as_the_readme_writes_it(tiny_release: Path) ->
 def test_importing_the_flows_changes_nothing_in_the_process() -> None:
     """The hardened settings are a Prefect settings context entered around flow calls, not os.environ edits
     (polars, imported first, sets its own allocator variable on import)."""
-    probe = ("import os, polars; before = dict(os.environ); import flows, flows.release, flows.serve, flows.settings; "
+    probe = ("import os, polars; before = dict(os.environ); "
+             "import censusdp.flows, censusdp.flows.release, censusdp.flows.serve, censusdp.flows.settings; "
              "assert dict(os.environ) == before, [k for k in before if os.environ.get(k) != before[k]]")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
