@@ -180,7 +180,7 @@ def score_page(text: str) -> str:
     return (f"# Mutation score of the privacy modules\n\nscored commit: {head}"
             f"{' (plus the uncommitted changes of the commit that adds this file)' if dirty else ''}\n"
             f"date: {date.today()}; machine: {platform.machine()}, {os.cpu_count()} cores; mutmut "
-            f"{version('mutmut')}; command: `python mutation/run.py` then `python mutation/report.py --write`\n\n"
+            f"{version('mutmut')}; command: `python mutation/run.py --write`\n\n"
             f"```\n{text}\n```\n")
 
 
