@@ -48,17 +48,17 @@ GUIDE_BYTES = 1 << 20  # larger guides fall out of L2/L3-friendly sizes and get 
 
 
 @dataclass(frozen=True, eq=False)
-class GaussianTable:
+class CdfTable:
     """Boundaries t = 0 .. 2K+1 stand for F(t - K - 1); low[t] <= F 2^64 <= high_m1[t] + 1; guide by top bits."""
 
-    sigma2: Fraction
+    parameter: Fraction | tuple[Fraction, int]  # the law's: sigma2, the Laplace scale, or (scale, W)
     kmax: int
     low: np.ndarray  # uint64, nondecreasing
     high_m1: np.ndarray  # uint64, nondecreasing (H - 1, so that H = 2^64 fits)
     guide: np.ndarray  # smallest int dtype holding +-(K+1): X for a pure cell, the dtype's minimum otherwise
     shift: np.uint64  # 64 - guide bits
-    law: str = "gaussian"  # the CDF enclosed: "gaussian" (sigma2 = variance), "laplace" (sigma2 holds the scale),
-    # or "laplace_difference" (sigma2 holds (scale, W)): see pipeline.dp.laplace_table
+    law: str = "gaussian"  # the CDF enclosed: "gaussian" (parameter = sigma2), "laplace" (the scale), or
+    # "laplace_difference" ((scale, W)): see pipeline.dp.laplace_table
 
     @property
     def nbytes(self) -> int:
@@ -87,7 +87,7 @@ def _guide(low: np.ndarray, high_m1: np.ndarray, kmax: int, bits: int, dtype: ty
 
 def table_from_bounds(
     sigma2: Fraction, kmax: int, low: np.ndarray, high_m1: np.ndarray, law: str = "gaussian"
-) -> GaussianTable:
+) -> CdfTable:
     """A table from boundary bounds (tests build deliberately wide, short or wrong ones with this).
 
     ``law`` names the CDF the bounds enclose ("gaussian", or "laplace" with sigma2 holding the scale): it is
@@ -105,10 +105,10 @@ def table_from_bounds(
     cap = (GUIDE_BYTES // np.dtype(dtype).itemsize).bit_length() - 1
     bits = min(max(int(low.size).bit_length() + 6, 10), cap)  # ~64 cells per boundary, guide <= GUIDE_BYTES
     guide = _guide(low, high_m1, kmax, bits, dtype)
-    return GaussianTable(sigma2, kmax, low, high_m1, guide, np.uint64(64 - bits), law)
+    return CdfTable(sigma2, kmax, low, high_m1, guide, np.uint64(64 - bits), law)
 
 
-def build_table(sigma2: Fraction, *, widen: int = 0, kmax: int | None = None) -> GaussianTable:
+def build_table(sigma2: Fraction, *, widen: int = 0, kmax: int | None = None) -> CdfTable:
     """The table for sigma2: L = floor(lo / 2^64), H = ceil(hi / 2^64) from a ``TABLE_PREC``-bit enclosure.
 
     K is the least k >= 0 with G(K+1) <= 2^-64 surely, so U* lands beyond the table with probability
@@ -127,7 +127,7 @@ def build_table(sigma2: Fraction, *, widen: int = 0, kmax: int | None = None) ->
 
 
 _lock = threading.Lock()
-_tables: OrderedDict[Fraction, GaussianTable] = OrderedDict()
+_tables: OrderedDict[Fraction, CdfTable] = OrderedDict()
 _enclosures: OrderedDict[tuple, CdfEnclosure | LaplaceCdf] = OrderedDict()
 _ENCLOSURES = {"gaussian": cdf_enclosure, "laplace": laplace_cdf, "laplace_difference": laplace_difference_enclosure}
 
@@ -147,12 +147,12 @@ def _enclosure(sigma2: Fraction, prec: int, law: str = "gaussian") -> CdfEnclosu
     return enc
 
 
-def get_table(sigma2: Fraction) -> GaussianTable:
+def get_table(sigma2: Fraction) -> CdfTable:
     """The cached table for sigma2, built on first use; least recently used tables beyond the byte cap go."""
     return cached_table(sigma2, build_table)
 
 
-def cached_table(key: object, build) -> GaussianTable:
+def cached_table(key: object, build) -> CdfTable:
     """``build(key)`` through the one table LRU shared by every law (so the byte cap bounds them together).
 
     Gaussian tables are keyed by sigma2, others by a tuple naming the law (``pipeline.dp.laplace_table``).
@@ -202,8 +202,8 @@ def _refine(sigma2: Fraction, u: np.ndarray, rng: RandomSource, law: str = "gaus
     raise ArithmeticError(f"discrete {law} refinement did not converge (probability < 2^-900)")
 
 
-def sample_table(table: GaussianTable, size: int, rng: RandomSource) -> np.ndarray:
-    """``size`` iid exact draws of N_Z(0, table.sigma2) by inversion (module docstring: why exact).
+def sample_table(table: CdfTable, size: int, rng: RandomSource) -> np.ndarray:
+    """``size`` iid exact draws of N_Z(0, table.parameter) by inversion (module docstring: why exact).
 
     Works in chunks of ``_CHUNK`` so temporaries stay in cache; memory is the int64 output plus O(chunk).
     """
@@ -225,7 +225,7 @@ def sample_table(table: GaussianTable, size: int, rng: RandomSource) -> np.ndarr
     return out
 
 
-def resolve_impure(table: GaussianTable, uu: np.ndarray, rng: RandomSource) -> np.ndarray:
+def resolve_impure(table: CdfTable, uu: np.ndarray, rng: RandomSource) -> np.ndarray:
     """X for U's whose guide cell is impure: branch 2 (binary search), else branch 3 (``_refine``)."""
     low, high_m1 = table.low, table.high_m1
     i = np.searchsorted(high_m1, uu, side="left")  # branch 2: #{H <= U}
@@ -233,5 +233,5 @@ def resolve_impure(table: GaussianTable, uu: np.ndarray, rng: RandomSource) -> n
     ok[ok] = uu[ok] < low[i[ok]]
     x = i.astype(np.int64) - (table.kmax + 1)
     if not ok.all():  # branch 3
-        x[~ok] = _refine(table.sigma2, uu[~ok], rng, table.law)
+        x[~ok] = _refine(table.parameter, uu[~ok], rng, table.law)
     return x

@@ -48,7 +48,7 @@ def _default_kmax(scale: Fraction) -> int:
     return max(int(-(-TAIL_BITS * Fraction(6932, 10000) * scale // 1)) - 1, 0)
 
 
-def build_laplace_table(scale: Fraction, *, widen: int = 0, kmax: int | None = None) -> noise_table.GaussianTable:
+def build_laplace_table(scale: Fraction, *, widen: int = 0, kmax: int | None = None) -> noise_table.CdfTable:
     """The table for scale b: L = floor(lo / 2^64), H = ceil(hi / 2^64) from ``TABLE_PREC``-bit bounds.
 
     ``widen`` (tests only) lowers each L and raises each H by that much; ``kmax`` (tests only) shortens the
@@ -68,7 +68,7 @@ def build_laplace_table(scale: Fraction, *, widen: int = 0, kmax: int | None = N
     )
 
 
-def build_difference_table(scale: Fraction, width: int, *, widen: int = 0) -> noise_table.GaussianTable:
+def build_difference_table(scale: Fraction, width: int, *, widen: int = 0) -> noise_table.CdfTable:
     """The table of D = R1 - R2 (``noise_cdf.laplace_difference_enclosure``): whole support, |d| < W.
 
     F(W - 1) = 1 exactly, so its L is capped at 2^64 - 1 (still <= F 2^64); a U equal to it is refined.
@@ -89,12 +89,12 @@ def split_width(scale: Fraction) -> int:
     return max(math.isqrt(int(TAIL_BITS * Fraction(6932, 10000) * scale)), 2)
 
 
-def get_laplace_table(scale: Fraction) -> noise_table.GaussianTable:
+def get_laplace_table(scale: Fraction) -> noise_table.CdfTable:
     """The cached direct table for this scale (the LRU and byte cap shared with the Gaussian tables)."""
     return noise_table.cached_table(("laplace", scale), lambda key: build_laplace_table(key[1]))
 
 
-def get_difference_table(scale: Fraction, width: int) -> noise_table.GaussianTable:
+def get_difference_table(scale: Fraction, width: int) -> noise_table.CdfTable:
     return noise_table.cached_table(
         ("laplace_difference", scale, width), lambda key: build_difference_table(key[1], key[2])
     )

@@ -116,7 +116,7 @@ def test_default_table_bounds_and_size(sigma2: str) -> None:
     assert table.nbytes <= 3 << 20
 
 
-def _direct(table: nt.GaussianTable, u: np.ndarray) -> np.ndarray:
+def _direct(table: nt.CdfTable, u: np.ndarray) -> np.ndarray:
     """The decision rule itself: X if #{H <= U} == #{L <= U} =: i with 0 < i < 2K+2, else the sentinel."""
     i = np.searchsorted(table.high_m1, u, side="left")
     j = np.searchsorted(table.low, u, side="right")
@@ -144,9 +144,9 @@ def test_guide_agrees_with_the_decision_rule(sigma2: str, widen: int) -> None:
 def test_table_from_bounds_validates() -> None:
     table = nt.build_table(Fraction(5))
     with pytest.raises(ValueError):
-        nt.table_from_bounds(table.sigma2, table.kmax + 1, table.low, table.high_m1)
+        nt.table_from_bounds(table.parameter, table.kmax + 1, table.low, table.high_m1)
     with pytest.raises(ValueError):
-        nt.table_from_bounds(table.sigma2, table.kmax, table.low[::-1], table.high_m1)
+        nt.table_from_bounds(table.parameter, table.kmax, table.low[::-1], table.high_m1)
 
 
 def test_caches_are_bounded_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,7 +225,7 @@ def test_power_table_with_one_boundary_moved_fails() -> None:
     low, high_m1 = table.low.copy(), table.high_m1.copy()
     low[t] += np.uint64(2**64 // 100)
     high_m1[t] += np.uint64(2**64 // 100)
-    wrong = nt.table_from_bounds(table.sigma2, table.kmax, low, high_m1)
+    wrong = nt.table_from_bounds(table.parameter, table.kmax, low, high_m1)
     x = nt.sample_table(wrong, N, seeded_random_source(33))
     p_chi2, p_g = tn.gof_pvalues(x, tn.gaussian_law("7/3"))
     assert p_chi2 < ALPHA and p_g < ALPHA, (p_chi2, p_g)

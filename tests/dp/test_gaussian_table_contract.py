@@ -62,7 +62,7 @@ def test_table_entries_are_floor_and_ceiling_of_the_cdf(sigma2: str, widen: int)
     table = nt.build_table(s2, widen=widen) if widen else nt.build_table(s2)
     k = table.kmax
     assert k == gaussian_kmax(s2)
-    assert (table.sigma2, table.law, table.low.size, table.high_m1.size) == (s2, "gaussian", 2 * k + 2, 2 * k + 2)
+    assert (table.parameter, table.law, table.low.size, table.high_m1.size) == (s2, "gaussian", 2 * k + 2, 2 * k + 2)
     cdf = gaussian_cdf(s2, range(-k - 1, k + 1))
     for t, kk in enumerate(range(-k - 1, k + 1)):
         lo, hi = floor_ceil(cdf[kk])
@@ -121,7 +121,7 @@ def test_short_and_capped_tables(sigma2: str, kmax: int) -> None:
 # ---- table_from_bounds: validation, dtype, guide size ------------------------------------------------
 
 
-def hand_table(kmax: int, law: str = "gaussian") -> nt.GaussianTable:
+def hand_table(kmax: int, law: str = "gaussian") -> nt.CdfTable:
     """Boundaries spread evenly over [0, 2^64) with small enclosures (L = H - 1 - t % 3)."""
     n = 2 * kmax + 2
     high = [((t + 1) << 64) // (n + 1) for t in range(n)]
@@ -156,7 +156,7 @@ def test_table_from_bounds_accepts_ties_and_every_law() -> None:
     table = nt.table_from_bounds(Fraction(1), 1, [5, 5, 9, 9], [6, 6, 9, 9])  # type: ignore[arg-type]
     assert table.law == "gaussian" and table.low.dtype == np.uint64 and table.high_m1.dtype == np.uint64
     assert table.low.tolist() == [5, 5, 9, 9] and table.high_m1.tolist() == [6, 6, 9, 9]
-    assert (table.sigma2, table.kmax) == (Fraction(1), 1)
+    assert (table.parameter, table.kmax) == (Fraction(1), 1)
     for law in ("gaussian", "laplace", "laplace_difference"):
         assert hand_table(0, law).law == law
     two = nt.table_from_bounds(Fraction(1), 0, np.array([7, 8], dtype=np.uint64), np.array([7, 8], dtype=np.uint64))
@@ -222,7 +222,7 @@ def test_guide_matches_its_definition(case: str) -> None:
 # ---- sampling: every branch against the definition ------------------------------------------------------
 
 
-def boundary_us(table: nt.GaussianTable) -> list[int]:
+def boundary_us(table: nt.CdfTable) -> list[int]:
     """U values on both sides of every L and H, and the two ends."""
     us = {0, 1, MASK, MASK - 1}
     for t in range(table.low.size):
@@ -240,7 +240,7 @@ def expected_by_inversion(us: list[int], refined: list[int], first_digits: list[
             for i, u in enumerate(us)]
 
 
-def decided_at_64_bits(table: nt.GaussianTable, u: int) -> bool:
+def decided_at_64_bits(table: nt.CdfTable, u: int) -> bool:
     """U decides when some i has H_{i-1} <= U and U + 1 <= L_i (0 < i < 2K+2)."""
     low = [int(x) for x in table.low]
     high = [int(x) + 1 for x in table.high_m1]

@@ -130,7 +130,7 @@ def test_table_cache_cap_is_inclusive_and_lru(monkeypatch: pytest.MonkeyPatch, f
     assert sizes[s11] <= sizes[s6]
     monkeypatch.setattr(nt, "TABLE_CACHE_BYTES", sizes[s5] + sizes[s6])
     a = nt.get_table(s5)
-    assert nt.get_table(s5) is a and a.sigma2 == s5
+    assert nt.get_table(s5) is a and a.parameter == s5
     nt.get_table(s6)
     assert list(nt._tables) == [s5, s6]  # exactly at the cap: both kept
     nt.get_table(s5)

@@ -128,7 +128,7 @@ def test_laplace_table_entries(scale: str, widen: int) -> None:
     b = Fraction(scale)
     table = nl.build_laplace_table(b, widen=widen) if widen else nl.build_laplace_table(b)
     k = table.kmax
-    assert k == nl._default_kmax(b) and (table.sigma2, table.law) == (b, "laplace")
+    assert k == nl._default_kmax(b) and (table.parameter, table.law) == (b, "laplace")
     assert table.low.size == table.high_m1.size == 2 * k + 2
     for t, kk in enumerate(range(-k - 1, k + 1)):
         lo, hi = laplace_floor_ceil(b, kk)
@@ -153,7 +153,7 @@ def test_difference_table_entries(scale: str, width: int, widen: int, fresh_cach
     """The whole support |d| < W; F(W-1) = 1 exactly, whose L is capped at 2^64 - 1."""
     b = Fraction(scale)
     table = nl.build_difference_table(b, width, widen=widen) if widen else nl.build_difference_table(b, width)
-    assert (table.sigma2, table.kmax, table.law) == ((b, width), width - 1, "laplace_difference")
+    assert (table.parameter, table.kmax, table.law) == ((b, width), width - 1, "laplace_difference")
     cdf = difference_cdf(b, width)
     for t, kk in enumerate(range(-width, width)):
         lo, hi = floor_ceil(cdf[kk])
@@ -169,14 +169,14 @@ def test_cached_tables_have_their_own_keys(fresh_caches: None) -> None:
     assert nl.get_laplace_table(Fraction(7, 3)) is a and nl.get_difference_table(Fraction(7, 3), 4) is d
     fresh_a, fresh_d = nl.build_laplace_table(Fraction(7, 3)), nl.build_difference_table(Fraction(7, 3), 4)
     for got, want in ((a, fresh_a), (d, fresh_d)):
-        assert (got.sigma2, got.kmax, got.law) == (want.sigma2, want.kmax, want.law)
+        assert (got.parameter, got.kmax, got.law) == (want.parameter, want.kmax, want.law)
         assert np.array_equal(got.low, want.low) and np.array_equal(got.high_m1, want.high_m1)
 
 
 # ---- sampling ------------------------------------------------------------------------------------------
 
 
-def pure_cell_us(table: nt.GaussianTable, cells: list[int]) -> list[int]:
+def pure_cell_us(table: nt.CdfTable, cells: list[int]) -> list[int]:
     pure = np.flatnonzero(table.guide != table.sentinel)
     return [int(pure[c]) << int(table.shift) for c in cells]
 

@@ -110,7 +110,7 @@ def test_laplace_locate_decides_only_when_certain(monkeypatch: pytest.MonkeyPatc
 # ---- tables --------------------------------------------------------------------------------------------
 
 
-def _direct(table: nt.GaussianTable, u: np.ndarray) -> np.ndarray:
+def _direct(table: nt.CdfTable, u: np.ndarray) -> np.ndarray:
     i = np.searchsorted(table.high_m1, u, side="left")
     j = np.searchsorted(table.low, u, side="right")
     ok = (i == j) & (i > 0) & (i < table.low.size)
@@ -213,7 +213,7 @@ def _widened_enclosures(monkeypatch: pytest.MonkeyPatch, first_width_bits: int) 
     return calls
 
 
-def _split_tables(scale: Fraction, **kw) -> tuple[int, nt.GaussianTable, nt.GaussianTable]:
+def _split_tables(scale: Fraction, **kw) -> tuple[int, nt.CdfTable, nt.CdfTable]:
     w = nl.split_width(scale)
     a_kw = {k: v for k, v in kw.items() if k in ("widen", "kmax")}
     d_kw = {k: v for k, v in kw.items() if k == "widen"}
@@ -254,11 +254,11 @@ def test_samples_beyond_short_tables_are_exact() -> None:
     _assert_fits(y, "10000")
 
 
-def _moved(table: nt.GaussianTable, t: int, mass: float) -> nt.GaussianTable:
+def _moved(table: nt.CdfTable, t: int, mass: float) -> nt.CdfTable:
     low, high_m1 = table.low.copy(), table.high_m1.copy()
     low[t] += np.uint64(int(2**64 * mass))
     high_m1[t] += np.uint64(int(2**64 * mass))
-    return nt.table_from_bounds(table.sigma2, table.kmax, low, high_m1, law=table.law)
+    return nt.table_from_bounds(table.parameter, table.kmax, low, high_m1, law=table.law)
 
 
 @pytest.mark.slow
