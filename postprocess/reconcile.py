@@ -197,21 +197,9 @@ def _reconcile_general(
         worst["invariant"] = max(worst["invariant"], solution.violations[1])
         worst["min"] = min(worst["min"], solution.min_value)
         tick = time.perf_counter()
-        try:
-            fixed_matrix, fixed_rhs = inv_matrix, inv_rhs
-            if marginals:
-                fixed_matrix, fixed_rhs, methods = fix_marginals(batch, solution.x, inv_matrix, inv_rhs, marginals,
-                                                                 rng)
-                rounding.update(f"{m.name}:{method}" for m, method in zip(marginals, methods, strict=True))
-            values, method = round_batch(batch, solution.x, fixed_matrix, fixed_rhs, rng, limits)
-        except ReconciliationError:
-            if not marginals:
-                raise
-            # the marginals are rounded over their own cells, blind to which cells the bounds and zeros leave each
-            # child: their integers can leave the cells no integer point (children that only some parent cells
-            # may fill, all rounded up); the cells alone always have one where the fit is feasible (integral
-            # parents and bounds: a flow problem), so they are rounded alone
-            values, method = round_batch(batch, solution.x, inv_matrix, inv_rhs, rng, limits)
+        rounded = _round_marginals_first(batch, solution.x, inv_matrix, inv_rhs, marginals, rng, limits, rounding)
+        values, method = rounded or round_batch(batch, solution.x, inv_matrix, inv_rhs, rng, limits)
+        if marginals and rounded is None:
             method += "_marginals_released"
         seconds["rounding"] += time.perf_counter() - tick
         rounding[method] += 1
@@ -233,6 +221,24 @@ def _reconcile_general(
         "seconds_solve": seconds["solve"],
         "seconds_rounding": seconds["rounding"],
     }
+
+
+def _round_marginals_first(batch: Batch, x: np.ndarray, inv_matrix: sp.csr_matrix, inv_rhs: np.ndarray,
+                           marginals: Sequence[RoundingMarginal], rng: TieSource | None, limits: Inequalities,
+                           counts: Counter[str]) -> tuple[np.ndarray, str] | None:
+    """The cells rounded under the marginals rounded first, or None when there are none or they leave the cells no
+    integer point.  The marginals are rounded over their own cells, blind to which cells the bounds and zeros leave
+    each child (children that only some of the parent's cells may fill can all be rounded up); the cells alone
+    always have an integer point where the fit is feasible (integral parents and bounds: a flow problem)."""
+    if not marginals:
+        return None
+    try:
+        fixed_matrix, fixed_rhs, methods = fix_marginals(batch, x, inv_matrix, inv_rhs, marginals, rng)
+        rounded = round_batch(batch, x, fixed_matrix, fixed_rhs, rng, limits)
+    except ReconciliationError:
+        return None
+    counts.update(f"{m.name}:{method}" for m, method in zip(marginals, methods, strict=True))
+    return rounded
 
 
 def solve_batch(

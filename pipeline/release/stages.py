@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,19 +32,16 @@ from typing import Any
 
 import scipy.sparse as sp
 
-from censusdp.pipeline.budget.ledger.charges import ChargeStatus, FailureReason
+from censusdp.pipeline.budget.ledger.charges import FailureReason
 from censusdp.pipeline.config.ledger_location import public_config_raw
 from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.dp.random_source import RandomSource
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
-from censusdp.pipeline.io import manifest as mf
-from censusdp.pipeline.io.budget_figure import budget_shares_png
 from censusdp.pipeline.io.measurements import measurements_digest, write_invariants
 from censusdp.pipeline.io.microdata import read_input_files
 from censusdp.pipeline.io.tables import LevelTableWriter
-from censusdp.pipeline.io.verify import require_promises_kept
 from censusdp.pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
-from censusdp.pipeline.release.draws import claim_draw, claim_path
+from censusdp.pipeline.release.draws import claim_draw
 from censusdp.pipeline.release.expected_errors import compute_expected_errors, expected_errors_job
 from censusdp.pipeline.release.full_information import (  # noqa: F401 - estimate: a stage (STAGES)
     ReconciliationMethod,
@@ -63,6 +59,13 @@ from censusdp.pipeline.release.measurement_plan import (
 )
 from censusdp.pipeline.release.only_child import only_child_levels
 from censusdp.pipeline.release.persons_units import check_same_chunks, persons_bounds_of, record_limits, units_bounds_of
+from censusdp.pipeline.release.publishing import (  # noqa: F401 - publish: a stage (STAGES)
+    COMPLETE_MARKER,
+    MEASURE_CLAIM,
+    SHARES_PLOT,
+    abandon,
+    publish,
+)
 from censusdp.pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWERS, ChunkTask, reconcile_chunk
 from censusdp.pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
@@ -78,11 +81,8 @@ from censusdp.pipeline.release.shared_tree import geography_tree
 from censusdp.pipeline.release.support import merge_reports
 from censusdp.pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
 from censusdp.pipeline.release.tasks import chunk_tasks
-from censusdp.pipeline.release.universes import units_markdown, units_section, with_disagreements
 
 log = logging.getLogger("censusdp")
-COMPLETE_MARKER = "complete.json"
-SHARES_PLOT = "budget_shares.png"
 
 
 def read_files(run: ReleaseRun) -> None:
@@ -160,7 +160,6 @@ def _warn_delta(run: ReleaseRun) -> None:
         log.warning(run.warnings[-1])
 
 
-MEASURE_CLAIM = ".measure"  # the measure stage's claim in the run's temporary folder (release.draws.claim_draw)
 
 
 def measure(run: ReleaseRun, runner: Any = None) -> None:
@@ -277,89 +276,6 @@ def _record_level(run: ReleaseRun, level: int, reports: list[dict[str, Any]]) ->
     used = ([spec.name for spec in run.config.levels] if full
             else [name, *(run.config.levels[d].name for d in only_child_levels(tree, level))])
     run.diagnostics[name]["measurements_of"] = used
-
-
-def publish(run: ReleaseRun) -> Path:
-    """Write the manifest and report (the protected microdata was written as the lowest level was reconciled),
-    then move the run into place atomically."""
-    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
-    config = run.config
-    manifest = {
-        "run_id": run.run_id,
-        "started_at": run.started_at,
-        "finished_at": mf.now(),
-        "code_version": mf.code_version(),
-        "config": mf.resolved_config(config),
-        "config_raw": public_config_raw(config.raw),
-        "levels": [{"name": lv.name, "width": lv.width, "nodes": tree.n_nodes(i)}
-                   for i, lv in enumerate(config.levels)],
-        "privacy": run.privacy[config.universe],
-        "allocation": mf.allocation_section(run.allocations, sensitivity1=config.budget.sensitivity1),
-        "invariants": mf.invariants_section(config),
-        "not_protected": mf.not_protected(config),
-        "random_source": {"name": run.rng.name, "publishable": run.rng.publishable},
-        "warnings": run.warnings,
-        "measurements": run.measurement_entries("measurements"),
-        "tables": {lv.name: f"tables/{lv.name}.parquet" for lv in config.levels},
-        "summary_tables": run.summary_tables,
-        "expected_errors": run.expected_errors,
-        "reconciliation": run.diagnostics,
-        **({"units": with_disagreements(units_section(run), run)} if run.units is not None else {}),
-        "ledger": ledger_section(run),
-        **run.manifest_extra,
-    }
-    mf.write_manifest(run.work_dir / "manifest.json", manifest)
-    shares_png = budget_shares_png(manifest)
-    (run.work_dir / SHARES_PLOT).write_bytes(shares_png)
-    report = mf.report_markdown(manifest, run.allocations)
-    if run.units is not None:
-        report += units_markdown(manifest["units"], str(run.charged_rho))
-    report += f"\n![budget shares by level and query]({SHARES_PLOT})\n"
-    (run.work_dir / "report.md").write_text(report)
-    if config.output.estimates and run.write_estimates is not None:  # required at start_release
-        run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
-    for universe in run.universes():  # the measure stage's claim is the run's own bookkeeping, not published
-        claim_path(universe.work_dir, MEASURE_CLAIM).unlink(missing_ok=True)
-    require_promises_kept(run.work_dir)  # recomputed from the files as written: a broken one publishes nothing
-    run.work_dir.rename(run.final_dir)
-    run.published = Published(run.final_dir, report, shares_png)
-    ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed
-    if ledger is not None:
-        try:
-            ledger.set_status(run.run_id, ChargeStatus.PUBLISHED)
-        except Exception as error:  # noqa: BLE001 - the run is out; its charge stands either way
-            log.warning("published, but the ledger status could not be updated (%s)", type(error).__name__)
-    log.info("published %s", run.final_dir)
-    return run.final_dir
-
-
-def ledger_section(run: ReleaseRun) -> dict[str, Any] | None:
-    """Where the release was charged and what: ``charged_rho`` is the ledger's own record of the charge."""
-    if run.ledger is None:
-        return None
-    dataset = run.dataset or run.config.ledger.dataset
-    entry = run.ledger.charge_of(run.run_id)
-    return {"location": run.ledger.location, "dataset": dataset, "configured_dataset": run.config.ledger.dataset,
-            "cap_rho": str(run.ledger.datasets()[dataset]), "remaining_rho": str(run.ledger.remaining(dataset)),
-            "charged": entry is not None, "charged_rho": str(entry.rho) if entry is not None else None}
-
-
-def abandon(run: ReleaseRun) -> None:
-    """A failed run publishes nothing.  Its charge stays (never refunded) and is marked failed; if every
-    measurement was saved, the temporary folder is kept so ``release --resume RUN_ID`` can finish it without
-    drawing noise again; otherwise it is removed."""
-    reason = run.failure_reason or (run.units.failure_reason if run.units is not None else None)
-    if run.ledger is not None:
-        run.ledger.set_status(run.run_id, ChargeStatus.FAILED, reason or FailureReason.RUN_ERROR.value)
-    run.input_files = None
-    for universe in run.universes():
-        discard_targets(universe)  # the GLS scratch files (public, but never published)
-        universe.input_files = None
-    if run.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
-        log.warning("run %s failed after its measurements were saved: finish it with --resume %s",
-                    run.run_id, run.run_id)
-        return
-    shutil.rmtree(run.work_dir, ignore_errors=True)
 
 
 @dataclass(frozen=True)
