@@ -25,7 +25,7 @@ from math import prod
 
 import numpy as np
 
-from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, solve_gls
+from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, plan_levels, solve_gls
 from censusdp.postprocess.gls_algebra import QuerySpec, answer
 from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
 from censusdp.postprocess.gls_tree import children_matrix
@@ -120,12 +120,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)  # benchmark data, not privacy noise
     levels = build(rng, args.blocks, args.recode)
+    planned = plan_levels(levels, SHAPE)
     leaf_area = random_areas(rng, args.blocks, args.areas)
     weights = random_variables(rng, args.variables, args.recode)
     solve, result = best_of(args.repeat, lambda: solve_gls(levels, SHAPE))
-    terms_time, terms = best_of(args.repeat, lambda: area_terms(levels, SHAPE, leaf_area, args.areas))
+    terms_time, terms = best_of(args.repeat, lambda: area_terms(planned, SHAPE, leaf_area, args.areas))
     variances_time, variances = best_of(args.repeat, lambda: area_variances(terms, weights))
-    estimates_time, _ = best_of(args.repeat, lambda: area_estimates(result, leaf_area, args.areas, weights))
+    estimates_time, _ = best_of(args.repeat, lambda: area_estimates(result.stream, leaf_area, args.areas, weights))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; {args.blocks} blocks, "
           f"{args.areas} areas ({int((leaf_area >= 0).sum())} blocks in one), {args.variables} variables, "

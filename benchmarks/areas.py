@@ -33,7 +33,7 @@ from censusdp.pipeline.io.run_folder import load_run
 from censusdp.pipeline.synth.population import write_synthetic
 from censusdp.pipeline.uncertainty.areas import area_variables, write_areas
 from censusdp.pipeline.uncertainty.estimates import gls_levels, redrawn_measurements
-from censusdp.postprocess.gls import solve_gls
+from censusdp.postprocess.gls import plan_levels, solve_gls
 from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
 
 SIZES = ((0, 100, "<= 100"), (101, 9_999, "100-10k"), (10_000, 10**12, ">= 10k"))
@@ -137,12 +137,13 @@ def coverage(run, plans: dict[str, np.ndarray], draws: int, published_file: Path
     variables = area_variables(run)
     shape = run.config.schema.shape
     levels = gls_levels(run)
+    planned = plan_levels(levels, shape)
     sds, trues, bins = {}, {}, {}
     for kind, leaf in plans.items():
         n_areas = int(leaf.max()) + 1
         member = leaf >= 0
         total = np.bincount(leaf[member], weights=truth[-1][member].sum(axis=1), minlength=n_areas)
-        sds[kind] = np.sqrt(area_variances(area_terms(levels, shape, leaf, n_areas), variables.weights))
+        sds[kind] = np.sqrt(area_variances(area_terms(planned, shape, leaf, n_areas), variables.weights))
         sds[kind][sds[kind] < 1e-6] = np.nan  # exact: never counted (nan comparisons are False, masked below)
         trues[kind] = np.stack([variables.weights @ truth[-1][leaf == a].sum(axis=0) for a in range(n_areas)])
         bins[kind] = np.select([total <= high for _, high, _ in SIZES], range(len(SIZES)), len(SIZES) - 1)
@@ -152,7 +153,7 @@ def coverage(run, plans: dict[str, np.ndarray], draws: int, published_file: Path
     for _ in range(draws):
         result = solve_gls(gls_levels(run, redrawn_measurements(run, truth, rng)), shape)
         for kind, leaf in plans.items():
-            estimate = area_estimates(result, leaf, int(leaf.max()) + 1, variables.weights)
+            estimate = area_estimates(result.stream, leaf, int(leaf.max()) + 1, variables.weights)
             held = np.abs(estimate - trues[kind]) <= Z * sds[kind]
             counted = ~np.isnan(sds[kind])
             for b in range(len(SIZES)):

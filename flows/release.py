@@ -27,20 +27,23 @@ PUBLIC = (ReconciliationError,)  # its messages carry sizes and statuses only, n
 TASK_OPTIONS = {"cache_policy": NO_CACHE, "persist_result": False, "log_prints": False, "retries": 0}
 
 start_task = task(type_only_errors(stages.start_release, PUBLIC), name="allocate-budget", **TASK_OPTIONS)
-STAGE_TASKS = {stage.name: task(type_only_errors(getattr(stages, stage.function), PUBLIC), name=stage.name,
-                                **TASK_OPTIONS) for stage in stages.STAGES}
+
+
+def stage_task(stage: stages.Stage, function: Any) -> Any:
+    """A stage's Prefect task: the function, its unexpected errors reported by type only."""
+    return task(type_only_errors(function, PUBLIC), name=stage.name, **TASK_OPTIONS)
 
 
 def call_as_task(stage: stages.Stage, function: Any, args: tuple[Any, ...]) -> Any:
     """Run a stage as its Prefect task (a per-level one named after its level), in this process."""
-    stage_task = STAGE_TASKS[stage.name]
+    run_task = stage_task(stage, function)
     universe = "" if args[0].main else f"-{args[0].config.universe}"  # the units universe's tasks say so
     if stage.per_level:
         run, level = args[0], args[1]
-        stage_task = stage_task.with_options(task_run_name=f"{stage.name}{universe}-{run.config.levels[level].name}")
+        run_task = run_task.with_options(task_run_name=f"{stage.name}{universe}-{run.config.levels[level].name}")
     elif universe:
-        stage_task = stage_task.with_options(task_run_name=f"{stage.name}{universe}")
-    return stage_task(*args)
+        run_task = run_task.with_options(task_run_name=f"{stage.name}{universe}")
+    return run_task(*args)
 
 
 @flow(name="censusdp-release", persist_result=False, log_prints=False, validate_parameters=True)

@@ -3,8 +3,8 @@ over any set of leaves (voting districts, ...), which need not follow the tree.
 
 For an area A (a set of leaves, each leaf in at most one area) and a variable f (a row of weights over the
 detailed cells), the estimate is Σ_{b∈A} f·x̂_b and its variance aᵀCa, a = 1_A ⊗ f, C the GLS's posterior
-covariance of all the leaves' cells — cross-node covariances included, which the per-node results
-(``GlsResult.covariances``) do not hold.
+covariance of all the leaves' cells — cross-node covariances included, which the per-node variances of the
+engine (``postprocess.gls_stream``) do not hold.
 
 How (exactly, no approximation).  C splits over the subspaces E_S of ``postprocess.gls_algebra`` as C_S ⊗ I_{D_S}
 (one K_S×K_S-block tree problem shared by the D_S contrast directions), so with r_S (K_S, D_S) the E_S part of
@@ -20,6 +20,8 @@ mean T_v φ_v and covariance V_v, with, up the tree (B = Σ_c T_cΦ_c):
 summed over the roots r (M = N_cᵀN_v maps free bases; invariants only shrink them).  Only the (node, area)
 pairs with a leaf of the area below are carried: O(Σ_A |A and its ancestors| · K³) per subspace, independent of
 the data, so the variances of any number of variables then cost one rotation and a small product each.
+The terms take the levels' data-free part (``StreamLevel``); the estimates are read from a solved tree chunk by
+chunk, so neither holds the leaves' cells.
 """
 
 from __future__ import annotations
@@ -31,9 +33,16 @@ from math import prod
 import numpy as np
 import scipy.sparse as sp
 
-from censusdp.postprocess.gls import GlsLevel, GlsResult, check_identifiable, gls_structure, subspace_blocks
-from censusdp.postprocess.gls_algebra import AxisBasis, Subset, apply_axes, gather
-from censusdp.postprocess.gls_tree import children_matrix, subtree_covariances
+from censusdp.postprocess.gls_algebra import AxisBasis, Subset, apply_axes, axis_bases, gather, subsets
+from censusdp.postprocess.gls_stream import StreamedGls
+from censusdp.postprocess.gls_stream_frame import (
+    StreamLevel,
+    check_identifiable,
+    check_plan,
+    subspace_blocks,
+    subtree_phi,
+)
+from censusdp.postprocess.gls_tree import children_matrix
 
 CHUNK = 4096  # variables rotated at a time (a chunk's rotated cube is CHUNK × C floats)
 
@@ -79,7 +88,14 @@ def _weights(weights: np.ndarray, cells: int) -> np.ndarray:
     return weights
 
 
-def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray], frees: list[np.ndarray],
+def _phi(phi: list[np.ndarray], level: int, nodes: np.ndarray) -> np.ndarray:
+    """Φ of ``nodes`` of a level (the lowest level's is level-wide)."""
+    if level == len(phi) - 1:
+        return np.broadcast_to(phi[level], (len(nodes), *phi[level].shape))
+    return phi[level][nodes]
+
+
+def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray | None], frees: list[np.ndarray],
                  parents: Sequence[np.ndarray], nodes: np.ndarray, areas: np.ndarray, n_areas: int) -> np.ndarray:
     """Q_S(A) (n_areas, K, K) on one subspace: the up recursion of the module docstring over (node, area) pairs,
     from the leaves ``nodes`` in areas ``areas`` (in [0, n_areas))."""
@@ -91,16 +107,16 @@ def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray], frees: list[n
     t = np.broadcast_to(lowest, (len(nodes), *lowest.shape))  # s = x = N φ at a leaf of the area
     v = np.zeros((len(nodes), k, k))
     for i in range(len(phi) - 1, 0, -1):
-        t_phi = t @ phi[i][nodes]  # T_c Φ_c
+        t_phi = t @ _phi(phi, i, nodes)  # T_c Φ_c
         own = v + t_phi @ np.swapaxes(t, 1, 2)  # V_c + T_c Φ_c T_cᵀ
         pairs, inverse = np.unique(parents[i][nodes] * n_areas + areas, return_inverse=True)
         family = children_matrix(inverse.ravel(), len(pairs))  # sums a (node, area)'s children pairs
         b = _sum(family, t_phi)
         nodes, areas = pairs // n_areas, pairs % n_areas
-        gain = b @ bar_inv[i - 1][nodes]  # B Φ̄⁻¹
+        gain = b @ np.asarray(bar_inv[i - 1])[nodes]  # B Φ̄⁻¹
         t = gain @ (frees[i].T @ frees[i - 1])
         v = _sum(family, own) - gain @ np.swapaxes(b, 1, 2)
-    final = v + t @ phi[0][nodes] @ np.swapaxes(t, 1, 2)
+    final = v + t @ _phi(phi, 0, nodes) @ np.swapaxes(t, 1, 2)
     return _sum(children_matrix(areas, n_areas), final)
 
 
@@ -109,22 +125,47 @@ def _sum(matrix: sp.csr_matrix, values: np.ndarray) -> np.ndarray:
     return np.asarray(matrix @ flat).reshape((matrix.shape[0], *values.shape[1:]))
 
 
-def area_terms(levels: Sequence[GlsLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int
+@dataclass(frozen=True)
+class _Frame:
+    """The levels' shape, sizes, parents, axis bases and subsets."""
+
+    shape: tuple[int, ...]
+    sizes: list[int]
+    parents: list[np.ndarray]
+    bases: list[AxisBasis]
+    subsets: list[Subset]
+
+    def subtree(self, levels: Sequence[StreamLevel], subset: Subset
+                ) -> tuple[list[np.ndarray], list[np.ndarray | None], list[np.ndarray]]:
+        """Φ, Φ̄⁻¹ and the free bases of every level on one subspace."""
+        infos, pins = subspace_blocks(levels, self.bases, subset)
+        frees = [p.free for p in pins]
+        check_identifiable(infos[-1], frees[-1], subset)
+        phi, bar_inv = subtree_phi(infos, frees, self.parents, self.sizes)
+        return phi, bar_inv, frees
+
+
+def _frame(levels: Sequence[StreamLevel], shape: Sequence[int]) -> _Frame:
+    shape = tuple(int(n) for n in shape)
+    sizes = check_plan(levels, shape)
+    specs = [s for level in levels for s, _ in level.queries] + [s for level in levels for s in level.invariants]
+    return _Frame(shape, sizes, [np.asarray(level.parent) for level in levels], axis_bases(shape, specs),
+                  subsets(len(shape)))
+
+
+def area_terms(levels: Sequence[StreamLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int
                ) -> AreaTerms:
     """The data-free terms of every area's exact variance (``area_variances``), for the GLS of ``levels``.
 
     ``leaf_area[b]`` is the area of leaf b of the lowest level, in [0, n_areas), or -1 for a leaf in no area.
-    Raises ``ValueError`` on malformed inputs, as ``solve_gls`` does on the levels (unidentifiable cells,
+    Raises ``ValueError`` on malformed inputs, as the engine does on the levels (unidentifiable cells,
     invariants that are not nested)."""
-    frame = gls_structure(levels, shape)
+    frame = _frame(levels, shape)
     leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
     blocks = []
+    inside = np.flatnonzero(leaf_area >= 0)
     for subset in frame.subsets:
-        infos, pins = subspace_blocks(levels, frame.bases, subset)
-        frees = [p.free for p in pins]
-        check_identifiable(infos[-1], frees[-1], subset)
-        phi, bar_inv = subtree_covariances(infos, frees, frame.children, frame.sizes[-1])
-        inside = np.flatnonzero(leaf_area >= 0)
+        phi, bar_inv, frees = frame.subtree(levels, subset)
         blocks.append(_area_blocks(phi, bar_inv, frees, frame.parents, inside, leaf_area[inside], int(n_areas)))
     return AreaTerms(frame.shape, tuple(frame.bases), tuple(frame.subsets), tuple(blocks))
 
@@ -147,13 +188,13 @@ def area_variances(terms: AreaTerms, weights: np.ndarray) -> np.ndarray:
     return np.maximum(out, 0.0)  # exact zeros (invariants) may come out as -1e-16
 
 
-def mean_area_variances(levels: Sequence[GlsLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int,
+def mean_area_variances(levels: Sequence[StreamLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int,
                         weights: np.ndarray, leaves_per_chunk: int = 1 << 16) -> np.ndarray:
     """(n_vars,) the mean over the areas of ``area_variances(area_terms(...), weights)``, computed subspace by
     subspace and for a chunk of areas at a time (at most ``leaves_per_chunk`` leaves, or one area): memory is one
     subspace's tree covariances and one chunk's terms, not every area's terms.  Exact as ``area_variances``, but
     for the clipping of each area's rounding-level negatives: the mean is clipped at 0 once."""
-    frame = gls_structure(levels, shape)
+    frame = _frame(levels, shape)
     leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
     weights = _weights(weights, prod(frame.shape))
     total = np.zeros(weights.shape[0])
@@ -172,10 +213,7 @@ def mean_area_variances(levels: Sequence[GlsLevel], shape: Sequence[int], leaf_a
     sorted_areas = leaf_area[order]
     cube = apply_axes(weights.reshape(len(weights), *frame.shape), [basis.rotation.T for basis in frame.bases])
     for subset in frame.subsets:
-        infos, pins = subspace_blocks(levels, frame.bases, subset)
-        frees = [p.free for p in pins]
-        check_identifiable(infos[-1], frees[-1], subset)
-        phi, bar_inv = subtree_covariances(infos, frees, frame.children, frame.sizes[-1])
+        phi, bar_inv, frees = frame.subtree(levels, subset)
         r = gather(cube, frame.bases, subset)  # (n_vars, K, D)
         gram = np.einsum("vkd,vld->vkl", r, r).reshape(len(weights), -1)
         for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
@@ -187,11 +225,17 @@ def mean_area_variances(levels: Sequence[GlsLevel], shape: Sequence[int], leaf_a
     return np.maximum(total / n_areas, 0.0)
 
 
-def area_estimates(result: GlsResult, leaf_area: np.ndarray, n_areas: int, weights: np.ndarray) -> np.ndarray:
-    """(n_areas, n_vars) GLS estimates Σ_{b∈A} f_v·x̂_b (the estimator is linear: the sum of the leaves')."""
-    leaves = result.estimates[-1]
-    leaf_area = _leaf_areas(leaf_area, n_areas, leaves.shape[0])
-    weights = _weights(weights, leaves.shape[1])
-    inside = np.flatnonzero(leaf_area >= 0)
-    member = sp.csr_matrix((np.ones(len(inside)), (leaf_area[inside], inside)), shape=(n_areas, leaves.shape[0]))
-    return np.asarray(member @ leaves) @ weights.T
+def area_estimates(stream: StreamedGls, leaf_area: np.ndarray, n_areas: int, weights: np.ndarray) -> np.ndarray:
+    """(n_areas, n_vars) GLS estimates Σ_{b∈A} f_v·x̂_b (the estimator is linear: the sum of the leaves'), from
+    a solved tree's lowest level chunk by chunk."""
+    lowest = stream.depth - 1
+    leaf_area = _leaf_areas(leaf_area, n_areas, stream.sizes[lowest])
+    weights = _weights(weights, prod(stream.shape))
+    out = np.zeros((n_areas, weights.shape[0]))
+    for start, stop, leaves in stream.chunk_estimates(lowest):
+        areas = leaf_area[start:stop]
+        inside = np.flatnonzero(areas >= 0)
+        if len(inside):
+            member = sp.csr_matrix((np.ones(len(inside)), (areas[inside], inside)), shape=(n_areas, stop - start))
+            out += np.asarray(member @ (leaves @ weights.T))
+    return out

@@ -1,6 +1,6 @@
 """The exact GLS of ``postprocess.gls`` out of core: memory bounded by a chunk of nodes, not by the tree.
 
-Same model, same algebra, same two passes (``postprocess.gls_tree``); only the order of work changes.  Each level
+The model is ``postprocess.gls``'s, the two passes ``postprocess.gls_tree``'s; the work goes chunk by chunk.  Each level
 is processed in chunks of consecutive nodes that never split a parent's children (the caller's plan), and each
 chunk's noisy measurements and invariant values come from a callback, ``read(level, start, stop)``.
 
@@ -23,7 +23,7 @@ per subspace S and level above the lowest, every node's Φ, Φ̄⁻¹ and poster
 without recodes); at the lowest level those depend on the node's parent only (its own Φ is level-wide), so they are
 held per parent — nothing of size n_lowest except the parent index the caller passes. Disk: at most two (n, C)
 float64 files per level above the lowest (z̃ and Σz̃ during the up pass; x̂ and, for the level above the lowest, Σz̃
-afterwards). Results agree with ``solve_gls`` to rounding (different summation order only).
+afterwards). ``postprocess.gls.solve_gls`` runs the same passes on a tree held in memory.
 """
 
 from __future__ import annotations
@@ -33,10 +33,17 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, check_identifiable, subspace_blocks
 from censusdp.postprocess.gls_algebra import QuerySpec, axis_bases, cell_variance, subsets, unrotate
 from censusdp.postprocess.gls_stream_chunk import Below, LowestChunk, SubspaceStep, down_step, rotated_chunk, up_step
-from censusdp.postprocess.gls_stream_frame import CubeStore, StreamLevel, SubspaceFrame, check_plan, subspace_frame
+from censusdp.postprocess.gls_stream_frame import (
+    CubeStore,
+    StreamLevel,
+    SubspaceFrame,
+    check_identifiable,
+    check_plan,
+    subspace_blocks,
+    subspace_frame,
+)
 from censusdp.postprocess.gls_tree import _sum, children_matrix
 
 # read(level, start, stop) -> (noisy answers per query, invariant values per invariant), each (stop - start, q_cells)
@@ -46,13 +53,6 @@ Reader = Callable[[int, int, int], tuple[Sequence[np.ndarray], Sequence[np.ndarr
 LowestSums = Callable[[Iterator[LowestChunk]], Iterable[np.ndarray]]
 FINAL = "final"  # the store's kind of x̂, a level's GLS estimates (rotated): what ``estimate`` reads above the lowest
 SLICE_CELLS = 1 << 18  # cells per slice of a level above the lowest in the passes: 2 MB a float64 temporary
-
-
-def _stand_in(level: StreamLevel) -> GlsLevel:
-    """The level as ``postprocess.gls`` takes it, for its data-free parts (blocks, pins): no data."""
-    empty = np.zeros((0, 0))
-    return GlsLevel(level.parent, [GlsQuery(s.axes, float(s2), empty, s.groups) for s, s2 in level.queries],
-                    [GlsInvariant(s.axes, empty, s.groups) for s in level.invariants])
 
 
 class StreamedGls:
@@ -71,10 +71,9 @@ class StreamedGls:
                                                                            for s in level.invariants]
         self.bases = axis_bases(self.shape, specs)
         self.subsets = subsets(len(self.shape))
-        stand_ins = [_stand_in(level) for level in self.levels]
         self._frames: list[SubspaceFrame] = []
         for subset in self.subsets:
-            infos, pins = subspace_blocks(stand_ins, self.bases, subset)
+            infos, pins = subspace_blocks(self.levels, self.bases, subset)
             check_identifiable(infos[-1], pins[-1].free, subset)
             self._frames.append(subspace_frame(infos, pins, [level.parent for level in self.levels], self.sizes))
         self._scratch = store
@@ -213,14 +212,26 @@ class StreamedGls:
         first, last, local = self._parents(level, start, stop)
         return [frame.covariance[level][first:last] for frame in self._frames], local
 
-    def variance(self, level: int, spec: QuerySpec | None, start: int, stop: int) -> np.ndarray:
-        """(stop - start, q_cells) variance of each node's estimate of every cell of a query (None: the detailed
-        cells), as ``GlsResult.variance``."""
+    def variance_classes(self, level: int, spec: QuerySpec | None, start: int, stop: int
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """Variances of nodes [start, stop)'s estimates of a query's cells (None: the detailed cells), by class:
+        (stop - start, n_classes) and each cell's class.  Without a recode every cell of a node has one class."""
         spec = QuerySpec(tuple(range(len(self.shape)))) if spec is None else spec
         covariances, local = self._covariances(level, start, stop)
         by_class, index = cell_variance(covariances, self.subsets, self.bases, spec)
-        by_class = np.maximum(by_class, 0.0)
-        return (by_class if local is None else by_class[local])[:, index]
+        by_class = np.maximum(by_class, 0.0)  # exact zeros (invariants) may come out as -1e-16
+        return (by_class if local is None else by_class[local]), index
+
+    def variance(self, level: int, spec: QuerySpec | None, start: int, stop: int) -> np.ndarray:
+        """(stop - start, q_cells) variance of each node's estimate of every cell of a query (None: the detailed
+        cells).  A recode's grouping must coarsen the measured queries' groups."""
+        by_class, index = self.variance_classes(level, spec, start, stop)
+        return by_class[:, index]
+
+    def chunk_estimates(self, level: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        """(start, stop, estimates (stop - start, C)) of every chunk of a level's plan, in node order."""
+        for start, stop in self.levels[level].chunks:
+            yield start, stop, self.estimate(level, start, stop)
 
     def mean_variance(self, level: int, spec: QuerySpec | None, above: float = 0.0) -> float | None:
         """The mean, over a level's nodes and a query's cells, of the variances strictly above ``above`` (None
@@ -271,10 +282,11 @@ def family_slices(parent: np.ndarray | None, start: int, stop: int, rows: int) -
 
 def solve_gls_streamed(levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
                        lowest_sums: LowestSums | None = None, slice_cells: int = SLICE_CELLS) -> StreamedGls:
-    """The exact GLS of ``solve_gls``, computed chunk by chunk with intermediates on disk in a folder of its own
-    in ``store`` (``CubeStore``), closed by ``close`` or when the stream is garbage collected.  Both
-    passes run here; the lowest level's estimates are computed when asked for.  ``ValueError`` as
-    ``solve_gls``, and on a plan that splits a family or does not cover a level.  ``lowest_sums`` runs the lowest
+    """The exact GLS of a tree, computed chunk by chunk with intermediates in ``store`` (``CubeStore``: files of
+    its own, or memory), closed by ``close`` or when the stream is garbage collected.  Both
+    passes run here; the lowest level's estimates are computed when asked for.  ``ValueError`` when a cell of the
+    lowest level is not identifiable, when an invariant does not hold at every level above it, and on a plan
+    that splits a family or does not cover a level.  ``lowest_sums`` runs the lowest
     level's up pass (``LowestSums``), e.g. on a runner's workers.  ``slice_cells``: the most cells of a slice of a
     chunk above the lowest level in the passes (memory, not results)."""
     return StreamedGls(levels, shape, read, store, lowest_sums, slice_cells)

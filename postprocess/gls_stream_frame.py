@@ -1,25 +1,92 @@
-"""The data-free half of the streamed GLS (``postprocess.gls_stream``): its levels, plan checks, frames and store.
+"""The data-free half of the GLS (``postprocess.gls_stream``): its levels, plan checks, blocks, frames and store.
 
-``subspace_frame`` holds, per subspace, what ``gls_tree.two_pass`` computes before it looks at data: every
-level's Φ (covariance of a node's free coordinates given its subtree), Φ̄⁻¹ over its children, and the posterior
-covariances.  At the lowest level Φ is one level-wide matrix (every lowest node has the same queries), so the
-children sums Φ̄ of its parents are counts × Φ and the lowest nodes' posterior covariances depend on their parent
-only: they are held per parent, never per lowest node.
+Per subspace E_S, ``subspace_blocks`` gives every level's information block Λ_l and the pins of its invariants;
+``subtree_phi`` the up pass's data-free recursion (``postprocess.gls_tree``'s notation): every level's Φ
+(covariance of a node's free coordinates given its subtree) and Φ̄⁻¹ over its children; ``subspace_frame`` adds
+the posterior covariances of the down pass.  At the lowest level Φ is one level-wide matrix (every lowest node
+has the same queries), so the children sums Φ̄ of its parents are counts × Φ and the lowest nodes' posterior
+covariances depend on their parent only: they are held per parent, never per lowest node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from math import prod
+from typing import Protocol
 
 import numpy as np
 
-from censusdp.postprocess.gls_algebra import QuerySpec
+from censusdp.postprocess.gls_algebra import AxisBasis, QuerySpec, Subset, information_block, pinned_basis
 from censusdp.postprocess.gls_tree import _inv, _sum, children_matrix
 
-if TYPE_CHECKING:
-    from censusdp.postprocess.gls import Pins
+TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class StreamLevel:
+    """One level, data-free: each node's parent index into the level above (sorted; empty at the root), the
+    measured queries with their σ², the invariants' queries, and the chunk plan: consecutive (start, stop) node
+    ranges covering the level, each ending on a parent boundary."""
+
+    parent: np.ndarray
+    queries: Sequence[tuple[QuerySpec, float]]
+    invariants: Sequence[QuerySpec]
+    chunks: Sequence[tuple[int, int]]
+
+
+@dataclass
+class Pins:
+    """A level's invariants on one subspace: the pinned basis P (K, r), its complement N (K, f), and the maps
+    G_i (K, K) with t_v = Σ_i G_i x̃*_i (x̃*_i the rotated least-norm solution of invariant i)."""
+
+    pinned: np.ndarray
+    free: np.ndarray
+    maps: list[np.ndarray]
+
+
+def _pins(bases: Sequence[AxisBasis], subset: Subset, specs: Sequence[QuerySpec]) -> Pins:
+    k = prod(b.k for a, b in enumerate(bases) if a not in subset)
+    parts = [pinned_basis(list(bases), subset, spec) for spec in specs]
+    stacked = np.hstack([np.zeros((k, 0)), *parts])
+    u, sv, _ = np.linalg.svd(stacked, full_matrices=True)
+    rank = int(np.count_nonzero(sv > TOLERANCE))
+    maps = []
+    if rank:
+        inverse = np.linalg.pinv(stacked.T, rcond=TOLERANCE)  # t = A⁺ [P_iᵀ x̃*_i]_i
+        start = 0
+        for part in parts:
+            maps.append(inverse[:, start:start + part.shape[1]] @ part.T)
+            start += part.shape[1]
+    return Pins(u[:, :rank], u[:, rank:], maps)
+
+
+def subspace_blocks(levels: Sequence[StreamLevel], bases: Sequence[AxisBasis], subset: Subset
+                    ) -> tuple[list[np.ndarray], list[Pins]]:
+    """Every level's information block Λ_l (K_S, K_S) on E_S and the pins of its invariants — the data-free part
+    of the problem on E_S, which the covariances depend on alone.  ``ValueError`` when the pins are not nested
+    (what a level fixes, the level above must fix too)."""
+    infos, all_pins = [], []
+    previous: np.ndarray | None = None
+    for level in levels:
+        pins = _pins(bases, subset, level.invariants)
+        if previous is not None and np.abs(pins.pinned - previous @ (previous.T @ pins.pinned)).max(
+                initial=0) > TOLERANCE:
+            raise ValueError("an invariant must hold at every level above it too")
+        previous = pins.pinned
+        infos.append(information_block(list(bases), subset, list(level.queries)))
+        all_pins.append(pins)
+    return infos, all_pins
+
+
+def check_identifiable(info: np.ndarray, free: np.ndarray, subset: Subset) -> None:
+    """``ValueError`` unless the lowest level's own information NᵀΛN on E_S is positive definite (its cells are
+    then determined by its measurements and the invariants)."""
+    eigenvalues = np.linalg.eigvalsh(free.T @ info @ free)
+    if len(eigenvalues) and eigenvalues.min() <= TOLERANCE * max(eigenvalues.max(), 0.0):
+        raise ValueError(f"cells of the lowest level are not identifiable: its queries do not determine the "
+                         f"subspace of contrasts along the axes {sorted(subset)} (measure the detailed query "
+                         "at the lowest level)")
 
 
 @dataclass
@@ -51,26 +118,37 @@ class SubspaceFrame:
                 self.bar_inv[i] = None
 
 
-def subspace_frame(infos: Sequence[np.ndarray], pins: Sequence[Pins], parents: Sequence[np.ndarray],
-                   sizes: Sequence[int]) -> SubspaceFrame:
-    """Φ, Φ̄⁻¹ and posterior covariances of every level on one subspace (``gls_tree.two_pass``'s data-free part)."""
+def subtree_phi(infos: Sequence[np.ndarray], frees: Sequence[np.ndarray], parents: Sequence[np.ndarray],
+                sizes: Sequence[int]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
+    """The up pass's data-free recursion on one subspace: per level Φ ((n, f, f) above the lowest level; (f, f) at
+    it, every lowest node having the same queries) and Φ̄⁻¹ (n, f', f') over each node's children (None at the
+    lowest).  What the covariance of any linear function of the leaves needs (``postprocess.gls_areas``)."""
     depth = len(infos)
     lowest = depth - 1
-    free = [p.free for p in pins]
-    phi: list[np.ndarray | None] = [None] * depth
+    phi: list[np.ndarray] = [np.empty(0)] * depth
     bar_inv: list[np.ndarray | None] = [None] * depth
     for i in range(lowest, -1, -1):
-        own = free[i].T @ infos[i] @ free[i]
+        own = frees[i].T @ infos[i] @ frees[i]
         if i == lowest:
             phi[i] = _inv(own)
             continue
-        m = free[i + 1].T @ free[i]
+        m = frees[i + 1].T @ frees[i]
         if i + 1 == lowest:
             bar = np.bincount(parents[lowest], minlength=sizes[i])[:, None, None] * phi[lowest]
         else:
             bar = _sum(children_matrix(parents[i + 1], sizes[i]), phi[i + 1])
         bar_inv[i] = _inv(bar)
         phi[i] = _inv(own + m.T @ bar_inv[i] @ m)
+    return phi, bar_inv
+
+
+def subspace_frame(infos: Sequence[np.ndarray], pins: Sequence[Pins], parents: Sequence[np.ndarray],
+                   sizes: Sequence[int]) -> SubspaceFrame:
+    """Φ, Φ̄⁻¹ (``subtree_phi``) and the posterior covariances of every level on one subspace."""
+    depth = len(infos)
+    lowest = depth - 1
+    free = [p.free for p in pins]
+    phi, bar_inv = subtree_phi(infos, free, parents, sizes)
     post: list[np.ndarray] = [np.asarray(phi[0]) if lowest else np.asarray(phi[0])[None]]
     for i in range(1, depth):
         m = free[i].T @ free[i - 1]
@@ -85,18 +163,6 @@ def subspace_frame(infos: Sequence[np.ndarray], pins: Sequence[Pins], parents: S
     covariance = [free[i] @ post[i] @ free[i].T for i in range(depth)]
     return SubspaceFrame(list(infos), free, [list(p.maps) if p.pinned.shape[1] else [] for p in pins], phi,
                          bar_inv, covariance)
-
-
-@dataclass(frozen=True)
-class StreamLevel:
-    """One level, data-free: each node's parent index into the level above (sorted; empty at the root), the
-    measured queries with their σ², the invariants' queries, and the chunk plan: consecutive (start, stop) node
-    ranges covering the level, each ending on a parent boundary."""
-
-    parent: np.ndarray
-    queries: Sequence[tuple[QuerySpec, float]]
-    invariants: Sequence[QuerySpec]
-    chunks: Sequence[tuple[int, int]]
 
 
 def check_plan(levels: Sequence[StreamLevel], shape: tuple[int, ...]) -> list[int]:

@@ -28,7 +28,13 @@ from censusdp.pipeline.config.model import Mechanism, ReleaseConfig
 from censusdp.pipeline.config.schema import Query
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.exact import parse_rational
-from censusdp.pipeline.io.measurements import read_invariants, read_level_table, read_lowest_geoids
+from censusdp.pipeline.io.measurements import (
+    ChunkLocation,
+    read_chunk_plan,
+    read_invariants,
+    read_level_table,
+    read_lowest_geoids,
+)
 from censusdp.postprocess import QueryInvariant
 
 
@@ -110,6 +116,12 @@ class LoadedRun:
             values = table.filter(pc.equal(names, query.name)).column("noisy_value").to_numpy()
             out.append((query, sigma2, values.astype(np.int64).reshape(self.tree.n_nodes(level), -1)))
         return out
+
+    def chunk_plan(self, level: int) -> list[tuple[int, int, ChunkLocation]]:
+        """The level's chunks as its measurement files lay them out: (first node, stop node, location)."""
+        queries = self.level_queries(level)
+        first_cells = self.config.schema.query_cells(queries[0][0])
+        return read_chunk_plan(self.measurements_dir, self.config.levels[level].name, len(queries), first_cells)
 
     def table(self, level: int) -> np.ndarray:
         """The published (reconciled, integer) table of a level as dense counts (n_nodes, n_cells)."""

@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
-import pyarrow.dataset as ds
 import scipy.sparse as sp
 
 from censusdp.geography.levels import Level
@@ -112,8 +110,8 @@ def read_parquet(path: Path) -> pl.DataFrame:
     if not path.exists():
         raise RunFileError(f"{path}: missing")
     try:
-        return pl.DataFrame(pl.from_arrow(ds.dataset(path, format="parquet").to_table()))
-    except (OSError, ValueError, pa.ArrowException):
+        return pl.read_parquet(path / "*.parquet" if path.is_dir() else path)  # no Arrow copy beside the frame
+    except (OSError, ValueError, pl.exceptions.PolarsError):
         raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
 
 
@@ -269,14 +267,16 @@ def _definitions(wide: pl.DataFrame, frame: pl.DataFrame, schema: Schema, variab
     cells = frame.join(keys, on=GEOID)
     counts = sp.csr_matrix((cells[COUNT].to_numpy(), (cells["_row"].to_numpy(), cells[CELL].to_numpy())),
                            shape=(keys.height, schema.n_cells))
-    published = wide.join(keys, on=GEOID).sort("_row")
-    at = published["_row"].to_numpy()
+    # each wide row's key row, in key order: the wide table's rows are gathered a block at a time, never copied whole
+    rows = wide.select(GEOID).with_row_index("_wide").join(keys, on=GEOID).sort("_row")
+    at, wide_row = rows["_row"].to_numpy(), rows["_wide"].to_numpy()
+    columns = wide.select(names)
     wrong = np.zeros(len(names), dtype=np.int64)
     for start in range(0, keys.height, NODES_AT_ONCE):
         stop = min(start + NODES_AT_ONCE, keys.height)
         lo, hi = np.searchsorted(at, [start, stop])
         block = np.zeros((stop - start, len(names)))
-        block[at[lo:hi] - start] = published[lo:hi].select(names).to_numpy()
+        block[at[lo:hi] - start] = columns[wide_row[lo:hi]].to_numpy()
         wrong += (block != (counts[start:stop] @ matrix).toarray()).sum(axis=0)
     tables = dict.fromkeys(v.table for v in variables)
     return [RuleCheck(f"pl94: {table} columns = sums of the {universe}' cells they are defined from", level,

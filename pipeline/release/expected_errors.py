@@ -21,13 +21,13 @@ import numpy as np
 from censusdp.pipeline.config.model import SummaryTables
 from censusdp.pipeline.config.schema import Query, Schema
 from censusdp.pipeline.io.summary_tables import table_variables, variable_matrix
-from censusdp.pipeline.release.full_information import gls_problem
+from censusdp.pipeline.release.full_information import spec_of
 from censusdp.pipeline.release.run import ReleaseRun, stage_output
-from censusdp.postprocess import QueryInvariant
 from censusdp.postprocess.gls_areas import mean_area_variances
+from censusdp.postprocess.gls_stream import StreamLevel
 
 log = logging.getLogger("censusdp")
-ZERO = 1e-6  # persons: a standard error below this is an invariant's exact zero
+ZERO = 1e-3  # persons: a standard error below this is an invariant's exact zero (rounding leaves ~1e-6)
 MAIN_VARIABLES = {"P1_001N": "total", "P1_003N": "White alone", "P1_004N": "Black alone", "P1_006N": "Asian alone",
                   "P1_009N": "two or more races", "P2_002N": "Hispanic or Latino"}
 
@@ -40,7 +40,7 @@ class ExpectedErrorsJob:
     parents: tuple[np.ndarray, ...]  # per level: each node's parent (the tree)
     n_nodes: tuple[int, ...]  # per level
     queries: tuple[tuple[tuple[Query, Fraction], ...], ...]  # per level: each measured query and its σ²
-    invariants: dict[int, list[QueryInvariant]]  # published exactly
+    invariants: dict[int, tuple[str, ...]]  # per level: the queries published exactly
     level_names: tuple[str, ...]
     reconciliation: str
 
@@ -57,7 +57,8 @@ def expected_errors_job(run: ReleaseRun) -> ExpectedErrorsJob | None:
     queries = tuple(tuple((schema.parse_query(a.query), a.sigma2) for a in run.level_allocations(level))
                     for level in range(tree.depth))
     return ExpectedErrorsJob(schema, tuple(tree.parent), tuple(tree.n_nodes(i) for i in range(tree.depth)), queries,
-                             dict(run.invariants), tuple(lv.name for lv in run.config.levels),
+                             {level: tuple(i.name for i in found) for level, found in run.invariants.items()},
+                             tuple(lv.name for lv in run.config.levels),
                              str(run.config.reconciliation_method))
 
 
@@ -84,10 +85,9 @@ def compute_expected_errors(job: ExpectedErrorsJob) -> tuple[dict[str, Any], str
     variables = [v for v in table_variables(SummaryTables.PL94) if v.name in MAIN_VARIABLES]
     weights = variable_matrix(schema, variables).T.toarray().astype(float)
     depth, n_nodes = len(job.parents), job.n_nodes
-    # the variances do not depend on the data: zero-stride stand-ins of the right shape
-    measured = [[(q, s2, np.broadcast_to(np.zeros(1), (n_nodes[level], schema.query_cells(q))))
-                 for q, s2 in job.queries[level]] for level in range(depth)]
-    levels = gls_problem(schema, list(job.parents), measured, job.invariants)
+    levels = [StreamLevel(job.parents[level], [(spec_of(schema, q), float(s2)) for q, s2 in job.queries[level]],
+                          [spec_of(schema, schema.parse_query(name)) for name in job.invariants.get(level, ())],
+                          [(0, n_nodes[level])]) for level in range(depth)]  # the variances need no data
     node = np.arange(n_nodes[-1])
     out: dict[str, dict[str, float]] = {}
     try:

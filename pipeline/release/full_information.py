@@ -21,6 +21,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 
@@ -28,20 +29,20 @@ from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.config.reconciliation import LevelPasses, ReconciliationMethod
 from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query, Schema
 from censusdp.pipeline.io.gls_scratch import ScratchCubes
-from censusdp.pipeline.io.measurements import read_chunk
+from censusdp.pipeline.io.measurements import ChunkLocation, read_chunk
 from censusdp.pipeline.release.run import ReleaseRun, stage_output
 from censusdp.pipeline.release.runner import DaskRunner, LocalRunner
 from censusdp.pipeline.release.targets import LevelTargets, LowestSumsJob, TargetTerm, lowest_children_sums
 from censusdp.postprocess import QueryInvariant, QueryMeasurement
 from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, QuerySpec, solve_gls
-from censusdp.postprocess.gls_stream import StreamLevel, solve_gls_streamed
+from censusdp.postprocess.gls_stream import Reader, StreamLevel, solve_gls_streamed
 from censusdp.postprocess.gls_stream_chunk import LowestChunk
 
 PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (no weight: the constraint holds it)
 GLS_SCRATCH = "gls_scratch"  # under the run's work_dir: the streamed GLS's intermediates, removed before publish
 
 __all__ = ["LevelTargets", "ReconciliationMethod", "discard_targets", "estimate", "gls_problem", "level_targets",
-           "solve_tree", "spec_of", "target_queries", "target_weight", "TargetTerm", "tree_targets"]
+           "solve_tree", "spec_of", "stream_problem", "target_queries", "target_weight", "TargetTerm", "tree_targets"]
 
 Measured = Sequence[tuple[Query, Fraction, np.ndarray]]  # (query, σ², noisy answers (n_nodes, q_cells))
 
@@ -109,6 +110,31 @@ def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequen
     return out
 
 
+Allocated = Sequence[Sequence[tuple[Query, Fraction]]]  # per level, its measured queries and their σ²
+Plan = Sequence[Sequence[tuple[int, int, ChunkLocation]]]  # per level, its chunks (start, stop, where)
+
+
+def stream_problem(schema: Schema, parents: Sequence[np.ndarray], allocated: Allocated,
+                   invariants: Mapping[int, Sequence[QueryInvariant]], plan: Plan, directory: Path
+                   ) -> tuple[list[StreamLevel], Reader]:
+    """A run's GLS problem as the engine streams it: every level's queries, invariants and chunks, and a reader
+    of a chunk's noisy answers from the measurement files in ``directory`` (and its invariants' values)."""
+    located = [{(start, stop): where for start, stop, where in chunks} for chunks in plan]
+
+    def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], tuple[np.ndarray, ...]]:
+        where = located[level][start, stop]
+        shapes = [(stop - start, schema.query_cells(q)) for q, _ in allocated[level]]
+        return (read_chunk(directory / where.file, where.row_group, shapes),
+                tuple(i.values[start:stop] for i in invariants.get(level, [])))
+
+    levels = [StreamLevel(parent=parents[level],
+                          queries=[(spec_of(schema, q), float(s2)) for q, s2 in allocated[level]],
+                          invariants=[spec_of(schema, schema.parse_query(i.name)) for i in invariants.get(level, [])],
+                          chunks=[(start, stop) for start, stop, _ in plan[level]])
+              for level in range(len(parents))]
+    return levels, read
+
+
 def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) -> None:
     """Stage: the tree's GLS from the run's saved noisy measurements (``postprocess.gls_stream``: chunk by chunk,
     intermediates in ``work_dir/gls_scratch``), kept as every level's targets (``run.targets``), which the
@@ -124,33 +150,18 @@ def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) ->
     directory = run.measurements_dir or run.work_dir / "measurements"
     allocated = [[(schema.parse_query(a.query), a.sigma2) for a in run.level_allocations(level)]
                  for level in range(tree.depth)]
-    located = [{(start, stop): where for start, stop, where in run.chunk_plan[level]} for level in range(tree.depth)]
-
-    def shapes_of(level: int, start: int, stop: int) -> tuple[tuple[int, int], ...]:
-        return tuple((stop - start, schema.query_cells(q)) for q, _ in allocated[level])
-
-    def values_of(level: int, start: int, stop: int) -> tuple[np.ndarray, ...]:
-        return tuple(i.values[start:stop] for i in run.invariants.get(level, []))
-
-    def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], tuple[np.ndarray, ...]]:
-        where = located[level][start, stop]
-        noisy = read_chunk(directory / where.file, where.row_group, shapes_of(level, start, stop))
-        return noisy, values_of(level, start, stop)
-
-    levels = [StreamLevel(parent=tree.parent[level],
-                          queries=[(spec_of(schema, q), float(s2)) for q, s2 in allocated[level]],
-                          invariants=[spec_of(schema, schema.parse_query(i.name))
-                                      for i in run.invariants.get(level, [])],
-                          chunks=[(start, stop) for start, stop, _ in run.chunk_plan[level]])
-              for level in range(tree.depth)]
+    plan = [run.chunk_plan[level] for level in range(tree.depth)]
+    levels, read = stream_problem(schema, tree.parent, allocated, run.invariants, plan, directory)
     scratch = run.work_dir / GLS_SCRATCH
     shutil.rmtree(scratch, ignore_errors=True)  # a resumed run's leftovers
     last = tree.depth - 1
+    located = {(start, stop): where for start, stop, where in plan[last]}
 
     def lowest_sums(chunks: Iterator[LowestChunk]) -> Iterator[np.ndarray]:
-        wheres = ((c, located[last][c.start, c.stop]) for c in chunks)
-        jobs = (LowestSumsJob(c, str(directory / where.file), where.row_group, shapes_of(last, c.start, c.stop),
-                              values_of(last, c.start, c.stop)) for c, where in wheres)
+        jobs = (LowestSumsJob(c, str(directory / located[c.start, c.stop].file), located[c.start, c.stop].row_group,
+                              tuple((c.stop - c.start, schema.query_cells(q)) for q, _ in allocated[last]),
+                              tuple(i.values[c.start:c.stop] for i in run.invariants.get(last, [])))
+                for c in chunks)
         return runner.map(lowest_children_sums, jobs)
 
     store = ScratchCubes(scratch, schema.shape)

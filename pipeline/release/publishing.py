@@ -47,7 +47,7 @@ def publish(run: ReleaseRun) -> Path:
         "measurements": run.measurement_entries("measurements"),
         "tables": {lv.name: f"tables/{lv.name}.parquet" for lv in config.levels},
         "summary_tables": run.summary_tables,
-        "expected_errors": run.expected_errors,
+        "expected_errors": run.expected_errors or {},
         "reconciliation": run.diagnostics,
         **({"units": with_disagreements(units_section(run), run)} if run.units is not None else {}),
         "ledger": ledger_section(run),

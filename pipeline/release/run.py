@@ -76,9 +76,8 @@ class ReleaseRun:
     targets: dict[int, LevelTargets] = field(default_factory=dict)  # GLS targets, made per chunk (full information)
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     summary_tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> dictionary, level paths
-    expected_errors: dict[str, Any] = field(default_factory=dict)  # main P.L. counts' standard errors (tabulate)
+    expected_errors: dict[str, Any] | None = None  # main P.L. counts' standard errors (reconcile or tabulate)
     # their computation, started on the runner beside the lowest level's reconciliation (release.stages.reconcile)
-    pending_expected_errors: Callable[[], tuple[dict[str, Any], str | None]] | None = None
     disagreements: dict[str, int] = field(default_factory=dict)  # (units) blocks where the universes disagree
     warnings: list[str] = field(default_factory=list)
     measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)

@@ -25,7 +25,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -40,12 +40,15 @@ from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem, In
 from censusdp.pipeline.io.measurements import measurements_digest, write_invariants
 from censusdp.pipeline.io.microdata import read_input_files
 from censusdp.pipeline.io.tables import LevelTableWriter
-from censusdp.pipeline.release.charging import charge  # noqa: F401 - a stage (STAGES)
+from censusdp.pipeline.release.charging import charge
 from censusdp.pipeline.release.draws import claim_draw
-from censusdp.pipeline.release.expected_errors import compute_expected_errors, expected_errors_job
-from censusdp.pipeline.release.full_information import (  # noqa: F401 - estimate: a stage (STAGES)
+from censusdp.pipeline.release.expected_errors import (
+    compute_expected_errors,
+    expected_errors_job,
+    record_expected_errors,
+)
+from censusdp.pipeline.release.full_information import (
     ReconciliationMethod,
-    discard_targets,
     estimate,
 )
 from censusdp.pipeline.release.lowest_parts import finish_lowest_outputs, lowest_outputs
@@ -59,7 +62,7 @@ from censusdp.pipeline.release.measurement_plan import (
 )
 from censusdp.pipeline.release.only_child import only_child_levels
 from censusdp.pipeline.release.persons_units import check_same_chunks, persons_bounds_of, record_limits, units_bounds_of
-from censusdp.pipeline.release.publishing import (  # noqa: F401 - publish: a stage (STAGES)
+from censusdp.pipeline.release.publishing import (  # noqa: F401 - COMPLETE_MARKER, SHARES_PLOT: its interface
     COMPLETE_MARKER,
     MEASURE_CLAIM,
     SHARES_PLOT,
@@ -79,7 +82,7 @@ from censusdp.pipeline.release.run import (  # noqa: F401 - part of this module'
 from censusdp.pipeline.release.runner import make_runner, records_on_workers
 from censusdp.pipeline.release.shared_tree import geography_tree
 from censusdp.pipeline.release.support import merge_reports
-from censusdp.pipeline.release.tabulate import tabulate  # noqa: F401 - a stage (STAGES)
+from censusdp.pipeline.release.tabulate import tabulate
 from censusdp.pipeline.release.tasks import chunk_tasks
 
 log = logging.getLogger("censusdp")
@@ -218,8 +221,9 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
     tasks = chunk_tasks(run, level, outputs, bounds)
     log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
     own_runner, runner = runner is None, runner or make_runner("local")
-    if outputs is not None and (job := expected_errors_job(run)) is not None:  # design only: starts now, on Dask
-        run.pending_expected_errors = runner.submit(compute_expected_errors, job)  # beside the lowest level
+    pending = None  # the expected errors depend on the design only: computed beside the lowest level's tasks
+    if outputs is not None and (job := expected_errors_job(run)) is not None:
+        pending = runner.submit(compute_expected_errors, job)
     writer = LevelTableWriter(run.work_dir / "tables" / f"{name}.parquet", run.schema) if outputs is None else None
     parts, reports, found, answers = [], [], [], []
     spans: deque[tuple[int, int]] = deque()  # the nodes of the tasks handed to the runner, whose results are due
@@ -245,6 +249,8 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
             writer.close()
         if own_runner:
             runner.close()
+    if pending is not None:
+        run.expected_errors = record_expected_errors(run, pending())
     if outputs is not None and run.units is not None:  # the units' lowest tasks write the summary tables
         finish_lowest_outputs(outputs, len(parts), found, [Path(outputs.level_table),
                                                            *([Path(outputs.microdata)] if outputs.microdata else [])])
@@ -280,11 +286,11 @@ def _record_level(run: ReleaseRun, level: int, reports: list[dict[str, Any]]) ->
 
 @dataclass(frozen=True)
 class Stage:
-    """One step of a release.  ``name`` is its task name in Prefect (per-level runs are ``name-LEVEL``);
-    ``function`` names the function of this module that does it, looked up when the stage runs."""
+    """One step of a release: ``name`` is its task name in Prefect (per-level runs are ``name-LEVEL``),
+    ``function`` does it."""
 
     name: str
-    function: str
+    function: Callable[..., Any]
     per_level: bool = False  # called once per level, top-down: function(run, level[, runner])
     needs_runner: bool = False  # also given the chunk runner (local or Dask)
     per_universe: bool = False  # also called on the units universe's run (ReleaseRun.universes)
@@ -293,20 +299,31 @@ class Stage:
 
 # The one stage sequence: the plain run, the Prefect flow, post-processing re-runs and --resume iterate it.
 STAGES = (
-    Stage("read-files", "read_files", per_universe=True),
-    Stage("charge-ledger", "charge", needs_runner=True),
-    Stage("validate-values", "validate_inputs", needs_runner=True, per_universe=True),
-    Stage("measure", "measure", needs_runner=True, per_universe=True),
-    Stage("estimate", "estimate", needs_runner=True, per_universe=True),
+    Stage("read-files", read_files, per_universe=True),
+    Stage("charge-ledger", charge, needs_runner=True),
+    Stage("validate-values", validate_inputs, needs_runner=True, per_universe=True),
+    Stage("measure", measure, needs_runner=True, per_universe=True),
+    Stage("estimate", estimate, needs_runner=True, per_universe=True),
     # the persons first: the units are reconciled within the bounds the published persons imply
-    Stage("reconcile", "reconcile", per_level=True, needs_runner=True, per_universe=True, persons_first=True),
-    Stage("tabulate", "tabulate"),
-    Stage("publish", "publish"),
+    Stage("reconcile", reconcile, per_level=True, needs_runner=True, per_universe=True, persons_first=True),
+    Stage("tabulate", tabulate),
+    Stage("publish", publish),
 )
 # a re-run or a resume from saved measurements: no data read, no noise drawn
-FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in ("estimate", "reconcile", "tabulate", "publish"))
+RERUN_STAGES = ("estimate", "reconcile", "tabulate", "publish")
+FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in RERUN_STAGES)
 
 StageCall = Callable[[Stage, Callable[..., Any], tuple[Any, ...]], Any]
+
+
+def replaced(stages: tuple[Stage, ...], **functions: Callable[..., Any]) -> tuple[Stage, ...]:
+    """``stages`` with the named stages' functions replaced (by the stage's name, with ``_`` for ``-``): how a
+    caller or a test changes what a stage does, e.g. ``replaced(STAGES, reconcile=crash)``."""
+    names = {stage.name.replace("-", "_") for stage in stages}
+    if unknown := set(functions) - names:
+        raise ValueError(f"no such stage: {', '.join(sorted(unknown))}")
+    return tuple(replace(stage, function=functions.get(stage.name.replace("-", "_"), stage.function))
+                 for stage in stages)
 
 
 def call_directly(stage: Stage, function: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -324,14 +341,14 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
             prepare(run)
         runner = make_runner(run.config.runner)
         for stage in stages:
-            function = globals()[stage.function]  # looked up now, so a replaced stage function is the one run
             universes = run.universes()[::-1] if stage.persons_first else run.universes()
             for target in universes if stage.per_universe else [run]:
                 if not stage.per_level:
-                    result = call(stage, function, (target, runner) if stage.needs_runner else (target,))
+                    result = call(stage, stage.function, (target, runner) if stage.needs_runner else (target,))
                     continue
                 for level in range(len(run.config.levels)):
-                    result = call(stage, function, (target, level, runner) if stage.needs_runner else (target, level))
+                    args = (target, level, runner) if stage.needs_runner else (target, level)
+                    result = call(stage, stage.function, args)
         return result
     except BaseException:
         abandon(run)
@@ -342,6 +359,6 @@ def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: Sta
 
 
 def run_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id: str | None = None, *,
-                write_estimates: EstimatesWriter | None = None) -> Path:
+                write_estimates: EstimatesWriter | None = None, stages: tuple[Stage, ...] = STAGES) -> Path:
     """The whole release without Prefect; returns the published run directory."""
-    return run_stages(start_release(config, out_root, rng, run_id, write_estimates=write_estimates))
+    return run_stages(start_release(config, out_root, rng, run_id, write_estimates=write_estimates), stages)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from censusdp.pipeline.io.summary_tables import write_summary_tables
-from censusdp.pipeline.release.expected_errors import expected_errors, record_expected_errors
+from censusdp.pipeline.release.expected_errors import expected_errors
 from censusdp.pipeline.release.run import ReleaseRun, stage_output
 from censusdp.pipeline.release.universes import check_same_blocks
 
@@ -30,5 +30,5 @@ def tabulate(run: ReleaseRun) -> None:
         run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, run.schema, names,
                                                                 tree.geoids, counts, units)
         log.info("summary tables %s written for %d levels", tables.value, len(names))
-    pending, run.pending_expected_errors = run.pending_expected_errors, None  # started with the lowest level
-    run.expected_errors = record_expected_errors(run, pending()) if pending is not None else expected_errors(run)
+    if run.expected_errors is None:  # not computed beside the lowest level's tasks (reconcile)
+        run.expected_errors = expected_errors(run)

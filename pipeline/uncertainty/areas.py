@@ -4,7 +4,8 @@ For every area (a set of blocks from the assignment file, ``pipeline.io.assignme
 summary-table variable such as ``P1_003N``, or a cell of a query given with ``--query``):
 
 - ``published``: the sum of the area's published blocks (what a user adds up from ``tables/``);
-- ``estimate``: the GLS estimate of the same sum, from every noisy measurement of the release (unbiased);
+- ``estimate``: the GLS estimate of the same sum, from every noisy measurement of the release (unbiased),
+  streamed from the measurement files chunk by chunk;
 - ``std_error``: its exact standard error, cross-block covariances included (``postprocess.gls_areas``);
 - ``ci_low``, ``ci_high``: estimate ± 1.96·std_error, which contains the true count with probability about 95%;
 - ``published_error_bound``: max(|published − ci_low|, |published − ci_high|).
@@ -30,8 +31,8 @@ import scipy.sparse as sp
 from censusdp.pipeline.io.assignments import Assignment, read_assignment
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run
 from censusdp.pipeline.io.summary_tables import table_variables, variable_matrix
-from censusdp.pipeline.uncertainty.estimates import gls_levels
-from censusdp.postprocess.gls import interval, solve_gls
+from censusdp.pipeline.uncertainty.estimates import open_gls
+from censusdp.postprocess.gls import interval
 from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
 
 AREAS_DIR = "areas"
@@ -75,10 +76,10 @@ def area_table(run: LoadedRun, assignment: Assignment, variables: AreaVariables)
     members = sp.csr_matrix((np.ones(len(inside)), (leaf_area[inside], inside)),
                             shape=(n_areas, run.tree.n_nodes(lowest)))
     published = np.asarray((members @ run.sparse_table(lowest)) @ variables.weights.T).round().astype(np.int64)
-    levels = gls_levels(run)
-    result = solve_gls(levels, run.config.schema.shape)
-    estimate = area_estimates(result, leaf_area, n_areas, variables.weights)
-    variance = area_variances(area_terms(levels, run.config.schema.shape, leaf_area, n_areas), variables.weights)
+    with open_gls(run) as stream:  # streamed from the measurement files: memory as the release's
+        estimate = area_estimates(stream, leaf_area, n_areas, variables.weights)
+        terms = area_terms(stream.levels, stream.shape, leaf_area, n_areas)
+    variance = area_variances(terms, variables.weights)
     low, high = interval(estimate, variance)
     n_vars = len(variables.names)
     return pa.table({

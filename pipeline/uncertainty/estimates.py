@@ -7,7 +7,8 @@
 - ``estimates/queries/<level>.parquet``: the same for every other query measured at the level (and ``total``),
   long form: ``geoid``, ``query``, ``cell``, ``estimate``, ``std_error``, ``ci_low``, ``ci_high``.
 
-The estimates are the generalised least squares fit of all the run's noisy measurements (``postprocess.gls``):
+The estimates are the generalised least squares fit of all the run's noisy measurements (``postprocess.gls``),
+streamed from the run's measurement files chunk by chunk (``open_gls``: memory as the release's, not the tree's):
 unbiased, not rounded, possibly negative, consistent across levels; the standard errors are exact and per cell
 (with a recode, a cell's depends on its value's group), from the public σ² of every query (Thm 19.37(iii)), and
 the 95% intervals are estimate ± 1.96·std_error.  Inputs are the measurements, the invariants and the
@@ -18,6 +19,7 @@ bootstrap of the integer tables is ``pipeline.uncertainty.bootstrap``; the comma
 
 from __future__ import annotations
 
+import tempfile
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,14 @@ import pyarrow.parquet as pq
 
 from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query
 from censusdp.pipeline.dp.random_source import RandomSource
+from censusdp.pipeline.io.gls_scratch import ScratchCubes
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run
-from censusdp.pipeline.release.full_information import gls_problem, spec_of
+from censusdp.pipeline.release.full_information import gls_problem, spec_of, stream_problem
 from censusdp.pipeline.release.noisy_measurements import noisy_answers
 from censusdp.pipeline.release.run import ReleaseRun, stage_output
-from censusdp.postprocess.gls import GlsLevel, GlsResult, interval, solve_gls
+from censusdp.postprocess.gls import GlsLevel, GlsResult, interval
+from censusdp.postprocess.gls_algebra import answer
+from censusdp.postprocess.gls_stream import StreamedGls, StreamLevel, solve_gls_streamed
 
 ESTIMATES_DIR = "estimates"
 
@@ -55,9 +60,24 @@ def redrawn_measurements(run: LoadedRun, truth: list[np.ndarray], rng: RandomSou
              for q in run.level_noise(level)] for level in range(run.tree.depth)]
 
 
+def run_problem(run: LoadedRun) -> tuple[list[StreamLevel], Any]:
+    """The run's GLS problem as the engine streams it, from its measurement files (``stream_problem``)."""
+    depth = run.tree.depth
+    return stream_problem(run.config.schema, run.tree.parent, [run.level_queries(level) for level in range(depth)],
+                          run.invariants, [run.chunk_plan(level) for level in range(depth)], run.measurements_dir)
+
+
+def open_gls(run: LoadedRun, scratch: Path | None = None) -> StreamedGls:
+    """The exact GLS of every level of the run, solved chunk by chunk from its measurement files, intermediates
+    in a folder of their own under ``scratch`` (default: the system's temporary folder), removed by ``close``."""
+    levels, read = run_problem(run)
+    shape = run.config.schema.shape
+    return solve_gls_streamed(levels, shape, read, ScratchCubes(scratch or Path(tempfile.gettempdir()), shape))
+
+
 def gls_estimates(run: LoadedRun) -> GlsResult:
-    """The exact GLS fit of every level of the run (``postprocess.gls.solve_gls``)."""
-    return solve_gls(gls_levels(run), run.config.schema.shape)
+    """The run's GLS as a ``GlsResult`` (estimates and variances by level and query; evaluation, small runs)."""
+    return GlsResult(open_gls(run))
 
 
 def _columns(estimate: np.ndarray, std_error: np.ndarray) -> dict[str, pa.Array]:
@@ -82,43 +102,61 @@ def write_release_estimates(run: ReleaseRun, manifest: dict[str, Any]) -> list[P
                                             measurements_dir=measurements))
 
 
+def _level_files(run: LoadedRun, stream: StreamedGls, level: int, out_dir: Path) -> list[Path]:
+    """One level's two files, written chunk by chunk of the engine's plan."""
+    schema, name = run.config.schema, run.config.levels[level].name
+    cells = schema.n_cells
+    geoids = pa.array(run.tree.geoids[level].tolist(), type=pa.string())
+    multi = np.unravel_index(np.arange(cells), schema.shape)
+    queries = {q.name: q for q, _ in run.level_queries(level) if q.name != DETAILED}  # cells: the detailed file
+    queries.setdefault(TOTAL, schema.parse_query(TOTAL))
+    specs = {query_name: spec_of(schema, query) for query_name, query in queries.items()}
+    paths = [out_dir / f"{name}.parquet", out_dir / "queries" / f"{name}.parquet"]
+    writers: list[pq.ParquetWriter | None] = [None, None]
+
+    def write(index: int, table: pa.Table) -> None:
+        if writers[index] is None:
+            writers[index] = pq.ParquetWriter(paths[index], table.schema, compression="zstd")
+        writers[index].write_table(table)
+
+    try:
+        for start, stop, estimate in stream.chunk_estimates(level):
+            n = stop - start
+            chunk_geoids = geoids[start:stop]  # each row group's dictionary: its own nodes
+            node = np.repeat(np.arange(n, dtype=np.int32), cells)
+            columns: dict[str, pa.Array] = {"geoid": pa.DictionaryArray.from_arrays(node, chunk_geoids)}
+            for attribute, index in zip(schema.attributes, multi, strict=True):
+                columns[attribute.name] = pa.DictionaryArray.from_arrays(np.tile(index.astype(np.int32), n),
+                                                                         pa.array(attribute.values))
+            sd = np.sqrt(stream.variance(level, None, start, stop)).ravel()  # per cell: a recode's groups differ
+            columns.update(_columns(estimate.ravel(), sd))
+            write(0, pa.table(columns))
+            parts = []
+            for query_name, spec in specs.items():
+                values = answer(estimate, schema.shape, spec)
+                q_cells = values.shape[1]
+                sd = np.sqrt(stream.variance(level, spec, start, stop)).ravel()
+                part = {"geoid": pa.DictionaryArray.from_arrays(np.repeat(np.arange(n, dtype=np.int32), q_cells),
+                                                                chunk_geoids),
+                        "query": pa.DictionaryArray.from_arrays(np.zeros(values.size, dtype=np.int32),
+                                                                 pa.array([query_name])),
+                        "cell": pa.array(np.tile(np.arange(q_cells, dtype=np.int32), n))}
+                part.update(_columns(values.ravel(), sd))
+                parts.append(pa.table(part))
+            write(1, pa.concat_tables(parts))
+    finally:
+        for writer in writers:
+            if writer is not None:
+                writer.close()
+    return paths
+
+
 def write_loaded_estimates(run: LoadedRun) -> list[Path]:
     """Write ``estimates/<level>.parquet`` and ``estimates/queries/<level>.parquet``; return the paths."""
-    result = gls_estimates(run)
-    schema = run.config.schema
     out_dir = run.run_dir / ESTIMATES_DIR
     (out_dir / "queries").mkdir(parents=True, exist_ok=True)
     written = []
-    for level, spec in enumerate(run.config.levels):
-        n, cells = run.tree.n_nodes(level), schema.n_cells
-        geoids = pa.array(run.tree.geoids[level].tolist(), type=pa.string())
-        node = np.repeat(np.arange(n, dtype=np.int32), cells)
-        columns: dict[str, pa.Array] = {"geoid": pa.DictionaryArray.from_arrays(node, geoids)}
-        multi = np.unravel_index(np.arange(cells), schema.shape)
-        for attribute, index in zip(schema.attributes, multi, strict=True):
-            columns[attribute.name] = pa.DictionaryArray.from_arrays(np.tile(index.astype(np.int32), n),
-                                                                     pa.array(attribute.values))
-        sd = np.sqrt(result.variance(level)).ravel()  # per cell: a recoded attribute's groups differ
-        columns.update(_columns(result.estimates[level].ravel(), sd))
-        path = out_dir / f"{spec.name}.parquet"
-        pq.write_table(pa.table(columns), path, compression="zstd")
-        written.append(path)
-        queries = {q.name: q for q, _ in run.level_queries(level) if q.name != DETAILED}  # cells: the file above
-        queries.setdefault(TOTAL, schema.parse_query(TOTAL))
-        parts = []
-        for query in queries.values():
-            cells_of = spec_of(schema, query)
-            values = result.estimate(level, cells_of)
-            q_cells = values.shape[1]
-            sd = np.sqrt(result.variance(level, cells_of)).ravel()
-            part = {"geoid": pa.DictionaryArray.from_arrays(np.repeat(np.arange(n, dtype=np.int32), q_cells),
-                                                            geoids),
-                    "query": pa.DictionaryArray.from_arrays(np.zeros(values.size, dtype=np.int32),
-                                                             pa.array([query.name])),
-                    "cell": pa.array(np.tile(np.arange(q_cells, dtype=np.int32), n))}
-            part.update(_columns(values.ravel(), sd))
-            parts.append(pa.table(part))
-        path = out_dir / "queries" / f"{spec.name}.parquet"
-        pq.write_table(pa.concat_tables(parts), path, compression="zstd")
-        written.append(path)
+    with open_gls(run) as stream:
+        for level in range(run.tree.depth):
+            written += _level_files(run, stream, level, out_dir)
     return written

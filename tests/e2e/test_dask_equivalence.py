@@ -15,10 +15,11 @@ import pytest
 
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.io.run_folder import load_run
+from tests.helpers.configs import edit_config
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.tiny import REPO
 
-SMALL_CHUNKS = '[output]\ndir = "runs"\n\n[postprocess]\nchunk_cells = 60'  # several chunks per level
+SMALL_CHUNKS = {"postprocess.chunk_cells": 60}  # several chunks per level
 
 
 def tables(run_dir: Path) -> dict[str, list[tuple[object, ...]]]:
@@ -39,7 +40,7 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, tmp_path: Pa
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     from distributed import Client, LocalCluster
 
-    tiny_release.write_text(tiny_release.read_text().replace('[output]\ndir = "runs"', SMALL_CHUNKS))
+    edit_config(tiny_release, SMALL_CHUNKS)
     local = tables(released(tiny_release, capsys))
     assert len(local) == 4
     assert tables(released(tiny_release, capsys, "--runner", "dask-local:2")) == local
@@ -90,14 +91,12 @@ def test_a_partitioned_release_measured_on_the_workers_publishes_the_driver_only
     folder = tmp_path / "partitioned"
     write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "region",
                        pl.col("geocode").str.slice(0, 1))
-    tiny_release.write_text(tiny_release.read_text().replace('[output]\ndir = "runs"', SMALL_CHUNKS))
+    edit_config(tiny_release, SMALL_CHUNKS)
     local_dir = released(tiny_release, capsys, "--microdata", str(folder))
     local = tables(local_dir)
     whole_file = tables(released(tiny_release, capsys))  # one group: other chunks, other streams, same schema
     assert len(local) == 4 and local.keys() == whole_file.keys()
-    driver_config = tmp_path / "driver.toml"
-    driver_config.write_text(tiny_release.read_text().replace("chunk_cells = 60", 'chunk_cells = 60\nmeasure_on = '
-                                                                '"driver"'))
+    driver_config = edit_config(tiny_release, {"postprocess.measure_on": "driver"}, tmp_path / "driver.toml")
     assert tables(released(driver_config, capsys, "--microdata", str(folder), "--runner", "dask-local:2")) == local
     def spied(config: Path, refused: str) -> subprocess.CompletedProcess[str]:  # with a traceback on failure
         env = {**os.environ, "PYTHONPATH": str(REPO), "CENSUSDP_TEST_REFUSE": refused, "CENSUSDP_DEBUG": "1"}

@@ -96,20 +96,20 @@ def pause():  # tell the test where we are, then wait for its SIGKILL
     marker.write_text(str(os.getpid()))
     time.sleep(600)
 
-measure_level, reconcile, rename, set_status = (group_tasks.measure_level, stages.reconcile, Path.rename,
-                                              PrivacyLedger.set_status)
+measure_level, chunk_tasks, rename, set_status = (group_tasks.measure_level, stages.chunk_tasks, Path.rename,
+                                                PrivacyLedger.set_status)
 
 def paused_measure_level(schema, histograms, allocations, rng):  # between two levels' draws: us to county drawn
     if allocations and allocations[0].level == "tract" and stage == "measure":
         pause()
     return measure_level(schema, histograms, allocations, rng)
 
-def paused_reconcile(run, level, runner=None):
+def paused_chunk_tasks(run, level, outputs, bounds):  # as the reconcile stage starts a level
     if level == 0 and stage == "after-complete":  # every measurement saved, nothing reconciled
         pause()
-    reconcile(run, level, runner)
-    if level == 2 and stage == "reconcile":  # half the levels reconciled
+    if level == 3 and stage == "reconcile":  # half the levels reconciled
         pause()
+    return chunk_tasks(run, level, outputs, bounds)
 
 def paused_rename(self, target):  # manifest and report written, the folder not yet renamed into place
     if self.name.endswith(".partial"):
@@ -121,7 +121,7 @@ def paused_set_status(self, run_id, status, reason=None):  # published, the ledg
         pause()
     set_status(self, run_id, status, reason)
 
-group_tasks.measure_level, stages.reconcile = paused_measure_level, paused_reconcile
+group_tasks.measure_level, stages.chunk_tasks = paused_measure_level, paused_chunk_tasks
 Path.rename = paused_rename if stage == "publish" else rename
 PrivacyLedger.set_status = paused_set_status if stage == "after-rename" else set_status
 from censusdp.pipeline.cli import main

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from censusdp.pipeline.errors import CensusDPError
+from tests.helpers.configs import edit_config
 
 
 def test_deployment_has_the_schedule_and_only_paths_as_parameters(tiny_release: Path) -> None:
@@ -23,6 +24,6 @@ def test_invalid_cron_and_invalid_config_fail_at_serve_time(tiny_release: Path) 
 
     with pytest.raises(CensusDPError, match="invalid schedule"):
         make_deployment(str(tiny_release), "not a cron")
-    tiny_release.write_text(tiny_release.read_text().replace('rho = "4"', 'rho = "-4"'))
+    edit_config(tiny_release, {"budget.rho": "-4"})
     with pytest.raises(CensusDPError, match="budget.rho"):
         make_deployment(str(tiny_release), "0 2 * * *")

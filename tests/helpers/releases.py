@@ -1,12 +1,18 @@
-"""Release helpers shared by the tests: the CLI in process, a seeded release, its published run folder."""
+"""Release helpers shared by the tests: the CLI in process, a seeded release, its published run folder, and a
+release with stages replaced."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from censusdp.pipeline.cli import main
+from censusdp.pipeline.config.options import insecure_seed_allowed, load_release_config, random_source
+from censusdp.pipeline.release.stages import STAGES, replaced, run_release
+from censusdp.pipeline.uncertainty.estimates import write_release_estimates
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -24,6 +30,15 @@ def release_dir(capsys: pytest.CaptureFixture[str], config: Path, *extra: str, s
     code, out, err = release(capsys, config, *extra, seed=seed)
     assert code == 0, err
     return Path(out.splitlines()[-1])
+
+
+def release_with(config: Path, seed: int = 5, **functions: Callable[..., Any]) -> Path:
+    """``censusdp release CONFIG --no-prefect --insecure-seed SEED`` with the named stages' functions replaced
+    (``stages.replaced``); returns the published folder, or raises what the release raised."""
+    loaded = load_release_config(str(config))
+    with insecure_seed_allowed():
+        return run_release(loaded, loaded.output.dir, random_source(seed), write_estimates=write_release_estimates,
+                           stages=replaced(STAGES, **functions))
 
 
 def units_config(folder: Path, data: Path, dataset: str = "units-state") -> Path:

@@ -13,10 +13,8 @@ from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.directed_rounding import float_up, round_text
 from censusdp.pipeline.io.manifest import allocation_section, privacy_section, report_markdown
+from tests.helpers.configs import edit_config
 from tests.helpers.tiny import TINY_TOML
-
-INVARIANTS = '[[invariants]]\nquery = "total"\nlevels = ["root", "region"]\n'
-UNIT = '[strategy.unit]\ndetailed = "1"'
 
 
 def tiny_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relation: str, *, invariants: bool = True,
@@ -24,19 +22,14 @@ def tiny_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relation: str, 
     """TINY_TOML under ``relation`` (whatever relation the template has), optionally a Laplace unit level."""
     monkeypatch.delenv("CENSUSDP_LEDGER", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # the default ledger lives here: never the user's
-    text = TINY_TOML.format(rho="4")
-    for given in ('neighbouring = "add-remove"', 'neighbouring = "replace-one"'):
-        text = text.replace(given, f'neighbouring = "{relation}"')
-    assert f'neighbouring = "{relation}"' in text
-    if not invariants:
-        assert INVARIANTS in text
-        text = text.replace(INVARIANTS, "")
-    if laplace:
-        assert UNIT in text
-        text = text.replace(UNIT, '[strategy.unit]\nmechanism = "laplace"\ndetailed = "1"')
     path = tmp_path / f"{relation}.toml"
-    path.write_text(text)
-    return load_config(path)
+    path.write_text(TINY_TOML.format(rho="4"))
+    overrides: dict[str, object] = {"budget.neighbouring": relation}
+    if not invariants:
+        overrides["invariants"] = None
+    if laplace:
+        overrides["strategy.unit.mechanism"] = "laplace"
+    return load_config(edit_config(path, overrides))
 
 
 # --- 1. a Laplace query's pure epsilon is Δ₁/scale -------------------------------------------------------------

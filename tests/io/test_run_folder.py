@@ -11,7 +11,7 @@ from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io.measurements import read_chunk_plan
 from censusdp.pipeline.io.run_folder import load_run
 from censusdp.pipeline.release import stages
-from tests.helpers.releases import release_dir
+from tests.helpers.releases import release_dir, release_with
 
 
 def test_the_layout_read_back_is_the_one_the_release_wrote(tiny_release: Path, capsys: pytest.CaptureFixture[str],
@@ -26,8 +26,7 @@ def test_the_layout_read_back_is_the_one_the_release_wrote(tiny_release: Path, c
         held.append(run)
         return real_publish(run)
 
-    monkeypatch.setattr(stages, "publish", publish)
-    run_dir = release_dir(capsys, tiny_release)
+    run_dir = release_with(tiny_release, publish=publish)
     (run,) = held
     assert run.tree is not None
     loaded = load_run(run_dir)

@@ -30,6 +30,7 @@ from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histogr
 from censusdp.pipeline.io.microdata import validated_rows
 from censusdp.pipeline.release import stages
 from censusdp.pipeline.release.draws import claim_path
+from tests.helpers.configs import edit_config
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 REPS = {"gaussian": 400, "laplace": 1000}  # the Laplace's heavier tails need more draws for the same power
@@ -53,12 +54,11 @@ def write_fixture(folder: Path, mechanism: str, neighbouring: str) -> Path:
     geo.write_parquet(folder / "geography.parquet")
     text = TINY_TOML.format(rho="4")
     text = text[: text.index("[[invariants]]")] + text[text.index("[[structural_zeros]]"):]  # add-remove allows none
-    text = text.replace('neighbouring = "replace-one"', f'neighbouring = "{neighbouring}"')
-    if mechanism == "laplace":
-        for level in ("root", "region", "district", "unit"):
-            text = text.replace(f"[strategy.{level}]\n", f'[strategy.{level}]\nmechanism = "laplace"\n')
     (folder / "config.toml").write_text(text)
-    return folder / "config.toml"
+    overrides = {"budget.neighbouring": neighbouring}
+    if mechanism == "laplace":
+        overrides |= {f"strategy.{level}.mechanism": "laplace" for level in ("root", "region", "district", "unit")}
+    return edit_config(folder / "config.toml", overrides)
 
 
 def power(n: int, variance: float, fourth: float, factor: float) -> float:

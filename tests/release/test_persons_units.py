@@ -12,11 +12,13 @@ import pytest
 
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.release.persons_units import level_rules, persons_bound, units_level_bounds
 from censusdp.pipeline.release.support import structural_zero_mask
 from censusdp.pipeline.synth.population import write_synthetic
 from censusdp.postprocess import UNBOUNDED
-from tests.helpers.releases import cli, release, release_dir, units_config
+from tests.helpers.configs import edit_config
+from tests.helpers.releases import cli, release, release_dir, release_with, units_config
 
 
 @pytest.fixture(scope="module")
@@ -139,9 +141,9 @@ def test_publish_checks_what_it_wrote(synthetic: Path, tmp_path: Path, capsys: p
         table = pl.read_parquet(path)
         table.with_columns(pl.col("P1_003N") + 1).write_parquet(path)
 
-    monkeypatch.setattr(stages, "tabulate", corrupting)
-    code, _, err = release(capsys, units_config(tmp_path, synthetic, dataset="corrupted"))
-    assert code != 0 and "breaks" in err and "county" in err
+    with pytest.raises(CensusDPError) as refused:
+        release_with(units_config(tmp_path, synthetic, dataset="corrupted"), tabulate=corrupting)
+    assert "breaks" in str(refused.value) and "county" in str(refused.value)
     assert not [p for p in (tmp_path / "runs").iterdir() if not p.name.startswith(".")]
 
 
@@ -160,8 +162,7 @@ def test_units_measured_in_other_chunks_are_refused(synthetic: Path, tmp_path: P
             run.units.chunk_plan[level] = [(plan[0][0], plan[1][1], plan[0][2]), *plan[2:]]
         real_reconcile(run, level, runner)
 
-    monkeypatch.setattr(stages, "reconcile", regrouped)
     config = units_config(tmp_path, synthetic, dataset="regrouped")
-    config.write_text(config.read_text().replace("[postprocess]\n", "[postprocess]\nchunk_cells = 40000\n"))
-    code, _, err = release(capsys, config)
-    assert code != 0 and "chunks" in err
+    edit_config(config, {"postprocess.chunk_cells": 40000})
+    with pytest.raises(CensusDPError, match="chunks"):
+        release_with(config, reconcile=regrouped)

@@ -18,6 +18,7 @@ import pytest
 
 from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
 from censusdp.pipeline.cli import main
+from censusdp.pipeline.release import stages
 from tests.helpers.tiny import TINY_TOML
 
 MARKER_ROW = 1234
@@ -158,7 +159,7 @@ def test_unexpected_errors_reach_prefect_by_type_only() -> None:
 
     with pytest.raises(CensusDPError, match="a public message"):
         type_only_errors(public)()
-    tasks = [flow_module.start_task, *flow_module.STAGE_TASKS.values()]
+    tasks = [flow_module.start_task, *(flow_module.stage_task(s, s.function) for s in stages.STAGES)]
     assert [t.name for t in tasks] == ["allocate-budget", "read-files", "charge-ledger", "validate-values", "measure",
                                        "estimate", "reconcile", "tabulate", "publish"]
     assert all(getattr(t.fn, "__wrapped__", None) is not None for t in tasks), "a task reports raw exceptions"
@@ -190,11 +191,10 @@ def test_a_column_of_missing_values_is_a_value_problem(tiny_release: Path, insta
 def test_the_cli_reports_unexpected_errors_by_type_only(tiny_release: Path, monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """SECURITY.md: an unexpected exception's text could quote a value; the CLI prints its type only."""
-    from censusdp.pipeline.release import stages
-    def leaky(run: object, level: int) -> None:
+    def leaky(*args: object) -> None:
         raise ValueError("found value 'purple' for row 1234")
 
-    monkeypatch.setattr(stages, "measure", leaky)
+    monkeypatch.setattr(stages, "plan_measurement", leaky)  # inside the measure stage, through the CLI
     code, err = release(tiny_release, capsys)
     assert code == 3 and "internal error (ValueError)" in err
     shown = err.replace(str(tiny_release.parent), "<run folder>")  # pytest's folder may be pytest-12345

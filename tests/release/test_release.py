@@ -14,6 +14,7 @@ import pytest
 
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.config.load import load_config
+from tests.helpers.configs import edit_config
 from tests.helpers.releases import release_dir
 from tests.helpers.tiny import require_shared_data
 
@@ -136,8 +137,7 @@ def check_pl94_tables(run_dir: Path, manifest: dict, levels: list[tuple[str, int
 
 
 def test_many_small_chunks_give_a_consistent_release(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = tiny_release.read_text().replace(OUTPUT, OUTPUT + "\n\n[postprocess]\nchunk_cells = 13")
-    tiny_release.write_text(text)
+    edit_config(tiny_release, {"postprocess.chunk_cells": 13})
     run_dir = release_dir(capsys, tiny_release, seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     # a chunk never splits a parent's children: one chunk per district, the smallest possible
@@ -151,8 +151,7 @@ def test_many_small_chunks_give_a_consistent_release(tiny_release: Path, capsys:
 @pytest.mark.slow
 def test_release_on_a_local_dask_cluster_of_two_workers(tiny_release: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    text = tiny_release.read_text().replace(OUTPUT, OUTPUT + "\n\n[postprocess]\nchunk_cells = 60")
-    tiny_release.write_text(text)
+    edit_config(tiny_release, {"postprocess.chunk_cells": 60})
     run_dir = release_dir(capsys, tiny_release, "--runner", "dask-local:2", seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["config"]["postprocess"]["runner"] == "dask-local:2"
@@ -163,9 +162,7 @@ def test_release_on_a_local_dask_cluster_of_two_workers(tiny_release: Path,
 
 
 def test_laplace_selected_for_one_level(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = tiny_release.read_text().replace('[strategy.unit]\ndetailed = "1"', '[strategy.unit]\nmechanism = "laplace"'
-                                            '\ndetailed = "1"')
-    tiny_release.write_text(text)
+    edit_config(tiny_release, {"strategy.unit.mechanism": "laplace"})
     run_dir = release_dir(capsys, tiny_release, seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     unit = next(a for a in manifest["allocation"] if a["level"] == "unit")

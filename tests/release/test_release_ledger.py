@@ -13,7 +13,8 @@ import pytest
 from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
 from censusdp.pipeline.config.ledger_location import default_ledger_location
 from censusdp.pipeline.release import reconcile_chunk, stages
-from tests.helpers.releases import cli
+from tests.helpers.configs import edit_config
+from tests.helpers.releases import cli, release_with
 from tests.helpers.tiny import TINY_TOML
 
 
@@ -95,9 +96,8 @@ def test_a_run_that_died_after_measuring_is_resumed_without_new_noise(
             raise RuntimeError("simulated crash")
         real(run, level, runner)
 
-    monkeypatch.setattr(stages, "reconcile", crash_at_district)
-    code, _, err = cli(capsys, "release", str(tiny_release), "--no-prefect", "--insecure-seed", "13")
-    assert code != 0
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        release_with(tiny_release, 13, reconcile=crash_at_district)
     runs = tiny_release.parent / "runs"
     partial = next(runs.iterdir())
     assert partial.name.startswith(".") and partial.name.endswith(".partial")
@@ -105,7 +105,6 @@ def test_a_run_that_died_after_measuring_is_resumed_without_new_noise(
     noisy_before = pl.read_parquet(partial / "measurements" / "unit.parquet")["noisy_value"].to_numpy()
     ledger = ledger_of(tiny_release)
     assert [c.status for c in ledger.charges("tiny")] == ["failed"]
-    monkeypatch.setattr(stages, "reconcile", real)
     code, out, err = cli(capsys, "release", str(tiny_release), "--resume", run_id)
     assert code == 0, err
     final = Path(out)
@@ -136,19 +135,17 @@ def test_a_config_without_a_ledger_is_refused(tiny_release: Path, capsys: pytest
 
 def test_resume_refuses_a_changed_budget(tiny_release: Path, capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    real = stages.reconcile
 
     def crash(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
         raise RuntimeError("simulated crash")
 
-    monkeypatch.setattr(stages, "reconcile", crash)
-    assert cli(capsys, "release", str(tiny_release), "--no-prefect", "--insecure-seed", "2")[0] != 0
-    monkeypatch.setattr(stages, "reconcile", real)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        release_with(tiny_release, 2, reconcile=crash)
     run_id = next((tiny_release.parent / "runs").iterdir()).name[1: -len(".partial")]
     code, _, err = cli(capsys, "release", str(tiny_release), "--resume", run_id, "--rho", "1/100")
     assert code != 0 and "--resume" in err
     # editing the config file does not change what the resumed run reports: the saved configuration is used
-    tiny_release.write_text(tiny_release.read_text().replace('rho = "4"', 'rho = "1/100"'))
+    edit_config(tiny_release, {"budget.rho": "1/100"})
     code, out, err = cli(capsys, "release", str(tiny_release), "--resume", run_id)
     assert code == 0, err
     manifest = json.loads((Path(out) / "manifest.json").read_text())

@@ -20,7 +20,8 @@ from censusdp.pipeline.io.measurements import measurements_digest
 from censusdp.pipeline.release import lowest_parts, stages
 from censusdp.pipeline.release import run as run_module
 from censusdp.pipeline.synth.population import write_synthetic
-from tests.helpers.releases import cli, release, release_dir, units_config
+from tests.helpers.configs import edit_config
+from tests.helpers.releases import cli, release, release_dir, release_with, units_config
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     config_path = units_config(tmp_path, synthetic)
     # chunks of a few blocks: the lowest level's tables, microdata and disagreements are written chunk by chunk
-    config_path.write_text(config_path.read_text().replace("[postprocess]\n", "[postprocess]\nchunk_cells = 40000\n"))
+    edit_config(config_path, {"postprocess.chunk_cells": 40000})
     config = load_config(config_path)
     assert config.units is not None
     held = []
@@ -50,7 +51,6 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
         held.append(run)
         real_tabulate(run)
 
-    monkeypatch.setattr(stages, "tabulate", tabulate)
     dropped: dict[bool, dict[int, list[tuple[str, list[int]]]]] = {}  # each universe's invariants as dropped
     real_drop = stages.ReleaseRun.drop_invariants
 
@@ -61,7 +61,7 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
 
     monkeypatch.setattr(stages.ReleaseRun, "drop_invariants", drop_invariants)
     monkeypatch.setattr(measurements, "INVARIANT_NODES", 50)  # the units' block invariants written in pieces
-    run_dir = release_dir(capsys, config_path)
+    run_dir = release_with(config_path, tabulate=tabulate)
     (run,) = held  # the driver kept no block's counts (the units' lowest tasks wrote H1 beside the persons')
     lowest = len(config.levels) - 1
     assert lowest not in run.counts and set(run.counts) == set(range(lowest))
@@ -203,13 +203,11 @@ def test_a_rerun_and_a_resume_carry_the_units(synthetic: Path, tmp_path: Path, c
             raise RuntimeError("simulated crash")
         real(run, level, runner)
 
-    monkeypatch.setattr(stages, "reconcile", crash_in_the_units)
-    code, _, _ = release(capsys, config_path)
-    assert code != 0
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        release_with(config_path, reconcile=crash_in_the_units)
     partial = next((tmp_path / "runs").iterdir())
     run_id = partial.name[1: -len(".partial")]
     noisy_before = pl.read_parquet(partial / "units" / "measurements" / "block.parquet")["noisy_value"].to_numpy()
-    monkeypatch.setattr(stages, "reconcile", real)
     # a run charged below the per-person bound its measurements cost (by an earlier version, which charged
     # persons + units) is not finished under a manifest that would state the bound as charged
     with monkeypatch.context() as patched:

@@ -17,7 +17,7 @@ from censusdp.pipeline.io.assignments import read_assignment
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run
 from censusdp.pipeline.uncertainty.areas import LABEL, area_table, area_variables
 from censusdp.pipeline.uncertainty.estimates import gls_levels, redrawn_measurements
-from censusdp.postprocess.gls import QuerySpec, solve_gls
+from censusdp.postprocess.gls import QuerySpec, plan_levels, solve_gls
 from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
 from tests.helpers.releases import cli, release_dir
 from tests.helpers.tiny import TINY_TOML, require_shared_data, tiny_microdata
@@ -60,7 +60,8 @@ def test_areas_cover_the_truth_95_percent_for_every_kind(tiny_run: Path) -> None
     shape = run.config.schema.shape
     assignments = plans(run, np.random.default_rng(4))  # test-only
     base = gls_levels(run)
-    terms = {kind: area_terms(base, shape, leaf, int(leaf.max()) + 1) for kind, leaf in assignments.items()}
+    planned = plan_levels(base, shape)
+    terms = {kind: area_terms(planned, shape, leaf, int(leaf.max()) + 1) for kind, leaf in assignments.items()}
     sd = {kind: np.sqrt(area_variances(t, variables.weights)) for kind, t in terms.items()}
     true = {kind: np.stack([variables.weights @ truth[-1][leaf == a].sum(axis=0) for a in range(int(leaf.max()) + 1)])
             for kind, leaf in assignments.items()}
@@ -70,7 +71,7 @@ def test_areas_cover_the_truth_95_percent_for_every_kind(tiny_run: Path) -> None
     for _ in range(replicates):
         result = solve_gls(gls_levels(run, redrawn_measurements(run, truth, rng)), shape)
         for kind, leaf in assignments.items():
-            error = np.abs(area_estimates(result, leaf, int(leaf.max()) + 1, variables.weights) - true[kind])
+            error = np.abs(area_estimates(result.stream, leaf, int(leaf.max()) + 1, variables.weights) - true[kind])
             counted = sd[kind] > 1e-6  # an exact value (an empty area) is no test of the interval
             inside[kind] += int((error <= 1.959964 * sd[kind])[counted].sum())
             inside_half[kind] += int((error <= 0.98 * sd[kind])[counted].sum())

@@ -13,15 +13,14 @@ import censusdp.pipeline.uncertainty.bootstrap as ub
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.io.run_folder import load_run
+from tests.helpers.configs import edit_config
 from tests.helpers.releases import release_dir
 
 
 @pytest.mark.parametrize("method", ["full_information", "level_by_level"])
 def test_a_batch_of_replicates_is_each_replicate_alone(tiny_release: Path, capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch, method: str) -> None:
-    text = tiny_release.read_text()
-    tiny_release.write_text(text.replace("[postprocess]", f'[postprocess]\nreconciliation = "{method}"')
-                            if "[postprocess]" in text else text + f'\n[postprocess]\nreconciliation = "{method}"\n')
+    edit_config(tiny_release, {"postprocess.reconciliation": method})
     assert load_config(tiny_release).reconciliation_method.value == method
     run = load_run(release_dir(capsys, tiny_release))
     truth = [run.table(level) for level in range(run.tree.depth)]

@@ -18,9 +18,8 @@ from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.io.run_folder import load_run
 from censusdp.pipeline.release import noisy_measurements
 from censusdp.pipeline.release.stages import run_release
+from tests.helpers.configs import edit_config
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
-
-UNIT = '[strategy.unit]\ndetailed = "1"'
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +29,8 @@ def laplace_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     micro, geo = tiny_microdata()
     micro.write_parquet(folder / "microdata.parquet")
     geo.write_parquet(folder / "geography.parquet")
-    text = TINY_TOML.format(rho="4").replace('neighbouring = "add-remove"', 'neighbouring = "replace-one"')
-    assert UNIT in text and 'neighbouring = "replace-one"' in text
-    (folder / "config.toml").write_text(text.replace(UNIT, '[strategy.unit]\nmechanism = "laplace"\ndetailed = "1"'))
+    (folder / "config.toml").write_text(TINY_TOML.format(rho="4"))
+    edit_config(folder / "config.toml", {"budget.neighbouring": "replace-one", "strategy.unit.mechanism": "laplace"})
     with pytest.MonkeyPatch.context() as patch:  # a ledger of this test's own, never the user's
         patch.delenv("CENSUSDP_LEDGER", raising=False)
         patch.setenv("XDG_DATA_HOME", str(folder / "xdg"))

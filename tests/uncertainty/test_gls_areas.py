@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from censusdp.postprocess.gls import GlsLevel, solve_gls
+from censusdp.postprocess.gls import GlsLevel, plan_levels, solve_gls
 from censusdp.postprocess.gls_algebra import QuerySpec
 from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances, mean_area_variances
 from tests.helpers.gls_problems import SHAPE as MINI_SHAPE
@@ -57,13 +57,14 @@ def dense_areas(theta: np.ndarray, cov: np.ndarray, leaf_area: np.ndarray, n_are
 def check_against_dense(rng: np.random.Generator, g: list[np.ndarray], levels: list[GlsLevel],
                         shape: tuple[int, ...]) -> None:
     result = solve_gls(levels, shape)
+    planned = plan_levels(levels, shape)
     theta, cov = dense_gls(g, levels, shape)
     weights = variables(rng, prod(shape))
     for leaf_area, n_areas in assignments(rng, g):
         expected_estimates, expected = dense_areas(theta, cov, leaf_area, n_areas, weights)
-        variances = area_variances(area_terms(levels, shape, leaf_area, n_areas), weights)
+        variances = area_variances(area_terms(planned, shape, leaf_area, n_areas), weights)
         np.testing.assert_allclose(variances, expected, rtol=1e-8, atol=1e-9 * max(1.0, float(expected.max())))
-        estimates = area_estimates(result, leaf_area, n_areas, weights)
+        estimates = area_estimates(result.stream, leaf_area, n_areas, weights)
         np.testing.assert_allclose(estimates, expected_estimates, rtol=1e-8,
                                    atol=1e-8 * max(1.0, float(np.abs(theta).max())))
 
@@ -97,11 +98,12 @@ def test_areas_equal_to_subtrees_give_each_node_s_own_variance(seed: int) -> Non
     query (recodes included), must have the variance and estimate the per-node result gives that node."""
     rng = np.random.default_rng(400 + seed)  # test-only
     shape, _, g, levels = make_problem(rng, 2 + seed % 3, with_invariants=seed % 2 == 0)
+    planned = plan_levels(levels, shape)
     result = solve_gls(levels, shape)
     specs = {QuerySpec(())} | {q.spec for level in levels for q in level.queries}
     for i, gl in enumerate(g):
         leaf_area = np.argmax(gl, axis=0)  # each leaf's ancestor at level i
-        terms = area_terms(levels, shape, leaf_area, gl.shape[0])
+        terms = area_terms(planned, shape, leaf_area, gl.shape[0])
         for spec in specs:
             weights = query_matrix(shape, spec.axes, spec.groups)
             variance = result.variance(i, spec)
@@ -109,9 +111,9 @@ def test_areas_equal_to_subtrees_give_each_node_s_own_variance(seed: int) -> Non
                                        atol=1e-9 * max(1.0, float(variance.max())))
             for leaves_per_chunk in (1, 3, 1 << 16):  # the report's mean, chunk by chunk of areas: the same
                 np.testing.assert_allclose(
-                    mean_area_variances(levels, shape, leaf_area, gl.shape[0], weights, leaves_per_chunk),
+                    mean_area_variances(planned, shape, leaf_area, gl.shape[0], weights, leaves_per_chunk),
                     variance.mean(axis=0), rtol=1e-8, atol=1e-9 * max(1.0, float(variance.max())))
-            np.testing.assert_allclose(area_estimates(result, leaf_area, gl.shape[0], weights),
+            np.testing.assert_allclose(area_estimates(result.stream, leaf_area, gl.shape[0], weights),
                                        result.estimate(i, spec), rtol=1e-8, atol=1e-8)
 
 
@@ -120,26 +122,29 @@ def test_cross_leaf_covariances_count() -> None:
     of its leaves' variances, so the dense comparison above tells a method that drops them apart."""
     rng = np.random.default_rng(9)  # test-only
     shape, _, g, levels = make_problem(rng, 3, with_invariants=False)
+    planned = plan_levels(levels, shape)
     n_leaves = g[-1].shape[1]
     weights = variables(rng, prod(shape))
-    whole = area_variances(area_terms(levels, shape, np.zeros(n_leaves, dtype=np.int64), 1), weights)[0]
-    alone = area_variances(area_terms(levels, shape, np.arange(n_leaves), n_leaves), weights).sum(axis=0)
+    whole = area_variances(area_terms(planned, shape, np.zeros(n_leaves, dtype=np.int64), 1), weights)[0]
+    alone = area_variances(area_terms(planned, shape, np.arange(n_leaves), n_leaves), weights).sum(axis=0)
     assert n_leaves >= 2 and np.all(np.abs(whole - alone) > 1e-3 * alone)
 
 
 def test_no_areas_and_leaves_in_none() -> None:
     shape, _, g, levels = make_problem(np.random.default_rng(11), 2, with_invariants=True)  # test-only
+    planned = plan_levels(levels, shape)
     n_leaves, cells = g[-1].shape[1], prod(shape)
     result = solve_gls(levels, shape)
     nowhere = np.full(n_leaves, -1)
-    assert area_variances(area_terms(levels, shape, nowhere, 0), np.ones((2, cells))).shape == (0, 2)
-    assert area_estimates(result, nowhere, 0, np.ones((2, cells))).shape == (0, 2)
-    np.testing.assert_array_equal(area_variances(area_terms(levels, shape, nowhere, 3), np.ones((2, cells))), 0)
-    assert area_variances(area_terms(levels, shape, nowhere, 3), np.ones((0, cells))).shape == (3, 0)
+    assert area_variances(area_terms(planned, shape, nowhere, 0), np.ones((2, cells))).shape == (0, 2)
+    assert area_estimates(result.stream, nowhere, 0, np.ones((2, cells))).shape == (0, 2)
+    np.testing.assert_array_equal(area_variances(area_terms(planned, shape, nowhere, 3), np.ones((2, cells))), 0)
+    assert area_variances(area_terms(planned, shape, nowhere, 3), np.ones((0, cells))).shape == (3, 0)
 
 
 def test_malformed_inputs_are_refused() -> None:
     shape, _, g, levels = make_problem(np.random.default_rng(12), 2, with_invariants=False)  # test-only
+    planned = plan_levels(levels, shape)
     n_leaves, cells = g[-1].shape[1], prod(shape)
     result = solve_gls(levels, shape)
     good = np.zeros(n_leaves, dtype=np.int64)
@@ -148,13 +153,13 @@ def test_malformed_inputs_are_refused() -> None:
                                       (good + 1, 1, r"\[0, n_areas\)"), (good, -1, "non-negative"),
                                       (good, 1.0, "non-negative")]:
         with pytest.raises(ValueError, match=match):
-            area_terms(levels, shape, leaf_area, n_areas)
+            area_terms(planned, shape, leaf_area, n_areas)
         with pytest.raises(ValueError, match=match):
-            area_estimates(result, leaf_area, n_areas, np.ones((1, cells)))
-    terms = area_terms(levels, shape, good, 1)
+            area_estimates(result.stream, leaf_area, n_areas, np.ones((1, cells)))
+    terms = area_terms(planned, shape, good, 1)
     for weights, match in [(np.ones(cells), "n_vars"), (np.ones((1, cells + 1)), "n_vars"),
                            (np.full((1, cells), np.nan), "finite")]:
         with pytest.raises(ValueError, match=match):
             area_variances(terms, weights)
         with pytest.raises(ValueError, match=match):
-            area_estimates(result, good, 1, weights)
+            area_estimates(result.stream, good, 1, weights)

@@ -27,7 +27,8 @@ from censusdp.pipeline.uncertainty.estimates import gls_estimates, write_estimat
 from censusdp.postprocess import QueryInvariant, QueryMeasurement
 from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
 from censusdp.postprocess.gls_algebra import marginal
-from tests.helpers.releases import release_dir
+from tests.helpers.configs import edit_config
+from tests.helpers.releases import release_dir, release_with
 
 
 def test_write_estimates_of_a_run(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -99,9 +100,8 @@ def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytes
     held_invariants: dict[int, list[QueryInvariant]] = {}
     real_drop = stages.ReleaseRun.drop_invariants
     monkeypatch.setattr(group_tasks, "measure_level", measure_level)
-    monkeypatch.setattr(stages, "publish", publish)
     monkeypatch.setattr(stages.ReleaseRun, "drop_invariants", drop_invariants)
-    run_dir = release_dir(capsys, tiny_release)
+    run_dir = release_with(tiny_release, publish=publish)
     assert not (run_dir / "estimates").exists()  # nothing written until write_estimates is called
     (memory,) = held
     assert memory.tree is not None
@@ -221,8 +221,7 @@ def test_uncertainty_command(tiny_release: Path, capsys: pytest.CaptureFixture[s
 def test_a_release_writes_its_own_estimates(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``output.estimates = true``: the release writes, from what it holds in memory, exactly the estimates that
     ``write_estimates`` computes from the published folder read back."""
-    config = tiny_release.with_name("estimates.toml")
-    config.write_text(tiny_release.read_text().replace("[output]\n", "[output]\nestimates = true\n"))
+    config = edit_config(tiny_release, {"output.estimates": True}, tiny_release.with_name("estimates.toml"))
     run_dir = release_dir(capsys, config)
     written = {p.relative_to(run_dir): pl.read_parquet(p) for p in sorted((run_dir / "estimates").rglob("*.parquet"))}
     assert len(written) == 8  # cells and queries at each of the 4 levels
@@ -234,8 +233,7 @@ def test_a_release_writes_its_own_estimates(tiny_release: Path, capsys: pytest.C
 
 def test_estimates_without_a_writer_are_refused_before_anything(tiny_release: Path, tmp_path: Path) -> None:
     """A caller that asks for estimates without passing their writer is refused at start: no folder, no charge."""
-    config = tiny_release.with_name("estimates.toml")
-    config.write_text(tiny_release.read_text().replace("[output]\n", "[output]\nestimates = true\n"))
+    config = edit_config(tiny_release, {"output.estimates": True}, tiny_release.with_name("estimates.toml"))
     out = tmp_path / "out"
     with pytest.raises(CensusDPError, match="no estimates writer"):
         stages.start_release(load_config(config), out, seeded_random_source(1))

@@ -12,7 +12,7 @@ import pytest
 from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.release import stages
-from tests.helpers.releases import cli, release
+from tests.helpers.releases import cli, release, release_with
 
 
 def test_postprocess_is_publishable_only_for_the_measurements_the_ledger_charged(
@@ -34,20 +34,15 @@ def test_postprocess_is_publishable_only_for_the_measurements_the_ledger_charged
     assert json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"] is False
 
 
-def crash_after_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
-    def crash(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
-        raise RuntimeError("simulated crash")
-
-    monkeypatch.setattr(stages, "reconcile", crash)
+def crash(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
+    raise RuntimeError("simulated crash")
 
 
 def test_resume_and_postprocess_refuse_a_recorded_configuration_the_ledger_did_not_charge(
         tiny_release: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Edited recorded configurations would publish a false guarantee (the third review)."""
-    real = stages.reconcile
-    crash_after_measuring(monkeypatch)
-    assert release(capsys, tiny_release)[0] != 0
-    monkeypatch.setattr(stages, "reconcile", real)
+    with pytest.raises(RuntimeError, match="simulated crash"):  # after the measurements were saved
+        release_with(tiny_release, reconcile=crash)
     partial = next((tiny_release.parent / "runs").iterdir())
     marker_path = partial / "measurements" / "complete.json"
     marker = json.loads(marker_path.read_text())

@@ -1,0 +1,21 @@
+"""Configurations edited as data, not as text: a TOML file read, its dotted keys set (``apply_overrides``, the
+CLI's own way of overriding a configuration), written back."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from censusdp.pipeline.config.load import apply_overrides
+
+
+def edit_config(path: Path, overrides: dict[str, Any], out: Path | None = None) -> Path:
+    """Set each dotted key of the TOML at ``path`` (None removes it); write to ``out`` (default: in place)."""
+    raw = tomllib.loads(Path(path).read_text())
+    apply_overrides(raw, overrides)
+    target = Path(out) if out is not None else Path(path)
+    target.write_text(tomli_w.dumps(raw))
+    return target
