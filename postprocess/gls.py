@@ -198,7 +198,7 @@ def solve_gls(levels: Sequence[GlsLevel], shape: Sequence[int]) -> GlsResult:
 
     Raises ``ValueError`` when a cell of the lowest level is not identifiable (the lowest level's queries do
     not cover every subspace and no invariant fixes it), when an invariant does not hold at every level above
-    it, or when the inputs are malformed."""
+    it, or when the inputs are malformed (a level's parents must be sorted, as a geography's codes sort)."""
     planned = plan_levels(levels, shape)
 
     def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], list[np.ndarray]]:

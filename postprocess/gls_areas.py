@@ -88,13 +88,6 @@ def _weights(weights: np.ndarray, cells: int) -> np.ndarray:
     return weights
 
 
-def _phi(phi: list[np.ndarray], level: int, nodes: np.ndarray) -> np.ndarray:
-    """Φ of ``nodes`` of a level (the lowest level's is level-wide)."""
-    if level == len(phi) - 1:
-        return np.broadcast_to(phi[level], (len(nodes), *phi[level].shape))
-    return phi[level][nodes]
-
-
 def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray | None], frees: list[np.ndarray],
                  parents: Sequence[np.ndarray], nodes: np.ndarray, areas: np.ndarray, n_areas: int) -> np.ndarray:
     """Q_S(A) (n_areas, K, K) on one subspace: the up recursion of the module docstring over (node, area) pairs,
@@ -103,11 +96,22 @@ def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray | None], frees:
     out = np.zeros((n_areas, k, k))
     if not len(nodes):
         return out
-    lowest = frees[-1]
-    t = np.broadcast_to(lowest, (len(nodes), *lowest.shape))  # s = x = N φ at a leaf of the area
-    v = np.zeros((len(nodes), k, k))
-    for i in range(len(phi) - 1, 0, -1):
-        t_phi = t @ _phi(phi, i, nodes)  # T_c Φ_c
+    # the leaves: s = x = N φ, so a (parent, area) pair's children add count × the same terms — formed as products,
+    # as the engine forms a parent's Φ̄ (count × Φ): the cancellation of pinned directions then stays exact
+    lowest, depth = frees[-1], len(phi)
+    leaf_phi = lowest @ phi[-1]  # T_c Φ_c of every leaf (K, f)
+    if depth == 1:
+        counts = np.bincount(areas, minlength=n_areas).astype(float)
+        return counts[:, None, None] * (leaf_phi @ lowest.T)
+    pairs, inverse = np.unique(parents[-1][nodes] * n_areas + areas, return_inverse=True)
+    counts = np.bincount(inverse.ravel(), minlength=len(pairs)).astype(float)[:, None, None]
+    b = counts * leaf_phi
+    nodes, areas = pairs // n_areas, pairs % n_areas
+    gain = b @ np.asarray(bar_inv[-2])[nodes]  # B Φ̄⁻¹
+    t = gain @ (lowest.T @ frees[-2])
+    v = counts * (leaf_phi @ lowest.T) - gain @ np.swapaxes(b, 1, 2)
+    for i in range(depth - 2, 0, -1):
+        t_phi = t @ phi[i][nodes]  # T_c Φ_c
         own = v + t_phi @ np.swapaxes(t, 1, 2)  # V_c + T_c Φ_c T_cᵀ
         pairs, inverse = np.unique(parents[i][nodes] * n_areas + areas, return_inverse=True)
         family = children_matrix(inverse.ravel(), len(pairs))  # sums a (node, area)'s children pairs
@@ -116,7 +120,7 @@ def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray | None], frees:
         gain = b @ np.asarray(bar_inv[i - 1])[nodes]  # B Φ̄⁻¹
         t = gain @ (frees[i].T @ frees[i - 1])
         v = _sum(family, own) - gain @ np.swapaxes(b, 1, 2)
-    final = v + t @ _phi(phi, 0, nodes) @ np.swapaxes(t, 1, 2)
+    final = v + t @ phi[0][nodes] @ np.swapaxes(t, 1, 2)
     return _sum(children_matrix(areas, n_areas), final)
 
 

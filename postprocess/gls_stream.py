@@ -61,24 +61,24 @@ class StreamedGls:
 
     def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
                  lowest_sums: LowestSums | None = None, slice_cells: int = SLICE_CELLS) -> None:
-        self._lowest_sums = lowest_sums or self._local_sums
-        self._slice_cells = slice_cells
-        self.shape = tuple(int(n) for n in shape)
-        self.levels = list(levels)
-        self.sizes = check_plan(self.levels, self.shape)
-        self._read = read
-        specs = [s for level in self.levels for s, _ in level.queries] + [s for level in self.levels
-                                                                           for s in level.invariants]
-        self.bases = axis_bases(self.shape, specs)
-        self.subsets = subsets(len(self.shape))
-        self._frames: list[SubspaceFrame] = []
-        for subset in self.subsets:
-            infos, pins = subspace_blocks(self.levels, self.bases, subset)
-            check_identifiable(infos[-1], pins[-1].free, subset)
-            self._frames.append(subspace_frame(infos, pins, [level.parent for level in self.levels], self.sizes))
         self._scratch = store
-        self._finalizer = weakref.finalize(self, store.close)
+        self._finalizer = weakref.finalize(self, store.close)  # first: a failed check below closes it too
+        self._lowest_sums = lowest_sums  # None: run here (not a bound method: no cycle keeps the store open)
+        self._slice_cells = slice_cells
         try:
+            self.shape = tuple(int(n) for n in shape)
+            self.levels = list(levels)
+            self.sizes = check_plan(self.levels, self.shape)
+            self._read = read
+            specs = [s for level in self.levels for s, _ in level.queries] + [s for level in self.levels
+                                                                               for s in level.invariants]
+            self.bases = axis_bases(self.shape, specs)
+            self.subsets = subsets(len(self.shape))
+            self._frames: list[SubspaceFrame] = []
+            for subset in self.subsets:
+                infos, pins = subspace_blocks(self.levels, self.bases, subset)
+                check_identifiable(infos[-1], pins[-1].free, subset)
+                self._frames.append(subspace_frame(infos, pins, [level.parent for level in self.levels], self.sizes))
             self._up_pass()
             self._down_pass()
         except BaseException:
@@ -154,8 +154,9 @@ class StreamedGls:
                 self.lowest_chunk(start, stop).up(*self._read(lowest, start, stop))
             return
         jobs = (self.lowest_chunk(start, stop, with_parents=False) for start, stop in chunks)
+        run = self._lowest_sums or self._local_sums
         # in chunk order, so "sum" is written front to back; one result per chunk, with a row per parent
-        for (start, stop), sums in zip(chunks, self._lowest_sums(jobs), strict=True):
+        for (start, stop), sums in zip(chunks, run(jobs), strict=True):
             first, last, _ = self._parents(lowest, start, stop)
             if np.shape(sums) != (last - first, *self.shape):
                 raise ValueError(f"lowest level, nodes {start}:{stop}: the children sums have the wrong shape")

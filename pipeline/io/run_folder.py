@@ -30,6 +30,7 @@ from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.exact import parse_rational
 from censusdp.pipeline.io.measurements import (
     ChunkLocation,
+    level_location,
     read_chunk_plan,
     read_invariants,
     read_level_table,
@@ -118,10 +119,17 @@ class LoadedRun:
         return out
 
     def chunk_plan(self, level: int) -> list[tuple[int, int, ChunkLocation]]:
-        """The level's chunks as its measurement files lay them out: (first node, stop node, location)."""
+        """The level's chunks as its measurement files lay them out: (first node, stop node, location), one row
+        group per chunk and query, whole families each (``CensusDPError`` naming the level's files otherwise)."""
         queries = self.level_queries(level)
-        first_cells = self.config.schema.query_cells(queries[0][0])
-        return read_chunk_plan(self.measurements_dir, self.config.levels[level].name, len(queries), first_cells)
+        name = self.config.levels[level].name
+        plan = read_chunk_plan(self.measurements_dir, name, len(queries), self.config.schema.query_cells(queries[0][0]))
+        parent = self.tree.parent[level]
+        if (not plan or plan[-1][1] != self.tree.n_nodes(level)
+                or (level > 0 and any(parent[start] == parent[start - 1] for start, _, _ in plan[1:]))):
+            raise CensusDPError(f"{self.measurements_dir / level_location(self.measurements_dir, name)}: its row "
+                                "groups are not the release's chunks (a measurement file rewritten?)")
+        return plan
 
     def table(self, level: int) -> np.ndarray:
         """The published (reconciled, integer) table of a level as dense counts (n_nodes, n_cells)."""

@@ -110,7 +110,9 @@ def read_parquet(path: Path) -> pl.DataFrame:
     if not path.exists():
         raise RunFileError(f"{path}: missing")
     try:
-        return pl.read_parquet(path / "*.parquet" if path.is_dir() else path)  # no Arrow copy beside the frame
+        # the parts listed, never a pattern: a run folder's name may hold [, * or ?
+        files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+        return pl.read_parquet(files, glob=False)  # no Arrow copy beside the frame
     except (OSError, ValueError, pl.exceptions.PolarsError):
         raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
 

@@ -27,7 +27,7 @@ from censusdp.postprocess.gls_areas import mean_area_variances
 from censusdp.postprocess.gls_stream import StreamLevel
 
 log = logging.getLogger("censusdp")
-ZERO = 1e-3  # persons: a standard error below this is an invariant's exact zero (rounding leaves ~1e-6)
+ZERO = 1e-6  # persons: a standard error below this is an invariant's exact zero
 MAIN_VARIABLES = {"P1_001N": "total", "P1_003N": "White alone", "P1_004N": "Black alone", "P1_006N": "Asian alone",
                   "P1_009N": "two or more races", "P2_002N": "Hispanic or Latino"}
 

@@ -5,7 +5,8 @@
 - ``estimates/<level>.parquet``: ``geoid``, one column per attribute, ``estimate``, ``std_error``, ``ci_low``,
   ``ci_high`` — every detailed cell of every node (zeros included);
 - ``estimates/queries/<level>.parquet``: the same for every other query measured at the level (and ``total``),
-  long form: ``geoid``, ``query``, ``cell``, ``estimate``, ``std_error``, ``ci_low``, ``ci_high``.
+  long form: ``geoid``, ``query``, ``cell``, ``estimate``, ``std_error``, ``ci_low``, ``ci_high`` — written chunk
+  by chunk of nodes, so rows run by chunk, then query, then node (filter by ``query`` for one query's rows).
 
 The estimates are the generalised least squares fit of all the run's noisy measurements (``postprocess.gls``),
 streamed from the run's measurement files chunk by chunk (``open_gls``: memory as the release's, not the tree's):
@@ -76,8 +77,12 @@ def open_gls(run: LoadedRun, scratch: Path | None = None) -> StreamedGls:
 
 
 def gls_estimates(run: LoadedRun) -> GlsResult:
-    """The run's GLS as a ``GlsResult`` (estimates and variances by level and query; evaluation, small runs)."""
-    return GlsResult(open_gls(run))
+    """The run's GLS as a ``GlsResult`` (estimates and variances by level and query; evaluation, small runs): the
+    estimates read into memory, the stream's scratch files removed."""
+    result = GlsResult(open_gls(run))
+    _ = result.estimates  # every level's, before the store is closed (the variances need no store)
+    result.stream.close()
+    return result
 
 
 def _columns(estimate: np.ndarray, std_error: np.ndarray) -> dict[str, pa.Array]:
@@ -154,9 +159,9 @@ def _level_files(run: LoadedRun, stream: StreamedGls, level: int, out_dir: Path)
 def write_loaded_estimates(run: LoadedRun) -> list[Path]:
     """Write ``estimates/<level>.parquet`` and ``estimates/queries/<level>.parquet``; return the paths."""
     out_dir = run.run_dir / ESTIMATES_DIR
-    (out_dir / "queries").mkdir(parents=True, exist_ok=True)
     written = []
-    with open_gls(run) as stream:
+    with open_gls(run) as stream:  # solved first: a design it cannot solve leaves no folder behind
+        (out_dir / "queries").mkdir(parents=True, exist_ok=True)
         for level in range(run.tree.depth):
             written += _level_files(run, stream, level, out_dir)
     return written

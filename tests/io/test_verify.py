@@ -60,6 +60,14 @@ def test_a_release_keeps_every_promise(run: Path, capsys: pytest.CaptureFixture[
     assert len(lines) == len(checks) and all(LINE.fullmatch(line) for line in lines)
 
 
+def test_a_run_folder_named_with_glob_characters_is_read_as_named(run: Path, tmp_path: Path) -> None:
+    """``runs[2020]``: a file's name is a name, never a pattern."""
+    copy = tmp_path / "runs[2020]" / "run*?"
+    shutil.copytree(run, copy)
+    checks = verify_run(copy)
+    assert checks and not [c for c in checks if c.violations]
+
+
 def rewrite(path: Path, change: Callable[[pl.DataFrame], pl.DataFrame]) -> None:
     """Replace a published table (a file or a folder of parts) by one file holding ``change`` of its rows."""
     frame = pl.read_parquet(path / "*.parquet" if path.is_dir() else path)

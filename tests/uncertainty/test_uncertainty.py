@@ -238,3 +238,31 @@ def test_estimates_without_a_writer_are_refused_before_anything(tiny_release: Pa
     with pytest.raises(CensusDPError, match="no estimates writer"):
         stages.start_release(load_config(config), out, seeded_random_source(1))
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_design_the_gls_cannot_solve_leaves_nothing_behind(tiny_release: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cells no query of the lowest level determines (level-by-level reconciliation publishes them): the GLS is
+    refused, and neither its scratch folder nor an empty ``estimates/`` stays behind."""
+    edit_config(tiny_release, {"strategy.unit": {"colour": "1"}, "postprocess.reconciliation": "level_by_level"})
+    run_dir = release_dir(capsys, tiny_release)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    with pytest.raises(ValueError, match="not identifiable"):
+        write_estimates(run_dir)
+    assert list(scratch.iterdir()) == [] and not (run_dir / "estimates").exists()
+
+
+def test_measurements_rewritten_into_other_row_groups_are_named(tiny_release: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The estimates read a level chunk by chunk as the release wrote it: a file rewritten into other row groups
+    is refused with one line naming it, not read wrongly."""
+    import pyarrow.parquet as pq
+
+    run_dir = release_dir(capsys, tiny_release)
+    path = run_dir / "measurements" / "unit.parquet"
+    pq.write_table(pq.read_table(path), path, row_group_size=30)
+    with pytest.raises(CensusDPError, match="unit.parquet: its row groups are not the release's chunks"):
+        write_estimates(run_dir)
