@@ -12,13 +12,15 @@ definitions, a sparse product of the cells and their (cells x variables) matrix,
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from censusdp.geography.levels import Level
@@ -105,16 +107,43 @@ def _part(record: Mapping[str, Any], key: str, run_dir: Path) -> Mapping[str, An
     return value
 
 
-def read_parquet(path: Path) -> pl.DataFrame:
-    """A Parquet file or a folder of part files, as one frame; ``RunFileError`` if missing or unreadable."""
+def _files(path: Path) -> list[Path]:
     if not path.exists():
         raise RunFileError(f"{path}: missing")
+    return sorted(path.glob("*.parquet")) if path.is_dir() else [path]  # names, never a pattern: runs[2020]/
+
+
+def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """A Parquet file or a folder of part files, as one frame; ``RunFileError`` if missing or unreadable."""
+    files = _files(path)
     try:
-        # the parts listed, never a pattern: a run folder's name may hold [, * or ?
-        files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
-        return pl.read_parquet(files, glob=False)  # no Arrow copy beside the frame
+        return pl.read_parquet(files, columns=list(columns) if columns else None, glob=False)
     except (OSError, ValueError, pl.exceptions.PolarsError):
         raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
+
+
+def _check_wide_columns(path: Path, needed: Sequence[str], numeric: Sequence[str]) -> None:
+    """``RunFileError`` unless every part of a wide table has the ``needed`` columns, ``numeric`` ones numeric."""
+    for file in _files(path) or [path]:
+        try:
+            schema = pq.read_schema(file)
+        except (OSError, ValueError, pa.ArrowException):
+            raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
+        if missing := next((name for name in needed if name not in schema.names), None):
+            raise RunFileError(f"{path}: no column {missing}")
+        kinds = (pa.types.is_integer, pa.types.is_floating)
+        if text := next((n for n in numeric if not any(kind(schema.field(n).type) for kind in kinds)), None):
+            raise RunFileError(f"{path}: column {text} is not numeric")
+
+
+def read_batches(path: Path, columns: Sequence[str], rows: int) -> Iterator[pl.DataFrame]:
+    """The named columns of a Parquet file or folder of parts, ``rows`` rows at a time (bounded memory)."""
+    for file in _files(path):
+        try:
+            for batch in pq.ParquetFile(file).iter_batches(batch_size=rows, columns=list(columns)):
+                yield pl.DataFrame(pl.from_arrow(batch))
+        except (OSError, ValueError, pa.ArrowException):
+            raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
 
 
 def _need(frame: pl.DataFrame, columns: Sequence[str], path: Path) -> None:
@@ -260,26 +289,29 @@ def variable_matrix(schema: Schema, variables: Sequence[Variable]) -> sp.csc_mat
                          shape=(schema.n_cells, len(columns)))
 
 
-def _definitions(wide: pl.DataFrame, frame: pl.DataFrame, schema: Schema, variables: Sequence[Variable],
+def _definitions(wide: Iterator[pl.DataFrame], frame: pl.DataFrame, schema: Schema, variables: Sequence[Variable],
                  matrix: sp.csc_matrix, level: str, nodes: int, universe: str) -> list[RuleCheck]:
     """Each table's columns against the sums of the level table's cells they are defined from (``matrix``; a
-    node missing from either side holds zeros there), one check per table, a block of nodes at a time."""
+    node missing from either side holds zeros there), one check per table: the wide table a batch of rows at a
+    time (``wide``: frames of ``GEOID`` and the variables), never whole."""
     names = [v.name for v in variables]
-    keys = pl.concat([wide.select(GEOID), frame.select(GEOID)]).unique().sort(GEOID).with_row_index("_row")
+    keys = frame.select(GEOID).unique().sort(GEOID).with_row_index("_row")
     cells = frame.join(keys, on=GEOID)
     counts = sp.csr_matrix((cells[COUNT].to_numpy(), (cells["_row"].to_numpy(), cells[CELL].to_numpy())),
                            shape=(keys.height, schema.n_cells))
-    # each wide row's key row, in key order: the wide table's rows are gathered a block at a time, never copied whole
-    rows = wide.select(GEOID).with_row_index("_wide").join(keys, on=GEOID).sort("_row")
-    at, wide_row = rows["_row"].to_numpy(), rows["_wide"].to_numpy()
-    columns = wide.select(names)
     wrong = np.zeros(len(names), dtype=np.int64)
-    for start in range(0, keys.height, NODES_AT_ONCE):
-        stop = min(start + NODES_AT_ONCE, keys.height)
-        lo, hi = np.searchsorted(at, [start, stop])
-        block = np.zeros((stop - start, len(names)))
-        block[at[lo:hi] - start] = columns[wide_row[lo:hi]].to_numpy()
-        wrong += (block != (counts[start:stop] @ matrix).toarray()).sum(axis=0)
+    seen = np.zeros(keys.height, dtype=bool)
+    for batch in wide:
+        rows = batch.select(GEOID).join(keys, on=GEOID, how="left", maintain_order="left")["_row"]
+        at = rows.fill_null(-1).to_numpy().astype(np.int64)
+        has = at >= 0
+        expected = np.zeros((batch.height, len(names)))
+        expected[has] = (counts[at[has]] @ matrix).toarray()
+        wrong += (batch.select(names).to_numpy() != expected).sum(axis=0)
+        seen[at[has]] = True
+    missing = np.flatnonzero(~seen)  # nodes with cells but no row of the wide table: it publishes 0 for them
+    for start in range(0, len(missing), NODES_AT_ONCE):
+        wrong += ((counts[missing[start:start + NODES_AT_ONCE]] @ matrix).toarray() != 0).sum(axis=0)
     tables = dict.fromkeys(v.table for v in variables)
     return [RuleCheck(f"pl94: {table} columns = sums of the {universe}' cells they are defined from", level,
                       nodes * sum(v.table == table for v in variables),
@@ -305,26 +337,30 @@ def pl94_checks(run_dir: Path, located: Mapping[str, Any], persons: Universe, un
         if level.name not in located:
             raise RunFileError(f"{run_dir / 'manifest.json'}: names no pl94 table of level {level.name}")
         path = run_dir / located[level.name]
-        wide = read_parquet(path)
-        _need(wide, ["GEOID", *(v.name for v in (*people, *housing))], path)
-        schema = wide.schema
-        if text := next((v.name for v in (*people, *housing) if not schema[v.name].is_numeric()), None):
-            raise RunFileError(f"{path}: column {text} is not numeric")
-        wide = wide.with_columns((pl.col("GEOID").cast(pl.String) if level.width else pl.lit("")).alias(GEOID))
+        variable_names = [v.name for v in (*people, *housing)]
+        _check_wide_columns(path, ["GEOID", *variable_names], variable_names)
+        identities = ["P1_001N", "P2_001N", "P3_001N", "P4_001N", "P5_001N"] + (
+            ["H1_001N", "H1_002N", "H1_003N"] if housing else [])
+        key = (pl.col("GEOID").cast(pl.String) if level.width else pl.lit("")).alias(GEOID)
+        narrow = read_parquet(path, ["GEOID", *identities]).with_columns(key)
         nodes, col = persons.nodes[level.name], pl.col
-        out += _identities(wide, level.name, (("P1 total = P2 total", col("P1_001N") != col("P2_001N")),
-                                              ("P3 total = P4 total", col("P3_001N") != col("P4_001N")),
-                                              ("P5 total <= P1 total", col("P5_001N") > col("P1_001N"))))
+        out += _identities(narrow, level.name, (("P1 total = P2 total", col("P1_001N") != col("P2_001N")),
+                                                ("P3 total = P4 total", col("P3_001N") != col("P4_001N")),
+                                                ("P5 total <= P1 total", col("P5_001N") > col("P1_001N"))))
         totals = persons.tables[level.name].group_by(GEOID).agg(col(COUNT).sum())
         out.append(RuleCheck("pl94: P1 total = the level table's persons", level.name, nodes,
-                             _mismatches(wide.select(GEOID, "P1_001N"), totals, [GEOID], "P1_001N", COUNT)))
-        out += _definitions(wide, persons.tables[level.name], persons.config.schema, people, matrices[0],
-                            level.name, nodes, "persons")
+                             _mismatches(narrow.select(GEOID, "P1_001N"), totals, [GEOID], "P1_001N", COUNT)))
+
+        def batches(names: list[str], path: Path = path, key: pl.Expr = key) -> Iterator[pl.DataFrame]:
+            return (batch.with_columns(key) for batch in read_batches(path, ["GEOID", *names], NODES_AT_ONCE))
+
+        out += _definitions(batches([v.name for v in people]), persons.tables[level.name], persons.config.schema,
+                            people, matrices[0], level.name, nodes, "persons")
         if units is not None and matrices[1] is not None:
-            out += _identities(wide, level.name, (("H1_001N = H1_002N + H1_003N",
-                                                   col("H1_001N") != col("H1_002N") + col("H1_003N")),))
-            out += _definitions(wide, units.tables[level.name], units.config.schema, housing, matrices[1],
-                                level.name, nodes, "units")
+            out += _identities(narrow, level.name, (("H1_001N = H1_002N + H1_003N",
+                                                     col("H1_001N") != col("H1_002N") + col("H1_003N")),))
+            out += _definitions(batches([v.name for v in housing]), units.tables[level.name], units.config.schema,
+                                housing, matrices[1], level.name, nodes, "units")
     return out
 
 

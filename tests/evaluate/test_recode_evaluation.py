@@ -13,6 +13,7 @@ from censusdp.pipeline.cli import main
 from censusdp.pipeline.evaluate.compare import evaluate, write_evaluation
 from censusdp.pipeline.io.run_folder import load_run
 from censusdp.pipeline.uncertainty.estimates import gls_estimates
+from tests.helpers.configs import preset_config
 from tests.helpers.releases import release_dir
 from tests.helpers.tiny import require_shared_data
 
@@ -49,10 +50,9 @@ def test_perry_county_pl94_2020_release_has_gls(tmp_path: Path, capsys: pytest.C
     sample: GLS estimates in the release, ``censusdp uncertainty`` and ``censusdp evaluate`` with the GLS column."""
     shared_data = require_shared_data()
     config = tmp_path / "pl94.toml"
-    assert main(["init", "--preset", "pl94-2020", "--out", str(config)]) == 0
-    text = config.read_text().replace('geography = "geography.parquet"', "").replace(
-        "estimates = false", "estimates = true").replace("protected_microdata = true", "protected_microdata = false")
-    config.write_text(text.replace('# path = "..."', f'path = "{tmp_path / "ledger.sqlite"}"'))
+    preset_config(config, "pl94-2020", {"input.geography": None, "output.estimates": True,
+                                        "output.protected_microdata": False,
+                                        "ledger.path": str(tmp_path / "ledger.sqlite")})
     run_dir = release_dir(capsys, config, "--microdata", str(shared_data), "--format", "mdf-pl94", "--no-units",
                           seed=11)
     us = pl.read_parquet(run_dir / "estimates" / "queries" / "us.parquet")

@@ -13,6 +13,7 @@ from censusdp.pipeline.cli import main
 from censusdp.pipeline.config.options import insecure_seed_allowed, load_release_config, random_source
 from censusdp.pipeline.release.stages import STAGES, replaced, run_release
 from censusdp.pipeline.uncertainty.estimates import write_release_estimates
+from tests.helpers.configs import preset_config
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -43,10 +44,4 @@ def release_with(config: Path, seed: int = 5, **functions: Callable[..., Any]) -
 
 def units_config(folder: Path, data: Path, dataset: str = "units-state") -> Path:
     """The pl94 preset (with its [units] universe) on a synthetic state's files (the test's installation ledger)."""
-    config = folder / "pl94.toml"
-    assert main(["init", "--preset", "pl94", "--out", str(config)]) == 0
-    text = config.read_text()
-    for name in ("microdata", "geography", "units"):
-        text = text.replace(f'"{name}.parquet"', f'"{data / f"{name}.parquet"}"')
-    config.write_text(text.replace('dataset = "pl94-state"', f'dataset = "{dataset}"'))
-    return config
+    return preset_config(folder / "pl94.toml", "pl94", {"ledger.dataset": dataset}, files=data)

@@ -14,12 +14,12 @@ import pytest
 
 from censusdp.geography.levels import Level
 from censusdp.pipeline.cli import main
-from censusdp.pipeline.cli.commands import preset_text
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.options import random_source
 from censusdp.pipeline.io.verify import RuleCheck, persons_units_checks, verify_run
 from censusdp.pipeline.release.stages import run_release
 from censusdp.pipeline.synth.population import write_synthetic
+from tests.helpers.configs import preset_config
 from tests.helpers.releases import cli
 
 LINE = re.compile(r"(\d+) violations  (.+)  \[(\w+)\]  \((\d+) checked\)")
@@ -31,10 +31,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     units' invariants and structural zeros, the persons-per-unit rules), charged to a ledger of its own."""
     folder = tmp_path_factory.mktemp("verify")
     files = write_synthetic(5000, 7, folder / "data")
-    text = preset_text("pl94").replace('cap_rho = "10.24"', 'cap_rho = "1000"')
-    for name in ("microdata", "geography", "units"):
-        text = text.replace(f'"{name}.parquet"', f'"{getattr(files, name)}"')
-    (folder / "pl94.toml").write_text(text)
+    preset_config(folder / "pl94.toml", "pl94", {"ledger.cap_rho": "1000"}, files=files)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CENSUSDP_LEDGER", str(folder / "ledger.sqlite"))
         yield run_release(load_config(folder / "pl94.toml"), folder / "runs", random_source(5))
@@ -104,6 +101,8 @@ CORRUPTIONS = {  # a file of the run, what is done to it, and a rule that must r
                   ("persons: invariant total equals its published value", "state")),
     "P1": ("tables/pl94/county.parquet", first_row("P1_003N", lambda c: c + 1),
            ("pl94: P1 columns = sums of the persons' cells they are defined from", "county")),
+    "P1 row missing": ("tables/pl94/block.parquet", lambda f: f.sort("P1_001N", descending=True).slice(1),
+                       ("pl94: P1 columns = sums of the persons' cells they are defined from", "block")),
     "H1": ("tables/pl94/tract.parquet", first_row("H1_002N", lambda c: c + 1),
            ("pl94: H1_001N = H1_002N + H1_003N", "tract")),
     "H1 from units": ("tables/pl94/tract.parquet", first_row("H1_001N", lambda c: c + 1),

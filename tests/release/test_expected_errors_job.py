@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from censusdp.pipeline.cli.commands import preset_text
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.release import expected_errors as expected_module
@@ -18,6 +17,7 @@ from censusdp.pipeline.release import stages, tabulate
 from censusdp.pipeline.release.expected_errors import compute_expected_errors, expected_errors, expected_errors_job
 from censusdp.pipeline.release.runner import LocalRunner
 from censusdp.pipeline.synth.population import write_synthetic
+from tests.helpers.configs import preset_config
 
 
 class RecordingRunner(LocalRunner):
@@ -38,10 +38,7 @@ class RecordingRunner(LocalRunner):
 def pl94_config(tmp_path: Path) -> Path:
     files = write_synthetic(1500, 4, tmp_path / "data")
     config = tmp_path / "pl94.toml"  # the preset's text (not `censusdp init`: the CLI would set up the log's handler)
-    text = preset_text("pl94").replace('"microdata.parquet"', f'"{files.microdata}"')
-    text = text.replace('"geography.parquet"', f'"{files.geography}"').replace('"units.parquet"', f'"{files.units}"')
-    config.write_text(text)
-    return config
+    return preset_config(config, "pl94", files=files)
 
 
 def test_started_with_the_lowest_level_and_collected_by_tabulate(tmp_path: Path,

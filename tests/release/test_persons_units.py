@@ -17,7 +17,7 @@ from censusdp.pipeline.release.persons_units import level_rules, persons_bound, 
 from censusdp.pipeline.release.support import structural_zero_mask
 from censusdp.pipeline.synth.population import write_synthetic
 from censusdp.postprocess import UNBOUNDED
-from tests.helpers.configs import edit_config
+from tests.helpers.configs import edit_config, preset_config
 from tests.helpers.releases import cli, release, release_dir, release_with, units_config
 
 
@@ -33,12 +33,7 @@ def test_every_level_keeps_every_rule(synthetic: Path, tmp_path: Path, capsys: p
                                       preset: str) -> None:
     config_path = units_config(tmp_path, synthetic)
     if preset == "pl94-2020":
-        from censusdp.pipeline.cli.commands import preset_text
-
-        text = preset_text(preset).replace("cap_rho = ", 'cap_rho = "1000" # ')
-        for name in ("microdata", "geography", "units"):
-            text = text.replace(f'"{name}.parquet"', f'"{synthetic / f"{name}.parquet"}"')
-        config_path.write_text(text)
+        preset_config(config_path, preset, {"ledger.cap_rho": "1000"}, files=synthetic)
     run = release_dir(capsys, config_path)
     config = load_config(config_path)
     manifest = json.loads((run / "manifest.json").read_text())

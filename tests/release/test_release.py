@@ -14,7 +14,7 @@ import pytest
 
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.config.load import load_config
-from tests.helpers.configs import edit_config
+from tests.helpers.configs import edit_config, preset_config
 from tests.helpers.releases import release_dir
 from tests.helpers.tiny import require_shared_data
 
@@ -94,10 +94,8 @@ def test_seeded_runs_reproduce_and_system_runs_differ(tiny_release: Path,
 def test_perry_county_ppmf_release_with_the_pl94_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                          preset: str) -> None:
     shared_data = require_shared_data()
-    assert main(["init", "--preset", preset, "--out", str(tmp_path / "pl94.toml")]) == 0
-    text = (tmp_path / "pl94.toml").read_text().replace('geography = "geography.parquet"', "")
-    text = text.replace('# path = "..."', f'path = "{tmp_path / "ledger.sqlite"}"')  # not beside shared data
-    (tmp_path / "pl94.toml").write_text(text)
+    preset_config(tmp_path / "pl94.toml", preset, {"input.geography": None,  # the ledger: not beside shared data
+                                                   "ledger.path": str(tmp_path / "ledger.sqlite")})
     run_dir = release_dir(capsys, tmp_path / "pl94.toml", "--microdata", str(shared_data), "--format", "mdf-pl94",
                           "--no-units", seed=SEED)
     manifest = json.loads((run_dir / "manifest.json").read_text())

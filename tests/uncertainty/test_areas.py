@@ -10,7 +10,6 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from censusdp.pipeline.cli import main
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.evaluate.compare import true_histograms
 from censusdp.pipeline.io.assignments import read_assignment
@@ -19,6 +18,7 @@ from censusdp.pipeline.uncertainty.areas import LABEL, area_table, area_variable
 from censusdp.pipeline.uncertainty.estimates import gls_levels, redrawn_measurements
 from censusdp.postprocess.gls import QuerySpec, plan_levels, solve_gls
 from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances
+from tests.helpers.configs import preset_config
 from tests.helpers.releases import cli, release_dir
 from tests.helpers.tiny import TINY_TOML, require_shared_data, tiny_microdata
 
@@ -139,9 +139,8 @@ def test_perry_county_plan_gets_p_table_variables(tmp_path: Path, capsys: pytest
     """The pl94 preset on the real PPMF sample: every P1-P5 variable for every district of a plan; the published
     P1_001N of a district is the sum of its blocks' P1_001N in tables/pl94/block.parquet."""
     shared_data = require_shared_data()
-    assert main(["init", "--preset", "pl94", "--out", str(tmp_path / "pl94.toml")]) == 0
-    text = (tmp_path / "pl94.toml").read_text().replace('geography = "geography.parquet"', "")
-    (tmp_path / "pl94.toml").write_text(text.replace('# path = "..."', f'path = "{tmp_path / "ledger.sqlite"}"'))
+    preset_config(tmp_path / "pl94.toml", "pl94", {"input.geography": None,
+                                                  "ledger.path": str(tmp_path / "ledger.sqlite")})
     run_dir = release_dir(capsys, tmp_path / "pl94.toml", "--microdata", str(shared_data), "--format", "mdf-pl94",
                           "--no-units")
     blocks = pl.read_parquet(run_dir / "tables" / "pl94" / "block.parquet")
