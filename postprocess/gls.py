@@ -30,7 +30,7 @@ from math import prod
 
 import numpy as np
 
-from censusdp.postprocess.gls_algebra import AxisBasis, QuerySpec, Subset, answer
+from censusdp.postprocess.gls_algebra import QuerySpec, answer
 from censusdp.postprocess.gls_stream import StreamedGls, solve_gls_streamed
 from censusdp.postprocess.gls_stream_frame import StreamLevel
 
@@ -152,14 +152,6 @@ class GlsResult:
     @property
     def shape(self) -> tuple[int, ...]:
         return self.stream.shape
-
-    @property
-    def bases(self) -> list[AxisBasis]:
-        return self.stream.bases
-
-    @property
-    def subsets(self) -> list[Subset]:
-        return self.stream.subsets
 
     @cached_property
     def estimates(self) -> list[np.ndarray]:

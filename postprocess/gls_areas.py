@@ -33,15 +33,9 @@ from math import prod
 import numpy as np
 import scipy.sparse as sp
 
-from censusdp.postprocess.gls_algebra import AxisBasis, Subset, apply_axes, axis_bases, gather, subsets
+from censusdp.postprocess.gls_algebra import AxisBasis, Subset, apply_axes, gather
 from censusdp.postprocess.gls_stream import StreamedGls
-from censusdp.postprocess.gls_stream_frame import (
-    StreamLevel,
-    check_identifiable,
-    check_plan,
-    subspace_blocks,
-    subtree_phi,
-)
+from censusdp.postprocess.gls_stream_frame import StreamLevel, TreeFrame, subspace_blocks, subtree_phi, tree_frame
 from censusdp.postprocess.gls_tree import children_matrix
 
 CHUNK = 4096  # variables rotated at a time (a chunk's rotated cube is CHUNK × C floats)
@@ -129,32 +123,13 @@ def _sum(matrix: sp.csr_matrix, values: np.ndarray) -> np.ndarray:
     return np.asarray(matrix @ flat).reshape((matrix.shape[0], *values.shape[1:]))
 
 
-@dataclass(frozen=True)
-class _Frame:
-    """The levels' shape, sizes, parents, axis bases and subsets."""
-
-    shape: tuple[int, ...]
-    sizes: list[int]
-    parents: list[np.ndarray]
-    bases: list[AxisBasis]
-    subsets: list[Subset]
-
-    def subtree(self, levels: Sequence[StreamLevel], subset: Subset
-                ) -> tuple[list[np.ndarray], list[np.ndarray | None], list[np.ndarray]]:
-        """Φ, Φ̄⁻¹ and the free bases of every level on one subspace."""
-        infos, pins = subspace_blocks(levels, self.bases, subset)
-        frees = [p.free for p in pins]
-        check_identifiable(infos[-1], frees[-1], subset)
-        phi, bar_inv = subtree_phi(infos, frees, self.parents, self.sizes)
-        return phi, bar_inv, frees
-
-
-def _frame(levels: Sequence[StreamLevel], shape: Sequence[int]) -> _Frame:
-    shape = tuple(int(n) for n in shape)
-    sizes = check_plan(levels, shape)
-    specs = [s for level in levels for s, _ in level.queries] + [s for level in levels for s in level.invariants]
-    return _Frame(shape, sizes, [np.asarray(level.parent) for level in levels], axis_bases(shape, specs),
-                  subsets(len(shape)))
+def _subtree(levels: Sequence[StreamLevel], frame: TreeFrame, subset: Subset
+             ) -> tuple[list[np.ndarray], list[np.ndarray | None], list[np.ndarray]]:
+    """Φ, Φ̄⁻¹ and the free bases of every level on one subspace."""
+    infos, pins = subspace_blocks(levels, frame.bases, subset)
+    frees = [p.free for p in pins]
+    phi, bar_inv = subtree_phi(infos, frees, frame.parents, frame.sizes)
+    return phi, bar_inv, frees
 
 
 def area_terms(levels: Sequence[StreamLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int
@@ -164,12 +139,12 @@ def area_terms(levels: Sequence[StreamLevel], shape: Sequence[int], leaf_area: n
     ``leaf_area[b]`` is the area of leaf b of the lowest level, in [0, n_areas), or -1 for a leaf in no area.
     Raises ``ValueError`` on malformed inputs, as the engine does on the levels (unidentifiable cells,
     invariants that are not nested)."""
-    frame = _frame(levels, shape)
+    frame = tree_frame(levels, shape)
     leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
     blocks = []
     inside = np.flatnonzero(leaf_area >= 0)
     for subset in frame.subsets:
-        phi, bar_inv, frees = frame.subtree(levels, subset)
+        phi, bar_inv, frees = _subtree(levels, frame, subset)
         blocks.append(_area_blocks(phi, bar_inv, frees, frame.parents, inside, leaf_area[inside], int(n_areas)))
     return AreaTerms(frame.shape, tuple(frame.bases), tuple(frame.subsets), tuple(blocks))
 
@@ -198,7 +173,7 @@ def mean_area_variances(levels: Sequence[StreamLevel], shape: Sequence[int], lea
     subspace and for a chunk of areas at a time (at most ``leaves_per_chunk`` leaves, or one area): memory is one
     subspace's tree covariances and one chunk's terms, not every area's terms.  Exact as ``area_variances``, but
     for the clipping of each area's rounding-level negatives: the mean is clipped at 0 once."""
-    frame = _frame(levels, shape)
+    frame = tree_frame(levels, shape)
     leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
     weights = _weights(weights, prod(frame.shape))
     total = np.zeros(weights.shape[0])
@@ -217,7 +192,7 @@ def mean_area_variances(levels: Sequence[StreamLevel], shape: Sequence[int], lea
     sorted_areas = leaf_area[order]
     cube = apply_axes(weights.reshape(len(weights), *frame.shape), [basis.rotation.T for basis in frame.bases])
     for subset in frame.subsets:
-        phi, bar_inv, frees = frame.subtree(levels, subset)
+        phi, bar_inv, frees = _subtree(levels, frame, subset)
         r = gather(cube, frame.bases, subset)  # (n_vars, K, D)
         gram = np.einsum("vkd,vld->vkl", r, r).reshape(len(weights), -1)
         for first, stop in zip(bounds[:-1], bounds[1:], strict=True):

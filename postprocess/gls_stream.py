@@ -33,16 +33,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from censusdp.postprocess.gls_algebra import QuerySpec, axis_bases, cell_variance, subsets, unrotate
+from censusdp.postprocess.gls_algebra import QuerySpec, cell_variance, unrotate
 from censusdp.postprocess.gls_stream_chunk import Below, LowestChunk, SubspaceStep, down_step, rotated_chunk, up_step
 from censusdp.postprocess.gls_stream_frame import (
     CubeStore,
     StreamLevel,
     SubspaceFrame,
-    check_identifiable,
-    check_plan,
     subspace_blocks,
     subspace_frame,
+    tree_frame,
 )
 from censusdp.postprocess.gls_tree import _sum, children_matrix
 
@@ -66,19 +65,14 @@ class StreamedGls:
         self._lowest_sums = lowest_sums  # None: run here (not a bound method: no cycle keeps the store open)
         self._slice_cells = slice_cells
         try:
-            self.shape = tuple(int(n) for n in shape)
             self.levels = list(levels)
-            self.sizes = check_plan(self.levels, self.shape)
+            frame = tree_frame(self.levels, shape)
+            self.shape, self.sizes, self.bases, self.subsets = frame.shape, frame.sizes, frame.bases, frame.subsets
             self._read = read
-            specs = [s for level in self.levels for s, _ in level.queries] + [s for level in self.levels
-                                                                               for s in level.invariants]
-            self.bases = axis_bases(self.shape, specs)
-            self.subsets = subsets(len(self.shape))
             self._frames: list[SubspaceFrame] = []
             for subset in self.subsets:
                 infos, pins = subspace_blocks(self.levels, self.bases, subset)
-                check_identifiable(infos[-1], pins[-1].free, subset)
-                self._frames.append(subspace_frame(infos, pins, [level.parent for level in self.levels], self.sizes))
+                self._frames.append(subspace_frame(infos, pins, frame.parents, self.sizes))
             self._up_pass()
             self._down_pass()
         except BaseException:

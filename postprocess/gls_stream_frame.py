@@ -17,7 +17,15 @@ from typing import Protocol
 
 import numpy as np
 
-from censusdp.postprocess.gls_algebra import AxisBasis, QuerySpec, Subset, information_block, pinned_basis
+from censusdp.postprocess.gls_algebra import (
+    AxisBasis,
+    QuerySpec,
+    Subset,
+    axis_bases,
+    information_block,
+    pinned_basis,
+    subsets,
+)
 from censusdp.postprocess.gls_tree import _inv, _sum, children_matrix
 
 TOLERANCE = 1e-9
@@ -65,7 +73,7 @@ def subspace_blocks(levels: Sequence[StreamLevel], bases: Sequence[AxisBasis], s
                     ) -> tuple[list[np.ndarray], list[Pins]]:
     """Every level's information block Λ_l (K_S, K_S) on E_S and the pins of its invariants — the data-free part
     of the problem on E_S, which the covariances depend on alone.  ``ValueError`` when the pins are not nested
-    (what a level fixes, the level above must fix too)."""
+    (what a level fixes, the level above must fix too) or the lowest level's cells are not identifiable."""
     infos, all_pins = [], []
     previous: np.ndarray | None = None
     for level in levels:
@@ -76,7 +84,29 @@ def subspace_blocks(levels: Sequence[StreamLevel], bases: Sequence[AxisBasis], s
         previous = pins.pinned
         infos.append(information_block(list(bases), subset, list(level.queries)))
         all_pins.append(pins)
+    check_identifiable(infos[-1], all_pins[-1].free, subset)
     return infos, all_pins
+
+
+@dataclass(frozen=True)
+class TreeFrame:
+    """What every computation on a tree's levels shares: the detailed shape, each level's size and parents, the
+    axis bases (an estimate and its covariances must use the same to live in the same coordinates), the subsets."""
+
+    shape: tuple[int, ...]
+    sizes: list[int]
+    parents: list[np.ndarray]
+    bases: list[AxisBasis]
+    subsets: list[Subset]
+
+
+def tree_frame(levels: Sequence[StreamLevel], shape: Sequence[int]) -> TreeFrame:
+    """Check the levels' plan (``check_plan``) and build their frame."""
+    shape = tuple(int(n) for n in shape)
+    sizes = check_plan(levels, shape)
+    specs = [s for level in levels for s, _ in level.queries] + [s for level in levels for s in level.invariants]
+    return TreeFrame(shape, sizes, [np.asarray(level.parent) for level in levels], axis_bases(shape, specs),
+                     subsets(len(shape)))
 
 
 def check_identifiable(info: np.ndarray, free: np.ndarray, subset: Subset) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,8 @@ class LoadedRun:
     invariants: dict[int, list[QueryInvariant]]
     allocations: tuple[QueryAllocation, ...]
     measurements_dir: Path
+    # each level's chunk plan as the release that wrote the files holds it (its own estimates); else read from them
+    held_plans: dict[int, list[tuple[int, int, ChunkLocation]]] = field(default_factory=dict)
 
     def level_queries(self, level: int) -> list[tuple[Query, Fraction]]:
         name = self.config.levels[level].name
@@ -121,6 +123,8 @@ class LoadedRun:
     def chunk_plan(self, level: int) -> list[tuple[int, int, ChunkLocation]]:
         """The level's chunks as its measurement files lay them out: (first node, stop node, location), one row
         group per chunk and query, whole families each (``CensusDPError`` naming the level's files otherwise)."""
+        if level in self.held_plans:
+            return self.held_plans[level]
         queries = self.level_queries(level)
         name = self.config.levels[level].name
         plan = read_chunk_plan(self.measurements_dir, name, len(queries), self.config.schema.query_cells(queries[0][0]))

@@ -99,12 +99,13 @@ def write_estimates(run_dir: Path) -> list[Path]:
 def write_release_estimates(run: ReleaseRun, manifest: dict[str, Any]) -> list[Path]:
     """A release's own estimates (``output.estimates``), from the configuration, tree, invariants and allocation
     it holds and the manifest it just wrote; ``publish`` calls this before the run is renamed into place.  Only
-    the noisy measurements are read from their files: a release streams them to disk level by level."""
+    the noisy measurements are read from their files (a release streams them to disk level by level), by the
+    chunk plan the run holds."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     measurements = Path(run.measurements_dir) if run.measurements_dir else run.work_dir / "measurements"
     return write_loaded_estimates(LoadedRun(run_dir=run.work_dir, manifest=manifest, config=run.config,
                                             tree=tree, invariants=run.invariants, allocations=run.allocations,
-                                            measurements_dir=measurements))
+                                            measurements_dir=measurements, held_plans=dict(run.chunk_plan)))
 
 
 def _level_files(run: LoadedRun, stream: StreamedGls, level: int, out_dir: Path) -> list[Path]:
