@@ -84,9 +84,10 @@ def main() -> None:
         cpu: dict[str, float] = {}  # the driver's own CPU seconds (all its threads): its serial share of a stage
 
         def timed(stage: stages.Stage, function, call_args: tuple) -> object:  # noqa: ANN001
-            run, rest = call_args[0], call_args[1:]
-            level = f" {config.levels[rest[0]].name}" if stage.per_level else ""
-            name = f"{stage.name}{'' if run.main else ' (units)'}{level}"
+            release = call_args[0]
+            universe = call_args[1] if stage.per_universe else release.persons
+            level = f" {config.levels[call_args[2]].name}" if stage.per_level else ""
+            name = f"{stage.name}{'' if universe is release.persons else ' (units)'}{level}"
             profiler = cProfile.Profile() if name in args.profile else None
             _reset_peak()
             tree_memory.stage_peak_gb = 0.0
@@ -112,7 +113,7 @@ def main() -> None:
 
         run = stages.start_release(config, folder / "runs", system_random_source())
         stages.run_stages(run, call=timed)
-        tree = run.tree
+        tree = run.persons.tree
         assert tree is not None
         nodes = {lv.name: tree.n_nodes(i) for i, lv in enumerate(config.levels)}
     peak_gb = max([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, *peaks.values()])

@@ -1,7 +1,7 @@
 """The release as a Prefect flow: the same stages as ``pipeline.release.stages.run_release``, one task per
 stage and level.
 
-Parameters are paths and budgets only.  Tasks share one in-memory ``ReleaseRun`` (whose repr is public) and
+Parameters are paths and budgets only.  Tasks share one in-memory ``Release`` (whose repr is public) and
 never return data; results are not persisted and inputs are never hashed for caching (NO_CACHE).
 """
 
@@ -37,13 +37,12 @@ def stage_task(stage: stages.Stage, function: Any) -> Any:
 def call_as_task(stage: stages.Stage, function: Any, args: tuple[Any, ...]) -> Any:
     """Run a stage as its Prefect task (a per-level one named after its level), in this process."""
     run_task = stage_task(stage, function)
-    universe = "" if args[0].main else f"-{args[0].config.universe}"  # the units universe's tasks say so
+    release = args[0]
+    universe = args[1] if stage.per_universe else release.persons
+    name = stage.name if universe is release.persons else f"{stage.name}-{universe.config.universe.value}"
     if stage.per_level:
-        run, level = args[0], args[1]
-        run_task = run_task.with_options(task_run_name=f"{stage.name}{universe}-{run.config.levels[level].name}")
-    elif universe:
-        run_task = run_task.with_options(task_run_name=f"{stage.name}{universe}")
-    return run_task(*args)
+        name += f"-{release.config.levels[args[2]].name}"
+    return run_task.with_options(task_run_name=name)(*args) if name != stage.name else run_task(*args)
 
 
 @flow(name="censusdp-release", persist_result=False, log_prints=False, validate_parameters=True)

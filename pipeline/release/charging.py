@@ -11,13 +11,13 @@ from censusdp.pipeline.config.ledger_location import prepare_location, public_co
 from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.io import manifest as mf
 from censusdp.pipeline.io.fingerprint import data_fingerprints, seeded_noise_secret
-from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.run import Release, stage_output
 from censusdp.pipeline.release.runner import DaskRunner, LocalRunner, records_on_workers
 
 log = logging.getLogger("censusdp")
 
 
-def charge(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) -> None:
+def charge(release: Release, runner: LocalRunner | DaskRunner | None = None) -> None:
     """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn.
 
     The dataset is found by the data's keyed content fingerprints (``pipeline.io.fingerprint``): the same data
@@ -30,31 +30,30 @@ def charge(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) -> N
     When the run's records are read on a Dask runner's workers (``postprocess.measure_on``), so are its
     fingerprints, part by part (the workers then hold the ledger's fingerprint key: docs/dask.md).
     """
-    stage_output(run.input_files, "the input files (read_files)")
-    config = run.config
+    config = release.config
     prepare_location(config.ledger.location)
     ledger = PrivacyLedger(config.ledger.location)
     key = ledger.fingerprint_key()
     map_parts = runner.map if runner is not None and records_on_workers(config, runner) else None
-    fingerprints = data_fingerprints(run.input_files, key, map_parts=map_parts)
-    if run.units is not None:  # the units file is the dataset's too: either file finds it, one charge for both
-        units_files = stage_output(run.units.input_files, "the units' input files (read_files)")
-        units = data_fingerprints(units_files, key, map_parts=map_parts)
-        fingerprints |= {f"units-{kind}": digest for kind, digest in units.items()}
+    fingerprints: dict[str, str] = {}
+    for universe in release.universes:  # the units file is the dataset's too: either file finds it, one charge
+        files = stage_output(universe.input_files, "the input files (read_files)")
+        prefix = "" if universe is release.persons else f"{universe.config.universe.value}-"
+        fingerprints |= {f"{prefix}{kind}": digest
+                         for kind, digest in data_fingerprints(files, key, map_parts=map_parts).items()}
     # the guarantee is stated (every accountant run) before anything is spent, and the charge is the per-person
     # bound it states: an accountant that failed after the charge would leave budget spent and nothing published
-    stated = run.privacy[config.universe]
+    stated = release.privacy[config.universe]
     rho = Fraction(stated.get("per_person", stated)["rho_exact"])
-    run.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict the noise
-    entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, run.run_id, rho,
-                                  config.budget.delta, config_digest(config.raw), run.rng.publishable)
-    run.ledger, run.dataset = ledger, entry.dataset
-    if run.units is not None:
-        run.units.ledger, run.units.dataset = ledger, entry.dataset
+    release.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict noise
+    entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, release.run_id, rho,
+                                  config.budget.delta, config_digest(config.raw), release.rng.publishable)
+    release.ledger, release.dataset = ledger, entry.dataset
     if entry.dataset != config.ledger.dataset:
-        run.warnings.append(f"the data is dataset {entry.dataset!r} in the ledger (the configuration names "
-                            f"{config.ledger.dataset!r}): charged to {entry.dataset!r}, under its lifetime cap")
-        log.warning(run.warnings[-1])
+        warnings = release.persons.warnings
+        warnings.append(f"the data is dataset {entry.dataset!r} in the ledger (the configuration names "
+                        f"{config.ledger.dataset!r}): charged to {entry.dataset!r}, under its lifetime cap")
+        log.warning(warnings[-1])
     log.info("charged rho = %s to dataset %s (remaining %s)", rho, entry.dataset, ledger.remaining(entry.dataset))
 
 

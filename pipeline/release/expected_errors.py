@@ -22,7 +22,7 @@ from censusdp.pipeline.config.model import SummaryTables
 from censusdp.pipeline.config.schema import Query, Schema
 from censusdp.pipeline.io.summary_tables import table_variables, variable_matrix
 from censusdp.pipeline.release.full_information import spec_of
-from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.run import UniverseRun, stage_output
 from censusdp.postprocess.gls_areas import mean_area_variances
 from censusdp.postprocess.gls_stream import StreamLevel
 
@@ -48,8 +48,8 @@ class ExpectedErrorsJob:
         return f"ExpectedErrorsJob(levels={self.level_names})"
 
 
-def expected_errors_job(run: ReleaseRun) -> ExpectedErrorsJob | None:
-    """The run's job, or None without the pl94 tables (nothing to compute)."""
+def expected_errors_job(run: UniverseRun) -> ExpectedErrorsJob | None:
+    """The persons' job, or None without the pl94 tables (nothing to compute)."""
     if SummaryTables.PL94 not in run.config.output.tables:
         return None
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
@@ -62,14 +62,14 @@ def expected_errors_job(run: ReleaseRun) -> ExpectedErrorsJob | None:
                              str(run.config.reconciliation_method))
 
 
-def expected_errors(run: ReleaseRun) -> dict[str, Any]:
+def expected_errors(run: UniverseRun) -> dict[str, Any]:
     """``{"variables": name -> label, "levels": level -> name -> root mean square standard error (persons)}``;
     empty without the pl94 tables, or when the GLS is not defined (lowest-level cells no query determines)."""
     job = expected_errors_job(run)
     return record_expected_errors(run, compute_expected_errors(job)) if job is not None else {}
 
 
-def record_expected_errors(run: ReleaseRun, computed: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
+def record_expected_errors(run: UniverseRun, computed: tuple[dict[str, Any], str | None]) -> dict[str, Any]:
     """A job's result for the run: its errors, and the warning of a design where they are not defined."""
     errors, problem = computed
     if problem is not None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from censusdp.geography.tree import build_tree
-from censusdp.pipeline.budget.allocation import allocate, allocations_of
+from censusdp.pipeline.budget.allocation import allocations_of
 from censusdp.pipeline.budget.ledger.charges import Charge, ChargeStatus, PrivacyLedger, config_digest
 from censusdp.pipeline.config.ledger_location import default_ledger_location
 from censusdp.pipeline.config.load import apply_overrides, parse_recorded_config
@@ -32,7 +32,7 @@ from censusdp.pipeline.io.measurements import (
 from censusdp.pipeline.io.run_folder import read_record
 from censusdp.pipeline.release import stages
 from censusdp.pipeline.release.lowest_parts import MICRODATA
-from censusdp.pipeline.release.run import UNITS_DIR, attach_units
+from censusdp.pipeline.release.run import UNITS_DIR, Release, UniverseRun, new_release
 
 
 class RecordedSource:
@@ -53,8 +53,8 @@ class RecordedSource:
         raise AssertionError("post-processing is never charged")
 
 
-def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
-    """Rebuild the tree, each level's chunks (one Parquet row group per chunk x query, in allocation order)
+def load_measured(run: UniverseRun, measurements: Path) -> None:
+    """Rebuild a universe's tree, each level's chunks (one Parquet row group per chunk x query, in allocation order)
     and the invariants from a measurements folder."""
     schema, config, allocations = run.schema, run.config, run.allocations
     n_queries = len(allocations_of(allocations, config.levels[-1].name))
@@ -70,19 +70,20 @@ def load_measured(run: stages.ReleaseRun, measurements: Path) -> None:
     run.invariants = read_invariants(measurements, config, run.tree)
 
 
-def _reconcile_and_publish(run: stages.ReleaseRun, measurements: Path) -> Path:
+def _reconcile_and_publish(release: Release, measurements: Path, rerun: bool) -> Path:
     """The stages from the GLS on, for every universe: the units' measurements lie in ``units/measurements``
-    beside the persons' folder."""
-    units_measurements = measurements.parent / UNITS_DIR / "measurements"
-    if run.units is not None and run.measurements_dir is not None:  # a re-run names the folder it read
-        run.units.measurements_dir = units_measurements
+    beside the persons' folder.  A re-run (``rerun``) reads them where they are and names that folder."""
+    folders = {id(u): measurements if u is release.persons else measurements.parent / UNITS_DIR / "measurements"
+               for u in release.universes}
+    if rerun:
+        for universe in release.universes:
+            universe.measurements_dir = folders[id(universe)]
 
-    def prepare(loaded: stages.ReleaseRun) -> None:
-        load_measured(loaded, measurements)
-        if loaded.units is not None:
-            load_measured(loaded.units, units_measurements)
+    def prepare(loaded: Release) -> None:
+        for universe in loaded.universes:
+            load_measured(universe, folders[id(universe)])
 
-    return stages.run_stages(run, stages.FROM_MEASUREMENTS, prepare=prepare)
+    return stages.run_stages(release, stages.FROM_MEASUREMENTS, prepare=prepare)
 
 
 def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | None = None,
@@ -105,14 +106,13 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
     source = RecordedSource(**manifest["random_source"])
     if not _vouched(charge, run_dir / "measurements"):
         source.publishable = False  # the ledger, not an editable manifest, says whether the noise was seeded
-    run = stages.start_release(config, (out_root or run_dir.parent).resolve(), source,
-                               write_estimates=write_estimates)
-    run.measurements_dir = run_dir / "measurements"
-    run.manifest_extra = {"postprocess_of": manifest["run_id"], "charged_rho": "0",
-                          "note": "post-processing of the measurements named above: no noise drawn, no budget spent"}
+    release = stages.start_release(config, (out_root or run_dir.parent).resolve(), source,
+                                   write_estimates=write_estimates)
+    release.manifest_extra = {"postprocess_of": manifest["run_id"], "charged_rho": "0", "note":
+                              "post-processing of the measurements named above: no noise drawn, no budget spent"}
     if charge is not None:  # without the run's charge there is nothing to record it against
-        _record_free_run(book, config, charge.dataset, run.run_id, source.publishable)
-    return _reconcile_and_publish(run, run.measurements_dir)
+        _record_free_run(book, config, charge.dataset, release.run_id, source.publishable)
+    return _reconcile_and_publish(release, run_dir / "measurements", rerun=True)
 
 
 def _recorded(raw: dict[str, Any], run_id: str, source: str, base: Path, ledger_location: str,
@@ -171,15 +171,11 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
         path = work_dir / leftover
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     recorded = RecordedSource(marker["random_source"]["name"], _vouched(charge, work_dir / "measurements"))
-    run = stages.ReleaseRun(config=config, rng=recorded, run_id=run_id,
-                            final_dir=out_root / run_id, work_dir=work_dir, allocations=allocate(config),
-                            started_at=marker.get("started_at", ""), write_estimates=write_estimates)
-    run.ledger, run.dataset = ledger, charge.dataset
-    attach_units(run)
-    if charge.rho < run.charged_rho:  # charged by an earlier version (persons + units): the manifest would overstate it
+    release = new_release(config, recorded, run_id, out_root / run_id, work_dir, marker.get("started_at", ""),
+                          write_estimates)
+    release.ledger, release.dataset = ledger, charge.dataset
+    if charge.rho < release.charged_rho:  # charged by an earlier version (persons + units): it would overstate it
         raise CensusDPError(f"cannot resume run {run_id}: the ledger charged it rho {charge.rho}, below the per-person "
-                            f"bound its measurements cost ({run.charged_rho}); start a new release")
-    if run.units is not None:
-        run.units.ledger, run.units.dataset = ledger, charge.dataset
-    run.manifest_extra = {"resumed": True}
-    return _reconcile_and_publish(run, work_dir / "measurements")
+                            f"bound its measurements cost ({release.charged_rho}); start a new release")
+    release.manifest_extra = {"resumed": True}
+    return _reconcile_and_publish(release, work_dir / "measurements", rerun=False)

@@ -30,7 +30,7 @@ from censusdp.pipeline.config.reconciliation import LevelPasses, ReconciliationM
 from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query, Schema
 from censusdp.pipeline.io.gls_scratch import ScratchCubes
 from censusdp.pipeline.io.measurements import ChunkLocation, read_chunk
-from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.run import Release, UniverseRun, stage_output
 from censusdp.pipeline.release.runner import DaskRunner, LocalRunner
 from censusdp.pipeline.release.targets import LevelTargets, LowestSumsJob, TargetTerm, lowest_children_sums
 from censusdp.postprocess import QueryInvariant, QueryMeasurement
@@ -135,7 +135,7 @@ def stream_problem(schema: Schema, parents: Sequence[np.ndarray], allocated: All
     return levels, read
 
 
-def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) -> None:
+def estimate(release: Release, run: UniverseRun, runner: LocalRunner | DaskRunner | None = None) -> None:
     """Stage: the tree's GLS from the run's saved noisy measurements (``postprocess.gls_stream``: chunk by chunk,
     intermediates in ``work_dir/gls_scratch``), kept as every level's targets (``run.targets``), which the
     reconciliation's chunk tasks evaluate chunk by chunk.  The lowest level's up pass runs as jobs on ``runner``
@@ -147,7 +147,7 @@ def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) ->
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     discard_targets(run)
     schema = run.schema
-    directory = run.measurements_dir or run.work_dir / "measurements"
+    directory = run.measurements
     allocated = [[(schema.parse_query(a.query), a.sigma2) for a in run.level_allocations(level)]
                  for level in range(tree.depth)]
     plan = [run.chunk_plan[level] for level in range(tree.depth)]
@@ -180,7 +180,7 @@ def estimate(run: ReleaseRun, runner: LocalRunner | DaskRunner | None = None) ->
         run.targets[level] = LevelTargets(stream, level, schema.shape, tuple(terms), store)
 
 
-def discard_targets(run: ReleaseRun) -> None:
+def discard_targets(run: UniverseRun) -> None:
     """Forget the GLS targets and remove their scratch files (they must never be published); idempotent."""
     for targets in run.targets.values():
         targets.stream.close()

@@ -45,7 +45,7 @@ from censusdp.pipeline.config.schema import Schema
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io.summary_tables import SummaryTableWriter, TableColumns, summary_path, table_columns
 from censusdp.pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
-from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.run import Release, UniverseRun, stage_output
 from censusdp.pipeline.release.universes import check_same_blocks, disagreements, disagreements_apply
 
 PART_FILE = "part-{:06d}.parquet"  # a chunk's part of each lowest output: name order is node order
@@ -82,11 +82,11 @@ class LowestPart:
         return f"LowestPart(index={self.index}, nodes={len(self.geoids)})"
 
 
-def lowest_outputs(run: ReleaseRun) -> LowestOutputs:
-    """The main universe's lowest outputs for this attempt, their folders made empty (``prepare``)."""
-    config, work = run.config, run.work_dir
-    check_same_blocks(run)  # the units' blocks are paired with these by position
-    units_schema = run.units.schema if run.units is not None else None
+def lowest_outputs(release: Release) -> LowestOutputs:
+    """The persons' lowest outputs for this attempt, their folders made empty (``prepare``)."""
+    run, config, work = release.persons, release.config, release.work_dir
+    check_same_blocks(release)  # the units' blocks are paired with these by position
+    units_schema = release.units.schema if release.units is not None else None
     lowest = config.levels[-1].name
     outputs = LowestOutputs(
         level_table=str(work / "tables" / f"{lowest}.parquet"),
@@ -114,7 +114,7 @@ def prepare(outputs: LowestOutputs) -> None:
     staging.mkdir(parents=True)
 
 
-def lowest_part(run: ReleaseRun, outputs: LowestOutputs, index: int, start: int, stop: int) -> LowestPart:
+def lowest_part(run: UniverseRun, outputs: LowestOutputs, index: int, start: int, stop: int) -> LowestPart:
     tree = stage_output(run.tree, "the geography")
     return LowestPart(outputs, index, tree.geoids[-1][start:stop])
 

@@ -20,7 +20,7 @@ import numpy as np
 from censusdp.geography.tree import GeoTree
 from censusdp.pipeline.config.schema import Schema
 from censusdp.pipeline.io.measurements import ChunkLocation, read_chunk
-from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.run import UniverseRun, stage_output
 
 
 def only_child_levels(tree: GeoTree, level: int) -> list[int]:
@@ -49,11 +49,11 @@ def level_measurements(directory: Path, plan: list[tuple[int, int, ChunkLocation
             for part, q in zip(parts, parsed, strict=True)]
 
 
-def chain_measurements(run: ReleaseRun, level: int) -> list[tuple[str, str, Fraction, np.ndarray]]:
+def chain_measurements(run: UniverseRun, level: int) -> list[tuple[str, str, Fraction, np.ndarray]]:
     """The measurements of the only-child levels below ``level``, as (label, query, σ², noisy answers of every
     node of ``level``): further least-squares terms of ``level``'s reconciliation."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
-    directory = run.measurements_dir or run.work_dir / "measurements"
+    directory = run.measurements
     out = []
     for deeper in only_child_levels(tree, level):
         name = run.config.levels[deeper].name

@@ -31,7 +31,7 @@ from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.config.persons_per_unit import rules_matrix
 from censusdp.pipeline.config.schema import TOTAL, Schema
 from censusdp.pipeline.errors import CensusDPError
-from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.run import Release, UniverseRun, stage_output
 from censusdp.pipeline.release.support import structural_zero_mask
 from censusdp.postprocess import UNBOUNDED, QueryBound
 
@@ -177,9 +177,9 @@ def _summed(values: np.ndarray, parent: np.ndarray, n_parents: int) -> np.ndarra
 # --- the driver's side: the bounds of a run's levels, from what its universes have published or measured ---------
 
 
-def persons_bounds_of(run: ReleaseRun, level: int) -> LevelBounds | None:
-    """Step 1 for a level of ``run`` (the persons'): their bounds from the units' invariants (None: no rule)."""
-    units = stage_output(run.units, "the units universe")
+def persons_bounds_of(release: Release, level: int) -> LevelBounds | None:
+    """Step 1 for a level of the persons: their bounds from the units' invariants (None: no rule)."""
+    run, units = release.persons, stage_output(release.units, "the units universe")
     tree = stage_output(run.tree, "the geography")
     rules = level_rules(run.config, run.config.levels[level].name, structural_zero_mask(run.config))
     if rules is None:
@@ -190,10 +190,10 @@ def persons_bounds_of(run: ReleaseRun, level: int) -> LevelBounds | None:
                                 tree.n_nodes(level))
 
 
-def units_bounds_of(run: ReleaseRun, answers: list[np.ndarray]) -> dict[int, LevelBounds]:
+def units_bounds_of(release: Release, answers: list[np.ndarray]) -> dict[int, LevelBounds]:
     """Step 2 for every level, from the persons' published blocks (``answers``, their tasks' ``RULE_ANSWERS`` in
     node order): the units' bounds."""
-    units = stage_output(run.units, "the units universe")
+    run, units = release.persons, stage_output(release.units, "the units universe")
     tree = stage_output(run.tree, "the geography")
     rules = level_rules(run.config, None, structural_zero_mask(run.config))
     if rules is None or not answers:
@@ -204,18 +204,18 @@ def units_bounds_of(run: ReleaseRun, answers: list[np.ndarray]) -> dict[int, Lev
     return units_level_bounds(run.config, rules, np.concatenate(answers), lower, upper, tree)
 
 
-def record_limits(run: ReleaseRun) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None:
+def record_limits(release: Release, universe: UniverseRun) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None:
     """The persons' bounds every block's records must keep (the units, measured first, give their invariants): the
     groups check them as they measure, and the run is refused by category if one is broken."""
-    if not run.main or run.units is None:
+    if universe is not release.persons or release.units is None:
         return None
-    bounds = persons_bounds_of(run, len(run.config.levels) - 1)
+    bounds = persons_bounds_of(release, len(release.config.levels) - 1)
     return (bounds.matrix, bounds.lower, bounds.upper) if bounds is not None else None
 
 
-def check_same_chunks(run: ReleaseRun, level: int) -> None:
+def check_same_chunks(release: Release, level: int) -> None:
     """The units' lowest tasks read their persons by chunk index: refuse measurements chunked otherwise."""
-    units = stage_output(run.units, "the units universe")
+    run, units = release.persons, stage_output(release.units, "the units universe")
     if [c[:2] for c in run.chunk_plan[level]] != [c[:2] for c in units.chunk_plan[level]]:
         raise CensusDPError("the units' measurements are not in the persons' chunks (measured by an earlier "
                             "version): release again")

@@ -15,7 +15,7 @@ from censusdp.pipeline.io.budget_figure import budget_shares_png
 from censusdp.pipeline.io.verify import require_promises_kept
 from censusdp.pipeline.release.draws import claim_path
 from censusdp.pipeline.release.full_information import discard_targets
-from censusdp.pipeline.release.run import Published, ReleaseRun, stage_output
+from censusdp.pipeline.release.run import Published, Release, stage_output
 from censusdp.pipeline.release.universes import units_markdown, units_section, with_disagreements
 
 log = logging.getLogger("censusdp")
@@ -24,10 +24,11 @@ SHARES_PLOT = "budget_shares.png"
 MEASURE_CLAIM = ".measure"  # the measure stage's claim in the run's temporary folder (release.draws.claim_draw)
 
 
-def publish(run: ReleaseRun) -> Path:
+def publish(run: Release) -> Path:
     """Write the manifest and report (the protected microdata was written as the lowest level was reconciled),
     then move the run into place atomically."""
-    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    persons = run.persons
+    tree = stage_output(persons.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
     manifest = {
         "run_id": run.run_id,
@@ -39,16 +40,16 @@ def publish(run: ReleaseRun) -> Path:
         "levels": [{"name": lv.name, "width": lv.width, "nodes": tree.n_nodes(i)}
                    for i, lv in enumerate(config.levels)],
         "privacy": run.privacy[config.universe],
-        "allocation": mf.allocation_section(run.allocations, sensitivity1=config.budget.sensitivity1),
+        "allocation": mf.allocation_section(persons.allocations, sensitivity1=config.budget.sensitivity1),
         "invariants": mf.invariants_section(config),
         "not_protected": mf.not_protected(config),
         "random_source": {"name": run.rng.name, "publishable": run.rng.publishable},
-        "warnings": run.warnings,
-        "measurements": run.measurement_entries("measurements"),
+        "warnings": persons.warnings,
+        "measurements": persons.measurement_entries("measurements"),
         "tables": {lv.name: f"tables/{lv.name}.parquet" for lv in config.levels},
         "summary_tables": run.summary_tables,
         "expected_errors": run.expected_errors or {},
-        "reconciliation": run.diagnostics,
+        "reconciliation": persons.diagnostics,
         **({"units": with_disagreements(units_section(run), run)} if run.units is not None else {}),
         "ledger": ledger_section(run),
         **run.manifest_extra,
@@ -56,14 +57,14 @@ def publish(run: ReleaseRun) -> Path:
     mf.write_manifest(run.work_dir / "manifest.json", manifest)
     shares_png = budget_shares_png(manifest)
     (run.work_dir / SHARES_PLOT).write_bytes(shares_png)
-    report = mf.report_markdown(manifest, run.allocations)
+    report = mf.report_markdown(manifest, persons.allocations)
     if run.units is not None:
         report += units_markdown(manifest["units"], str(run.charged_rho))
     report += f"\n![budget shares by level and query]({SHARES_PLOT})\n"
     (run.work_dir / "report.md").write_text(report)
     if config.output.estimates and run.write_estimates is not None:  # required at start_release
         run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
-    for universe in run.universes():  # the measure stage's claim is the run's own bookkeeping, not published
+    for universe in run.universes:  # the measure stage's claim is the run's own bookkeeping, not published
         claim_path(universe.work_dir, MEASURE_CLAIM).unlink(missing_ok=True)
     require_promises_kept(run.work_dir)  # recomputed from the files as written: a broken one publishes nothing
     run.work_dir.rename(run.final_dir)
@@ -78,7 +79,7 @@ def publish(run: ReleaseRun) -> Path:
     return run.final_dir
 
 
-def ledger_section(run: ReleaseRun) -> dict[str, Any] | None:
+def ledger_section(run: Release) -> dict[str, Any] | None:
     """Where the release was charged and what: ``charged_rho`` is the ledger's own record of the charge."""
     if run.ledger is None:
         return None
@@ -89,18 +90,16 @@ def ledger_section(run: ReleaseRun) -> dict[str, Any] | None:
             "charged": entry is not None, "charged_rho": str(entry.rho) if entry is not None else None}
 
 
-def abandon(run: ReleaseRun) -> None:
+def abandon(run: Release) -> None:
     """A failed run publishes nothing.  Its charge stays (never refunded) and is marked failed; if every
     measurement was saved, the temporary folder is kept so ``release --resume RUN_ID`` can finish it without
     drawing noise again; otherwise it is removed."""
-    reason = run.failure_reason or (run.units.failure_reason if run.units is not None else None)
     if run.ledger is not None:
-        run.ledger.set_status(run.run_id, ChargeStatus.FAILED, reason or FailureReason.RUN_ERROR.value)
-    run.input_files = None
-    for universe in run.universes():
+        run.ledger.set_status(run.run_id, ChargeStatus.FAILED, run.failure_reason or FailureReason.RUN_ERROR.value)
+    for universe in run.universes:
         discard_targets(universe)  # the GLS scratch files (public, but never published)
         universe.input_files = None
-    if run.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
+    if run.persons.measurements_dir is None and (run.work_dir / "measurements" / COMPLETE_MARKER).exists():
         log.warning("run %s failed after its measurements were saved: finish it with --resume %s",
                     run.run_id, run.run_id)
         return

@@ -1,5 +1,5 @@
-"""The state of one release and its start: ``ReleaseRun`` (what the stages pass forward in memory) and
-``start_release`` (the budget allocated exactly, the temporary folder made).  The stages are in
+"""The state of one release and its start: ``Release`` and its ``UniverseRun``s (what the stages pass forward in
+memory) and ``start_release`` (the budget allocated exactly, the temporary folder made).  The stages are in
 ``pipeline.release.stages``, which re-exports these names.
 """
 
@@ -47,7 +47,7 @@ class Published:
 UNITS_DIR = "units"  # the units universe's measurements and tables, inside the run folder
 
 # Writes GLS estimates (uncertainty/, a later layer) from the run as held in memory and its manifest.
-EstimatesWriter = Callable[["ReleaseRun", dict[str, Any]], object]
+EstimatesWriter = Callable[["Release", dict[str, Any]], object]
 
 
 def require_estimates_writer(config: ReleaseConfig, write_estimates: EstimatesWriter | None) -> None:
@@ -58,101 +58,110 @@ def require_estimates_writer(config: ReleaseConfig, write_estimates: EstimatesWr
 
 
 @dataclass
-class ReleaseRun:
-    """State of one release in progress.  Holds confidential arrays; its repr shows public facts only."""
+class UniverseRun:
+    """One universe's share of a release (the persons, the housing units): its configuration, allocation and
+    folder, and what its stages leave for the next.  Holds confidential arrays; its repr shows public facts only."""
 
     config: ReleaseConfig
-    rng: RandomSource
-    run_id: str
-    final_dir: Path
-    work_dir: Path
     allocations: tuple[QueryAllocation, ...]
-    started_at: str
+    work_dir: Path  # the release's temporary folder, or its units/ folder
+    measurements_dir: Path | None = None  # where a re-run reads the noisy measurements (default: this run's)
     tree: GeoTree | None = None
     input_files: InputFiles | None = None  # the input files (paths, checked at file level) until measured
     chunk_plan: dict[int, list[tuple[int, int, ChunkLocation]]] = field(default_factory=dict)  # (start, stop, where)
     invariants: dict[int, list[QueryInvariant]] = field(default_factory=dict)  # published exactly
-    counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published
+    counts: dict[int, sp.csr_matrix] = field(default_factory=dict)  # reconciled, published (above the lowest)
     targets: dict[int, LevelTargets] = field(default_factory=dict)  # GLS targets, made per chunk (full information)
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
-    summary_tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> dictionary, level paths
-    expected_errors: dict[str, Any] | None = None  # main P.L. counts' standard errors (reconcile or tabulate)
-    # their computation, started on the runner beside the lowest level's reconciliation (release.stages.reconcile)
-    disagreements: dict[str, int] = field(default_factory=dict)  # (units) blocks where the universes disagree
     warnings: list[str] = field(default_factory=list)
-    measurements_dir: Path | None = None  # where the noisy measurements are read from (default: this run's)
-    manifest_extra: dict[str, Any] = field(default_factory=dict)
-    ledger: PrivacyLedger | None = None  # set once the run's budget is charged
-    dataset: str | None = None  # the ledger dataset charged (the data's own, whatever the config names)
-    failure_reason: str | None = None  # the ledger's category for a failure (never a row or a value)
-    # GLS estimates of the run folder (uncertainty/, above this layer): injected by the caller when configured
-    write_estimates: EstimatesWriter | None = None
-    published: Published | None = None  # set by publish
-    # the housing-unit universe ([units]): a run of its own in work_dir/units, charged, validated and published
-    # with this one; main is False for it (no ledger record of its own, no complete marker, no publish)
-    units: ReleaseRun | None = None
-    main: bool = True
-    partition: int | None = None  # the partition level both universes are measured at (release.measurement_plan)
-    # the units universe's, tied to the persons (release.persons_units): each level's bounds on its rule answers,
-    # set once the persons' blocks are published, and the lowest outputs whose summary tables its lowest tasks write
+    # the units': each level's bounds on its rule answers, set once the persons' blocks are published
+    # (release.persons_units), and the lowest outputs whose summary tables its lowest tasks write
     bounds: dict[int, Any] = field(default_factory=dict)
     lowest_outputs: Any = None
-
-    def measurement_entries(self, prefix: str) -> dict[str, str]:
-        """The manifest's ``measurements``: each level's folder or file, ``prefix``-relative in this run's folder,
-        or absolute where a re-run read them from."""
-        read_from = self.measurements_dir
-        directory = Path(read_from) if read_from else self.work_dir / "measurements"
-        return {lv.name: str(directory / level_location(directory, lv.name)) if read_from
-                else f"{prefix}/{level_location(directory, lv.name)}" for lv in self.config.levels}
+    disagreements: dict[str, int] = field(default_factory=dict)  # the units': blocks where the universes disagree
 
     def __repr__(self) -> str:
-        return f"ReleaseRun(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"
+        return f"UniverseRun(universe={self.config.universe.value!r}, work_dir={str(self.work_dir)!r})"
 
     @property
     def schema(self) -> Schema:
         return self.config.schema
 
     @property
+    def measurements(self) -> Path:
+        """The folder its noisy measurements are read from."""
+        return self.measurements_dir or self.work_dir / "measurements"
+
+    @property
     def spent_rho(self) -> Fraction:
-        """What the release costs, recomputed from every query's noise through its privacy map (the charge)."""
+        """What the universe costs, recomputed from every query's noise through its privacy map."""
         budget = self.config.budget
         return composed_rho(self.allocations, sensitivity2_squared=budget.sensitivity2_squared,
                             sensitivity1=budget.sensitivity1)
+
+    def measurement_entries(self, prefix: str) -> dict[str, str]:
+        """The manifest's ``measurements``: each level's folder or file, ``prefix``-relative in this run's folder,
+        or absolute where a re-run read them from."""
+        directory = self.measurements
+        return {lv.name: str(directory / level_location(directory, lv.name)) if self.measurements_dir
+                else f"{prefix}/{level_location(directory, lv.name)}" for lv in self.config.levels}
+
+    def level_allocations(self, level: int) -> list[QueryAllocation]:
+        return list(allocations_of(self.allocations, self.config.levels[level].name))
+
+
+@dataclass
+class Release:
+    """One release in progress: its identity and folders, the random source, the charge, and its universes (the
+    persons first).  Its repr shows public facts only."""
+
+    config: ReleaseConfig  # the persons' (main) configuration, which holds the units' ([units])
+    rng: RandomSource
+    run_id: str
+    final_dir: Path
+    work_dir: Path
+    started_at: str
+    universes: list[UniverseRun]
+    write_estimates: EstimatesWriter | None = None  # GLS estimates (uncertainty/, above this layer), if configured
+    ledger: PrivacyLedger | None = None  # set once the release is charged
+    dataset: str | None = None  # the ledger dataset charged (the data's own, whatever the config names)
+    failure_reason: str | None = None  # the ledger's category for a failure (never a row or a value)
+    partition: int | None = None  # the level every universe is measured in parts at (release.measurement_plan)
+    summary_tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> dictionary, level paths
+    expected_errors: dict[str, Any] | None = None  # the main P.L. counts' standard errors (reconcile or tabulate)
+    manifest_extra: dict[str, Any] = field(default_factory=dict)
+    published: Published | None = None  # set by publish
+
+    def __repr__(self) -> str:
+        return f"Release(run_id={self.run_id!r}, work_dir={str(self.work_dir)!r})"
+
+    @property
+    def persons(self) -> UniverseRun:
+        return self.universes[0]
+
+    @property
+    def units(self) -> UniverseRun | None:
+        return next((u for u in self.universes if u.config.universe is Universe.UNITS), None)
 
     @property
     def charged_rho(self) -> Fraction:
         """What the ledger charges and caps for the release: its per-person bound (``per_person_rho``: the persons'
         rho plus four times the units'), the figure the manifest states."""
-        return per_person_rho(self.spent_rho, self.units.spent_rho if self.units is not None else None)
+        units = self.units
+        return per_person_rho(self.persons.spent_rho, units.spent_rho if units is not None else None)
 
     @cached_property
     def privacy(self) -> dict[Universe, dict[str, Any]]:
-        """The manifest's privacy section of each universe of this (main) run: public, from the configuration
-        alone.  The charge stage reads it before it charges, so an accountant that cannot state the guarantee
-        stops the release before anything is spent; publish writes the same sections."""
-        units = self.units
+        """The manifest's privacy section of each universe: public, from the configuration alone.  The charge stage
+        reads it before it charges, so an accountant that cannot state the guarantee stops the release before
+        anything is spent; publish writes the same sections."""
+        persons, units = self.persons, self.units
         sections = {self.config.universe: mf.privacy_section(
-            self.config, self.spent_rho, self.allocations, per_person=self.charged_rho if units else None)}
+            self.config, persons.spent_rho, persons.allocations, per_person=self.charged_rho if units else None)}
         if units is not None:
             sections[units.config.universe] = mf.privacy_section(units.config, units.spent_rho, units.allocations,
                                                                  other=self.config)
         return sections
-
-    def universes(self) -> list[ReleaseRun]:
-        """The runs a per-universe stage calls, units first: the persons' run writes the complete marker last."""
-        return [self.units, self] if self.units is not None else [self]
-
-    def drop_invariants(self) -> None:
-        """Called once the lowest level is reconciled: from then on only publish's GLS estimates (the main
-        universe's, where configured) read the invariants held here, and their file keeps them.  The units
-        universe's hold a value per block and query, on the driver until publish."""
-        if not (self.main and self.config.output.estimates):
-            self.invariants.clear()
-
-    def level_allocations(self, level: int) -> list[QueryAllocation]:
-        name = self.config.levels[level].name
-        return list(allocations_of(self.allocations, name))
 
 
 def stage_output(value: T | None, what: str) -> T:
@@ -168,10 +177,9 @@ def new_run_id() -> str:
 
 
 def start_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id: str | None = None, *,
-                  write_estimates: EstimatesWriter | None = None) -> ReleaseRun:
+                  write_estimates: EstimatesWriter | None = None) -> Release:
     """Allocate the budget (exactly, checked) and create the run's temporary folder."""
     require_estimates_writer(config, write_estimates)
-    allocations = allocate(config)
     run_id = run_id or new_run_id()
     out_root.mkdir(parents=True, exist_ok=True)
     final_dir = out_root / run_id
@@ -179,17 +187,15 @@ def start_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_
         raise CensusDPError(f"{final_dir}: a run with this id already exists")
     work_dir = out_root / f".{run_id}.partial"
     work_dir.mkdir()
-    run = ReleaseRun(config=config, rng=rng, run_id=run_id, final_dir=final_dir, work_dir=work_dir,
-                     allocations=allocations, started_at=mf.now(), write_estimates=write_estimates)
-    attach_units(run)
-    return run
+    return new_release(config, rng, run_id, final_dir, work_dir, mf.now(), write_estimates)
 
 
-def attach_units(run: ReleaseRun) -> None:
-    """The units universe's run (``[units]``), sharing the random source, id and timing, in ``work_dir/units``."""
-    if run.config.units is None:
-        return
-    (run.work_dir / UNITS_DIR).mkdir(exist_ok=True)
-    run.units = ReleaseRun(config=run.config.units, rng=run.rng, run_id=run.run_id,
-                           final_dir=run.final_dir / UNITS_DIR, work_dir=run.work_dir / UNITS_DIR,
-                           allocations=allocate(run.config.units), started_at=run.started_at, main=False)
+def new_release(config: ReleaseConfig, rng: RandomSource, run_id: str, final_dir: Path, work_dir: Path,
+                started_at: str, write_estimates: EstimatesWriter | None = None) -> Release:
+    """A release's state with its universes: the persons in ``work_dir``, the units (``[units]``) in its
+    ``units/`` folder."""
+    universes = [UniverseRun(config, allocate(config), work_dir)]
+    if config.units is not None:
+        (work_dir / UNITS_DIR).mkdir(exist_ok=True)
+        universes.append(UniverseRun(config.units, allocate(config.units), work_dir / UNITS_DIR))
+    return Release(config, rng, run_id, final_dir, work_dir, started_at, universes, write_estimates)

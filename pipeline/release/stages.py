@@ -1,14 +1,16 @@
 """One release as plain function calls, stage by stage (the Prefect flow calls the same stages).
 
-    run = start_release(config, out_root, rng)   # budget allocated and checked, temp folder made
-    read_files(run)                              # file-level checks only: may refuse without a charge
-    charge(run, runner)                          # fingerprint the data, charge its dataset in the ledger
-    validate_inputs(run, runner)                 # value checks (after the charge), where the records are read
-    measure(run, runner)                         # group tasks: noise drawn once per chunk of nodes, written at once
-    estimate(run, runner)                        # the tree's GLS (full-information reconciliation)
-    for level: reconcile(run, level)             # post-processing from measurements only (Thm 19.25)
-    tabulate(run)                                # summary tables (P.L. 94-171) of the levels above the lowest
-    publish(run)                                 # manifest, report; temp folder renamed into place
+    release = start_release(config, out_root, rng)  # budget allocated and checked, temp folder made
+    read_files(release, universe)                   # file-level checks only: may refuse without a charge
+    charge(release, runner)                         # fingerprint the data, charge its dataset in the ledger
+    validate_inputs(release, universe, runner)      # value checks (after the charge), where the records are read
+    measure(release, universe, runner)              # group tasks: noise drawn once per chunk of nodes, written at once
+    estimate(release, universe, runner)             # the tree's GLS (full-information reconciliation)
+    reconcile(release, universe, level, runner)     # post-processing from measurements only (Thm 19.25)
+    tabulate(release)                               # summary tables (P.L. 94-171) of the levels above the lowest
+    publish(release)                                # manifest, report; temp folder renamed into place
+
+A per-universe stage is called on each of the release's universes (``Release.universes``: persons, units).
 
 Whether a release is charged never depends on a confidential value: everything before ``charge`` looks at the
 files' structure and the configuration only; every check of a value runs after it, and a failure there is a
@@ -73,7 +75,8 @@ from censusdp.pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWER
 from censusdp.pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
     Published,
-    ReleaseRun,
+    Release,
+    UniverseRun,
     new_run_id,
     require_estimates_writer,
     stage_output,
@@ -88,19 +91,20 @@ from censusdp.pipeline.release.tasks import chunk_tasks
 log = logging.getLogger("censusdp")
 
 
-def read_files(run: ReleaseRun) -> None:
+def read_files(release: Release, universe: UniverseRun) -> None:
     """File-level checks (files exist and are readable, required columns present with usable types).
 
     Their outcome depends on the files' structure and the configuration only, so a failure here refuses the
-    release without a charge.  No value is looked at.
+    release without a charge.  No value is looked at.  Once every universe's are read (the persons' last), the
+    level they are all measured in parts at is chosen.
     """
-    run.input_files = read_input_files(run.config)
-    if run.units is not None and run.units.input_files is not None:  # the units' were read first
-        run.partition = run.units.partition = shared_partition(run.config.levels,
-                                                               [run.input_files, run.units.input_files])
+    universe.input_files = read_input_files(universe.config)
+    read = [u.input_files for u in release.universes]
+    if universe is release.persons and all(files is not None for files in read):
+        release.partition = shared_partition(release.config.levels, read)
 
 
-def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
+def validate_inputs(release: Release, universe: UniverseRun, runner: Any = None) -> None:
     """Value-level checks, after the charge and before any noise: build the tree, then check every record, group by
     group where the measurement will run (``release.measurement_plan``), nothing kept.
 
@@ -108,123 +112,127 @@ def validate_inputs(run: ReleaseRun, runner: Any = None) -> None:
     its category only, so nobody who may start releases learns a row or a value, and a refusal is never free.
     Every group is checked even after a failure, so how long a failing run takes does not say where the failure is.
     """
-    stage_output(run.ledger, "the ledger charge (charge)")
-    config, files = run.config, stage_output(run.input_files, "the input files (read_files)")
+    stage_output(release.ledger, "the ledger charge (charge)")
+    config, files = universe.config, stage_output(universe.input_files, "the input files (read_files)")
     problem: InputProblem | None = None
     try:
-        run.tree = geography_tree(run, files)  # its codes not held through the groups' checks
+        universe.tree = geography_tree(release, universe, files)  # its codes not held through the groups' checks
     except InputError as error:
         problem = error.category
     except ValueError:  # the geography's own structure (codes that do not nest): public, but named by category
         problem = InputProblem.GEOGRAPHY
     if problem is None:
         try:
-            tree = stage_output(run.tree, "the geography (build_tree)")
-            plan = plan_measurement(tree, files, level_plans_of(config, run.allocations), None,
-                                    config.universe.value, config.chunk_cells, None, run.partition)
+            tree = stage_output(universe.tree, "the geography (build_tree)")
+            plan = plan_measurement(tree, files, level_plans_of(config, universe.allocations), None,
+                                    config.universe.value, config.chunk_cells, None, release.partition)
         except InputError as error:
             problem = error.category
         else:
-            place = runner if records_on_workers(run.config, runner) else make_runner("local")
+            place = runner if records_on_workers(config, runner) else make_runner("local")
             any_record = False
             for found, seen in place.map(validate_group, plan.groups):
                 problem, any_record = problem or found, any_record or seen
             if problem is None and not any_record:
                 problem = InputProblem.EMPTY
     if problem is not None:  # raised here, outside any handler, so no trace of the detailed error travels on
-        _reject(run, problem)
-    sizes = ", ".join(f"{lv.name}={run.tree.n_nodes(i)}" for i, lv in enumerate(config.levels))
+        _reject(release, problem)
+    sizes = ", ".join(f"{lv.name}={universe.tree.n_nodes(i)}" for i, lv in enumerate(config.levels))
     log.info("geography tree built: %s nodes", sizes)
 
 
-def _reject(run: ReleaseRun, problem: InputProblem) -> None:
-    config = run.config
-    run.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
+def _reject(release: Release, problem: InputProblem) -> None:
+    """A value-level refusal: the ledger's category, and the ``censusdp check`` command that shows where (it reads
+    every universe's files together)."""
+    config = release.config
+    release.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
     geography = f" --geography {config.input.geography}" if config.input.geography else ""
-    files = (f"--microdata {config.input.path} --format {config.input.format}" if run.main else
-             f"--units {config.input.path}")  # the units universe's file: check reads it with the persons'
-    if run.main and run.units is not None:
-        files += f" --units {run.units.config.input.path}"
+    files = f"--microdata {config.input.path} --format {config.input.format}"
+    if config.units is not None:
+        files += f" --units {config.units.input.path}"
     raise InputRejectedError(problem, f"censusdp check {config.source} {files}{geography}")
 
 
-def _warn_delta(run: ReleaseRun) -> None:
+def _warn_delta(universe: UniverseRun) -> None:
     """Def. 19.6 pitfall: delta must be much smaller than 1/n.  n is compared only when it is public (the root
     total is an invariant, read from its published value): otherwise the warning itself would disclose a bit."""
-    config = run.config
+    config = universe.config
     total = next((i.query.name for i in config.invariants
                   if i.query.attributes == () and config.levels[0].name in i.levels), None)
-    values = [i.values for i in run.invariants.get(0, []) if i.name == total]
+    values = [i.values for i in universe.invariants.get(0, []) if i.name == total]
     if total is None or not values:
-        run.warnings.append("delta was not checked against 1/n: the population size is not public (no total "
+        universe.warnings.append("delta was not checked against 1/n: the population size is not public (no total "
                             "invariant at the root); make sure delta is much smaller than 1/n")
     elif config.budget.delta >= Fraction(1, max(1, int(values[0].sum()))):
-        run.warnings.append("delta is not much smaller than 1/n for this dataset: choose a smaller delta")
-        log.warning(run.warnings[-1])
+        universe.warnings.append("delta is not much smaller than 1/n for this dataset: choose a smaller delta")
+        log.warning(universe.warnings[-1])
 
 
-
-
-def measure(run: ReleaseRun, runner: Any = None) -> None:
+def measure(release: Release, universe: UniverseRun, runner: Any = None) -> None:
     """Draw every level's noisy measurements, group by group and chunk by chunk (``release.measurement_plan``: on the
-    driver, or on the Dask workers), and write them with the invariants.  The stage claims the run's draw first
-    (``release.draws.claim_draw``): it runs once per run, whatever calls it again."""
-    claim_draw(str(run.work_dir), MEASURE_CLAIM)
-    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
-    files = stage_output(run.input_files, "the input files (read_files)")
-    config = run.config
-    on_workers = records_on_workers(run.config, runner)
-    level_plans = level_plans_of(config, run.allocations)
+    driver, or on the Dask workers), and write them with the invariants.  The stage claims the universe's draw
+    first (``release.draws.claim_draw``): it runs once per run, whatever calls it again.  The persons, measured
+    last, record the measurements in the ledger and mark them complete."""
+    claim_draw(str(universe.work_dir), MEASURE_CLAIM)
+    tree = stage_output(universe.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    files = stage_output(universe.input_files, "the input files (read_files)")
+    config, measurements = universe.config, universe.work_dir / "measurements"
+    on_workers = records_on_workers(config, runner)
+    level_plans = level_plans_of(config, universe.allocations)
     log.info("measuring %d levels (%s)", tree.depth, "on the Dask workers" if on_workers else "on the driver")
     try:
-        plan = plan_measurement(tree, files, level_plans, run.rng, config.universe.value, config.chunk_cells,
-                                run.work_dir / PARTS_DIR if on_workers else None, run.partition, record_limits(run))
-        measured = run_measurement(plan, level_plans, tree, run.work_dir / "measurements", runner, on_workers,
+        plan = plan_measurement(tree, files, level_plans, release.rng, config.universe.value, config.chunk_cells,
+                                universe.work_dir / PARTS_DIR if on_workers else None, release.partition,
+                                record_limits(release, universe))
+        measured = run_measurement(plan, level_plans, tree, measurements, runner, on_workers,
                                    config.schema.n_cells, config.chunk_cells)
     except InputError as error:  # checked before any noise; a file changed since: still category only
         problem = error.category
     else:
         problem = InputProblem.PERSONS_UNITS if measured.rules_broken else None
     if problem is not None:
-        _reject(run, problem)
-    run.input_files = None  # every record is measured: the inputs are no longer needed
-    run.chunk_plan.update(measured.chunk_plan)
-    run.invariants.update(measured.invariants)
-    _warn_delta(run)
-    per_level = [(lv.name, tree.geoids[i], run.invariants[i]) for i, lv in enumerate(config.levels)]
-    write_invariants(run.work_dir / "measurements", per_level)
-    if not run.main:  # the units universe: the persons' run, measured after it, records and marks both
+        _reject(release, problem)
+    universe.input_files = None  # every record is measured: the inputs are no longer needed
+    universe.chunk_plan.update(measured.chunk_plan)
+    universe.invariants.update(measured.invariants)
+    _warn_delta(universe)
+    write_invariants(measurements, [(lv.name, tree.geoids[i], universe.invariants[i])
+                                    for i, lv in enumerate(config.levels)])
+    if universe is not release.persons:
         return
-    if run.ledger is not None:  # the charge now names what it bought
-        run.ledger.record_measurements(run.run_id, measurements_digest(run.work_dir / "measurements"))
+    if release.ledger is not None:  # the charge now names what it bought
+        release.ledger.record_measurements(release.run_id, measurements_digest(measurements))
     # from here on the run can be finished with --resume without drawing noise again
-    marker = {"run_id": run.run_id, "started_at": run.started_at, "config_source": config.source,
-              "config_raw": public_config_raw(config.raw), "rho_exact": str(run.charged_rho),
-              "random_source": {"name": run.rng.name, "publishable": run.rng.publishable}}
-    (run.work_dir / "measurements" / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
+    rng = release.rng
+    marker = {"run_id": release.run_id, "started_at": release.started_at, "config_source": config.source,
+              "config_raw": public_config_raw(config.raw), "rho_exact": str(release.charged_rho),
+              "random_source": {"name": rng.name, "publishable": rng.publishable}}
+    (measurements / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
 
-def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
+def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any = None) -> None:
     """Reconcile one level against its (already fixed) parent level, round, and write its table.  With a units
     universe the persons come first, within the bounds the units' invariants imply, then the units within those
-    the published persons imply (``release.persons_units``).  The main universe's lowest level is written by its
-    tasks, part by part, and not kept (``release.lowest_parts``); with units, the units' lowest tasks write its
-    summary tables (H1 is theirs)."""
-    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
-    name = run.config.levels[level].name
+    the published persons imply (``release.persons_units``).  The persons' lowest level is written by its tasks,
+    part by part, and not kept (``release.lowest_parts``); with units, the units' lowest tasks write its summary
+    tables (H1 is theirs)."""
+    tree = stage_output(universe.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    name = universe.config.levels[level].name
     lowest = level == tree.depth - 1
-    if run.units is not None and lowest:
-        check_same_chunks(run, level)
+    persons, units = universe is release.persons, release.units
+    if units is not None and persons and lowest:
+        check_same_chunks(release, level)
     # the persons' bounds come from the units' invariants; the units' were set as the persons' blocks were published
-    bounds = persons_bounds_of(run, level) if run.units is not None else run.bounds.get(level)
-    outputs = lowest_outputs(run) if run.main and lowest else None
-    tasks = chunk_tasks(run, level, outputs, bounds)
+    bounds = persons_bounds_of(release, level) if units is not None and persons else universe.bounds.get(level)
+    outputs = lowest_outputs(release) if persons and lowest else None
+    tasks = chunk_tasks(release, universe, level, outputs, bounds)
     log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
     own_runner, runner = runner is None, runner or make_runner("local")
     pending = None  # the expected errors depend on the design only: computed beside the lowest level's tasks
-    if outputs is not None and (job := expected_errors_job(run)) is not None:
+    if outputs is not None and (job := expected_errors_job(release.persons)) is not None:
         pending = runner.submit(compute_expected_errors, job)
-    writer = LevelTableWriter(run.work_dir / "tables" / f"{name}.parquet", run.schema) if outputs is None else None
+    writer = (LevelTableWriter(universe.work_dir / "tables" / f"{name}.parquet", universe.schema)
+              if outputs is None else None)
     parts, reports, found, answers = [], [], [], []
     spans: deque[tuple[int, int]] = deque()  # the nodes of the tasks handed to the runner, whose results are due
 
@@ -250,51 +258,62 @@ def reconcile(run: ReleaseRun, level: int, runner: Any = None) -> None:
         if own_runner:
             runner.close()
     if pending is not None:
-        run.expected_errors = record_expected_errors(run, pending())
-    if outputs is not None and run.units is not None:  # the units' lowest tasks write the summary tables
+        release.expected_errors = record_expected_errors(release.persons, pending())
+    if outputs is not None and units is not None:  # the units' lowest tasks write the summary tables
         finish_lowest_outputs(outputs, len(parts), found, [Path(outputs.level_table),
                                                            *([Path(outputs.microdata)] if outputs.microdata else [])])
-        run.units.lowest_outputs = outputs
-        run.units.bounds = units_bounds_of(run, [a for a in answers if a is not None])
+        units.lowest_outputs = outputs
+        units.bounds = units_bounds_of(release, [a for a in answers if a is not None])
     elif outputs is not None:
         finish_lowest_outputs(outputs, len(parts), found)
-    elif lowest and run.lowest_outputs is not None:  # the units' lowest level: every lowest output is written
-        if (disagreements := finish_lowest_outputs(run.lowest_outputs, len(parts), found)) is not None:
-            run.disagreements = disagreements
-        run.lowest_outputs = None
+    elif lowest and universe.lowest_outputs is not None:  # the units' lowest level: every lowest output is written
+        if (disagreements := finish_lowest_outputs(universe.lowest_outputs, len(parts), found)) is not None:
+            universe.disagreements = disagreements
+        universe.lowest_outputs = None
     if not lowest:
-        run.counts[level] = _stacked(parts)
-    _record_level(run, level, reports)
-    if lowest:
-        run.drop_invariants()
+        universe.counts[level] = _stacked(parts)
+    _record_level(universe, level, reports)
+    if lowest and not (persons and release.config.output.estimates):
+        # only publish's GLS estimates (the persons', where configured) read the invariants from here on, and
+        # their file keeps them; the units' hold a value per block and query, on the driver until publish
+        universe.invariants.clear()
 
 
 def _stacked(parts: list[sp.csr_matrix]) -> sp.csr_matrix:
     return sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
 
 
-def _record_level(run: ReleaseRun, level: int, reports: list[dict[str, Any]]) -> None:
+def _record_level(universe: UniverseRun, level: int, reports: list[dict[str, Any]]) -> None:
     """The level's reconciliation diagnostics, with the levels whose measurements its fit used."""
-    tree = stage_output(run.tree, "the geography")
-    name = run.config.levels[level].name
-    run.diagnostics[name] = merge_reports(reports)
-    full = run.config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION  # the GLS of the whole tree
-    used = ([spec.name for spec in run.config.levels] if full
-            else [name, *(run.config.levels[d].name for d in only_child_levels(tree, level))])
-    run.diagnostics[name]["measurements_of"] = used
+    tree = stage_output(universe.tree, "the geography")
+    config = universe.config
+    name = config.levels[level].name
+    universe.diagnostics[name] = merge_reports(reports)
+    full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION  # the GLS of the whole tree
+    used = ([spec.name for spec in config.levels] if full
+            else [name, *(config.levels[d].name for d in only_child_levels(tree, level))])
+    universe.diagnostics[name]["measurements_of"] = used
 
 
 @dataclass(frozen=True)
 class Stage:
     """One step of a release: ``name`` is its task name in Prefect (per-level runs are ``name-LEVEL``),
-    ``function`` does it."""
+    ``function`` does it: ``function(release[, universe][, level][, runner])``."""
 
     name: str
     function: Callable[..., Any]
-    per_level: bool = False  # called once per level, top-down: function(run, level[, runner])
+    per_level: bool = False  # called once per level, top-down
     needs_runner: bool = False  # also given the chunk runner (local or Dask)
-    per_universe: bool = False  # also called on the units universe's run (ReleaseRun.universes)
-    persons_first: bool = False  # per universe, the persons' run before the units' (else the units' first)
+    per_universe: bool = False  # called on each of the release's universes (Release.universes)
+    persons_first: bool = False  # per universe, the persons before the units (else the units first)
+
+    def calls(self, release: Release, runner: Any) -> Iterator[tuple[Any, ...]]:
+        """The stage's calls' arguments, in order."""
+        universes = release.universes if self.persons_first else release.universes[::-1]
+        for universe in universes if self.per_universe else [None]:
+            head = (release,) if universe is None else (release, universe)
+            for level in range(len(release.config.levels)) if self.per_level else [None]:
+                yield head + ((level,) if level is not None else ()) + ((runner,) if self.needs_runner else ())
 
 
 # The one stage sequence: the plain run, the Prefect flow, post-processing re-runs and --resume iterate it.
@@ -330,28 +349,22 @@ def call_directly(stage: Stage, function: Callable[..., Any], args: tuple[Any, .
     return function(*args)
 
 
-def run_stages(run: ReleaseRun, stages: tuple[Stage, ...] = STAGES, *, call: StageCall = call_directly,
-               prepare: Callable[[ReleaseRun], None] | None = None) -> Path:
-    """Run ``stages`` in order on ``run`` (each call through ``call``: the flow makes it a Prefect task) and
+def run_stages(release: Release, stages: tuple[Stage, ...] = STAGES, *, call: StageCall = call_directly,
+               prepare: Callable[[Release], None] | None = None) -> Path:
+    """Run ``stages`` in order on ``release`` (each call through ``call``: the flow makes it a Prefect task) and
     return what the last one (publish) returns.  ``prepare`` runs first (a re-run loads its measurements).
-    Any failure abandons the run (nothing published; the charge stays); the chunk runner is always closed."""
+    Any failure abandons the release (nothing published; the charge stays); the chunk runner is always closed."""
     runner, result = None, None
     try:
         if prepare is not None:
-            prepare(run)
-        runner = make_runner(run.config.runner)
+            prepare(release)
+        runner = make_runner(release.config.runner)
         for stage in stages:
-            universes = run.universes()[::-1] if stage.persons_first else run.universes()
-            for target in universes if stage.per_universe else [run]:
-                if not stage.per_level:
-                    result = call(stage, stage.function, (target, runner) if stage.needs_runner else (target,))
-                    continue
-                for level in range(len(run.config.levels)):
-                    args = (target, level, runner) if stage.needs_runner else (target, level)
-                    result = call(stage, stage.function, args)
+            for args in stage.calls(release, runner):
+                result = call(stage, stage.function, args)
         return result
     except BaseException:
-        abandon(run)
+        abandon(release)
         raise
     finally:
         if runner is not None:

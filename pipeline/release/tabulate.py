@@ -6,29 +6,30 @@ import logging
 
 from censusdp.pipeline.io.summary_tables import write_summary_tables
 from censusdp.pipeline.release.expected_errors import expected_errors
-from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.run import Release, stage_output
 from censusdp.pipeline.release.universes import check_same_blocks
 
 log = logging.getLogger("censusdp")
 
 
-def tabulate(run: ReleaseRun) -> None:
+def tabulate(run: Release) -> None:
     """Write ``tables/<set>/<level>.parquet`` and the set's dictionary for every configured set.
 
-    Reads only the published integer tables this run has just reconciled (``run.counts``), so the summary
+    Reads only the published integer tables this run has just reconciled (each universe's ``counts``), so the summary
     tables are post-processing of public values (Thm 19.25) and consistent with the detailed tables.  The lowest
     level's were written by its reconciliation tasks (``release.lowest_parts``).
     """
-    tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    persons = run.persons
+    tree = stage_output(persons.tree, "the geography (validate_inputs, or a re-run's measurements)")
     names = [lv.name for lv in run.config.levels]
-    counts = [run.counts.get(level) for level in range(len(names))]  # the lowest's: written as it was reconciled
+    counts = [persons.counts.get(level) for level in range(len(names))]  # the lowest's: written as it was reconciled
     units = None
     if run.units is not None:  # the same tree: the units universe's housing tables (H1) join the same files
         check_same_blocks(run)
         units = (run.units.schema, [run.units.counts.get(level) for level in range(len(names))])
     for tables in run.config.output.tables:
-        run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, run.schema, names,
-                                                                tree.geoids, counts, units)
+        run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, persons.schema,
+                                                                names, tree.geoids, counts, units)
         log.info("summary tables %s written for %d levels", tables.value, len(names))
     if run.expected_errors is None:  # not computed beside the lowest level's tasks (reconcile)
-        run.expected_errors = expected_errors(run)
+        run.expected_errors = expected_errors(persons)

@@ -22,7 +22,7 @@ from censusdp.pipeline.release.lowest_parts import LowestOutputs, lowest_part
 from censusdp.pipeline.release.only_child import chain_measurements
 from censusdp.pipeline.release.persons_units import LevelBounds, level_rules
 from censusdp.pipeline.release.reconcile_chunk import ChunkTask
-from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.run import Release, UniverseRun, stage_output
 from censusdp.pipeline.release.support import structural_zero_mask
 
 
@@ -44,11 +44,11 @@ class ChunkTasks:
         return tasks
 
 
-def chunk_tasks(run: ReleaseRun, level: int, outputs: LowestOutputs | None = None,
+def chunk_tasks(release: Release, run: UniverseRun, level: int, outputs: LowestOutputs | None = None,
                 bounds: LevelBounds | None = None) -> ChunkTasks:
     """The level's reconciliation tasks: public values and file locations only, made as they are walked.  With
     full information, once the lowest level's last task is made the GLS's scratch files are removed.  ``outputs``:
-    the main universe's lowest level, whose tasks write their parts of its outputs (``release.lowest_parts``)."""
+    the persons' lowest level, whose tasks write their parts of its outputs (``release.lowest_parts``)."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
     name = config.levels[level].name
@@ -56,28 +56,28 @@ def chunk_tasks(run: ReleaseRun, level: int, outputs: LowestOutputs | None = Non
     targets = run.targets.get(level) if full else None
     if full and not (targets and targets.terms):
         raise stage_output(None, f"the GLS targets of level {name} (the estimate stage)")
-    return ChunkTasks(len(run.chunk_plan[level]), _make_tasks(run, level, tree.depth - 1, outputs, bounds))
+    return ChunkTasks(len(run.chunk_plan[level]), _make_tasks(release, run, level, tree.depth - 1, outputs, bounds))
 
 
-def _make_tasks(run: ReleaseRun, level: int, lowest: int, outputs: LowestOutputs | None,
+def _make_tasks(release: Release, run: UniverseRun, level: int, lowest: int, outputs: LowestOutputs | None,
                 bounds: LevelBounds | None) -> Iterator[ChunkTask]:
     tree = stage_output(run.tree, "the geography")
     config = run.config
     name = config.levels[level].name
     queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
-    directory = run.measurements_dir or run.work_dir / "measurements"
+    directory = run.measurements
     zeros = structural_zero_mask(config)
     # ties in rounding are broken at random (post-processing, so any source is private enough); the keys come
     # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
-    tie_source = run.rng if run.rng.can_draw else system_random_source()
+    tie_source = release.rng if release.rng.can_draw else system_random_source()
     full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
     targets = run.targets.get(level) if full else None
     # level_by_level: the only-child levels below measured the same nodes again
     chain = [] if full else chain_measurements(run, level)
     passes = config.level_passes(name)
     lowest_targets = targets is not None and level == lowest
-    rules = level_rules(config, None, zeros) if outputs is not None and run.units is not None else None
-    units_outputs = run.lowest_outputs if not run.main and level == lowest else None
+    rules = level_rules(config, None, zeros) if outputs is not None and release.units is not None else None
+    units_outputs = run.lowest_outputs if run is not release.persons and level == lowest else None
     for index, (start, stop, located) in enumerate(run.chunk_plan[level]):
         parent_counts = parent_index = None
         if level > 0:

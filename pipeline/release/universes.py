@@ -14,10 +14,10 @@ from censusdp.pipeline.directed_rounding import round_text
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io import manifest as mf
 from censusdp.pipeline.io.summary_tables import summary_counts, variable_matrix
-from censusdp.pipeline.release.run import UNITS_DIR, ReleaseRun, stage_output
+from censusdp.pipeline.release.run import UNITS_DIR, Release, stage_output
 
 
-def units_section(run: ReleaseRun) -> dict[str, Any]:
+def units_section(run: Release) -> dict[str, Any]:
     """The units universe's own guarantee, allocation, invariants (not protected), files and diagnostics; ``run``
     is the persons' (main) run, whose invariants the units' guarantee is conditional on too."""
     units = stage_output(run.units, "the units universe")
@@ -38,7 +38,7 @@ def units_section(run: ReleaseRun) -> dict[str, Any]:
     }
 
 
-def with_disagreements(section: dict[str, Any], run: ReleaseRun) -> dict[str, Any]:
+def with_disagreements(section: dict[str, Any], run: Release) -> dict[str, Any]:
     """The units section with the count of blocks where the published universes disagree (the units run's
     ``disagreements``, counted as its lowest level was written; empty when the schemas are not P.L.'s)."""
     units = stage_output(run.units, "the units universe")
@@ -71,11 +71,11 @@ def _by_type(schema: Schema, counts: sp.spmatrix) -> np.ndarray:
     return np.asarray((counts @ by_type).toarray())
 
 
-def check_same_blocks(run: ReleaseRun) -> None:
+def check_same_blocks(run: Release) -> None:
     """Refuse a units universe whose tree is not the persons' (the two are paired block by block)."""
     if run.units is None:
         return
-    tree = stage_output(run.tree, "the geography")
+    tree = stage_output(run.persons.tree, "the geography")
     units_tree = stage_output(run.units.tree, "the units' geography")
     if any(not np.array_equal(a, b) for a, b in zip(tree.geoids, units_tree.geoids, strict=True)):
         raise CensusDPError("the units universe's blocks are not the persons' (its measurements were drawn on "

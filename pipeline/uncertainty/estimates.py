@@ -35,7 +35,7 @@ from censusdp.pipeline.io.gls_scratch import ScratchCubes
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run
 from censusdp.pipeline.release.full_information import gls_problem, spec_of, stream_problem
 from censusdp.pipeline.release.noisy_measurements import noisy_answers
-from censusdp.pipeline.release.run import ReleaseRun, stage_output
+from censusdp.pipeline.release.run import Release, stage_output
 from censusdp.postprocess.gls import GlsLevel, GlsResult, interval
 from censusdp.postprocess.gls_algebra import answer
 from censusdp.postprocess.gls_stream import StreamedGls, StreamLevel, solve_gls_streamed
@@ -96,16 +96,16 @@ def write_estimates(run_dir: Path) -> list[Path]:
     return write_loaded_estimates(load_run(run_dir))
 
 
-def write_release_estimates(run: ReleaseRun, manifest: dict[str, Any]) -> list[Path]:
+def write_release_estimates(release: Release, manifest: dict[str, Any]) -> list[Path]:
     """A release's own estimates (``output.estimates``), from the configuration, tree, invariants and allocation
     it holds and the manifest it just wrote; ``publish`` calls this before the run is renamed into place.  Only
     the noisy measurements are read from their files (a release streams them to disk level by level), by the
     chunk plan the run holds."""
+    run = release.persons
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
-    measurements = Path(run.measurements_dir) if run.measurements_dir else run.work_dir / "measurements"
     return write_loaded_estimates(LoadedRun(run_dir=run.work_dir, manifest=manifest, config=run.config,
                                             tree=tree, invariants=run.invariants, allocations=run.allocations,
-                                            measurements_dir=measurements, held_plans=dict(run.chunk_plan)))
+                                            measurements_dir=run.measurements, held_plans=dict(run.chunk_plan)))
 
 
 def _level_files(run: LoadedRun, stream: StreamedGls, level: int, out_dir: Path) -> list[Path]:

@@ -104,12 +104,12 @@ def paused_measure_level(schema, histograms, allocations, rng):  # between two l
         pause()
     return measure_level(schema, histograms, allocations, rng)
 
-def paused_chunk_tasks(run, level, outputs, bounds):  # as the reconcile stage starts a level
+def paused_chunk_tasks(release, run, level, outputs, bounds):  # as the reconcile stage starts a level
     if level == 0 and stage == "after-complete":  # every measurement saved, nothing reconciled
         pause()
     if level == 3 and stage == "reconcile":  # half the levels reconciled
         pause()
-    return chunk_tasks(run, level, outputs, bounds)
+    return chunk_tasks(release, run, level, outputs, bounds)
 
 def paused_rename(self, target):  # manifest and report written, the folder not yet renamed into place
     if self.name.endswith(".partial"):

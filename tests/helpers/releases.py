@@ -11,7 +11,7 @@ import pytest
 
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.config.options import insecure_seed_allowed, load_release_config, random_source
-from censusdp.pipeline.release.stages import STAGES, replaced, run_release
+from censusdp.pipeline.release.stages import STAGES, Release, UniverseRun, reconcile, replaced, run_release
 from censusdp.pipeline.uncertainty.estimates import write_release_estimates
 from tests.helpers.configs import preset_config
 
@@ -45,3 +45,15 @@ def release_with(config: Path, seed: int = 5, **functions: Callable[..., Any]) -
 def units_config(folder: Path, data: Path, dataset: str = "units-state") -> Path:
     """The pl94 preset (with its [units] universe) on a synthetic state's files (the test's installation ledger)."""
     return preset_config(folder / "pl94.toml", "pl94", {"ledger.dataset": dataset}, files=data)
+
+
+def keeping_invariants(kept: dict[str, dict[int, Any]]) -> Callable[..., None]:
+    """A ``reconcile`` that records each universe's invariants (by universe name) before its lowest level drops
+    them, then reconciles as the release does."""
+
+    def reconcile_keeping(release: Release, universe: UniverseRun, level: int, runner: object = None) -> None:
+        if level == len(release.config.levels) - 1:
+            kept[universe.config.universe.value] = dict(universe.invariants)
+        reconcile(release, universe, level, runner)
+
+    return reconcile_keeping

@@ -19,15 +19,15 @@ def test_the_layout_read_back_is_the_one_the_release_wrote(tiny_release: Path, c
     """With chunks of 6 cells (one node each) every level spans several chunks: the plan read from a level's
     file equals the plan the release held, and the tree read back equals the release's."""
     tiny_release.write_text(tiny_release.read_text() + "\n[postprocess]\nchunk_cells = 6\n")
-    held: list[stages.ReleaseRun] = []
+    held: list[stages.Release] = []
     real_publish = stages.publish
 
-    def publish(run: stages.ReleaseRun) -> Path:
+    def publish(run: stages.Release) -> Path:
         held.append(run)
         return real_publish(run)
 
     run_dir = release_with(tiny_release, publish=publish)
-    (run,) = held
+    run = held[0].persons
     assert run.tree is not None
     loaded = load_run(run_dir)
     schema = run.config.schema

@@ -72,10 +72,11 @@ def noise_samples(config_path: Path, reps: int) -> tuple[dict[tuple[str, str], l
     """Run the release's stages: REPS fresh measurements of the upper levels, one of the lowest, then publish;
     returns noisy - true per (level, query) and the published manifest."""
     config = load_config(config_path)
-    run = stages.start_release(config, config_path.parent / "runs", seeded_random_source(1))
-    stages.read_files(run)
-    stages.charge(run)
-    stages.validate_inputs(run)
+    release = stages.start_release(config, config_path.parent / "runs", seeded_random_source(1))
+    run = release.persons
+    stages.read_files(release, run)
+    stages.charge(release)
+    stages.validate_inputs(release, run)
     assert run.tree is not None and run.input_files is not None
     files = run.input_files
     _, row_units, row_cells = validated_rows(files)
@@ -94,17 +95,17 @@ def noise_samples(config_path: Path, reps: int) -> tuple[dict[tuple[str, str], l
 
     depth = len(config.levels)
     for rep in range(reps):  # every draw measures every level: the lowest is kept LOWEST_REPS times
-        run.rng = seeded_random_source(1000 + rep)
+        release.rng = seeded_random_source(1000 + rep)
         run.input_files = files  # measuring releases the inputs: put them back between draws
         # a release draws once; this test samples the stage many times, so it withdraws the stage's claim
         claim_path(run.work_dir, stages.MEASURE_CLAIM).unlink(missing_ok=True)
-        stages.measure(run)
+        stages.measure(release, run)
         for level in range(depth if rep < LOWEST_REPS else depth - 1):
             collect(level)
-    stages.estimate(run)
+    stages.estimate(release, run)
     for level in range(depth):
-        stages.reconcile(run, level)
-    return samples, json.loads((stages.publish(run) / "manifest.json").read_text())
+        stages.reconcile(release, run, level)
+    return samples, json.loads((stages.publish(release) / "manifest.json").read_text())
 
 
 @pytest.mark.slow

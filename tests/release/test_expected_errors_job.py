@@ -18,6 +18,7 @@ from censusdp.pipeline.release.expected_errors import compute_expected_errors, e
 from censusdp.pipeline.release.runner import LocalRunner
 from censusdp.pipeline.synth.population import write_synthetic
 from tests.helpers.configs import preset_config
+from tests.helpers.releases import keeping_invariants
 
 
 class RecordingRunner(LocalRunner):
@@ -48,29 +49,22 @@ def test_started_with_the_lowest_level_and_collected_by_tabulate(tmp_path: Path,
     held = []
     real_tabulate = stages.tabulate
 
-    def tabulate_spy(run: stages.ReleaseRun) -> None:
+    def tabulate_spy(run: stages.Release) -> None:
         held.append(run)
         real_tabulate(run)
 
-    def not_here(run: stages.ReleaseRun) -> dict[str, Any]:
+    def not_here(run: stages.UniverseRun) -> dict[str, Any]:
         raise AssertionError("tabulate computed the expected errors again")
 
-    dropped: dict[int, Any] = {}  # the persons' invariants, dropped after their lowest level (the job has them)
-    real_drop = stages.ReleaseRun.drop_invariants
-
-    def drop_spy(run: stages.ReleaseRun) -> None:
-        if run.main:
-            dropped.update(run.invariants)
-        real_drop(run)
-
+    kept: dict[str, dict[int, Any]] = {}  # the invariants, dropped after each lowest level (the job has them)
     monkeypatch.setattr(tabulate, "expected_errors", not_here)
-    monkeypatch.setattr(stages.ReleaseRun, "drop_invariants", drop_spy)
     config = load_config(pl94_config(tmp_path))
     stages.run_release(config, tmp_path / "runs", seeded_random_source(3),
-                       stages=stages.replaced(stages.STAGES, tabulate=tabulate_spy))
-    (run,) = held
-    assert dropped and not run.invariants
-    run.invariants = dropped
+                       stages=stages.replaced(stages.STAGES, tabulate=tabulate_spy, reconcile=keeping_invariants(kept)))
+    (release,) = held
+    run = release.persons
+    assert kept["persons"] and not run.invariants
+    run.invariants = kept["persons"]
     reconciled = [call for call in calls if call == ("map", "reconcile_chunk")]
     started = calls.index(("submit", "compute_expected_errors"))
     # once, before the persons' lowest level's tasks, after every other level of the persons; then the units' levels
@@ -78,7 +72,7 @@ def test_started_with_the_lowest_level_and_collected_by_tabulate(tmp_path: Path,
     assert calls.count(("submit", "compute_expected_errors")) == 1 and len(reconciled) == 2 * len(config.levels)
     after = calls[started + 2:].count(("map", "reconcile_chunk"))
     assert calls[started + 1] == ("map", "reconcile_chunk") and after == len(config.levels)
-    assert run.expected_errors == expected_errors(run) and run.expected_errors["levels"]["block"]["P1_001N"] > 0
+    assert release.expected_errors == expected_errors(run) and release.expected_errors["levels"]["block"]["P1_001N"] > 0
 
 
 def test_a_design_without_them_warns_instead_of_failing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -87,7 +81,7 @@ def test_a_design_without_them_warns_instead_of_failing(tmp_path: Path, monkeypa
     real_tabulate = stages.tabulate
     spy = stages.replaced(stages.STAGES, tabulate=lambda run: (held.append(run), real_tabulate(run)))
     stages.run_release(load_config(pl94_config(tmp_path)), tmp_path / "runs", seeded_random_source(3), stages=spy)
-    (run,) = held
+    run = held[0].persons
     run.warnings.clear()
     job = expected_errors_job(run)
     assert job is not None

@@ -43,7 +43,7 @@ def test_the_plan_has_a_group_per_partition_node_and_a_stream_per_chunk(tiny_rel
     files = read_input_files(config)
     tree = validated_rows(files)[0]
     plans = level_plans_of(config, stages.start_release(config, tiny_release.parent / "runs",
-                                                        seeded_random_source(1)).allocations)
+                                                        seeded_random_source(1)).persons.allocations)
     seeded = plan_measurement(tree, files, plans, seeded_random_source(1), "persons", 60, None)
     again = plan_measurement(tree, files, plans, seeded_random_source(1), "persons", 60, None)
     assert seeded.partition_level == 1 and len(seeded.groups) == tree.n_nodes(1)
@@ -64,13 +64,14 @@ def test_the_plan_has_a_group_per_partition_node_and_a_stream_per_chunk(tiny_rel
 
 def test_a_partitioned_release_measures_every_level_of_the_true_histograms(tiny_release: Path) -> None:
     config = load_config(tiny_release, {"input.path": str(partitioned(tiny_release)), "postprocess.chunk_cells": 60})
-    run = stages.start_release(config, tiny_release.parent / "runs", seeded_random_source(2))
-    stages.read_files(run)
-    stages.charge(run)
-    stages.validate_inputs(run)
+    release = stages.start_release(config, tiny_release.parent / "runs", seeded_random_source(2))
+    run = release.persons
+    stages.read_files(release, run)
+    stages.charge(release)
+    stages.validate_inputs(release, run)
     _, units, cells = validated_rows(run.input_files)
     truth = all_level_histograms(run.tree, lowest_histograms(units, cells, run.tree.n_nodes(3), config.schema.n_cells))
-    stages.measure(run)
+    stages.measure(release, run)
     for level, spec in enumerate(config.levels):
         plan = run.chunk_plan[level]
         assert [(a, b) for a, b, _ in plan][0][0] == 0 and plan[-1][1] == run.tree.n_nodes(level)

@@ -20,18 +20,19 @@ from censusdp.pipeline.release.measurement_plan import PARTS_DIR, MeasurementPla
 from tests.helpers.datasets import write_hive_dataset
 
 
-def worker_plan(tiny_release: Path) -> tuple[stages.ReleaseRun, MeasurementPlan]:
+def worker_plan(tiny_release: Path) -> tuple[stages.UniverseRun, MeasurementPlan]:
     """A charged, validated run of the tiny release partitioned by region, planned as for Dask workers (each
     group writes its parts into the run's parts folder)."""
     folder = tiny_release.parent / "partitioned"
     write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "part",
                        pl.col("geocode").str.slice(0, 1))
     config = load_config(tiny_release, {"input.path": str(folder), "postprocess.chunk_cells": 60})
-    run = stages.start_release(config, tiny_release.parent / "runs", seeded_random_source(4))
-    stages.read_files(run)
-    stages.charge(run)
-    stages.validate_inputs(run)
-    plan = plan_measurement(run.tree, run.input_files, level_plans_of(config, run.allocations), run.rng, "persons",
+    release = stages.start_release(config, tiny_release.parent / "runs", seeded_random_source(4))
+    run = release.persons
+    stages.read_files(release, run)
+    stages.charge(release)
+    stages.validate_inputs(release, run)
+    plan = plan_measurement(run.tree, run.input_files, level_plans_of(config, run.allocations), release.rng, "persons",
                             config.chunk_cells, run.work_dir / PARTS_DIR)
     assert plan.upper is not None and len(plan.groups) >= 2
     return run, plan
@@ -87,12 +88,13 @@ def test_a_straggler_after_the_run_ended_creates_nothing(tiny_release: Path) -> 
 
 def test_the_measure_stage_runs_once_per_run(tiny_release: Path) -> None:
     """Whatever runs the stage (a retried flow task, a caller's mistake), a run's measurements are drawn once."""
-    run = stages.start_release(load_config(tiny_release), tiny_release.parent / "runs", seeded_random_source(6))
-    stages.read_files(run)
-    stages.charge(run)
-    stages.validate_inputs(run)
-    stages.measure(run)
+    release = stages.start_release(load_config(tiny_release), tiny_release.parent / "runs", seeded_random_source(6))
+    run = release.persons
+    stages.read_files(release, run)
+    stages.charge(release)
+    stages.validate_inputs(release, run)
+    stages.measure(release, run)
     measured = files_under(run.work_dir / "measurements")
     with pytest.raises(MeasurementRepeatedError, match="ran twice"):
-        stages.measure(run)
+        stages.measure(release, run)
     assert files_under(run.work_dir / "measurements") == measured

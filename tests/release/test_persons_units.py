@@ -130,7 +130,7 @@ def test_publish_checks_what_it_wrote(synthetic: Path, tmp_path: Path, capsys: p
 
     real_tabulate = stages.tabulate
 
-    def corrupting(run: stages.ReleaseRun) -> None:
+    def corrupting(run: stages.Release) -> None:
         real_tabulate(run)
         path = run.work_dir / "tables" / "pl94" / "county.parquet"
         table = pl.read_parquet(path)
@@ -151,11 +151,12 @@ def test_units_measured_in_other_chunks_are_refused(synthetic: Path, tmp_path: P
 
     real_reconcile = stages.reconcile
 
-    def regrouped(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
-        if run.main and run.units is not None and level == len(run.config.levels) - 1:
-            plan = run.units.chunk_plan[level]
-            run.units.chunk_plan[level] = [(plan[0][0], plan[1][1], plan[0][2]), *plan[2:]]
-        real_reconcile(run, level, runner)
+    def regrouped(release: stages.Release, universe: stages.UniverseRun, level: int, runner: object = None) -> None:
+        units = release.units
+        if universe is release.persons and units is not None and level == len(release.config.levels) - 1:
+            plan = units.chunk_plan[level]
+            units.chunk_plan[level] = [(plan[0][0], plan[1][1], plan[0][2]), *plan[2:]]
+        real_reconcile(release, universe, level, runner)
 
     config = units_config(tmp_path, synthetic, dataset="regrouped")
     edit_config(config, {"postprocess.chunk_cells": 40000})

@@ -191,8 +191,10 @@ from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.release import stages
-run = stages.start_release(load_config(Path(sys.argv[1])), Path(sys.argv[2]), seeded_random_source(1))
-for stage in (lambda: stages.measure(run, 0), lambda: stages.publish(run), lambda: stages.validate_inputs(run)):
+release = stages.start_release(load_config(Path(sys.argv[1])), Path(sys.argv[2]), seeded_random_source(1))
+run = release.persons
+for stage in (lambda: stages.measure(release, run), lambda: stages.publish(release),
+              lambda: stages.validate_inputs(release, run)):
     try:
         stage()
     except CensusDPError as error:

@@ -91,10 +91,11 @@ def test_a_run_that_died_after_measuring_is_resumed_without_new_noise(
         tiny_release: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     real = stages.reconcile
 
-    def crash_at_district(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
+    def crash_at_district(release: stages.Release, universe: stages.UniverseRun, level: int,
+        runner: object = None) -> None:
         if level == 2:
             raise RuntimeError("simulated crash")
-        real(run, level, runner)
+        real(release, universe, level, runner)
 
     with pytest.raises(RuntimeError, match="simulated crash"):
         release_with(tiny_release, 13, reconcile=crash_at_district)
@@ -136,7 +137,8 @@ def test_a_config_without_a_ledger_is_refused(tiny_release: Path, capsys: pytest
 def test_resume_refuses_a_changed_budget(tiny_release: Path, capsys: pytest.CaptureFixture[str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
 
-    def crash(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
+    def crash(release: stages.Release, universe: stages.UniverseRun, level: int,
+        runner: object = None) -> None:
         raise RuntimeError("simulated crash")
 
     with pytest.raises(RuntimeError, match="simulated crash"):

@@ -40,17 +40,18 @@ def noise_and_truth(config_path: Path, flat: bool) -> tuple[list[int], list[int]
     else:
         write_hive_dataset(frame, data, "region")
     config = load_config(config_path)
-    run = stages.start_release(config, config_path.parent / ("runs-flat" if flat else "runs-parts"),
-                               seeded_random_source(11))
-    stages.read_files(run)
-    stages.charge(run)
-    stages.validate_inputs(run)
-    assert run.dataset == "tiny" and len(run.ledger.datasets()) == 1  # one dataset: the same fingerprints
+    release = stages.start_release(config, config_path.parent / ("runs-flat" if flat else "runs-parts"),
+                                   seeded_random_source(11))
+    run = release.persons
+    stages.read_files(release, run)
+    stages.charge(release)
+    stages.validate_inputs(release, run)
+    assert release.dataset == "tiny" and len(release.ledger.datasets()) == 1  # one dataset: the same fingerprints
     _, units, cells = validated_rows(run.input_files)
     partitioned = partition_level(run.tree, run.input_files)
     truth = all_level_histograms(run.tree, lowest_histograms(units, cells, run.tree.n_nodes(run.tree.depth - 1),
                                                              config.schema.n_cells))
-    stages.measure(run)
+    stages.measure(release, run)
     noise, answers = [], []
     for level, spec in enumerate(config.levels):
         table = read_level_table(run.work_dir / "measurements", spec.name, ["geoid", "query", "cell", "noisy_value"])

@@ -25,7 +25,9 @@ def _run(levels: tuple[Level, ...], units_files: SimpleNamespace | None, *, buil
     units = None if units_files is None else SimpleNamespace(
         tree=build_tree(LEVELS, CODES) if built else None, config=SimpleNamespace(levels=LEVELS),
         input_files=units_files)
-    return SimpleNamespace(units=units, config=SimpleNamespace(levels=levels))
+    run = SimpleNamespace(units=units, config=SimpleNamespace(levels=levels))
+    run.persons = run  # the release and its persons' universe in one
+    return run
 
 
 @pytest.fixture
@@ -42,7 +44,7 @@ def geography(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pa
 def _tree(run: SimpleNamespace, path: Path | None, codes: np.ndarray, fmt: str = "parquet") -> GeoTree:
     files = _files(path, fmt)
     files.codes = codes
-    return shared_tree.geography_tree(run, files)  # type: ignore[arg-type]
+    return shared_tree.geography_tree(run, run, files)  # type: ignore[arg-type]
 
 
 def test_the_same_geography_file_is_not_read_again(geography: tuple[Path, Path, list[int]], tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -21,7 +22,7 @@ from censusdp.pipeline.release import lowest_parts, stages
 from censusdp.pipeline.release import run as run_module
 from censusdp.pipeline.synth.population import write_synthetic
 from tests.helpers.configs import edit_config
-from tests.helpers.releases import cli, release, release_dir, release_with, units_config
+from tests.helpers.releases import cli, keeping_invariants, release, release_dir, release_with, units_config
 
 
 @pytest.fixture(scope="module")
@@ -47,34 +48,30 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     held = []
     real_tabulate = stages.tabulate
 
-    def tabulate(run: stages.ReleaseRun) -> None:
+    def tabulate(run: stages.Release) -> None:
         held.append(run)
         real_tabulate(run)
 
-    dropped: dict[bool, dict[int, list[tuple[str, list[int]]]]] = {}  # each universe's invariants as dropped
-    real_drop = stages.ReleaseRun.drop_invariants
-
-    def drop_invariants(run: stages.ReleaseRun) -> None:
-        dropped[run.main] = {level: [(i.name, i.values.tolist()) for i in invariants]
-                             for level, invariants in run.invariants.items()}
-        real_drop(run)
-
-    monkeypatch.setattr(stages.ReleaseRun, "drop_invariants", drop_invariants)
+    kept: dict[str, dict[int, Any]] = {}  # each universe's invariants as its lowest level dropped them
     monkeypatch.setattr(measurements, "INVARIANT_NODES", 50)  # the units' block invariants written in pieces
-    run_dir = release_with(config_path, tabulate=tabulate)
-    (run,) = held  # the driver kept no block's counts (the units' lowest tasks wrote H1 beside the persons')
+    run_dir = release_with(config_path, tabulate=tabulate, reconcile=keeping_invariants(kept))
+    (release,) = held  # the driver kept no block's counts (the units' lowest tasks wrote H1 beside the persons')
+    run, units = release.persons, release.units
     lowest = len(config.levels) - 1
+    assert [u.config.universe.value for u in release.universes] == ["persons", "units"]
     assert lowest not in run.counts and set(run.counts) == set(range(lowest))
-    assert run.units is not None and set(run.units.counts) == set(range(lowest))
-    assert run.tree is run.units.tree  # one geography: the universes share one tree on the driver
+    assert units is not None and set(units.counts) == set(range(lowest))
+    assert run.tree is units.tree  # one geography: the universes share one tree on the driver
     units_file = run_dir / "units" / "measurements" / measurements.INVARIANTS_FILE
     assert pq.ParquetFile(units_file).num_row_groups > run.tree.n_nodes(lowest) // 50  # in pieces
-    read_back = measurements.read_invariants(units_file.parent, run.units.config, run.tree)
+    read_back = measurements.read_invariants(units_file.parent, units.config, run.tree)
+    as_lists = {name: {level: [(i.name, i.values.tolist()) for i in invariants] for level, invariants in found.items()}
+                for name, found in kept.items()}
     assert {level: [(i.name, i.values.tolist()) for i in invariants] for level, invariants in read_back.items()} == (
-        dropped[False])
+        as_lists["units"])
     # once their lowest level is reconciled neither universe keeps its invariants (no estimates configured)
-    assert run.units.invariants == {} and run.invariants == {} and set(dropped) == {True, False}
-    assert any(len(values) == run.tree.n_nodes(lowest) for _, values in dropped[False][lowest])
+    assert units.invariants == {} and run.invariants == {} and set(kept) == {"persons", "units"}
+    assert any(len(values) == run.tree.n_nodes(lowest) for _, values in as_lists["units"][lowest])
     assert len(run.chunk_plan[lowest]) >= 2
     parts = [lowest_parts.PART_FILE.format(i) for i in range(len(run.chunk_plan[lowest]))]
     for folder in ("tables/block.parquet", "microdata.parquet", "tables/pl94/block.parquet"):  # written by the tasks
@@ -198,10 +195,11 @@ def test_a_rerun_and_a_resume_carry_the_units(synthetic: Path, tmp_path: Path, c
     config_path = units_config(tmp_path, synthetic)
     real = stages.reconcile
 
-    def crash_in_the_units(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
-        if not run.main and level == 3:
+    def crash_in_the_units(release: stages.Release, universe: stages.UniverseRun, level: int,
+                           runner: object = None) -> None:
+        if universe is release.units and level == 3:
             raise RuntimeError("simulated crash")
-        real(run, level, runner)
+        real(release, universe, level, runner)
 
     with pytest.raises(RuntimeError, match="simulated crash"):
         release_with(config_path, reconcile=crash_in_the_units)

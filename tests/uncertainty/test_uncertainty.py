@@ -28,7 +28,7 @@ from censusdp.postprocess import QueryInvariant, QueryMeasurement
 from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
 from censusdp.postprocess.gls_algebra import marginal
 from tests.helpers.configs import edit_config
-from tests.helpers.releases import release_dir, release_with
+from tests.helpers.releases import keeping_invariants, release_dir, release_with
 
 
 def test_write_estimates_of_a_run(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,7 +81,8 @@ def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytes
     """The GLS fit of a run folder read back (``load_run``) equals the GLS fit of the same release's noisy
     measurements and invariants as the release held them in memory, before anything was written."""
     drawn: dict[str, list[list[QueryMeasurement]]] = {}  # per level name: one list of measurements per chunk
-    held: list[stages.ReleaseRun] = []
+    held: list[stages.Release] = []
+    kept: dict[str, dict[int, list[QueryInvariant]]] = {}  # dropped after the lowest level: kept here instead
     real_measure, real_publish = group_tasks.measure_level, stages.publish
 
     def measure_level(schema, histograms, allocations, rng):  # the real one, keeping what it drew
@@ -89,21 +90,16 @@ def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytes
         drawn.setdefault(allocations[0].level, []).append(out)
         return out
 
-    def publish(run: stages.ReleaseRun) -> Path:
+    def publish(run: stages.Release) -> Path:
         held.append(run)
         return real_publish(run)
 
-    def drop_invariants(run: stages.ReleaseRun) -> None:  # dropped after the lowest level: kept here instead
-        held_invariants.update(run.invariants)
-        real_drop(run)
-
-    held_invariants: dict[int, list[QueryInvariant]] = {}
-    real_drop = stages.ReleaseRun.drop_invariants
     monkeypatch.setattr(group_tasks, "measure_level", measure_level)
-    monkeypatch.setattr(stages.ReleaseRun, "drop_invariants", drop_invariants)
-    run_dir = release_with(tiny_release, publish=publish)
+    run_dir = release_with(tiny_release, publish=publish, reconcile=keeping_invariants(kept))
+    held_invariants = kept["persons"]
     assert not (run_dir / "estimates").exists()  # nothing written until write_estimates is called
-    (memory,) = held
+    (release,) = held
+    memory = release.persons
     assert memory.tree is not None
     schema = memory.config.schema
     levels = []

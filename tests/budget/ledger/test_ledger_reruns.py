@@ -34,7 +34,8 @@ def test_postprocess_is_publishable_only_for_the_measurements_the_ledger_charged
     assert json.loads((Path(again) / "manifest.json").read_text())["random_source"]["publishable"] is False
 
 
-def crash(run: stages.ReleaseRun, level: int, runner: object = None) -> None:
+def crash(release: stages.Release, universe: stages.UniverseRun, level: int,
+        runner: object = None) -> None:
     raise RuntimeError("simulated crash")
 
 
