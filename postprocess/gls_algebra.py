@@ -1,19 +1,11 @@
 """The algebra behind the tree GLS: marginal and recode queries of a Kronecker-structured histogram, and one
 orthogonal basis on which all their information matrices are block diagonal with small blocks.
 
-The detailed histogram of a node is a cube with one axis per attribute (sizes n_1..n_m, C order).  A query's
-factor on axis a keeps it (I), sums it out (J = 11ᵀ) or groups its values by a partition R (a recode, G_RᵀG_R),
-and Q_qᵀQ_q = ⊗_a F_a.  Per axis, let P_a be the common refinement of every grouping of a that the queries use
-(k_a groups of sizes n_g; k_a = 1 for a plain attribute), B_a = span of u_g = 1_g/√n_g and C_a its orthogonal
-complement (within-group contrasts).  Every factor maps B_a to B_a and C_a to C_a: on C_a, I, J and G_RᵀG_R are
-the scalars 1, 0, 0; on B_a (basis u) they are I_k, s sᵀ (s_g = √n_g) and M_R[g,h] = √(n_g n_h)·[g ~_R h].
-So R^C = ⊕_S E_S over subsets S of axes (C_a for a ∈ S, B_a otherwise), and on E_S every information matrix
-A = Σ_q Q_qᵀQ_q/σ²_q acts as one K_S×K_S matrix (K_S = Π_{a∉S} k_a: ⊗_{a∉S} of the B-blocks, times the
-product of the C-scalars), identically on each of the D_S = Π_{a∈S}(n_a - k_a) contrast directions.
-
-In coordinates: rotate each axis by the orthogonal U_a = [u_1..u_k | an orthonormal basis of C_a]; a rotated
-cell lies in E_S for S = {a : index_a ≥ k_a}.  ``gather`` cuts E_S out of a rotated cube as (n, K_S, D_S).
-With no recode every K_S is 1 and the blocks are the scalar eigenvalues of the plain mean/contrast split.
+A node's detailed histogram is a cube with one axis per attribute (sizes n_1..n_m, C order).  Per axis a, B_a is
+spanned by the normalised indicators of the k_a groups refining every grouping the queries use, C_a is its
+complement (the contrasts), and U_a = [u_1..u_k | a basis of C_a].  R^C = ⊕_S E_S (C_a for a ∈ S, B_a otherwise),
+and on E_S every information matrix acts as one K_S×K_S block on each of its D_S contrast directions
+(docs/reconciliation.md, "Recodes").  ``gather`` cuts E_S out of a rotated cube as (n, K_S, D_S).
 """
 
 from __future__ import annotations
@@ -84,11 +76,6 @@ def answer(rows: np.ndarray, shape: tuple[int, ...], spec: QuerySpec) -> np.ndar
             kept = np.moveaxis(np.tensordot(kept, _grouping_matrix(group_of), axes=([1 + position], [0])), -1,
                                1 + position)
     return kept.reshape(n, -1)
-
-
-def marginal(rows: np.ndarray, shape: tuple[int, ...], axes: Sequence[int]) -> np.ndarray:
-    """(n, C) detailed rows -> (n, q_cells) answers of the marginal keeping ``axes`` in that (query) order."""
-    return answer(rows, shape, QuerySpec(tuple(axes)))
 
 
 @dataclass(frozen=True)

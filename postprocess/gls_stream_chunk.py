@@ -1,12 +1,8 @@
 """One chunk's steps of the streamed GLS (``postprocess.gls_stream``) as functions of public arrays, and the lowest
-level's chunk as a self-contained, picklable job (``LowestChunk``).
+level's chunk as a self-contained, picklable job (``LowestChunk``: docs/reconciliation.md, "The tree algorithm").
 
-The lowest level is the largest by far (a nation's 8M blocks against 0.2M block groups) and is never stored: its
-up step (the children sums of its parents) and its estimates are recomputed from its measurements.  A
-``LowestChunk`` carries everything those two need besides the chunk's own measurements: the level's queries, Φ
-and pin maps, and for the estimates the chunk's parents' x̂ - Σz̃ and Φ̄⁻¹.  So the release can run them where the
-chunk's measurements are read (a Dask worker's reconciliation task), not on the driver.  Public values only
-(post-processing of noisy measurements, Thm 19.25).
+The lowest level is never stored: its up step and its estimates are recomputed from its measurements, where they
+are read (a Dask worker's task).  Public values only (post-processing of noisy measurements, Thm 19.25).
 """
 
 from __future__ import annotations

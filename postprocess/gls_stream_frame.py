@@ -1,11 +1,8 @@
 """The data-free half of the GLS (``postprocess.gls_stream``): its levels, plan checks, blocks, frames and store.
 
-Per subspace E_S, ``subspace_blocks`` gives every level's information block Λ_l and the pins of its invariants;
-``subtree_phi`` the up pass's data-free recursion (``postprocess.gls_tree``'s notation): every level's Φ
-(covariance of a node's free coordinates given its subtree) and Φ̄⁻¹ over its children; ``subspace_frame`` adds
-the posterior covariances of the down pass.  At the lowest level Φ is one level-wide matrix (every lowest node
-has the same queries), so the children sums Φ̄ of its parents are counts × Φ and the lowest nodes' posterior
-covariances depend on their parent only: they are held per parent, never per lowest node.
+Per subspace E_S: every level's information block Λ_l and invariant pins (``subspace_blocks``), the up pass's Φ and
+Φ̄⁻¹ (``subtree_phi``) and the down pass's posterior covariances (``subspace_frame``); at the lowest level these
+are level-wide or per parent, never per lowest node (docs/reconciliation.md, "The tree algorithm").
 """
 
 from __future__ import annotations

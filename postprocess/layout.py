@@ -1,13 +1,9 @@
 """Split a level into per-parent blocks, group them into batches, and lay out each batch's variables.
 
 A *block* is one parent and its children (at the root: one node on its own, without parent constraint).
-Variables exist only for *free* cells: a cell whose parent count is 0 is 0 in every child (exact, by x >= 0
-and the sum constraint) and a structural zero is 0 by definition, so both are removed before any solver
-sees them.  Query answers then only involve free cells, because the removed ones contribute their fixed 0.
-
-Blocks are independent, so several small ones are stacked into one batch (block-diagonal problem); this
-amortises the fixed cost of building and solving a problem.  All matrices are built vectorised from the
-COO form of the query matrices, never as per-block Python loops over cells.
+Variables exist only for *free* cells: a cell whose parent count is 0 is 0 in every child (by x >= 0 and the sum
+constraint) and a structural zero is 0 by definition, so neither reaches a solver.  Independent blocks are stacked
+into block-diagonal batches, built vectorised from the COO form of the query matrices.
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ import scipy.sparse as sp
 from censusdp.postprocess.least_squares import Inequalities
 from censusdp.postprocess.problem import UNBOUNDED, Inputs, ReconciliationError
 
-BATCH_VARIABLES = 20_000  # stack blocks until a batch has about this many variables (time is flat above a few 1000)
+BATCH_VARIABLES = 20_000  # stack blocks until a batch has about this many variables
 BATCH_DENSE_ENTRIES = 16_000_000  # cap on nodes x n_cells of a batch (its dense free-cell mask)
 _CHUNK = 4096  # parents per chunk when scanning parent rows
 
@@ -135,16 +131,8 @@ def build_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray) -> Batch:
         node_free = node_free & ~inputs.node_zeros[nodes]
     var_node, var_cell = np.nonzero(node_free)
     if blocks.parent is None:
-        return Batch(
-            nodes,
-            node_block,
-            var_node,
-            var_cell,
-            np.full(var_node.size, -1),
-            np.zeros(0, dtype=np.int64),
-            np.full(var_node.size, np.inf),
-            int(block_ids.size),
-        )
+        return Batch(nodes, node_block, var_node, var_cell, np.full(var_node.size, -1), np.zeros(0, dtype=np.int64),
+                     np.full(var_node.size, np.inf), int(block_ids.size))
     block_cell = np.full(free.shape, -1, dtype=np.int64)
     block_cell[free] = np.arange(int(free.sum()))
     sum_row = block_cell[node_block[var_node], var_cell]
@@ -159,9 +147,8 @@ def build_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray) -> Batch:
 def restrict_rows(matrix: sp.csr_matrix, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray]:
     """Apply ``matrix`` to every node of the batch over its free cells only.
 
-    Returns ``(K, rows)``: K has one row per (node, query cell) that involves at least one free variable,
-    and ``rows`` gives that row's flat index ``node * q_cells + cell`` into a (L, q_cells) array of answers.
-    Built from the columns of ``matrix`` at each variable's cell, so the work is the size of K.
+    Returns ``(K, rows)``: K has one row per (node, query cell) that involves at least one free variable, and
+    ``rows`` gives that row's flat index ``node * q_cells + cell`` into a (L, q_cells) array of answers.
     """
     csc = matrix.tocsc()
     first = csc.indptr[batch.var_cell]
@@ -177,23 +164,17 @@ def restrict_rows(matrix: sp.csr_matrix, batch: Batch) -> tuple[sp.csr_matrix, n
 def invariant_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
     """All invariant constraints of the batch: (matrix, int64 right-hand side, redundant-for-LS flag).
 
-    A constraint row without free variables must have value 0 or the problem is infeasible.  In a block with
-    a parent constraint, the last child's invariants follow from the others and the (pre-checked) parent
-    consistency, so they are flagged to be left out of the least-squares problem (fewer redundant equalities
-    for interior-point solvers) but are still enforced by the rounding and checked at the end.
+    A row without free variables must have value 0, else the problem is infeasible.  In a block with a parent
+    constraint the last child's invariants follow from the others and the (checked) parent consistency: flagged,
+    they are left out of the least squares (fewer redundant equalities for interior-point solvers) but kept by the
+    rounding and checked at the end.
     """
-    mats, rhs, redundant = (
-        [sp.csr_matrix((0, batch.n_vars))],
-        [np.zeros(0, dtype=np.int64)],
-        [np.zeros(0, bool)],
-    )
+    mats, rhs, redundant = [sp.csr_matrix((0, batch.n_vars))], [np.zeros(0, dtype=np.int64)], [np.zeros(0, bool)]
     last = batch.last_child()
     for inv in inputs.invariants:
         k, rows = restrict_rows(inv.matrix, batch)
         values = inv.values[batch.nodes].ravel()
-        fixed = np.ones(values.size, dtype=bool)
-        fixed[rows] = False
-        if np.any(values[fixed] != 0):
+        if np.any(np.delete(values, rows) != 0):  # rows without a free variable
             raise ReconciliationError(
                 f"invariant {inv.name!r} is infeasible: it asks for a positive count in cells fixed at 0 "
                 f"(structural zeros or empty in the parent) in a batch of {batch.n_blocks} blocks"
@@ -215,9 +196,7 @@ def bound_rows(inputs: Inputs, batch: Batch) -> Inequalities:
         k, rows = restrict_rows(bound.matrix, batch)
         lower = bound.lower[batch.nodes].ravel()
         upper = bound.upper[batch.nodes].ravel()
-        fixed = np.ones(lower.size, dtype=bool)
-        fixed[rows] = False
-        if np.any(lower[fixed] > 0):
+        if np.any(np.delete(lower, rows) > 0):
             raise ReconciliationError(f"bound {bound.name!r} asks for a positive count in cells fixed at 0 in a "
                                       f"batch of {batch.n_blocks} blocks")
         room = k @ batch.upper

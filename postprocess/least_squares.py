@@ -2,16 +2,10 @@
 
 minimise  sum_q (1/sigma2_q) * || K_q x - y_q ||^2   s.t.  x >= 0,  children sum to parent,  invariants.
 
-The objective is expanded as ``x' D x + ||B x||^2 - 2 c'x + const``: query rows on a single free variable
-(the detailed query, mostly) go into the diagonal D, which cvxpy hands to the solver as a quadratic form
-without auxiliary variables; rows over several variables form B, which costs one auxiliary variable per
-row.  Nothing dense is ever built: the Gram matrix of a marginal (e.g. the total) would be dense.
-
-Every backend's status is mapped to our own vocabulary (``optimal``, ``inaccurate``, ``infeasible``,
-``limit``, ``failed``, ``violation``), and a solution is accepted only after its constraint violations
-are measured, so a solver that claims success with a bad point is treated as a failure and the next one
-is tried.  Clarabel runs with its single-threaded QDLDL factorisation: deterministic, so re-running the
-post-processing on saved measurements gives the same table, and the fastest option measured on 2 cores.
+Nothing dense is built (single-variable query rows form a diagonal quadratic form, the others ``sum_squares``), and
+a solver's point is accepted only once its constraint violations are measured: else the next solver is tried
+(docs/reconciliation.md, "Inside one level").  Clarabel runs with its single-threaded QDLDL factorisation, which is
+deterministic: re-running the post-processing on saved measurements gives the same table.
 """
 
 from __future__ import annotations
@@ -29,12 +23,8 @@ import scipy.sparse as sp
 
 AUTO_SOLVERS: tuple[str, ...] = ("CLARABEL", "OSQP", "SCS")
 SOLVER_OPTIONS: dict[str, dict] = {
-    "CLARABEL": {  # tight tolerances cost ~1 iteration and give 1e-6 agreement with closed forms
-        "direct_solve_method": "qdldl",
-        "tol_gap_abs": 1e-10,
-        "tol_gap_rel": 1e-10,
-        "tol_feas": 1e-10,
-    },
+    # tight tolerances cost about one iteration and agree with the closed forms to 1e-6
+    "CLARABEL": {"direct_solve_method": "qdldl", "tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10},
     "OSQP": {"eps_abs": 1e-7, "eps_rel": 1e-7, "max_iter": 200_000},
     "SCS": {"eps_abs": 1e-7, "eps_rel": 1e-7, "max_iters": 200_000},
 }
@@ -164,7 +154,7 @@ def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers:
         status = _run(problem, name)
         if status in ("optimal", "inaccurate") and x.value is not None:
             point = np.asarray(x.value, dtype=np.float64) * scale
-            violations = tuple(_violation(eq, point) for eq in equalities)
+            violations = tuple(violation(eq, point) for eq in equalities)
             worst = max([*violations, *(rows.excess(point) for rows in inequalities)], default=0.0)
             minimum = float(point.min()) if point.size else 0.0
             if np.isfinite(worst) and worst <= tolerance and minimum >= -tolerance:
@@ -228,7 +218,7 @@ def _constraints(equalities: list[Equalities], x: cp.Variable, scale: float) -> 
     return constraints
 
 
-def _violation(eq: Equalities, point: np.ndarray) -> float:
+def violation(eq: Equalities, point: np.ndarray) -> float:
     if eq.rhs.size == 0:
         return 0.0
     return float(np.abs(eq.matrix @ point - eq.rhs).max())

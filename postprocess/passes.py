@@ -1,19 +1,9 @@
 """Multi-pass solves: least squares in ordered query groups, and a rounder that fixes marginals before cells.
 
-A single least-squares pass trades every query against every other, so a level's totals can move to fit
-thousands of detailed cells.  The 2020 Census production solve (``l2_dataIndep_npass_optimizer``, ordering
-``Strategy1b_ST_CTY_TR_BG_isoTot_Ordering_dsepJune3``, ``opt_tol_slack = 0.1``) orders the queries instead:
-
-* **Least squares, pass by pass.**  Pass k fits only its own queries' terms; every query of an earlier pass
-  keeps its answer from the pass before within ``tolerance`` (``|K_j x - K_j x_{k-1}| <= tolerance``, always
-  feasible: ``x_{k-1}`` itself satisfies it).  The last pass holds the remaining queries.
-* **Rounding, marginal by marginal.**  Each marginal of ``rounding`` (total population first) is rounded on its
-  own, as a small table of its cells, under the same sum and invariant constraints aggregated to it; its
-  integer answers then become further equalities of the next rounding, and the cells are rounded last.  One
-  cell-wise rounding of 2,016 cells lets a child's total drift by the sum of their rounding errors; fixing the
-  total first bounds that drift by one person.
-
-Post-processing of the noisy measurements only (Thm 19.25 of the seed): no privacy cost, whatever the order.
+As the 2020 Census production solve orders its queries (docs/reconciliation.md, "Multi-pass solve"): pass k fits
+its own queries while every earlier pass's queries keep their answers within ``tolerance``; each rounding marginal
+(total population first) is rounded and fixed before the cells.  Post-processing of the noisy measurements only
+(Thm 19.25): no privacy cost, whatever the order.
 """
 
 from __future__ import annotations

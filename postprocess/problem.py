@@ -1,10 +1,8 @@
 """What the reconciliation takes and gives back: noisy measurements, public constraints, integer tables.
 
-Everything here is either a DP output (noisy answers and their variances) or public (query definitions,
-invariants, structural zeros, the already-released table of the level above).  The reconciliation is a
-function of these alone, never of microdata, so whatever it computes is as private as the measurements
-(post-processing invariance, Thm 19.25 of the seed chapter).  Invariants are published exactly and are
-therefore *not* protected; that choice is made and stated elsewhere (the manifest).
+Everything here is a DP output (noisy answers, their variances) or public (queries, invariants, structural zeros,
+the released table of the level above), never microdata, so whatever is computed from it is as private as the
+measurements (Thm 19.25).  Invariants are published exactly and are *not* protected (stated in the manifest).
 """
 
 from __future__ import annotations
@@ -20,19 +18,14 @@ import scipy.sparse as sp
 class ReconciliationError(RuntimeError):
     """A constraint violation, an infeasible problem or a solver failure: the run fails and publishes nothing.
 
-    Messages carry public information only (level sizes, query names, solver statuses), never a count,
-    because error text ends up in logs and in the orchestrator's database.
-    """
+    Messages carry public information only (level sizes, query names, solver statuses), never a count: error text
+    ends up in logs and in the orchestrator's database."""
 
 
 @dataclass(frozen=True)
 class QueryMeasurement:
-    """Noisy answers of one query at every node of a level.
-
-    ``matrix`` is (q_cells, n_cells) with 0/1 entries, so the true answer of a node is ``matrix @ histogram``;
-    ``noisy`` is (n_nodes, q_cells); every cell carries noise of variance ``sigma2`` and gets weight
-    ``1/sigma2`` in the least-squares objective (the inverse-variance weighting of generalised least squares).
-    """
+    """Noisy answers (n_nodes, q_cells) of one query at every node of a level: ``matrix`` (q_cells, n_cells) is 0/1,
+    so a node's true answer is ``matrix @ histogram``; each cell's noise has variance ``sigma2`` (weight 1/sigma2)."""
 
     name: str
     matrix: sp.csr_matrix
@@ -87,21 +80,10 @@ class Inputs:
     bounds: tuple[QueryBound, ...] = ()
     node_zeros: np.ndarray | None = None  # (n_nodes, n_cells): cells a bound's upper 0 fixes at 0 in that node
 
-    @property
-    def is_root(self) -> bool:
-        return self.parent_counts is None
 
-
-def validate(
-    measurements: Sequence[QueryMeasurement],
-    invariants: Sequence[QueryInvariant],
-    *,
-    n_cells: int,
-    parent_counts: np.ndarray | None,
-    parent_index: np.ndarray | None,
-    structural_zeros: np.ndarray | None,
-    bounds: Sequence[QueryBound] = (),
-) -> Inputs:
+def validate(measurements: Sequence[QueryMeasurement], invariants: Sequence[QueryInvariant], *, n_cells: int,
+             parent_counts: np.ndarray | None, parent_index: np.ndarray | None, structural_zeros: np.ndarray | None,
+             bounds: Sequence[QueryBound] = ()) -> Inputs:
     """Check shapes and types (``ValueError``: a programming error, not a data problem) and normalise them."""
     if n_cells < 1:
         raise ValueError("n_cells must be positive")

@@ -1,10 +1,9 @@
 """The one public call: reconcile the noisy measurements of one geography level into an integer table.
 
-Top-down, as in the 2020 Census TopDown algorithm: the level above is already a fixed integer table; each
-parent's children are fitted by weighted least squares to their noisy measurements, subject to x >= 0,
-children summing to the parent in every cell, invariants and structural zeros, and the fit is then rounded
-to integers that keep every constraint exactly.  Only noisy measurements and public constraints come in,
-so the output is as private as the measurements (post-processing invariance, Thm 19.25 of the seed).
+Top-down (the level above is already a fixed integer table): each parent's children are fitted by weighted least
+squares under x >= 0, their sum, the invariants and the structural zeros, then rounded to integers that keep every
+constraint exactly (docs/reconciliation.md, "Inside one level").  Only noisy measurements and public constraints
+come in, so the output is as private as the measurements (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from censusdp.postprocess.least_squares import (
     check_solver,
     resolve_solvers,
     solve,
+    violation,
 )
 from censusdp.postprocess.passes import RoundingMarginal, check_marginal, fix_marginals, solve_in_passes
 from censusdp.postprocess.problem import (
@@ -99,15 +99,8 @@ def reconcile_level(
     inconsistent, every solver fails, or the rounded table breaks a constraint: the run must then fail.
     """
     started = time.perf_counter()
-    inputs = validate(
-        measurements,
-        invariants,
-        n_cells=n_cells,
-        parent_counts=parent_counts,
-        parent_index=parent_index,
-        structural_zeros=structural_zeros,
-        bounds=bounds,
-    )
+    inputs = validate(measurements, invariants, n_cells=n_cells, parent_counts=parent_counts, parent_index=parent_index,
+                      structural_zeros=structural_zeros, bounds=bounds)
     rng = check_source(rng)
     check_solver(solver)
     rounding = tuple(check_marginal(m, n_cells) for m in rounding)
@@ -134,7 +127,7 @@ def reconcile_level(
     report: dict = {
         "nodes": inputs.n_nodes,
         "cells": inputs.n_cells,
-        "root": inputs.is_root,
+        "root": inputs.parent_counts is None,
         "blocks": int(blocks.n_free.size),
         "blocks_only_child": int(np.count_nonzero(np.diff(blocks.start) == 1)) if blocks.parent is not None else 0,
         "blocks_empty": int(np.count_nonzero(blocks.n_free == 0)),
@@ -146,39 +139,25 @@ def reconcile_level(
     if fast:
         tick = time.perf_counter()
         report.update(fast_path.reconcile_fast(inputs, blocks, counts, rng))
-        report.update(
-            problems=0,
-            solvers=["closed_form"],
-            solver_status={},
-            fallbacks=0,
-            rounding={"largest_remainder" if blocks.parent is not None else "nearest": 1},
-            max_invariant_violation=0.0,
-            min_value_before_rounding=0.0,
-            seconds_solve=time.perf_counter() - tick,
-            seconds_rounding=0.0,  # the fast path rounds inside its vectorised loop: counted in seconds_solve
-        )
+        # the fast path rounds inside its vectorised loop: its rounding time is counted in seconds_solve
+        report.update(problems=0, solvers=["closed_form"], solver_status={}, fallbacks=0,
+                      rounding={"largest_remainder" if blocks.parent is not None else "nearest": 1},
+                      max_invariant_violation=0.0, min_value_before_rounding=0.0,
+                      seconds_solve=time.perf_counter() - tick, seconds_rounding=0.0)
     else:
         _fill_only_children(inputs, blocks, counts)
         report.update(_reconcile_general(inputs, blocks, counts, solvers, rng, first, always,
-                                         (tuple(tuple(p) for p in passes), tolerance, rounding)))
+                                         tuple(tuple(p) for p in passes), tolerance, rounding))
     check_table(inputs, counts)
     report["seconds_total"] = time.perf_counter() - started
     return LevelResult(counts=counts, report=report)
 
 
-def _reconcile_general(
-    inputs: Inputs,
-    blocks: Blocks,
-    counts: np.ndarray,
-    solvers: tuple[str, ...],
-    rng: TieSource | None,
-    first: bool = False,
-    always: bool = False,
-    multi: tuple[tuple[tuple[str, ...], ...], float, tuple[RoundingMarginal, ...]] = ((), 0.1, ()),
-) -> dict:
-    """cvxpy least squares per batch of blocks, then HiGHS/greedy rounding; fills ``counts``.  ``multi``: the
-    least-squares passes, their tolerance and the marginals rounded first (``postprocess.passes``)."""
-    passes, tolerance, marginals = multi
+def _reconcile_general(inputs: Inputs, blocks: Blocks, counts: np.ndarray, solvers: tuple[str, ...],
+                       rng: TieSource | None, first: bool, always: bool, passes: tuple[tuple[str, ...], ...],
+                       tolerance: float, marginals: tuple[RoundingMarginal, ...]) -> dict:
+    """Least squares per batch of blocks, then rounding (the marginals first: ``postprocess.passes``); fills
+    ``counts``."""
     statuses: Counter[str] = Counter()
     rounding: Counter[str] = Counter()
     worst = {"sum": 0.0, "invariant": 0.0, "min": np.inf}
@@ -192,7 +171,9 @@ def _reconcile_general(
         fallbacks += len(solution.attempts) > 1
         seconds["solve"] += solution.seconds
         if solution.x is None:
-            raise ReconciliationError(_failure(batch, solution))
+            tried = ", ".join(f"{name}={status}" for name, status in solution.attempts)
+            raise ReconciliationError(f"least squares failed for a batch of {batch.n_blocks} blocks, "
+                                      f"{batch.nodes.size} nodes and {batch.n_vars} variables: {tried}")
         worst["sum"] = max(worst["sum"], solution.violations[0])
         worst["invariant"] = max(worst["invariant"], solution.violations[1])
         worst["min"] = min(worst["min"], solution.min_value)
@@ -241,22 +222,12 @@ def _round_marginals_first(batch: Batch, x: np.ndarray, inv_matrix: sp.csr_matri
     return rounded
 
 
-def solve_batch(
-    inputs: Inputs,
-    blocks: Blocks,
-    block_ids: np.ndarray,
-    solvers: tuple[str, ...],
-    first: bool = False,
-    always: bool = False,
-    passes: tuple[tuple[str, ...], ...] = (),
-    tolerance: float = 0.1,
-) -> tuple[Batch, sp.csr_matrix, np.ndarray, Solution, Inequalities]:
+def solve_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray, solvers: tuple[str, ...], first: bool = False,
+                always: bool = False, passes: tuple[tuple[str, ...], ...] = (), tolerance: float = 0.1,
+                ) -> tuple[Batch, sp.csr_matrix, np.ndarray, Solution, Inequalities]:
     """Least squares of a stack of blocks; also returns the batch, its invariant rows and its bounds that can bind,
-    for the rounding.
-
-    ``first``: try ``postprocess.first_order`` (certified FISTA) before the cvxpy ``solvers``, on every batch
-    when ``always``, else on batches of large blocks only.
-    """
+    for the rounding.  ``first``: try ``postprocess.first_order`` before the cvxpy ``solvers``, on every batch when
+    ``always``, else on batches of large blocks only."""
     batch = build_batch(inputs, blocks, block_ids)
     inv_matrix, inv_rhs, redundant = invariant_rows(inputs, batch)
     limits = bound_rows(inputs, batch)
@@ -265,32 +236,30 @@ def solve_batch(
         Equalities(inv_matrix, inv_rhs, ~redundant),
     ]
     named = _terms(inputs, batch)
-    if len(passes) > 1:
-        return batch, inv_matrix, inv_rhs, solve_in_passes(named, passes, tolerance, equalities, batch.n_vars,
-                                                           solvers, limits), limits
     terms = [term for _, term in named]
-    if first and terms and (always or first_order.worthwhile(batch)):
+    if len(passes) > 1:
+        solution = solve_in_passes(named, passes, tolerance, equalities, batch.n_vars, solvers, limits)
+    elif first and terms and (always or first_order.worthwhile(batch)):
         x, info = first_order.solve(terms, batch)
         # without the bounds; its point is kept where it keeps them, as it is then their problem's optimum too
         if x is not None and limits.excess(x) <= ABS_TOLERANCE:
-            violations = tuple(float(np.abs(eq.matrix @ x - eq.rhs).max()) if eq.rhs.size else 0.0 for eq in equalities)
+            violations = tuple(violation(eq, x) for eq in equalities)
             minimum = float(x.min()) if x.size else 0.0
             solution = Solution(x, [("first_order", "optimal")], violations, minimum, info["seconds"])
-            return batch, inv_matrix, inv_rhs, solution, limits
+        else:
+            solution = solve(terms, equalities, batch.n_vars, solvers, [limits])
+            solution.attempts.insert(0, ("first_order", "limit" if x is None else "bounds"))
+            solution.seconds += info["seconds"]
+    else:
         solution = solve(terms, equalities, batch.n_vars, solvers, [limits])
-        solution.attempts.insert(0, ("first_order", "limit" if x is None else "bounds"))
-        solution.seconds += info["seconds"]
-        return batch, inv_matrix, inv_rhs, solution, limits
-    return batch, inv_matrix, inv_rhs, solve(terms, equalities, batch.n_vars, solvers, [limits]), limits
+    return batch, inv_matrix, inv_rhs, solution, limits
 
 
-def _fill_only_children(inputs: Inputs, blocks: Blocks, counts: np.ndarray) -> int:
+def _fill_only_children(inputs: Inputs, blocks: Blocks, counts: np.ndarray) -> None:
     """An only child equals its parent (the sum constraint leaves no freedom): no problem to solve."""
-    if blocks.parent is None or inputs.parent_counts is None:
-        return 0
-    only = np.flatnonzero(np.diff(blocks.start) == 1)
-    counts[blocks.order[blocks.start[only]]] = inputs.parent_counts[blocks.parent[only]]
-    return int(only.size)
+    if blocks.parent is not None and inputs.parent_counts is not None:
+        only = np.flatnonzero(np.diff(blocks.start) == 1)
+        counts[blocks.order[blocks.start[only]]] = inputs.parent_counts[blocks.parent[only]]
 
 
 def _terms(inputs: Inputs, batch: Batch) -> list[tuple[str, Term]]:
@@ -301,11 +270,3 @@ def _terms(inputs: Inputs, batch: Batch) -> list[tuple[str, Term]]:
             node, cell = np.divmod(rows, m.matrix.shape[0])
             terms.append((m.name, Term(matrix, m.noisy[batch.nodes[node], cell], 1.0 / float(m.sigma2))))
     return terms
-
-
-def _failure(batch: Batch, solution: Solution) -> str:
-    tried = ", ".join(f"{name}={status}" for name, status in solution.attempts)
-    return (
-        f"least squares failed for a batch of {batch.n_blocks} blocks, {batch.nodes.size} nodes and "
-        f"{batch.n_vars} variables: {tried}"
-    )
