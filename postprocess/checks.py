@@ -1,7 +1,6 @@
-"""Checks that raise ``ReconciliationError``: public inputs before solving, the integer table after rounding.
-
-Not ``assert`` (which ``python -O`` removes): a table that breaks a constraint is a failed run, never a release.
-Messages say which constraint failed and for how many nodes or parents, never a count.
+"""Checks that raise ``ReconciliationError`` (not ``assert``, which ``python -O`` removes): public inputs before
+solving, the integer table after rounding.  Messages name the constraint and how many nodes or parents break it,
+never a count.
 """
 
 from __future__ import annotations
@@ -21,9 +20,8 @@ def check_inputs(inputs: Inputs) -> None:
         zero_entries = np.asarray(inv.matrix[:, inputs.structural_zeros].sum(axis=1)).ravel()
         fixed = zero_entries == inv.matrix.getnnz(axis=1)
         if np.any(inv.values[:, fixed] != 0):
-            raise ReconciliationError(
-                f"invariant {inv.name!r} asks for a positive count in structural-zero cells only {sizes}"
-            )
+            raise ReconciliationError(f"invariant {inv.name!r} asks for a positive count in structural-zero cells "
+                                      f"only {sizes}")
     for bound in inputs.bounds:
         if np.any(bound.lower < 0) or np.any(bound.lower > bound.upper):
             raise ReconciliationError(f"bound {bound.name!r} has a lower bound below 0 or above its upper one {sizes}")

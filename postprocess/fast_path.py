@@ -1,9 +1,6 @@
-"""Exact closed-form reconciliation when only detailed queries are measured and nothing else is fixed.
-
-The weighted least squares then splits into one problem per (parent, cell): a Euclidean projection onto a scaled
-simplex (sort and threshold), rounded by largest remainder; at the root, max(ybar, 0) rounded to the nearest integer.
-The derivations are in docs/reconciliation.md, "Inside one level".  Vectorised over a level's problems, grouped by
-family size k.  Post-processing of the measurements (Thm 19.25).
+"""Exact closed-form reconciliation when only detailed queries are measured and nothing else is fixed: one Euclidean
+projection onto a scaled simplex per (parent, cell), rounded by largest remainder; at the root, max(ybar, 0) to the
+nearest integer (derivations: docs/reconciliation.md, "Inside one level").  Post-processing (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -21,9 +18,7 @@ CHUNK_ENTRIES = 1 << 22  # (problem, child) pairs handled at once: bounds the te
 
 def applies(inputs: Inputs) -> bool:
     """Only identity-matrix measurements and no invariants: the closed forms solve the same problem."""
-    if inputs.invariants:
-        return False
-    return all(_is_identity(m.matrix, inputs.n_cells) for m in inputs.measurements)
+    return not inputs.invariants and all(_is_identity(m.matrix, inputs.n_cells) for m in inputs.measurements)
 
 
 def _is_identity(matrix: sp.csr_matrix, n_cells: int) -> bool:

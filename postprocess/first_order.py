@@ -1,12 +1,7 @@
-"""Accelerated projected gradient (FISTA with adaptive restarts) for the multi-query least squares of a batch.
-
-minimise  f(x) = sum_q w_q ||K_q x - y_q||^2   s.t.  x >= 0,  children sum to the parent in every free cell,
-
-with no invariants: the feasible set is a product of scaled simplices, onto which ``fast_path.project`` projects
-exactly.  Each block of a batch runs with its own momentum and step, is certified on its own (the Frank-Wolfe gap or
-the strong-convexity bound of the gradient mapping, whichever is smaller) and frozen at its certified point; the
-derivations are in docs/reconciliation.md, "Inside one level".  Not certified within ``MAX_ITERATIONS``: None, and
-the caller falls back to cvxpy.
+"""Accelerated projected gradient (FISTA with adaptive restarts) for the least squares of a batch without invariants,
+f(x) = sum_q w_q ||K_q x - y_q||^2 s.t. x >= 0 and children summing to the parent in every free cell.  Each block is
+certified on its own and frozen at its certified point (docs/reconciliation.md, "Inside one level"); not certified
+within ``MAX_ITERATIONS``: None, and the caller falls back to cvxpy.
 """
 
 from __future__ import annotations
@@ -31,10 +26,8 @@ MIN_BLOCK_VARIABLES = 900
 
 
 class _Groups:
-    """The sum rows of a batch, variables permuted so that rows of equal size k are contiguous (row-major).
-
-    ``perm[j]`` is the batch variable at permuted position j; ``parts`` holds (k, slice, rhs of those rows).
-    """
+    """The sum rows of a batch, variables permuted (``perm[j]``: the batch variable at position j) so that rows of
+    equal size k are contiguous, row-major; ``parts`` holds (k, slice, rhs of those rows)."""
 
     def __init__(self, batch: Batch, rhs: np.ndarray) -> None:
         sizes = np.bincount(batch.var_sum_row, minlength=rhs.size)
@@ -98,17 +91,13 @@ def worthwhile(batch: Batch) -> bool:
 
 def applies(inputs: Inputs) -> bool:
     """No invariants, a parent constraint, and a detailed (identity) measurement, which makes f strongly convex."""
-    if inputs.invariants or inputs.parent_counts is None or inputs.parent_index is None:
-        return False
-    return any(_is_identity(m.matrix, inputs.n_cells) for m in inputs.measurements)
+    return (not inputs.invariants and inputs.parent_counts is not None and inputs.parent_index is not None
+            and any(_is_identity(m.matrix, inputs.n_cells) for m in inputs.measurements))
 
 
 def solve(terms: list[Term], batch: Batch) -> tuple[np.ndarray | None, dict]:
-    """Least-squares point of the batch (in persons) or None when not certified; plus diagnostics.
-
-    Each block is certified on its own (``f_b(point_b) - f_b* <= RELATIVE_GAP f_b(x_b) + ABSOLUTE_GAP / n_blocks``;
-    summed, the batch's criterion) and frozen at its certified point; once the frozen blocks hold a quarter of the
-    variables still iterated, the problem is compacted to the others."""
+    """Least-squares point of the batch (in persons) or None when not certified; plus diagnostics.  A block is frozen
+    once ``f_b(point_b) - f_b* <= RELATIVE_GAP f_b(x_b) + ABSOLUTE_GAP / n_blocks`` (summed: the batch's criterion)."""
     started = time.perf_counter()
     n = batch.n_vars
     info: dict = {"iterations": 0, "gap": np.inf, "seconds": 0.0, "compactions": 0}
@@ -195,8 +184,7 @@ class _Active:
         return 2.0 * (self.d * z + self.m_rows_t @ (self.m_rows @ z) - self.c)
 
     def certificates(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per block: f_b(x), the smaller certified bound on f_b(point) - f_b*, and the point (x, or x+ where
-        the gradient-mapping bound is the smaller)."""
+        """Per block: f_b(x), the smaller certified bound on f_b(point) - f_b*, and that bound's point (x or x+)."""
         r_single, r_multi = self.s_rows @ x - self.s_target, self.m_rows @ x - self.m_target
         blocks = self.n_blocks
         value = (np.bincount(self.s_block, weights=r_single * r_single, minlength=blocks)

@@ -1,11 +1,8 @@
 """Generalised least squares estimates of every node's detailed histogram, with exact variances.
 
-Model: y_{v,q} = Q_q x_v + e at every node v and measured query q, e exact discrete Gaussian of public σ²_{l,q}
-(Thm 19.37(iii)), x_parent = Σ x_children, invariants exact; non-negativity and structural zeros are ignored.  The
-estimate is linear, hence unbiased, and uses published values only (post-processing, Thm 19.25).  How it is
-computed exactly: docs/uncertainty.md and docs/reconciliation.md ("Recodes", "The tree algorithm").  This module
-holds a small tree in memory (``GlsLevel``) and runs ``postprocess.gls_stream``'s passes on it with one chunk per
-level and an in-memory store (``solve_gls``); the release streams a run's measurement files through the same engine.
+The model (docs/uncertainty.md): y = Q_q x_v + exact discrete Gaussian noise of public σ² (Thm 19.37(iii)),
+x_parent = Σ x_children, invariants exact.  Linear, hence unbiased; published values only (Thm 19.25).  A small
+tree held in memory (``GlsLevel``) runs the engine's passes (``postprocess.gls_stream``) with an in-memory store.
 """
 
 from __future__ import annotations
@@ -57,8 +54,7 @@ class GlsInvariant:
 
 @dataclass(frozen=True)
 class GlsLevel:
-    """One level: each node's parent index into the level above (empty at the root; sorted, as a geography's
-    codes sort), measurements, invariants."""
+    """One level: each node's parent (empty at the root; sorted, as a geography's codes sort), queries, invariants."""
 
     parent: np.ndarray
     queries: Sequence[GlsQuery]
@@ -137,10 +133,6 @@ class GlsResult:
 
     stream: StreamedGls
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.stream.shape
-
     @cached_property
     def estimates(self) -> list[np.ndarray]:
         """Per level, (n_nodes, C) estimates of the detailed cells."""
@@ -149,11 +141,11 @@ class GlsResult:
 
     def estimate(self, level: int, spec: QuerySpec) -> np.ndarray:
         """GLS estimate (n_nodes, q_cells) of any query (the estimator is linear, so it is the query's answer)."""
-        return answer(self.estimates[level], self.shape, spec)
+        return answer(self.estimates[level], self.stream.shape, spec)
 
     def variance(self, level: int, spec: QuerySpec | None = None) -> np.ndarray:
         """Variance (n_nodes, q_cells) of each node's estimate of every cell of a query (``None``: the detailed
-        cells, (n_nodes, C)).  A recode's grouping must coarsen the run's (its measured queries') groups."""
+        cells).  A recode's grouping must coarsen the measured queries' groups."""
         return self.stream.variance(level, spec, 0, self.stream.sizes[level])
 
     def query_estimate(self, level: int, axes: Sequence[int]) -> np.ndarray:
@@ -164,7 +156,7 @@ class GlsResult:
         """(n_nodes,) variance of one cell of the plain marginal ``axes`` (None: the detailed cells), when it is
         the same for all its cells — always so without recodes.  ``ValueError`` when a kept attribute is
         recoded (its cells' variances differ by group): use ``variance``."""
-        spec = QuerySpec(tuple(range(len(self.shape))) if axes is None else tuple(axes))
+        spec = QuerySpec(tuple(range(len(self.stream.shape))) if axes is None else tuple(axes))
         by_class, _ = self.stream.variance_classes(level, spec, 0, self.stream.sizes[level])
         if by_class.shape[1] != 1:
             raise ValueError(f"the cells of the marginal on axes {spec.axes} have different variances (a recoded "

@@ -1,11 +1,8 @@
 """GLS estimates and exact variances of user-defined areas: sums of linear functions of the lowest level's cells
 over any set of leaves (voting districts, ...), which need not follow the tree.
 
-For an area A (each leaf in at most one area) and a variable f (weights over the detailed cells), the estimate is
-Σ_{b∈A} f·x̂_b and its variance aᵀCa, a = 1_A ⊗ f, C the posterior covariance of all the leaves' cells, cross-node
-covariances included.  Exactly, per subspace E_S: aᵀCa = Σ_S tr(r_Sᵀ Q_S(A) r_S), r_S the E_S part of the rotated
-f, and Q_S(A) comes from one pass up the tree over the (node, area) pairs (docs/areas.md gives the recursion).  The
-terms are data-free; the estimates are read from a solved tree chunk by chunk.
+Var(Σ_{b∈A} f·x̂_b) = Σ_S tr(r_Sᵀ Q_S(A) r_S), cross-node covariances included, r_S the E_S part of the rotated f and
+Q_S(A) data-free, from one pass up the tree over the (node, area) pairs (docs/areas.md gives the recursion).
 """
 
 from __future__ import annotations
@@ -68,8 +65,7 @@ def _weights(weights: np.ndarray, cells: int) -> np.ndarray:
 
 def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray | None], frees: list[np.ndarray],
                  parents: Sequence[np.ndarray], nodes: np.ndarray, areas: np.ndarray, n_areas: int) -> np.ndarray:
-    """Q_S(A) (n_areas, K, K) on one subspace: the up recursion (docs/areas.md) over (node, area) pairs, from the
-    leaves ``nodes`` in areas ``areas`` (in [0, n_areas))."""
+    """Q_S(A) (n_areas, K, K) on one subspace, from the leaves ``nodes`` in ``areas``: docs/areas.md's recursion."""
     k = frees[0].shape[0]
     out = np.zeros((n_areas, k, k))
     if not len(nodes):
@@ -114,25 +110,19 @@ def _subtree(levels: Sequence[StreamLevel], frame: TreeFrame, subset: Subset
 def area_terms(levels: Sequence[StreamLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int
                ) -> AreaTerms:
     """The data-free terms of every area's exact variance (``area_variances``), for the GLS of ``levels``.
-
-    ``leaf_area[b]`` is the area of leaf b of the lowest level, in [0, n_areas), or -1 for a leaf in no area.
-    Raises ``ValueError`` on malformed inputs, as the engine does on the levels (unidentifiable cells,
-    invariants that are not nested)."""
+    ``leaf_area[b]``: the area of leaf b of the lowest level, in [0, n_areas), or -1 for a leaf in no area.
+    ``ValueError`` on malformed inputs, as the engine's."""
     frame = tree_frame(levels, shape)
     leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
-    blocks = []
     inside = np.flatnonzero(leaf_area >= 0)
-    for subset in frame.subsets:
-        phi, bar_inv, frees = _subtree(levels, frame, subset)
-        blocks.append(_area_blocks(phi, bar_inv, frees, frame.parents, inside, leaf_area[inside], int(n_areas)))
+    blocks = [_area_blocks(*_subtree(levels, frame, subset), frame.parents, inside, leaf_area[inside], int(n_areas))
+              for subset in frame.subsets]
     return AreaTerms(frame.shape, tuple(frame.bases), tuple(frame.subsets), tuple(blocks))
 
 
 def area_variances(terms: AreaTerms, weights: np.ndarray) -> np.ndarray:
     """(n_areas, n_vars) exact variances of the areas' GLS estimates of every variable, Var(Σ_{b∈A} f_v·x̂_b).
-
-    ``weights`` (n_vars, C) holds one variable per row: its weight on every detailed cell (C order over the
-    shape), e.g. 0/1 for a table variable.  Σ_S tr(r_Sᵀ Q_S(A) r_S), r_S the E_S part of the rotated row."""
+    ``weights`` (n_vars, C): one variable per row, its weight on every detailed cell (e.g. 0/1 for a table's)."""
     weights = _weights(weights, prod(terms.shape))
     out = np.zeros((terms.n_areas, weights.shape[0]))
     rotations = [basis.rotation.T for basis in terms.bases]
@@ -148,10 +138,9 @@ def area_variances(terms: AreaTerms, weights: np.ndarray) -> np.ndarray:
 
 def mean_area_variances(levels: Sequence[StreamLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int,
                         weights: np.ndarray, leaves_per_chunk: int = 1 << 16) -> np.ndarray:
-    """(n_vars,) the mean over the areas of ``area_variances(area_terms(...), weights)``, computed subspace by
-    subspace and for a chunk of areas at a time (at most ``leaves_per_chunk`` leaves, or one area): memory is one
-    subspace's tree covariances and one chunk's terms, not every area's terms.  Exact as ``area_variances``, but
-    for the clipping of each area's rounding-level negatives: the mean is clipped at 0 once."""
+    """(n_vars,) the mean over the areas of ``area_variances(area_terms(...), weights)`` (clipped at 0 once, not per
+    area), subspace by subspace and for at most ``leaves_per_chunk`` leaves (or one area) at a time: memory is one
+    subspace's tree covariances and one chunk's terms."""
     frame = tree_frame(levels, shape)
     leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
     weights = _weights(weights, prod(frame.shape))
@@ -184,8 +173,7 @@ def mean_area_variances(levels: Sequence[StreamLevel], shape: Sequence[int], lea
 
 
 def area_estimates(stream: StreamedGls, leaf_area: np.ndarray, n_areas: int, weights: np.ndarray) -> np.ndarray:
-    """(n_areas, n_vars) GLS estimates Σ_{b∈A} f_v·x̂_b (the estimator is linear: the sum of the leaves'), from
-    a solved tree's lowest level chunk by chunk."""
+    """(n_areas, n_vars) GLS estimates Σ_{b∈A} f_v·x̂_b, from a solved tree's lowest level chunk by chunk."""
     lowest = stream.depth - 1
     leaf_area = _leaf_areas(leaf_area, n_areas, stream.sizes[lowest])
     weights = _weights(weights, prod(stream.shape))

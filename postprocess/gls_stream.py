@@ -1,13 +1,6 @@
-"""The exact GLS of ``postprocess.gls`` out of core: memory bounded by a chunk of nodes, not by the tree.
-
-Each level is processed in chunks of consecutive nodes that never split a parent's children (the caller's plan), each
-chunk's measurements and invariant values read by a callback, ``read(level, start, stop)``.  Up, lowest level first:
-every chunk's subtree estimates z̃ are written and added into its parents' children sums; down, root first:
-x̂ = z̃ + N H Nᵀ(x̂_parent - Σz̃), the parents' rows read by range (docs/reconciliation.md, "Full-information
-reconciliation" and "The tree algorithm").  The lowest level is never stored: a lowest chunk's estimate re-reads its
-measurements.  The intermediates are rotated cubes (n, C) in the caller's ``CubeStore``: public values
-(post-processing of noisy measurements), removed by ``close`` (or at garbage collection).  Held for the stream's
-life: data-free K_S×K_S pieces per node above the lowest level, per parent at it.
+"""The exact GLS of ``postprocess.gls`` out of core: memory bounded by a chunk of nodes, not by the tree.  Its
+intermediates, rotated cubes in the caller's ``CubeStore``, are public values (post-processing of noisy measurements)
+removed by ``close``; the lowest level is never stored (docs/reconciliation.md, "Full-information reconciliation").
 """
 
 from __future__ import annotations
@@ -39,12 +32,11 @@ SLICE_CELLS = 1 << 18  # cells per slice of a level above the lowest in the pass
 
 
 class StreamedGls:
-    """The exact GLS of a tree, solved chunk by chunk with intermediates in ``store`` (``CubeStore``: files of its own,
-    or memory); ``close`` (or the end of a ``with`` block, or garbage collection) closes the store.  Both passes run
-    here; the lowest level's estimates are computed when asked for.  ``ValueError`` when a cell of the lowest level
-    is not identifiable, when an invariant does not hold at every level above it, and on a plan that splits a family
-    or does not cover a level.  ``lowest_sums`` runs the lowest level's up pass (``LowestSums``), e.g. on a runner's
-    workers.  ``slice_cells``: the most cells of a slice of a chunk above the lowest level (memory, not results)."""
+    """The exact GLS of a tree, both passes solved chunk by chunk at construction with intermediates in ``store``,
+    closed by ``close`` (or a ``with`` block's end, or garbage collection); the lowest level's estimates are computed
+    when asked for.  ``ValueError`` on unidentifiable cells, invariants that do not hold at every level above, and a
+    plan that splits a family or does not cover a level.  ``lowest_sums`` runs the lowest level's up pass (e.g. on a
+    runner's workers); ``slice_cells``: the most cells of a slice of a chunk above the lowest level (memory only)."""
 
     def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
                  lowest_sums: LowestSums | None = None, slice_cells: int = SLICE_CELLS) -> None:
@@ -71,8 +63,6 @@ class StreamedGls:
     def depth(self) -> int:
         return len(self.levels)
 
-    # --- one chunk ---------------------------------------------------------------------------------------------
-
     def _steps(self, level: int, start: int, stop: int) -> tuple[SubspaceStep, ...]:
         return tuple(SubspaceStep(subset, frame.info[level], frame.free[level], tuple(frame.maps[level]),
                                   frame.phi_of(level, start, stop))
@@ -80,8 +70,7 @@ class StreamedGls:
 
     def _up(self, level: int, start: int, stop: int, data: tuple[Sequence[np.ndarray], Sequence[np.ndarray]],
             below: np.ndarray) -> np.ndarray:
-        """z̃ of nodes [start, stop) of a level above the lowest (rotated cube), from their noisy answers and
-        invariant values (``data``, as the Reader's) and their children sums Σz̃ (``below``)."""
+        """z̃ (rotated) of nodes [start, stop) above the lowest level, from their ``data`` and children sums Σz̃."""
         spec = self.levels[level]
         noisy, values = data
         cube, exact = rotated_chunk(level, spec.queries, spec.invariants, self.bases, noisy, values, stop - start)
@@ -107,9 +96,7 @@ class StreamedGls:
                          [frame.bar_inv[level - 1][first:last] for frame in self._frames], self.bases)
 
     def lowest_chunk(self, start: int, stop: int, *, with_parents: bool = True) -> LowestChunk:
-        """Nodes [start, stop) (one chunk of the plan) of the lowest level as a self-contained job
-        (``gls_stream_chunk.LowestChunk``): with ``with_parents`` (after the passes) it carries its parents'
-        x̂ - Σz̃ and Φ̄⁻¹, so its ``estimate`` needs only the chunk's own measurements and invariant values."""
+        """One chunk of the lowest level as a job; ``with_parents`` (after the passes): with what ``estimate`` needs."""
         level = self.depth - 1
         spec = self.levels[level]
         local = gap = None
@@ -125,8 +112,6 @@ class StreamedGls:
     def _local_sums(self, chunks: Iterable[LowestChunk]) -> Iterator[np.ndarray]:
         for chunk in chunks:
             yield chunk.children_sums(*self._read(chunk.level, chunk.start, chunk.stop))
-
-    # --- the passes ------------------------------------------------------------------------------------------
 
     def _up_pass(self) -> None:
         lowest = self.depth - 1
@@ -176,11 +161,8 @@ class StreamedGls:
         for frame in self._frames:
             frame.drop_upper()  # only the lowest level's down step remains to be done
 
-    # --- results ---------------------------------------------------------------------------------------------
-
     def estimate(self, level: int, start: int, stop: int) -> np.ndarray:
-        """(stop - start, C) GLS estimates of the detailed cells of nodes [start, stop) of a level: a range of
-        the plan's chunks (at the lowest level exactly one chunk: its measurements are read again)."""
+        """(stop - start, C) GLS estimates of nodes [start, stop) of a level: whole chunks (one at the lowest level)."""
         if level < self.depth - 1:
             return unrotate(self._scratch.read(FINAL, level, start, stop), self.bases)
         return self.lowest_chunk(start, stop).estimate(*self._read(level, start, stop))
@@ -211,8 +193,7 @@ class StreamedGls:
         return (by_class if local is None else by_class[local]), index
 
     def variance(self, level: int, spec: QuerySpec | None, start: int, stop: int) -> np.ndarray:
-        """(stop - start, q_cells) variance of each node's estimate of every cell of a query (None: the detailed
-        cells).  A recode's grouping must coarsen the measured queries' groups."""
+        """(stop - start, q_cells) variances of each node's estimates of a query's cells (None: the detailed cells)."""
         by_class, index = self.variance_classes(level, spec, start, stop)
         return by_class[:, index]
 
@@ -248,10 +229,8 @@ class StreamedGls:
 
 def family_slices(parent: np.ndarray | None, start: int, stop: int, rows: int) -> Iterator[tuple[int, int]]:
     """Nodes [start, stop) (whole families; ``parent``: each node's parent, non-decreasing, or None at the root)
-    as consecutive slices of whole families of at most ``rows`` nodes, or of one larger family, in order.
-
-    Every step is row by row and each family's sum is formed within one slice, so the passes' results are the whole
-    chunk's up to floating-point summation order, while their temporaries are a slice's (docs/reconciliation.md)."""
+    as consecutive slices of whole families of at most ``rows`` nodes, or of one larger family, in order.  The
+    passes' results are the whole chunk's up to floating-point summation order (docs/reconciliation.md)."""
     lo = start
     while lo < stop:
         hi = min(stop, lo + rows)

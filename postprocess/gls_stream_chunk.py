@@ -1,8 +1,6 @@
 """One chunk's steps of the streamed GLS (``postprocess.gls_stream``) as functions of public arrays, and the lowest
-level's chunk as a self-contained, picklable job (``LowestChunk``: docs/reconciliation.md, "The tree algorithm").
-
-The lowest level is never stored: its up step and its estimates are recomputed from its measurements, where they
-are read (a Dask worker's task).  Public values only (post-processing of noisy measurements, Thm 19.25).
+level's chunk as a self-contained, picklable job (``LowestChunk``), run where its measurements are read (a Dask
+worker's task).  Public values only (post-processing of noisy measurements, Thm 19.25).
 """
 
 from __future__ import annotations
@@ -132,8 +130,7 @@ class LowestChunk:
         """Σz̃ over each of the chunk's parents' children (rotated, one row per parent)."""
         if self.local is None:
             raise ValueError("a one-level tree has no parents")
-        up = self.up(noisy, values)
-        return _sum(children_matrix(self.local, int(self.local[-1]) + 1), up)
+        return _sum(children_matrix(self.local, int(self.local[-1]) + 1), self.up(noisy, values))
 
     def estimate(self, noisy: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> np.ndarray:
         """(stop - start, C) GLS estimates of the detailed cells of the chunk's nodes."""

@@ -1,7 +1,5 @@
-"""Small helpers of the two-pass tree GLS on one subspace E_S, with K×K matrix weights.
-
-The recursions and their notation (Λ, N, Φ, Φ̄, M, z̃, x̂) are in docs/reconciliation.md, "The tree algorithm"; the
-passes run chunk by chunk in ``postprocess.gls_stream``, their data-free part in ``postprocess.gls_stream_frame``.
+"""Small helpers of the two-pass tree GLS on one subspace E_S, with K×K matrix weights (the recursions and their
+notation: docs/reconciliation.md, "The tree algorithm").
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Split a level into per-parent blocks, group them into batches, and lay out each batch's variables.
 
-A *block* is one parent and its children (at the root: one node on its own, without parent constraint).
-Variables exist only for *free* cells: a cell whose parent count is 0 is 0 in every child (by x >= 0 and the sum
-constraint) and a structural zero is 0 by definition, so neither reaches a solver.  Independent blocks are stacked
-into block-diagonal batches, built vectorised from the COO form of the query matrices.
+A *block* is one parent and its children (at the root: one node).  Variables exist only for *free* cells: a cell
+whose parent count is 0 (so 0 in every child) and a structural zero never reach a solver.
 """
 
 from __future__ import annotations
@@ -60,24 +58,16 @@ class Batch:
         if self.sum_rhs.size == 0:
             return sp.csr_matrix((0, self.n_vars))
         cols = np.arange(self.n_vars)
-        ones = np.ones(self.n_vars)
-        return sp.csr_matrix((ones, (self.var_sum_row, cols)), shape=(self.sum_rhs.size, self.n_vars))
-
-    def last_child(self) -> np.ndarray:
-        """(L,) bool: the node is the last child of its block (and the block has a parent constraint)."""
-        if self.sum_rhs.size == 0:
-            return np.zeros(self.nodes.size, dtype=bool)
-        return np.append(self.node_block[1:] != self.node_block[:-1], True)
+        return sp.csr_matrix((np.ones(self.n_vars), (self.var_sum_row, cols)), shape=(self.sum_rhs.size, self.n_vars))
 
 
 def plan_blocks(inputs: Inputs) -> Blocks:
     """Group nodes by parent (or one block per node at the root) and count each block's free cells."""
     free_cells = ~inputs.structural_zeros
     if inputs.parent_index is None or inputs.parent_counts is None:
-        order = np.arange(inputs.n_nodes, dtype=np.int64)
-        start = np.arange(inputs.n_nodes + 1, dtype=np.int64)
         n_free = np.full(inputs.n_nodes, int(free_cells.sum()), dtype=np.int64)
-        return Blocks(order, start, None, n_free)
+        return Blocks(np.arange(inputs.n_nodes, dtype=np.int64), np.arange(inputs.n_nodes + 1, dtype=np.int64), None,
+                      n_free)
     order = np.argsort(inputs.parent_index, kind="stable").astype(np.int64)
     parents, counts = np.unique(inputs.parent_index[order], return_counts=True)
     start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -88,22 +78,16 @@ def plan_blocks(inputs: Inputs) -> Blocks:
     return Blocks(order, start, parents.astype(np.int64), n_free)
 
 
-def needs_solver(blocks: Blocks, b: int) -> bool:
-    """A block needs a solver unless it has no free cell or is an only child (which equals its parent)."""
-    if blocks.n_free[b] == 0:
-        return False
-    return blocks.parent is None or blocks.size(b) > 1
-
-
 def plan_batches(blocks: Blocks, n_cells: int) -> list[np.ndarray]:
-    """Consecutive solver blocks stacked until a batch reaches ``BATCH_VARIABLES`` variables."""
+    """Consecutive blocks stacked until a batch reaches ``BATCH_VARIABLES`` variables; a block without a free cell or
+    an only child (which equals its parent) needs no solver and is left out."""
     batches: list[np.ndarray] = []
     current: list[int] = []
     variables = dense = 0
     for b in range(blocks.n_free.size):
-        if not needs_solver(blocks, b):
-            continue
         size = blocks.size(b)
+        if blocks.n_free[b] == 0 or (blocks.parent is not None and size == 1):
+            continue
         too_many = variables + size * int(blocks.n_free[b]) > BATCH_VARIABLES
         too_wide = dense + size * n_cells > BATCH_DENSE_ENTRIES
         if current and (too_many or too_wide):
@@ -145,11 +129,8 @@ def build_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray) -> Batch:
 
 
 def restrict_rows(matrix: sp.csr_matrix, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray]:
-    """Apply ``matrix`` to every node of the batch over its free cells only.
-
-    Returns ``(K, rows)``: K has one row per (node, query cell) that involves at least one free variable, and
-    ``rows`` gives that row's flat index ``node * q_cells + cell`` into a (L, q_cells) array of answers.
-    """
+    """``matrix`` applied to every node of the batch over its free cells: ``(K, rows)``, K with one row per (node,
+    query cell) that involves a free variable, ``rows`` its flat index ``node * q_cells + cell``."""
     csc = matrix.tocsc()
     first = csc.indptr[batch.var_cell]
     count = csc.indptr[batch.var_cell + 1] - first
@@ -162,15 +143,11 @@ def restrict_rows(matrix: sp.csr_matrix, batch: Batch) -> tuple[sp.csr_matrix, n
 
 
 def invariant_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    """All invariant constraints of the batch: (matrix, int64 right-hand side, redundant-for-LS flag).
-
-    A row without free variables must have value 0, else the problem is infeasible.  In a block with a parent
-    constraint the last child's invariants follow from the others and the (checked) parent consistency: flagged,
-    they are left out of the least squares (fewer redundant equalities for interior-point solvers) but kept by the
-    rounding and checked at the end.
-    """
+    """All invariant constraints of the batch: (matrix, int64 right-hand side, redundant-for-LS flag).  The last
+    child's rows follow from the others' and the parent's: flagged, they are left out of the least squares (fewer
+    redundant equalities for interior-point solvers) but kept by the rounding and checked at the end."""
     mats, rhs, redundant = [sp.csr_matrix((0, batch.n_vars))], [np.zeros(0, dtype=np.int64)], [np.zeros(0, bool)]
-    last = batch.last_child()
+    last = np.append(batch.node_block[1:] != batch.node_block[:-1], True) & (batch.sum_rhs.size > 0)
     for inv in inputs.invariants:
         k, rows = restrict_rows(inv.matrix, batch)
         values = inv.values[batch.nodes].ravel()
@@ -186,11 +163,8 @@ def invariant_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndar
 
 
 def bound_rows(inputs: Inputs, batch: Batch) -> Inequalities:
-    """The batch's bounds that can bind, over its variables (upper ``inf`` where there is none).
-
-    A row binds unless its lower bound is 0 and its upper bound is at least what its free cells can hold (their
-    parent counts); a row whose cells are all fixed at 0 must have lower bound 0 (else the bounds are infeasible).
-    """
+    """The batch's bounds that can bind (upper ``inf`` where there is none): a row binds unless its lower bound is 0
+    and its upper bound is at least what its free cells can hold (their parent counts)."""
     mats, lows, highs = [sp.csr_matrix((0, batch.n_vars))], [np.zeros(0)], [np.zeros(0)]
     for bound in inputs.bounds:
         k, rows = restrict_rows(bound.matrix, batch)

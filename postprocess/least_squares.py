@@ -1,11 +1,8 @@
-"""Weighted non-negative least squares of one batch with cvxpy, behind a small solver-fallback interface.
+"""Weighted non-negative least squares of one batch with cvxpy, behind a small solver-fallback interface:
 
 minimise  sum_q (1/sigma2_q) * || K_q x - y_q ||^2   s.t.  x >= 0,  children sum to parent,  invariants.
 
-Nothing dense is built (single-variable query rows form a diagonal quadratic form, the others ``sum_squares``), and
-a solver's point is accepted only once its constraint violations are measured: else the next solver is tried
-(docs/reconciliation.md, "Inside one level").  Clarabel runs with its single-threaded QDLDL factorisation, which is
-deterministic: re-running the post-processing on saved measurements gives the same table.
+A point is accepted only once its constraint violations are measured, else the next solver is tried.
 """
 
 from __future__ import annotations
@@ -23,7 +20,8 @@ import scipy.sparse as sp
 
 AUTO_SOLVERS: tuple[str, ...] = ("CLARABEL", "OSQP", "SCS")
 SOLVER_OPTIONS: dict[str, dict] = {
-    # tight tolerances cost about one iteration and agree with the closed forms to 1e-6
+    # single-threaded QDLDL: deterministic, so a re-run gives the same table; tight tolerances cost about one
+    # iteration and agree with the closed forms to 1e-6
     "CLARABEL": {"direct_solve_method": "qdldl", "tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10},
     "OSQP": {"eps_abs": 1e-7, "eps_rel": 1e-7, "max_iter": 200_000},
     "SCS": {"eps_abs": 1e-7, "eps_rel": 1e-7, "max_iters": 200_000},
@@ -75,10 +73,8 @@ class Inequalities:
 
     def excess(self, point: np.ndarray) -> float:
         """The largest amount by which ``point`` breaks a bound (0 when it keeps them all)."""
-        if self.empty:
-            return 0.0
         values = self.matrix @ point
-        return float(max(0.0, (self.lower - values).max(), (values - self.upper).max()))
+        return float(max(0.0, (self.lower - values).max(initial=0.0), (values - self.upper).max(initial=0.0)))
 
 
 @dataclass
@@ -100,8 +96,7 @@ class SolverPath(StrEnum):
 
 
 def check_solver(solver: str) -> str:
-    """``solver`` as ``reconcile_level`` takes it: a ``SolverPath``, or installed cvxpy solver names
-    (comma-separated, tried in order); ValueError naming what is wrong otherwise."""
+    """``solver`` as ``reconcile_level`` takes it (a ``SolverPath`` or installed cvxpy names), else ValueError."""
     if solver not in (SolverPath.FAST, SolverPath.FIRST_ORDER):
         try:
             resolve_solvers(solver)
@@ -133,8 +128,7 @@ def resolve_solvers(solver: str) -> tuple[str, ...]:
 
 def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers: tuple[str, ...],
           inequalities: Sequence[Inequalities] = ()) -> Solution:
-    """Try each solver in turn until one returns an accepted point; ``x`` stays None if none does.
-    ``inequalities`` are checked like the equalities."""
+    """Try each solver in turn until one returns a point keeping the (in)equalities; ``x`` stays None if none does."""
     started = time.perf_counter()
     if n_vars == 0:
         return Solution(x=np.zeros(0), attempts=[("none", "optimal")], violations=(0.0,) * len(equalities))
@@ -219,6 +213,4 @@ def _constraints(equalities: list[Equalities], x: cp.Variable, scale: float) -> 
 
 
 def violation(eq: Equalities, point: np.ndarray) -> float:
-    if eq.rhs.size == 0:
-        return 0.0
-    return float(np.abs(eq.matrix @ point - eq.rhs).max())
+    return float(np.abs(eq.matrix @ point - eq.rhs).max(initial=0.0))

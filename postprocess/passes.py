@@ -1,9 +1,6 @@
-"""Multi-pass solves: least squares in ordered query groups, and a rounder that fixes marginals before cells.
-
-As the 2020 Census production solve orders its queries (docs/reconciliation.md, "Multi-pass solve"): pass k fits
-its own queries while every earlier pass's queries keep their answers within ``tolerance``; each rounding marginal
-(total population first) is rounded and fixed before the cells.  Post-processing of the noisy measurements only
-(Thm 19.25): no privacy cost, whatever the order.
+"""Multi-pass solves: least squares in ordered query groups, and a rounder that fixes marginals before cells, as the
+2020 Census production solve orders its queries (docs/reconciliation.md, "Multi-pass solve").  Post-processing of
+the noisy measurements only (Thm 19.25): no privacy cost, whatever the order.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ from censusdp.postprocess.ties import TieSource
 
 @dataclass(frozen=True)
 class RoundingMarginal:
-    """A marginal query rounded to integers and fixed before the cells: ``matrix`` is (q_cells, n_cells) 0/1
-    and puts every cell in exactly one query cell."""
+    """A marginal rounded and fixed before the cells: ``matrix`` (q_cells, n_cells) puts each cell in one query cell."""
 
     name: str
     matrix: sp.csr_matrix
@@ -64,12 +60,9 @@ def solve_in_passes(terms: Sequence[tuple[str, Term]], passes: Sequence[Sequence
 def fix_marginals(batch: Batch, x: np.ndarray, inv_matrix: sp.csr_matrix, inv_rhs: np.ndarray,
                   marginals: Sequence[RoundingMarginal], rng: TieSource | None = None
                   ) -> tuple[sp.csr_matrix, np.ndarray, list[str]]:
-    """Round each marginal in turn and add its integer answers to the equalities the cells are rounded under.
-
-    Returns the extended ``(inv_matrix, inv_rhs)`` and, per marginal, how it was rounded (``round_batch``'s
-    backend) or ``"skipped"`` when an equality of the batch is not a sum of the marginal's cells (it cannot be
-    kept on the marginal alone; the cells are then rounded without fixing it).
-    """
+    """Round each marginal in turn and add its integer answers to the equalities the cells are rounded under:
+    the extended ``(inv_matrix, inv_rhs)`` and, per marginal, ``round_batch``'s backend, or ``"skipped"`` when an
+    equality of the batch is not a sum of the marginal's cells (it cannot be kept on the marginal alone)."""
     methods = []
     for marginal in marginals:
         k, rows = restrict_rows(marginal.matrix, batch)

@@ -1,9 +1,6 @@
-"""The one public call: reconcile the noisy measurements of one geography level into an integer table.
-
-Top-down (the level above is already a fixed integer table): each parent's children are fitted by weighted least
-squares under x >= 0, their sum, the invariants and the structural zeros, then rounded to integers that keep every
-constraint exactly (docs/reconciliation.md, "Inside one level").  Only noisy measurements and public constraints
-come in, so the output is as private as the measurements (Thm 19.25).
+"""The one public call: reconcile the noisy measurements of one geography level into an integer table, top-down
+(docs/reconciliation.md, "Inside one level").  Only noisy measurements and public constraints come in, so the output
+is as private as the measurements (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -70,34 +67,24 @@ def reconcile_level(
 ) -> LevelResult:
     """Non-negative, consistent integer table (n_nodes, n_cells) of one level, with a public report.
 
-    ``parent_counts``/``parent_index`` are None at the root (one problem per node, no parent constraint);
-    below it, ``parent_index[node]`` is the node's row of ``parent_counts`` (parents that no node points to
-    are ignored, so a level can be reconciled in chunks of parents).
+    ``parent_counts``/``parent_index`` are None at the root (no parent constraint); below it, ``parent_index[node]``
+    is the node's row of ``parent_counts`` (rows no node points to are ignored: a level can go in chunks of parents).
 
-    ``solver``: ``"auto"`` takes the exact closed forms of ``postprocess.fast_path`` when only detailed
-    queries are measured and there are no invariants; else, below the root without invariants and with the
-    detailed query measured, the certified first-order solver of ``postprocess.first_order`` on batches of
-    large blocks; else (and whenever that one does not certify its point) cvxpy with Clarabel, then OSQP,
-    then SCS when one fails.  ``"cvxpy"`` forces the cvxpy path; ``"fast"`` forces the closed forms and
-    ``"first_order"`` the first-order solver on every batch (``ValueError`` when they do not apply);
-    anything else is a cvxpy solver name, or several comma-separated names tried in order.
-    ``report["path"]`` says which path ran (``"fast"``, ``"first_order"`` or ``"cvxpy"``); with
-    ``"first_order"``, ``report["solver_status"]`` counts the batches each solver took.
+    ``solver``: ``"auto"`` takes the closed forms of ``postprocess.fast_path`` when only detailed queries are
+    measured and nothing is fixed; else, below the root without invariants and with the detailed query measured, the
+    certified ``postprocess.first_order`` on batches of large blocks; else (and where it does not certify its point)
+    cvxpy with Clarabel, then OSQP, then SCS.  ``"cvxpy"``, ``"fast"`` and ``"first_order"`` (on every batch) force a
+    path (``ValueError`` where it does not apply); else cvxpy solver names, comma-separated, tried in order.
+    ``report["path"]`` says which path ran.  ``rng`` (e.g. the run's ``RandomSource``) breaks rounding ties at random.
 
-    ``rng`` (e.g. the run's ``RandomSource``) breaks rounding ties at random; None keeps index order.
+    ``passes`` orders the measurements' names into least-squares passes, each keeping the earlier passes' answers
+    within ``tolerance`` persons (cvxpy only); ``rounding`` lists marginals rounded and fixed, in order, before the
+    cells (not with the closed forms, which round cell by cell): ``postprocess.passes``.  ``bounds``: public bounds on
+    node marginals; an upper bound of 0 removes those cells of that node, the others constrain the least squares
+    and the rounding where they can bind (a first-order or greedy point that keeps them is optimal under them too).
 
-    Multi-pass (``postprocess.passes``): ``passes`` orders the measurements' names into least-squares passes,
-    each later pass keeping the earlier passes' answers within ``tolerance`` persons (cvxpy: with more than one
-    pass neither closed form nor first-order solver applies); ``rounding`` lists marginals rounded and fixed, in
-    order, before the cells are rounded (the closed forms round cell by cell, so they are not used with it).
-
-    ``bounds``: public bounds on node marginals (``QueryBound``); an upper bound of 0 removes those cells of that
-    node before any solver sees them, the others are constraints of the least squares and of the rounding where
-    they can bind (a first-order or greedy point that keeps them is kept: it is optimal under them too).
-
-    Raises ``ValueError`` for malformed arguments and ``ReconciliationError`` when the constraints are
-    inconsistent, every solver fails, or the rounded table breaks a constraint: the run must then fail.
-    """
+    ``ValueError`` for malformed arguments; ``ReconciliationError`` (the run must fail) when the constraints are
+    inconsistent, every solver fails, or the rounded table breaks a constraint."""
     started = time.perf_counter()
     inputs = validate(measurements, invariants, n_cells=n_cells, parent_counts=parent_counts, parent_index=parent_index,
                       structural_zeros=structural_zeros, bounds=bounds)
@@ -156,8 +143,7 @@ def reconcile_level(
 def _reconcile_general(inputs: Inputs, blocks: Blocks, counts: np.ndarray, solvers: tuple[str, ...],
                        rng: TieSource | None, first: bool, always: bool, passes: tuple[tuple[str, ...], ...],
                        tolerance: float, marginals: tuple[RoundingMarginal, ...]) -> dict:
-    """Least squares per batch of blocks, then rounding (the marginals first: ``postprocess.passes``); fills
-    ``counts``."""
+    """Least squares per batch of blocks, then rounding (marginals first: ``postprocess.passes``); fills ``counts``."""
     statuses: Counter[str] = Counter()
     rounding: Counter[str] = Counter()
     worst = {"sum": 0.0, "invariant": 0.0, "min": np.inf}
@@ -231,10 +217,8 @@ def solve_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray, solvers: 
     batch = build_batch(inputs, blocks, block_ids)
     inv_matrix, inv_rhs, redundant = invariant_rows(inputs, batch)
     limits = bound_rows(inputs, batch)
-    equalities = [
-        Equalities(batch.sum_matrix, batch.sum_rhs, np.ones(batch.sum_rhs.size, dtype=bool)),
-        Equalities(inv_matrix, inv_rhs, ~redundant),
-    ]
+    equalities = [Equalities(batch.sum_matrix, batch.sum_rhs, np.ones(batch.sum_rhs.size, dtype=bool)),
+                  Equalities(inv_matrix, inv_rhs, ~redundant)]
     named = _terms(inputs, batch)
     terms = [term for _, term in named]
     if len(passes) > 1:

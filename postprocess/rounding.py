@@ -1,11 +1,7 @@
-"""Round a batch's least-squares point to integers that keep every constraint exactly.
-
-From ``floor(x)``, increments in {0, 1} minimise the L1 distance to ``x`` under the sum constraints and the
-invariants: ``nearest`` (no constraint), ``greedy`` (sum constraints only: largest fractional parts, exactly optimal),
-``binary_lp`` / ``binary_milp`` (HiGHS), then ``integer_milp`` when the floors cannot be completed; why each is exact,
-and why a MILP may stop at a checked incumbent, is in docs/reconciliation.md, "Inside one level".  A run whose
-rounding fails publishes nothing (``ReconciliationError``).  Ties are broken with the run's random source when given
-(``postprocess.ties``).  Post-processing of the noisy measurements and of that randomness only (Thm 19.25).
+"""Round a batch's least-squares point to integers that keep every constraint exactly: from ``floor(x)``, increments
+in {0, 1} minimising the L1 distance to ``x`` (``nearest``, ``greedy``, ``binary_lp`` / ``binary_milp``), else the
+general ``integer_milp`` (why each is exact: docs/reconciliation.md, "Inside one level").  Ties:
+``postprocess.ties``.  Post-processing only (Thm 19.25).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Random tie-breaking for the rounding: which of several equally good cells gets the extra person.
 
-Breaking ties by index would always favour the first child (the lowest block code); with the run's random source
-each variable gets a uniform random key instead.  That randomness is the post-processing's own, independent of the
-microdata, so the output stays post-processing of the measurements (Thm 19.25).  Without a source ties keep index
-order, so re-running the post-processing on saved measurements gives the same table.
+Index order would always favour the first child (the lowest block code): with the run's random source, independent
+of the microdata (Thm 19.25), ties go in random order; without one, in index order, so a re-run gives the same table.
 """
 
 from __future__ import annotations
@@ -36,11 +34,8 @@ def check_source(rng: object | None) -> TieSource | None:
 
 
 def priority(fraction: np.ndarray, rng: TieSource | None) -> np.ndarray:
-    """uint64 sort keys, ascending = larger fractional part first, equal parts in random order.
-
-    ``fraction`` in [0, 1] is quantised to ``FRACTION_BITS`` bits (the L1 objective moves by less than 2^-31 per
-    swapped pair) above the random key; without ``rng`` the key is 0 and a stable sort keeps index order.
-    """
+    """uint64 sort keys, ascending = larger fractional part first, equal parts in random order (without ``rng``: in
+    index order, under a stable sort).  Closer fractions are ties: the L1 objective moves by < 2^-31 per swap."""
     scaled = np.rint(np.clip(fraction, 0.0, 1.0) * float(1 << FRACTION_BITS)).astype(np.uint64)
     keys = (np.uint64(1 << FRACTION_BITS) - scaled) << np.uint64(_KEY_BITS)
     if rng is not None and fraction.size:
@@ -50,10 +45,8 @@ def priority(fraction: np.ndarray, rng: TieSource | None) -> np.ndarray:
 
 
 def cost_jitter(size: int, rng: TieSource | None) -> np.ndarray:
-    """Random perturbation in [0, 2^-20) of LP costs: equal costs become distinct, in random order.
-
-    It is below half a step of ``snap_costs``'s 2^-19 grid, so it never reorders costs that differ.
-    """
+    """Random perturbation in [0, 2^-20) of LP costs: equal costs become distinct, in random order; below half a
+    step of ``snap_costs``'s 2^-19 grid, it never reorders costs that differ."""
     if rng is None or size == 0:
         return np.zeros(size)
     return np.asarray(rng.uniform_uint64(size) >> np.uint64(11), dtype=np.float64) * 2.0**-73
