@@ -2,11 +2,6 @@
 
 It never reads files, never touches microdata and never imports the orchestrator; everything it computes
 is post-processing of differentially private measurements and costs no privacy (Thm 19.25 of the seed).
-
-``reconcile_level`` takes the exact closed forms of ``fast_path`` (per-cell simplex projection, largest
-remainder) when only the detailed query is measured and nothing else is fixed, and cvxpy (``least_squares``)
-with HiGHS rounding (``rounding``) otherwise; ``report["path"]`` says which ran.  Rounding ties are broken
-with the run's random source when one is passed (``ties``).
 """
 
 from censusdp.postprocess.problem import (

@@ -1,8 +1,6 @@
-"""Checks that raise ``ReconciliationError``: public inputs before solving, the integer table after rounding.
-
-These are real checks, not ``assert`` statements (which ``python -O`` removes): a table that breaks a
-constraint is a failed run, never a release.  Messages say which constraint failed and how many nodes or
-parents are affected, never a count.
+"""Checks that raise ``ReconciliationError`` (not ``assert``, which ``python -O`` removes): public inputs before
+solving, the integer table after rounding.  Messages name the constraint and how many nodes or parents break it,
+never a count.
 """
 
 from __future__ import annotations
@@ -19,13 +17,11 @@ def check_inputs(inputs: Inputs) -> None:
     for inv in inputs.invariants:
         if np.any(inv.values < 0):
             raise ReconciliationError(f"invariant {inv.name!r} has negative values {sizes}")
-        fixed = np.asarray(inv.matrix[:, inputs.structural_zeros].sum(axis=1)).ravel() == inv.matrix.getnnz(
-            axis=1
-        )
+        zero_entries = np.asarray(inv.matrix[:, inputs.structural_zeros].sum(axis=1)).ravel()
+        fixed = zero_entries == inv.matrix.getnnz(axis=1)
         if np.any(inv.values[:, fixed] != 0):
-            raise ReconciliationError(
-                f"invariant {inv.name!r} asks for a positive count in structural-zero cells only {sizes}"
-            )
+            raise ReconciliationError(f"invariant {inv.name!r} asks for a positive count in structural-zero cells "
+                                      f"only {sizes}")
     for bound in inputs.bounds:
         if np.any(bound.lower < 0) or np.any(bound.lower > bound.upper):
             raise ReconciliationError(f"bound {bound.name!r} has a lower bound below 0 or above its upper one {sizes}")
@@ -39,7 +35,7 @@ def check_inputs(inputs: Inputs) -> None:
         raise ReconciliationError(f"the parent table is not 0 in the structural-zero cells {sizes}")
     for inv in inputs.invariants:
         children = _sum_by_parent(inv.values, inputs.parent_index, inputs.parent_counts.shape[0])[used]
-        expected = _apply(inv.matrix, parents)
+        expected = int_matmul(inv.matrix, parents.T).T
         bad = np.any(children != expected, axis=1)
         if bad.any():
             raise ReconciliationError(
@@ -58,11 +54,11 @@ def check_table(inputs: Inputs, counts: np.ndarray) -> None:
     if np.any(counts[:, inputs.structural_zeros] != 0):
         raise ReconciliationError(f"the rounded table is not 0 in the structural-zero cells {sizes}")
     for inv in inputs.invariants:
-        bad = np.any(_apply(inv.matrix, counts) != inv.values, axis=1)
+        bad = np.any(inv.values != int_matmul(inv.matrix, counts.T).T, axis=1)
         if bad.any():
             raise ReconciliationError(f"invariant {inv.name!r} fails for {int(bad.sum())} nodes {sizes}")
     for bound in inputs.bounds:
-        answers = _apply(bound.matrix, counts)
+        answers = int_matmul(bound.matrix, counts.T).T
         bad = np.any((answers < bound.lower) | (answers > bound.upper), axis=1)
         if bad.any():
             raise ReconciliationError(f"bound {bound.name!r} fails for {int(bad.sum())} nodes {sizes}")
@@ -75,15 +71,13 @@ def check_table(inputs: Inputs, counts: np.ndarray) -> None:
         raise ReconciliationError(f"children do not sum to their parent for {int(bad.sum())} parents {sizes}")
 
 
-def _apply(matrix: sp.csr_matrix, table: np.ndarray) -> np.ndarray:
-    """Exact integer query answers (rows of ``table`` are histograms)."""
-    return np.asarray(matrix.astype(np.int64) @ table.T, dtype=np.int64).T
+def int_matmul(matrix: sp.csr_matrix, values: np.ndarray) -> np.ndarray:
+    """Exact integer ``matrix @ values`` for a 0/1 matrix."""
+    return np.asarray(matrix.astype(np.int64) @ values, dtype=np.int64)
 
 
 def _sum_by_parent(rows: np.ndarray, parent_index: np.ndarray, n_parents: int) -> np.ndarray:
     """Exact integer sum of the rows of each parent's children."""
     ones = np.ones(parent_index.size, dtype=np.int64)
-    indicator = sp.csr_matrix(
-        (ones, (parent_index, np.arange(parent_index.size))), shape=(n_parents, rows.shape[0])
-    )
+    indicator = sp.csr_matrix((ones, (parent_index, np.arange(parent_index.size))), shape=(n_parents, rows.shape[0]))
     return np.asarray(indicator @ rows, dtype=np.int64)

@@ -1,26 +1,6 @@
-"""Exact closed-form reconciliation when only detailed queries are measured and nothing else is fixed.
-
-Applies when every measurement is the detailed query (identity matrix) and there are no invariants.  Then
-the weighted least-squares objective ``sum_q w_q ||x - y_q||^2`` equals ``W ||x - ybar||^2 + const`` with
-``W = sum_q w_q`` and ``ybar = sum_q w_q y_q / W``, and the constraints (x >= 0, children sum to the parent
-in every cell, structural zeros) do not couple cells, so the problem splits into one small problem per
-(parent, cell):
-
-* **Projection.**  ``min ||x - y||^2  s.t.  x >= 0, sum x = p`` over the k children is the Euclidean
-  projection onto a scaled simplex.  Its KKT conditions (stationarity ``x_i - y_i + theta - mu_i = 0``,
-  ``mu_i >= 0``, ``mu_i x_i = 0``) give ``x_i = max(y_i - theta, 0)`` with theta the unique root of
-  ``sum_i max(y_i - theta, 0) = p``; sorting y in decreasing order u, theta = (sum_{j<=r} u_j - p) / r for
-  the largest r with ``u_r > (sum_{j<=r} u_j - p) / r`` (Held, Wolfe & Crowder 1974; Duchi et al. 2008).
-  Strict convexity makes this point the unique optimum, the one cvxpy converges to.  p = 0 forces x = 0.
-  At the root (no parent) the problem is ``x >= 0`` alone: ``x = max(ybar, 0)``.
-* **Rounding.**  ``min sum_i |r_i - x_i|`` over integers r >= 0 with ``sum r = p`` is separable convex
-  under one sum constraint, so an optimum takes every r_i in {floor x_i, ceil x_i}; with ``g = p - sum
-  floor x`` increments to give, each increment on i costs ``1 - 2 frac(x_i)``, so giving them to the g
-  largest fractional parts (largest remainder) is optimal.  Ties: ``postprocess.ties``.  At the root:
-  nearest integer.
-
-Everything is vectorised over all (parent, cell) problems of a level, grouped by family size k so that each
-group is a (problems, k) array sorted along its rows.  Post-processing of the measurements (Thm 19.25).
+"""Exact closed-form reconciliation when only detailed queries are measured and nothing else is fixed: one Euclidean
+projection onto a scaled simplex per (parent, cell), rounded by largest remainder; at the root, max(ybar, 0) to the
+nearest integer (derivations: docs/reconciliation.md, "Inside one level").  Post-processing (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -38,9 +18,7 @@ CHUNK_ENTRIES = 1 << 22  # (problem, child) pairs handled at once: bounds the te
 
 def applies(inputs: Inputs) -> bool:
     """Only identity-matrix measurements and no invariants: the closed forms solve the same problem."""
-    if inputs.invariants:
-        return False
-    return all(_is_identity(m.matrix, inputs.n_cells) for m in inputs.measurements)
+    return not inputs.invariants and all(_is_identity(m.matrix, inputs.n_cells) for m in inputs.measurements)
 
 
 def _is_identity(matrix: sp.csr_matrix, n_cells: int) -> bool:
@@ -55,10 +33,7 @@ def _is_identity(matrix: sp.csr_matrix, n_cells: int) -> bool:
 def combined_target(inputs: Inputs) -> np.ndarray:
     """``ybar`` (n_nodes, n_cells): the inverse-variance weighted mean of the detailed measurements."""
     weights = [1.0 / float(m.sigma2) for m in inputs.measurements]
-    total = np.zeros((inputs.n_nodes, inputs.n_cells))
-    for weight, m in zip(weights, inputs.measurements, strict=True):
-        total += weight * m.noisy
-    return total / sum(weights)
+    return sum(w * m.noisy for w, m in zip(weights, inputs.measurements, strict=True)) / sum(weights)
 
 
 def project(y: np.ndarray, p: np.ndarray) -> np.ndarray:

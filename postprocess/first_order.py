@@ -1,29 +1,7 @@
-"""Accelerated projected gradient (FISTA with adaptive restarts) for the multi-query least squares of a batch.
-
-minimise  f(x) = sum_q w_q ||K_q x - y_q||^2   s.t.  x >= 0,  children sum to the parent in every free cell,
-
-with no invariants.  The feasible set is a product of scaled simplices, one per (block, free cell), and the
-Euclidean projection onto it is exact (``fast_path.project``: sort and threshold), so projected gradient
-steps are exact.  The blocks of a batch are independent problems run side by side, each with its own
-momentum and step 1/L_b, L_b an upper bound on the largest eigenvalue of its Hessian ``2 A_b'A_b``
-(A = the stacked ``sqrt(w_q) K_q``): ``lambda_max(sum_q w_q K_q'K_q) <= sum_q w_q lambda_max(K_q'K_q)`` and
-``lambda_max(K'K) <= ||K||_1 ||K||_inf`` (Hoelder), exact for partition (marginal) matrices.
-
-Optimality is certified by the Frank-Wolfe (linearisation) gap: by convexity, for every feasible z,
-``f(z) >= f(x) + g'(z - x)`` with g the gradient at x, and the minimum over the product of simplices of
-``g'z`` is ``sum_rows p_row min_{i in row} g_i``, so ``gap = g'x - sum_rows p_row min g_i >= f(x) - f*``.
-With the detailed query measured, f is mu-strongly convex (mu = 2 min of the single-variable rows' diagonal)
-and the gradient mapping G = L_b (x - x+), x+ = P(x - g/L_b), gives the tighter ``f(x+) - f* <= sum_b
-|G_b|^2 (1/mu - 1/L_b) / 2``; the smaller bound is used (with its point).  The solver stops when the bound
-is ``<= RELATIVE_GAP * f(x)`` (f with its constant term; plus a floor far below rounding resolution) and
-returns None when it has not converged within ``MAX_ITERATIONS``: the caller then falls back to cvxpy.
-
-The blocks' certificates are per block (f and both bounds are sums over blocks), so a block that meets the
-criterion on its own (``gap_b <= RELATIVE_GAP * f_b(x_b) + ABSOLUTE_GAP / n_blocks``) is frozen at its certified
-point and stops being iterated: the batch's bound is then the frozen blocks' recorded ones plus the others' (the
-batch stops, as before, once that sum meets the batch's criterion).  When the frozen blocks hold a quarter of the
-variables still in the arrays, the arrays are compacted to the others (a good share of the iterations' work was
-on blocks already certified: BENCHMARKS.md).
+"""Accelerated projected gradient (FISTA with adaptive restarts) for the least squares of a batch without invariants,
+f(x) = sum_q w_q ||K_q x - y_q||^2 s.t. x >= 0 and children summing to the parent in every free cell.  Each block is
+certified on its own and frozen at its certified point (docs/reconciliation.md, "Inside one level"); not certified
+within ``MAX_ITERATIONS``: None, and the caller falls back to cvxpy.
 """
 
 from __future__ import annotations
@@ -43,36 +21,13 @@ ABSOLUTE_GAP = 1e-18  # floor on the certified gap, in the scaled units (data of
 MAX_ITERATIONS = 5_000
 CHECK_EVERY = 20
 # solver="auto" uses it on batches whose blocks average at least this many variables; on smaller blocks
-# Clarabel's factorisations are cheap and it was faster (PL94 strategy, 1M persons, 2 cores: block groups
-# of ~200 variables per block 0.8x, tracts/blocks of 1,000-29,000 variables per block 1.2-2.3x).
+# Clarabel's factorisations are cheap and it was faster (BENCHMARKS.md)
 MIN_BLOCK_VARIABLES = 900
 
 
-def project_simplex(z: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """Row-wise projection of z (G, k) onto {x >= 0, sum x = p}, p > 0 (Michelot 1986: Newton on the threshold).
-
-    theta_0 = (sum z - p) / k lies at or below the root of ``sum max(z - theta, 0) = p``; each pass sets theta to
-    the root of the linear piece of the current support, which stays at or below the root and shrinks the
-    support, so it stops in at most k passes at the exact threshold of the sort-based method.  Rows still
-    moving after ``k`` passes cannot exist; the sort method is used for them anyway as a guard.
-    """
-    theta = (z.sum(axis=1) - p) / z.shape[1]
-    count = np.full(z.shape[0], z.shape[1])
-    for _ in range(z.shape[1]):
-        support = z > theta[:, None]
-        new_count = support.sum(axis=1)
-        if np.array_equal(new_count, count):
-            return np.maximum(z - theta[:, None], 0.0)
-        count = new_count
-        theta = (np.where(support, z, 0.0).sum(axis=1) - p) / count
-    return project(z, p)
-
-
 class _Groups:
-    """The sum rows of a batch, variables permuted so that rows of equal size k are contiguous (row-major).
-
-    ``perm[j]`` is the batch variable at permuted position j; ``parts`` holds (k, slice, rhs of those rows).
-    """
+    """The sum rows of a batch, variables permuted (``perm[j]``: the batch variable at position j) so that rows of
+    equal size k are contiguous, row-major; ``parts`` holds (k, slice, rhs of those rows)."""
 
     def __init__(self, batch: Batch, rhs: np.ndarray) -> None:
         sizes = np.bincount(batch.var_sum_row, minlength=rhs.size)
@@ -113,11 +68,8 @@ class _Groups:
 
 
 def lipschitz_bounds(terms: list[Term], weights: np.ndarray, var_block: np.ndarray, n_blocks: int) -> np.ndarray:
-    """Per block b, an upper bound on ``lambda_max(sum_q w_q K_qb'K_qb)`` (see the module docstring).
-
-    The blocks do not share rows or variables, so each ``K_qb`` is the block's own submatrix: its largest
-    row and column sums bound its spectral norm squared.
-    """
+    """Per block b, an upper bound on ``lambda_max(sum_q w_q K_qb'K_qb)``: the product of the largest row and column
+    sums of each ``K_qb`` (Hoelder), the block's own submatrix (blocks share no rows or variables)."""
     total = np.zeros(n_blocks)
     for term, weight in zip(terms, weights, strict=True):
         if term.matrix.nnz == 0:
@@ -139,17 +91,13 @@ def worthwhile(batch: Batch) -> bool:
 
 def applies(inputs: Inputs) -> bool:
     """No invariants, a parent constraint, and a detailed (identity) measurement, which makes f strongly convex."""
-    if inputs.invariants or inputs.parent_counts is None or inputs.parent_index is None:
-        return False
-    return any(_is_identity(m.matrix, inputs.n_cells) for m in inputs.measurements)
+    return (not inputs.invariants and inputs.parent_counts is not None and inputs.parent_index is not None
+            and any(_is_identity(m.matrix, inputs.n_cells) for m in inputs.measurements))
 
 
 def solve(terms: list[Term], batch: Batch) -> tuple[np.ndarray | None, dict]:
-    """Least-squares point of the batch (in persons) or None when not certified; plus diagnostics.
-
-    The blocks are independent problems, so each is certified on its own (``f_b(point_b) - f_b* <= RELATIVE_GAP
-    f_b(x_b) + ABSOLUTE_GAP / n_blocks``; summed, the batch's criterion) and frozen at its certified point; once the
-    frozen blocks hold a quarter of the variables still iterated, the problem is compacted to the others."""
+    """Least-squares point of the batch (in persons) or None when not certified; plus diagnostics.  A block is frozen
+    once ``f_b(point_b) - f_b* <= RELATIVE_GAP f_b(x_b) + ABSOLUTE_GAP / n_blocks`` (summed: the batch's criterion)."""
     started = time.perf_counter()
     n = batch.n_vars
     info: dict = {"iterations": 0, "gap": np.inf, "seconds": 0.0, "compactions": 0}
@@ -236,8 +184,7 @@ class _Active:
         return 2.0 * (self.d * z + self.m_rows_t @ (self.m_rows @ z) - self.c)
 
     def certificates(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per block: f_b(x), the smaller certified bound on f_b(point) - f_b*, and the point (x, or x+ where
-        the gradient-mapping bound is the smaller)."""
+        """Per block: f_b(x), the smaller certified bound on f_b(point) - f_b*, and that bound's point (x or x+)."""
         r_single, r_multi = self.s_rows @ x - self.s_target, self.m_rows @ x - self.m_target
         blocks = self.n_blocks
         value = (np.bincount(self.s_block, weights=r_single * r_single, minlength=blocks)

@@ -1,24 +1,8 @@
 """Generalised least squares estimates of every node's detailed histogram, with exact variances.
 
-Model (a public fact of the release): at every node v of level l and every measured query q (a marginal,
-possibly grouping an attribute's values by a recode), y_{v,q} = Q_q x_v + e with e ~ N_Z(0, σ²_{l,q})
-independent (Thm 19.37(iii): the mechanism's σ² is public); x_parent = Σ x_children.  The GLS estimate minimises
-Σ_{v,q} ||Q_q x_v - y_{v,q}||² / σ²_{l,q} subject to the invariants (exact, published values) — every query at
-every level is used.  It is linear in the noisy measurements, so it is unbiased; it ignores non-negativity and
-structural zeros (those are what the reconciled tables add).  Computed from published measurements only:
-post-processing, no privacy cost (Thm 19.25).
-
-How (exactly, no approximation): on one orthogonal decomposition of the cell space, R^C = ⊕_S E_S
-(``postprocess.gls_algebra``), the information matrix of every level acts on E_S as one small K_S×K_S block
-(K_S = 1 without recodes), the same on each of E_S's contrast directions.  So the problem splits into one tree
-problem per attribute subset S with matrix weights, data b_v = Σ_q Q_qᵀ y_{v,q}/σ²_q rotated into E_S, each
-solved by the two-pass tree algorithm (``postprocess.gls_tree``).  An invariant fixes the part of E_S in its
-own range (its least-norm solution there).  Cost: one rotation per axis and level, then 2^m passes over the
-tree's cells (m attributes: 16 for pl94).
-
-One engine: the passes are ``postprocess.gls_stream``'s, chunk by chunk.  This module holds a small tree's
-problem in memory (``GlsLevel``) and runs them with one chunk per level and an in-memory store (``solve_gls``);
-the release, ``censusdp uncertainty`` and ``censusdp areas`` stream a run's measurement files through the same.
+The model (docs/uncertainty.md): y = Q_q x_v + exact discrete Gaussian noise of public σ² (Thm 19.37(iii)),
+x_parent = Σ x_children, invariants exact.  Linear, hence unbiased; published values only (Thm 19.25).  A small
+tree held in memory (``GlsLevel``) runs the engine's passes (``postprocess.gls_stream``) with an in-memory store.
 """
 
 from __future__ import annotations
@@ -70,12 +54,12 @@ class GlsInvariant:
 
 @dataclass(frozen=True)
 class GlsLevel:
-    """One level: each node's parent index into the level above (empty at the root; sorted, as a geography's
-    codes sort), measurements, invariants."""
+    """One level: each node's parent (empty at the root; sorted, as a geography's codes sort), queries, invariants."""
 
     parent: np.ndarray
     queries: Sequence[GlsQuery]
     invariants: Sequence[GlsInvariant] = ()
+
 
 def _level_sizes(levels: Sequence[GlsLevel]) -> list[int]:
     sizes = []
@@ -149,10 +133,6 @@ class GlsResult:
 
     stream: StreamedGls
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.stream.shape
-
     @cached_property
     def estimates(self) -> list[np.ndarray]:
         """Per level, (n_nodes, C) estimates of the detailed cells."""
@@ -161,11 +141,11 @@ class GlsResult:
 
     def estimate(self, level: int, spec: QuerySpec) -> np.ndarray:
         """GLS estimate (n_nodes, q_cells) of any query (the estimator is linear, so it is the query's answer)."""
-        return answer(self.estimates[level], self.shape, spec)
+        return answer(self.estimates[level], self.stream.shape, spec)
 
     def variance(self, level: int, spec: QuerySpec | None = None) -> np.ndarray:
         """Variance (n_nodes, q_cells) of each node's estimate of every cell of a query (``None``: the detailed
-        cells, (n_nodes, C)).  A recode's grouping must coarsen the run's (its measured queries') groups."""
+        cells).  A recode's grouping must coarsen the measured queries' groups."""
         return self.stream.variance(level, spec, 0, self.stream.sizes[level])
 
     def query_estimate(self, level: int, axes: Sequence[int]) -> np.ndarray:
@@ -176,7 +156,7 @@ class GlsResult:
         """(n_nodes,) variance of one cell of the plain marginal ``axes`` (None: the detailed cells), when it is
         the same for all its cells — always so without recodes.  ``ValueError`` when a kept attribute is
         recoded (its cells' variances differ by group): use ``variance``."""
-        spec = QuerySpec(tuple(range(len(self.shape))) if axes is None else tuple(axes))
+        spec = QuerySpec(tuple(range(len(self.stream.shape))) if axes is None else tuple(axes))
         by_class, _ = self.stream.variance_classes(level, spec, 0, self.stream.sizes[level])
         if by_class.shape[1] != 1:
             raise ValueError(f"the cells of the marginal on axes {spec.axes} have different variances (a recoded "
@@ -185,12 +165,9 @@ class GlsResult:
 
 
 def solve_gls(levels: Sequence[GlsLevel], shape: Sequence[int]) -> GlsResult:
-    """Exact GLS of every node's detailed histogram at every level, and the covariances of the estimates: the
-    engine's passes (``postprocess.gls_stream``) over the levels held in memory.
-
-    Raises ``ValueError`` when a cell of the lowest level is not identifiable (the lowest level's queries do
-    not cover every subspace and no invariant fixes it), when an invariant does not hold at every level above
-    it, or when the inputs are malformed (a level's parents must be sorted, as a geography's codes sort)."""
+    """Exact GLS of every node's detailed histogram at every level, and the covariances of the estimates, from the
+    levels held in memory.  ``ValueError`` as ``solve_gls_streamed`` and on malformed inputs (a level's parents
+    must be sorted, as a geography's codes sort)."""
     planned = plan_levels(levels, shape)
 
     def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -1,25 +1,16 @@
-"""The algebra behind the tree GLS: marginal and recode queries of a Kronecker-structured histogram, and one
-orthogonal basis on which all their information matrices are block diagonal with small blocks.
+"""The algebra behind the tree GLS: marginal and recode queries of a Kronecker-structured histogram (one axis per
+attribute, C order), and one orthogonal basis on which all their information matrices are block diagonal.
 
-The detailed histogram of a node is a cube with one axis per attribute (sizes n_1..n_m, C order).  A query's
-factor on axis a keeps it (I), sums it out (J = 11ᵀ) or groups its values by a partition R (a recode, G_RᵀG_R),
-and Q_qᵀQ_q = ⊗_a F_a.  Per axis, let P_a be the common refinement of every grouping of a that the queries use
-(k_a groups of sizes n_g; k_a = 1 for a plain attribute), B_a = span of u_g = 1_g/√n_g and C_a its orthogonal
-complement (within-group contrasts).  Every factor maps B_a to B_a and C_a to C_a: on C_a, I, J and G_RᵀG_R are
-the scalars 1, 0, 0; on B_a (basis u) they are I_k, s sᵀ (s_g = √n_g) and M_R[g,h] = √(n_g n_h)·[g ~_R h].
-So R^C = ⊕_S E_S over subsets S of axes (C_a for a ∈ S, B_a otherwise), and on E_S every information matrix
-A = Σ_q Q_qᵀQ_q/σ²_q acts as one K_S×K_S matrix (K_S = Π_{a∉S} k_a: ⊗_{a∉S} of the B-blocks, times the
-product of the C-scalars), identically on each of the D_S = Π_{a∈S}(n_a - k_a) contrast directions.
-
-In coordinates: rotate each axis by the orthogonal U_a = [u_1..u_k | an orthonormal basis of C_a]; a rotated
-cell lies in E_S for S = {a : index_a ≥ k_a}.  ``gather`` cuts E_S out of a rotated cube as (n, K_S, D_S).
-With no recode every K_S is 1 and the blocks are the scalar eigenvalues of the plain mean/contrast split.
+Per axis a, U_a = [u_1..u_k | a basis of the contrasts C_a], u_g the normalised indicators of the k_a groups refining
+every grouping used; on each subspace E_S (C_a for a ∈ S, B_a = span(u) otherwise) every information matrix acts as
+one K_S×K_S block on each of D_S contrast directions (docs/reconciliation.md, "Recodes").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
 from itertools import combinations
 from math import prod
 
@@ -84,11 +75,6 @@ def answer(rows: np.ndarray, shape: tuple[int, ...], spec: QuerySpec) -> np.ndar
             kept = np.moveaxis(np.tensordot(kept, _grouping_matrix(group_of), axes=([1 + position], [0])), -1,
                                1 + position)
     return kept.reshape(n, -1)
-
-
-def marginal(rows: np.ndarray, shape: tuple[int, ...], axes: Sequence[int]) -> np.ndarray:
-    """(n, C) detailed rows -> (n, q_cells) answers of the marginal keeping ``axes`` in that (query) order."""
-    return answer(rows, shape, QuerySpec(tuple(axes)))
 
 
 @dataclass(frozen=True)
@@ -180,9 +166,7 @@ def apply_axes(cube: np.ndarray, matrices: Sequence[np.ndarray]) -> np.ndarray:
         mats = matrices[start:stop]
         if all(m.shape == (1, 1) and m[0, 0] == 1 for m in mats):
             continue
-        big = mats[0]
-        for m in mats[1:]:
-            big = np.kron(big, m)
+        big = reduce(np.kron, mats)
         pre, post = prod(dims[:start]), prod(dims[stop:])
         view = np.ascontiguousarray(cube).reshape(n * pre, prod(dims[start:stop]), post)
         out = view[:, :, 0] @ big.T if post == 1 else np.matmul(big, view)
@@ -193,10 +177,8 @@ def apply_axes(cube: np.ndarray, matrices: Sequence[np.ndarray]) -> np.ndarray:
 
 def rotate_into(out: np.ndarray, answers: np.ndarray, spec: QuerySpec, bases: Sequence[AxisBasis],
                 scale: np.ndarray | float = 1.0) -> None:
-    """out += (⊗U_a)ᵀ Q_qᵀ (scale · answers), in place on the rotated cube ``out`` (n, n_1..n_m).
-
-    A summed or grouped axis lands in the axis's first k_a (group) coordinates only, so only that slice of
-    ``out`` is touched; ``scale`` broadcasts against the (n, q_cells) answers."""
+    """out += (⊗U_a)ᵀ Q_qᵀ (scale · answers), in place on the rotated cube ``out`` (n, n_1..n_m); a summed or grouped
+    axis touches only its first k_a (group) coordinates."""
     shape = tuple(len(b.group) for b in bases)
     n = answers.shape[0]
     cube = (answers * scale).reshape((n, *spec.cells(shape)))
@@ -221,8 +203,7 @@ def _block_index(bases: Sequence[AxisBasis], subset: Subset) -> tuple[tuple[slic
 
 
 def gather(cube: np.ndarray, bases: Sequence[AxisBasis], subset: Subset) -> np.ndarray:
-    """E_S of a rotated cube as (n, K_S, D_S): group coordinates of the axes outside S (C order), then the
-    contrast coordinates of the axes in S."""
+    """E_S of a rotated cube as (n, K_S, D_S): group coordinates of the axes outside S, then contrasts of those in S."""
     index, order = _block_index(bases, subset)
     block = cube[index].transpose(order)
     k = prod(b.k for a, b in enumerate(bases) if a not in subset)
@@ -269,16 +250,13 @@ def pinned_basis(bases: Sequence[AxisBasis], subset: Subset, spec: QuerySpec) ->
 
 def least_norm_scale(spec: QuerySpec, shape: tuple[int, ...]) -> np.ndarray:
     """(q_cells,) 1/(QQᵀ)_jj: Q⁺c = Qᵀ(c · this), QQᵀ being diagonal (the number of detailed cells per cell)."""
-    counts = answer(np.ones((1, prod(shape))), shape, spec)[0]
-    return 1 / counts
+    return 1 / answer(np.ones((1, prod(shape))), shape, spec)[0]
 
 
 def cell_variance(covariances: Sequence[np.ndarray], subset_list: Sequence[Subset], bases: Sequence[AxisBasis],
                   spec: QuerySpec) -> tuple[np.ndarray, np.ndarray]:
-    """Var(Q x̂) per query cell: (n, n_classes) over the classes of cells (cells whose factors share a column:
-    a kept value's group, a recode's cell) and the class of every query cell (q_cells,).
-
-    Var(cell j) = Σ_S Π_{a∈S} c_a(j_a) · w_S(j)ᵀ Cov_S w_S(j), w_S(j) = ⊗_{a∉S} (B part of column j_a)."""
+    """Var(Q x̂) per class of query cells (cells whose factors share a column): (n, n_classes), and each query cell's
+    class.  Var(cell j) = Σ_S Π_{a∈S} c_a(j_a) · w_S(j)ᵀ Cov_S w_S(j), w_S(j) = ⊗_{a∉S} (B part of column j_a)."""
     shape = tuple(len(b.group) for b in bases)
     parts = [b.classes(spec, a) for a, b in enumerate(bases)]
     grid = tuple(len(p[2]) for p in parts)
@@ -295,9 +273,8 @@ def cell_variance(covariances: Sequence[np.ndarray], subset_list: Sequence[Subse
                 c = np.multiply.outer(c, np.ones(len(c_part)))
         if not c.any():
             continue
-        quad = np.einsum("nkl,jk,jl->nj", cov, w, w).reshape((n, *(g for a, g in enumerate(grid) if a not in subset)))
-        quad = quad.reshape((n, *(1 if a in subset else g for a, g in enumerate(grid))))
-        total += quad * c
+        broadcast = (n, *(1 if a in subset else g for a, g in enumerate(grid)))  # c carries the axes in S
+        total += np.einsum("nkl,jk,jl->nj", cov, w, w).reshape(broadcast) * c
     cells = spec.cells(shape)
     multi = np.unravel_index(np.arange(prod(cells)), cells) if cells else ()
     per_axis = [parts[a][0][multi[spec.axes.index(a)]] if a in spec.axes else 0 for a in range(len(shape))]

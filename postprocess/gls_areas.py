@@ -1,27 +1,8 @@
 """GLS estimates and exact variances of user-defined areas: sums of linear functions of the lowest level's cells
 over any set of leaves (voting districts, ...), which need not follow the tree.
 
-For an area A (a set of leaves, each leaf in at most one area) and a variable f (a row of weights over the
-detailed cells), the estimate is Σ_{b∈A} f·x̂_b and its variance aᵀCa, a = 1_A ⊗ f, C the GLS's posterior
-covariance of all the leaves' cells — cross-node covariances included, which the per-node variances of the
-engine (``postprocess.gls_stream``) do not hold.
-
-How (exactly, no approximation).  C splits over the subspaces E_S of ``postprocess.gls_algebra`` as C_S ⊗ I_{D_S}
-(one K_S×K_S-block tree problem shared by the D_S contrast directions), so with r_S (K_S, D_S) the E_S part of
-the rotated f, aᵀCa = Σ_S tr(r_Sᵀ Q_S(A) r_S), Q_S(A) = Σ_{b,b'∈A} Cov_S(x_b, x_b') (K_S×K_S).  Q_S(A) is the
-variance of s_A = Σ_{b∈A} x_b under the tree posterior, which is Markov from the root down: given a node's
-free coordinates φ_v, its children's φ_c are its subtree messages (covariance Φ_c, ``gls_tree.
-subtree_covariances``) conditioned on their sum, so Cov(φ_c, φ_c' | φ_v) = δ_cc'Φ_c - Φ_cΦ̄⁻¹Φ_c' and
-E(φ_c | φ_v) is linear with coefficient Φ_cΦ̄⁻¹M.  Hence, for the part s_A(v) of s_A under v, given φ_v:
-mean T_v φ_v and covariance V_v, with, up the tree (B = Σ_c T_cΦ_c):
-
-    leaf in A: T = N, V = 0;   T_v = B Φ̄⁻¹ M;   V_v = Σ_c (V_c + T_cΦ_cT_cᵀ) - B Φ̄⁻¹ Bᵀ;   Q(A) = V_r + T_rΦ_rT_rᵀ
-
-summed over the roots r (M = N_cᵀN_v maps free bases; invariants only shrink them).  Only the (node, area)
-pairs with a leaf of the area below are carried: O(Σ_A |A and its ancestors| · K³) per subspace, independent of
-the data, so the variances of any number of variables then cost one rotation and a small product each.
-The terms take the levels' data-free part (``StreamLevel``); the estimates are read from a solved tree chunk by
-chunk, so neither holds the leaves' cells.
+Var(Σ_{b∈A} f·x̂_b) = Σ_S tr(r_Sᵀ Q_S(A) r_S), cross-node covariances included, r_S the E_S part of the rotated f and
+Q_S(A) data-free, from one pass up the tree over the (node, area) pairs (docs/areas.md gives the recursion).
 """
 
 from __future__ import annotations
@@ -36,7 +17,7 @@ import scipy.sparse as sp
 from censusdp.postprocess.gls_algebra import AxisBasis, Subset, apply_axes, gather
 from censusdp.postprocess.gls_stream import StreamedGls
 from censusdp.postprocess.gls_stream_frame import StreamLevel, TreeFrame, subspace_blocks, subtree_phi, tree_frame
-from censusdp.postprocess.gls_tree import children_matrix
+from censusdp.postprocess.gls_tree import _sum, children_matrix
 
 CHUNK = 4096  # variables rotated at a time (a chunk's rotated cube is CHUNK × C floats)
 
@@ -84,8 +65,7 @@ def _weights(weights: np.ndarray, cells: int) -> np.ndarray:
 
 def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray | None], frees: list[np.ndarray],
                  parents: Sequence[np.ndarray], nodes: np.ndarray, areas: np.ndarray, n_areas: int) -> np.ndarray:
-    """Q_S(A) (n_areas, K, K) on one subspace: the up recursion of the module docstring over (node, area) pairs,
-    from the leaves ``nodes`` in areas ``areas`` (in [0, n_areas))."""
+    """Q_S(A) (n_areas, K, K) on one subspace, from the leaves ``nodes`` in ``areas``: docs/areas.md's recursion."""
     k = frees[0].shape[0]
     out = np.zeros((n_areas, k, k))
     if not len(nodes):
@@ -118,11 +98,6 @@ def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray | None], frees:
     return _sum(children_matrix(areas, n_areas), final)
 
 
-def _sum(matrix: sp.csr_matrix, values: np.ndarray) -> np.ndarray:
-    flat = values.reshape(values.shape[0], -1)
-    return np.asarray(matrix @ flat).reshape((matrix.shape[0], *values.shape[1:]))
-
-
 def _subtree(levels: Sequence[StreamLevel], frame: TreeFrame, subset: Subset
              ) -> tuple[list[np.ndarray], list[np.ndarray | None], list[np.ndarray]]:
     """Φ, Φ̄⁻¹ and the free bases of every level on one subspace."""
@@ -135,25 +110,19 @@ def _subtree(levels: Sequence[StreamLevel], frame: TreeFrame, subset: Subset
 def area_terms(levels: Sequence[StreamLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int
                ) -> AreaTerms:
     """The data-free terms of every area's exact variance (``area_variances``), for the GLS of ``levels``.
-
-    ``leaf_area[b]`` is the area of leaf b of the lowest level, in [0, n_areas), or -1 for a leaf in no area.
-    Raises ``ValueError`` on malformed inputs, as the engine does on the levels (unidentifiable cells,
-    invariants that are not nested)."""
+    ``leaf_area[b]``: the area of leaf b of the lowest level, in [0, n_areas), or -1 for a leaf in no area.
+    ``ValueError`` on malformed inputs, as the engine's."""
     frame = tree_frame(levels, shape)
     leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
-    blocks = []
     inside = np.flatnonzero(leaf_area >= 0)
-    for subset in frame.subsets:
-        phi, bar_inv, frees = _subtree(levels, frame, subset)
-        blocks.append(_area_blocks(phi, bar_inv, frees, frame.parents, inside, leaf_area[inside], int(n_areas)))
+    blocks = [_area_blocks(*_subtree(levels, frame, subset), frame.parents, inside, leaf_area[inside], int(n_areas))
+              for subset in frame.subsets]
     return AreaTerms(frame.shape, tuple(frame.bases), tuple(frame.subsets), tuple(blocks))
 
 
 def area_variances(terms: AreaTerms, weights: np.ndarray) -> np.ndarray:
     """(n_areas, n_vars) exact variances of the areas' GLS estimates of every variable, Var(Σ_{b∈A} f_v·x̂_b).
-
-    ``weights`` (n_vars, C) holds one variable per row: its weight on every detailed cell (C order over the
-    shape), e.g. 0/1 for a table variable.  Σ_S tr(r_Sᵀ Q_S(A) r_S), r_S the E_S part of the rotated row."""
+    ``weights`` (n_vars, C): one variable per row, its weight on every detailed cell (e.g. 0/1 for a table's)."""
     weights = _weights(weights, prod(terms.shape))
     out = np.zeros((terms.n_areas, weights.shape[0]))
     rotations = [basis.rotation.T for basis in terms.bases]
@@ -169,10 +138,9 @@ def area_variances(terms: AreaTerms, weights: np.ndarray) -> np.ndarray:
 
 def mean_area_variances(levels: Sequence[StreamLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int,
                         weights: np.ndarray, leaves_per_chunk: int = 1 << 16) -> np.ndarray:
-    """(n_vars,) the mean over the areas of ``area_variances(area_terms(...), weights)``, computed subspace by
-    subspace and for a chunk of areas at a time (at most ``leaves_per_chunk`` leaves, or one area): memory is one
-    subspace's tree covariances and one chunk's terms, not every area's terms.  Exact as ``area_variances``, but
-    for the clipping of each area's rounding-level negatives: the mean is clipped at 0 once."""
+    """(n_vars,) the mean over the areas of ``area_variances(area_terms(...), weights)`` (clipped at 0 once, not per
+    area), subspace by subspace and for at most ``leaves_per_chunk`` leaves (or one area) at a time: memory is one
+    subspace's tree covariances and one chunk's terms."""
     frame = tree_frame(levels, shape)
     leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
     weights = _weights(weights, prod(frame.shape))
@@ -205,8 +173,7 @@ def mean_area_variances(levels: Sequence[StreamLevel], shape: Sequence[int], lea
 
 
 def area_estimates(stream: StreamedGls, leaf_area: np.ndarray, n_areas: int, weights: np.ndarray) -> np.ndarray:
-    """(n_areas, n_vars) GLS estimates Σ_{b∈A} f_v·x̂_b (the estimator is linear: the sum of the leaves'), from
-    a solved tree's lowest level chunk by chunk."""
+    """(n_areas, n_vars) GLS estimates Σ_{b∈A} f_v·x̂_b, from a solved tree's lowest level chunk by chunk."""
     lowest = stream.depth - 1
     leaf_area = _leaf_areas(leaf_area, n_areas, stream.sizes[lowest])
     weights = _weights(weights, prod(stream.shape))

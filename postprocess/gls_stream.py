@@ -1,29 +1,6 @@
-"""The exact GLS of ``postprocess.gls`` out of core: memory bounded by a chunk of nodes, not by the tree.
-
-The model is ``postprocess.gls``'s, the two passes ``postprocess.gls_tree``'s; the work goes chunk by chunk.  Each level
-is processed in chunks of consecutive nodes that never split a parent's children (the caller's plan), and each
-chunk's noisy measurements and invariant values come from a callback, ``read(level, start, stop)``.
-
-- Up pass, lowest level first, chunk by chunk: rotate the chunk's data, solve every subspace's subtree estimate
-  z̃ (the chunk's children sums read back from scratch), write z̃ and add it into the parents' children sums.
-  Because a chunk holds whole families and families are consecutive, every file is written front to back.
-- Down pass, root first, chunk by chunk: x̂ = z̃ + N H Nᵀ(x̂_parent - Σz̃), the parents' rows read by range.
-  The lowest level is never stored: ``estimate`` of a lowest chunk re-reads its measurements (callback), redoes
-  its up step and applies the down step against the stored parents.
-
-All intermediates are rotated cubes (n, C) (``postprocess.gls_algebra``: every subspace's block of a node is one
-slice of its rotated cube), kept in the caller's ``CubeStore`` (the release's: plain binary files read and written
-by range, never memory-mapped: touched pages of a map count in the resident set).  They are public values
-(post-processing of noisy measurements) and are removed by ``close`` (or at garbage collection).
-
-Memory. O(chunk): the chunk's data as read; above the lowest level, the steps' handful of float cubes (rotated data,
-its invariants' least-norm solutions, the children sums, the estimate) are formed for a slice of whole families at a
-time (``SLICE_CELLS``), at the lowest level for the chunk. O(nodes × small), data-free, held for the stream's life:
-per subspace S and level above the lowest, every node's Φ, Φ̄⁻¹ and posterior covariance (K_S×K_S each; K_S = 1
-without recodes); at the lowest level those depend on the node's parent only (its own Φ is level-wide), so they are
-held per parent — nothing of size n_lowest except the parent index the caller passes. Disk: at most two (n, C)
-float64 files per level above the lowest (z̃ and Σz̃ during the up pass; x̂ and, for the level above the lowest, Σz̃
-afterwards). ``postprocess.gls.solve_gls`` runs the same passes on a tree held in memory.
+"""The exact GLS of ``postprocess.gls`` out of core: memory bounded by a chunk of nodes, not by the tree.  Its
+intermediates, rotated cubes in the caller's ``CubeStore``, are public values (post-processing of noisy measurements)
+removed by ``close``; the lowest level is never stored (docs/reconciliation.md, "Full-information reconciliation").
 """
 
 from __future__ import annotations
@@ -55,8 +32,11 @@ SLICE_CELLS = 1 << 18  # cells per slice of a level above the lowest in the pass
 
 
 class StreamedGls:
-    """The GLS of a tree, solved level by level and chunk by chunk (see the module docstring); build it with
-    ``solve_gls_streamed``.  ``close`` (or the end of a ``with`` block) closes its store (which removes its files)."""
+    """The exact GLS of a tree, both passes solved chunk by chunk at construction with intermediates in ``store``,
+    closed by ``close`` (or a ``with`` block's end, or garbage collection); the lowest level's estimates are computed
+    when asked for.  ``ValueError`` on unidentifiable cells, invariants that do not hold at every level above, and a
+    plan that splits a family or does not cover a level.  ``lowest_sums`` runs the lowest level's up pass (e.g. on a
+    runner's workers); ``slice_cells``: the most cells of a slice of a chunk above the lowest level (memory only)."""
 
     def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
                  lowest_sums: LowestSums | None = None, slice_cells: int = SLICE_CELLS) -> None:
@@ -83,8 +63,6 @@ class StreamedGls:
     def depth(self) -> int:
         return len(self.levels)
 
-    # --- one chunk ---------------------------------------------------------------------------------------------
-
     def _steps(self, level: int, start: int, stop: int) -> tuple[SubspaceStep, ...]:
         return tuple(SubspaceStep(subset, frame.info[level], frame.free[level], tuple(frame.maps[level]),
                                   frame.phi_of(level, start, stop))
@@ -92,8 +70,7 @@ class StreamedGls:
 
     def _up(self, level: int, start: int, stop: int, data: tuple[Sequence[np.ndarray], Sequence[np.ndarray]],
             below: np.ndarray) -> np.ndarray:
-        """z̃ of nodes [start, stop) of a level above the lowest (rotated cube), from their noisy answers and
-        invariant values (``data``, as the Reader's) and their children sums Σz̃ (``below``)."""
+        """z̃ (rotated) of nodes [start, stop) above the lowest level, from their ``data`` and children sums Σz̃."""
         spec = self.levels[level]
         noisy, values = data
         cube, exact = rotated_chunk(level, spec.queries, spec.invariants, self.bases, noisy, values, stop - start)
@@ -119,9 +96,7 @@ class StreamedGls:
                          [frame.bar_inv[level - 1][first:last] for frame in self._frames], self.bases)
 
     def lowest_chunk(self, start: int, stop: int, *, with_parents: bool = True) -> LowestChunk:
-        """Nodes [start, stop) (one chunk of the plan) of the lowest level as a self-contained job
-        (``gls_stream_chunk.LowestChunk``): with ``with_parents`` (after the passes) it carries its parents'
-        x̂ - Σz̃ and Φ̄⁻¹, so its ``estimate`` needs only the chunk's own measurements and invariant values."""
+        """One chunk of the lowest level as a job; ``with_parents`` (after the passes): with what ``estimate`` needs."""
         level = self.depth - 1
         spec = self.levels[level]
         local = gap = None
@@ -137,8 +112,6 @@ class StreamedGls:
     def _local_sums(self, chunks: Iterable[LowestChunk]) -> Iterator[np.ndarray]:
         for chunk in chunks:
             yield chunk.children_sums(*self._read(chunk.level, chunk.start, chunk.stop))
-
-    # --- the passes ------------------------------------------------------------------------------------------
 
     def _up_pass(self) -> None:
         lowest = self.depth - 1
@@ -188,38 +161,39 @@ class StreamedGls:
         for frame in self._frames:
             frame.drop_upper()  # only the lowest level's down step remains to be done
 
-    # --- results ---------------------------------------------------------------------------------------------
-
     def estimate(self, level: int, start: int, stop: int) -> np.ndarray:
-        """(stop - start, C) GLS estimates of the detailed cells of nodes [start, stop) of a level: a range of
-        the plan's chunks (at the lowest level exactly one chunk: its measurements are read again)."""
+        """(stop - start, C) GLS estimates of nodes [start, stop) of a level: whole chunks (one at the lowest level)."""
         if level < self.depth - 1:
             return unrotate(self._scratch.read(FINAL, level, start, stop), self.bases)
         return self.lowest_chunk(start, stop).estimate(*self._read(level, start, stop))
 
-    def _covariances(self, level: int, start: int, stop: int) -> tuple[list[np.ndarray], np.ndarray | None]:
-        """Per subspace, posterior covariances of nodes [start, stop) — at the lowest level, of their parents
-        (with the index of each node's parent among them): the same for all the children of one parent."""
+    def _classes(self, level: int, spec: QuerySpec | None, start: int, stop: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``cell_variance`` of nodes [start, stop), clipped at 0 (exact zeros of invariants may come out as -1e-16);
+        at the lowest level, of their parents (the same for all the children of one parent), with each node's
+        parent among them."""
+        spec = QuerySpec(tuple(range(len(self.shape)))) if spec is None else spec
+        local = None
         if level < self.depth - 1:
-            return [frame.covariance[level][start:stop] for frame in self._frames], None
-        if level == 0:  # a one-level tree: one covariance for all its nodes
-            return [frame.covariance[0] for frame in self._frames], np.zeros(stop - start, dtype=np.int64)
-        first, last, local = self._parents(level, start, stop)
-        return [frame.covariance[level][first:last] for frame in self._frames], local
+            covariances = [frame.covariance[level][start:stop] for frame in self._frames]
+        elif level == 0:  # a one-level tree: one covariance for all its nodes
+            covariances = [frame.covariance[0] for frame in self._frames]
+            local = np.zeros(stop - start, dtype=np.int64)
+        else:
+            first, last, local = self._parents(level, start, stop)
+            covariances = [frame.covariance[level][first:last] for frame in self._frames]
+        by_class, index = cell_variance(covariances, self.subsets, self.bases, spec)
+        return np.maximum(by_class, 0.0), index, local
 
     def variance_classes(self, level: int, spec: QuerySpec | None, start: int, stop: int
                          ) -> tuple[np.ndarray, np.ndarray]:
         """Variances of nodes [start, stop)'s estimates of a query's cells (None: the detailed cells), by class:
         (stop - start, n_classes) and each cell's class.  Without a recode every cell of a node has one class."""
-        spec = QuerySpec(tuple(range(len(self.shape)))) if spec is None else spec
-        covariances, local = self._covariances(level, start, stop)
-        by_class, index = cell_variance(covariances, self.subsets, self.bases, spec)
-        by_class = np.maximum(by_class, 0.0)  # exact zeros (invariants) may come out as -1e-16
+        by_class, index, local = self._classes(level, spec, start, stop)
         return (by_class if local is None else by_class[local]), index
 
     def variance(self, level: int, spec: QuerySpec | None, start: int, stop: int) -> np.ndarray:
-        """(stop - start, q_cells) variance of each node's estimate of every cell of a query (None: the detailed
-        cells).  A recode's grouping must coarsen the measured queries' groups."""
+        """(stop - start, q_cells) variances of each node's estimates of a query's cells (None: the detailed cells)."""
         by_class, index = self.variance_classes(level, spec, start, stop)
         return by_class[:, index]
 
@@ -231,11 +205,8 @@ class StreamedGls:
     def mean_variance(self, level: int, spec: QuerySpec | None, above: float = 0.0) -> float | None:
         """The mean, over a level's nodes and a query's cells, of the variances strictly above ``above`` (None
         when there are none: every cell fixed by invariants) — without forming the (n_nodes, q_cells) array."""
-        spec = QuerySpec(tuple(range(len(self.shape)))) if spec is None else spec
         n = self.sizes[level]
-        covariances, local = self._covariances(level, 0, n)
-        by_class, index = cell_variance(covariances, self.subsets, self.bases, spec)
-        by_class = np.maximum(by_class, 0.0)
+        by_class, index, local = self._classes(level, spec, 0, n)
         cells = np.bincount(index, minlength=by_class.shape[1]).astype(float)  # query cells per class
         if local is not None:
             nodes = np.bincount(local, minlength=by_class.shape[0]).astype(float)  # children per parent
@@ -258,12 +229,8 @@ class StreamedGls:
 
 def family_slices(parent: np.ndarray | None, start: int, stop: int, rows: int) -> Iterator[tuple[int, int]]:
     """Nodes [start, stop) (whole families; ``parent``: each node's parent, non-decreasing, or None at the root)
-    as consecutive slices of whole families of at most ``rows`` nodes, or of one larger family, in order.
-
-    The passes above the lowest level go slice by slice: every step is row by row and each family's sum is formed
-    within one slice, so the results are the whole chunk's up to floating-point summation order (≤ 1e-13 apart:
-    numpy's reductions may sum in another order for fewer rows), while the steps' handful of (nodes, C) temporaries
-    are the size of a slice, not of a chunk (a level above the lowest at 4M-cell chunks: ~32 MB each)."""
+    as consecutive slices of whole families of at most ``rows`` nodes, or of one larger family, in order.  The
+    passes' results are the whole chunk's up to floating-point summation order (docs/reconciliation.md)."""
     lo = start
     while lo < stop:
         hi = min(stop, lo + rows)
@@ -275,13 +242,5 @@ def family_slices(parent: np.ndarray | None, start: int, stop: int, rows: int) -
         lo = hi
 
 
-def solve_gls_streamed(levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
-                       lowest_sums: LowestSums | None = None, slice_cells: int = SLICE_CELLS) -> StreamedGls:
-    """The exact GLS of a tree, computed chunk by chunk with intermediates in ``store`` (``CubeStore``: files of
-    its own, or memory), closed by ``close`` or when the stream is garbage collected.  Both
-    passes run here; the lowest level's estimates are computed when asked for.  ``ValueError`` when a cell of the
-    lowest level is not identifiable, when an invariant does not hold at every level above it, and on a plan
-    that splits a family or does not cover a level.  ``lowest_sums`` runs the lowest
-    level's up pass (``LowestSums``), e.g. on a runner's workers.  ``slice_cells``: the most cells of a slice of a
-    chunk above the lowest level in the passes (memory, not results)."""
-    return StreamedGls(levels, shape, read, store, lowest_sums, slice_cells)
+# the engine's entry point: building the stream solves the tree
+solve_gls_streamed = StreamedGls

@@ -1,12 +1,6 @@
 """One chunk's steps of the streamed GLS (``postprocess.gls_stream``) as functions of public arrays, and the lowest
-level's chunk as a self-contained, picklable job (``LowestChunk``).
-
-The lowest level is the largest by far (a nation's 8M blocks against 0.2M block groups) and is never stored: its
-up step (the children sums of its parents) and its estimates are recomputed from its measurements.  A
-``LowestChunk`` carries everything those two need besides the chunk's own measurements: the level's queries, Φ
-and pin maps, and for the estimates the chunk's parents' x̂ - Σz̃ and Φ̄⁻¹.  So the release can run them where the
-chunk's measurements are read (a Dask worker's reconciliation task), not on the driver.  Public values only
-(post-processing of noisy measurements, Thm 19.25).
+level's chunk as a self-contained, picklable job (``LowestChunk``), run where its measurements are read (a Dask
+worker's task).  Public values only (post-processing of noisy measurements, Thm 19.25).
 """
 
 from __future__ import annotations
@@ -136,8 +130,7 @@ class LowestChunk:
         """Σz̃ over each of the chunk's parents' children (rotated, one row per parent)."""
         if self.local is None:
             raise ValueError("a one-level tree has no parents")
-        up = self.up(noisy, values)
-        return _sum(children_matrix(self.local, int(self.local[-1]) + 1), up)
+        return _sum(children_matrix(self.local, int(self.local[-1]) + 1), self.up(noisy, values))
 
     def estimate(self, noisy: Sequence[np.ndarray], values: Sequence[np.ndarray]) -> np.ndarray:
         """(stop - start, C) GLS estimates of the detailed cells of the chunk's nodes."""

@@ -1,11 +1,6 @@
 """The data-free half of the GLS (``postprocess.gls_stream``): its levels, plan checks, blocks, frames and store.
-
-Per subspace E_S, ``subspace_blocks`` gives every level's information block Λ_l and the pins of its invariants;
-``subtree_phi`` the up pass's data-free recursion (``postprocess.gls_tree``'s notation): every level's Φ
-(covariance of a node's free coordinates given its subtree) and Φ̄⁻¹ over its children; ``subspace_frame`` adds
-the posterior covariances of the down pass.  At the lowest level Φ is one level-wide matrix (every lowest node
-has the same queries), so the children sums Φ̄ of its parents are counts × Φ and the lowest nodes' posterior
-covariances depend on their parent only: they are held per parent, never per lowest node.
+At the lowest level Φ is level-wide and the covariances per parent, never per lowest node (docs/reconciliation.md,
+"The tree algorithm").
 """
 
 from __future__ import annotations
@@ -33,9 +28,8 @@ TOLERANCE = 1e-9
 
 @dataclass(frozen=True)
 class StreamLevel:
-    """One level, data-free: each node's parent index into the level above (sorted; empty at the root), the
-    measured queries with their σ², the invariants' queries, and the chunk plan: consecutive (start, stop) node
-    ranges covering the level, each ending on a parent boundary."""
+    """One level, data-free: each node's parent (sorted; empty at the root), the measured queries with their σ², the
+    invariants' queries, and the chunk plan (consecutive node ranges, each ending on a parent boundary)."""
 
     parent: np.ndarray
     queries: Sequence[tuple[QuerySpec, float]]
@@ -62,18 +56,15 @@ def _pins(bases: Sequence[AxisBasis], subset: Subset, specs: Sequence[QuerySpec]
     maps = []
     if rank:
         inverse = np.linalg.pinv(stacked.T, rcond=TOLERANCE)  # t = A⁺ [P_iᵀ x̃*_i]_i
-        start = 0
-        for part in parts:
-            maps.append(inverse[:, start:start + part.shape[1]] @ part.T)
-            start += part.shape[1]
+        columns = np.split(inverse, np.cumsum([part.shape[1] for part in parts])[:-1], axis=1)
+        maps = [c @ part.T for c, part in zip(columns, parts, strict=True)]
     return Pins(u[:, :rank], u[:, rank:], maps)
 
 
 def subspace_blocks(levels: Sequence[StreamLevel], bases: Sequence[AxisBasis], subset: Subset
                     ) -> tuple[list[np.ndarray], list[Pins]]:
-    """Every level's information block Λ_l (K_S, K_S) on E_S and the pins of its invariants — the data-free part
-    of the problem on E_S, which the covariances depend on alone.  ``ValueError`` when the pins are not nested
-    (what a level fixes, the level above must fix too) or the lowest level's cells are not identifiable."""
+    """Every level's information block Λ_l (K_S, K_S) on E_S and the pins of its invariants.  ``ValueError`` when
+    the pins are not nested (what a level fixes, the level above must fix too) or the cells are not identifiable."""
     infos, all_pins = [], []
     previous: np.ndarray | None = None
     for level in levels:
@@ -91,7 +82,7 @@ def subspace_blocks(levels: Sequence[StreamLevel], bases: Sequence[AxisBasis], s
 @dataclass(frozen=True)
 class TreeFrame:
     """What every computation on a tree's levels shares: the detailed shape, each level's size and parents, the
-    axis bases (an estimate and its covariances must use the same to live in the same coordinates), the subsets."""
+    subsets and the axis bases (an estimate and its covariances must share them to share coordinates)."""
 
     shape: tuple[int, ...]
     sizes: list[int]
@@ -110,8 +101,7 @@ def tree_frame(levels: Sequence[StreamLevel], shape: Sequence[int]) -> TreeFrame
 
 
 def check_identifiable(info: np.ndarray, free: np.ndarray, subset: Subset) -> None:
-    """``ValueError`` unless the lowest level's own information NᵀΛN on E_S is positive definite (its cells are
-    then determined by its measurements and the invariants)."""
+    """``ValueError`` unless the lowest level's own information NᵀΛN on E_S is positive definite."""
     eigenvalues = np.linalg.eigvalsh(free.T @ info @ free)
     if len(eigenvalues) and eigenvalues.min() <= TOLERANCE * max(eigenvalues.max(), 0.0):
         raise ValueError(f"cells of the lowest level are not identifiable: its queries do not determine the "
@@ -121,9 +111,8 @@ def check_identifiable(info: np.ndarray, free: np.ndarray, subset: Subset) -> No
 
 @dataclass
 class SubspaceFrame:
-    """One subspace: per level Λ, N and the pin maps; Φ (n, f, f) above the lowest level, (f, f) at it; Φ̄⁻¹
-    (n, f', f') above the lowest; posterior covariances (n, K, K) above the lowest and, at it, per parent
-    (one row for a one-level tree)."""
+    """One subspace: per level Λ, N, the pin maps, Φ, Φ̄⁻¹ (``subtree_phi``) and the posterior covariances (n, K, K);
+    at the lowest level, per parent (one row for a one-level tree)."""
 
     info: list[np.ndarray]
     free: list[np.ndarray]
@@ -139,8 +128,7 @@ class SubspaceFrame:
         return phi if level == len(self.phi) - 1 else phi[start:stop]
 
     def drop_upper(self) -> None:
-        """Forget what only the passes above the lowest level needed (the lowest level's down step keeps its Φ
-        and its parents' Φ̄⁻¹)."""
+        """Forget what only the passes above the lowest level needed."""
         lowest = len(self.phi) - 1
         for i in range(lowest):
             self.phi[i] = None
@@ -150,9 +138,8 @@ class SubspaceFrame:
 
 def subtree_phi(infos: Sequence[np.ndarray], frees: Sequence[np.ndarray], parents: Sequence[np.ndarray],
                 sizes: Sequence[int]) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
-    """The up pass's data-free recursion on one subspace: per level Φ ((n, f, f) above the lowest level; (f, f) at
-    it, every lowest node having the same queries) and Φ̄⁻¹ (n, f', f') over each node's children (None at the
-    lowest).  What the covariance of any linear function of the leaves needs (``postprocess.gls_areas``)."""
+    """The up pass's data-free recursion on one subspace: per level Φ ((n, f, f); (f, f) at the lowest level, whose
+    nodes share their queries) and Φ̄⁻¹ (n, f', f') over each node's children (None at the lowest)."""
     depth = len(infos)
     lowest = depth - 1
     phi: list[np.ndarray] = [np.empty(0)] * depth
@@ -229,8 +216,7 @@ def check_plan(levels: Sequence[StreamLevel], shape: tuple[int, ...]) -> list[in
 
 
 class CubeStore(Protocol):
-    """Where the streamed GLS keeps its per-level (n, n_1..n_m) float64 intermediates: appended front to back, read by
-    node range (the release's is ``pipeline.io.gls_scratch.ScratchCubes``: plain files; postprocess opens none)."""
+    """Where the streamed GLS keeps its per-level float64 cubes: appended front to back, read by node range."""
 
     def write(self, kind: str, level: int, cube: np.ndarray) -> None: ...
 

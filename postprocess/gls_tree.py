@@ -1,19 +1,5 @@
-"""The two-pass tree algorithm of the GLS on one subspace E_S, with K×K matrix weights, and its small helpers.
-
-On E_S every node v of level l has data β_v = Λ_l z_v (n, K, D: D independent contrast directions sharing one
-K×K structure) and the level-wide information block Λ_l.  Exact invariants fix the part of x_v in a level-wide
-subspace spanned by P_l (x_v = t_v there); the rest is free, x_v = t_v + N_l φ_v with N_l an orthonormal basis of
-its complement.  Pins must be nested (what a level fixes, the level above fixes too), so the free space of a
-level lies inside that of the level below.
-
-Up (leaves first): the information about φ_v from the node's own measurements, N_lᵀΛ_lN_l and N_lᵀ(β_v - Λ_l t_v),
-plus, from the sum of its children's subtree estimates (mean Σz̃_c, covariance N Φ̄ Nᵀ with Φ̄ = ΣΦ_c),
-MᵀΦ̄⁻¹M and MᵀΦ̄⁻¹N_{l+1}ᵀ(Σz̃_c - t_v), M = N_{l+1}ᵀN_l; Φ_v is the inverse of the sum, z̃_v = t_v + N_l Φ_v(...).
-Down (root first): x̂_c = z̃_c + N H N_{l+1}ᵀ(x̂_p - Σz̃), H = Φ_c Φ̄_p⁻¹, and the posterior covariance
-Π_c = Φ_c - H Φ_c + H (M Π_p Mᵀ) Hᵀ — the matrix form of Hay et al. (2010)'s scalar recursion.
-
-The passes run chunk by chunk in ``postprocess.gls_stream`` (one engine for every tree: an in-memory store for a
-small one, ``postprocess.gls``); the data-free recursions are ``postprocess.gls_stream_frame``'s.
+"""Small helpers of the two-pass tree GLS on one subspace E_S, with K×K matrix weights (the recursions and their
+notation: docs/reconciliation.md, "The tree algorithm").
 """
 
 from __future__ import annotations

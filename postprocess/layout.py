@@ -1,13 +1,7 @@
 """Split a level into per-parent blocks, group them into batches, and lay out each batch's variables.
 
-A *block* is one parent and its children (at the root: one node on its own, without parent constraint).
-Variables exist only for *free* cells: a cell whose parent count is 0 is 0 in every child (exact, by x >= 0
-and the sum constraint) and a structural zero is 0 by definition, so both are removed before any solver
-sees them.  Query answers then only involve free cells, because the removed ones contribute their fixed 0.
-
-Blocks are independent, so several small ones are stacked into one batch (block-diagonal problem); this
-amortises the fixed cost of building and solving a problem.  All matrices are built vectorised from the
-COO form of the query matrices, never as per-block Python loops over cells.
+A *block* is one parent and its children (at the root: one node).  Variables exist only for *free* cells: a cell
+whose parent count is 0 (so 0 in every child) and a structural zero never reach a solver.
 """
 
 from __future__ import annotations
@@ -20,7 +14,7 @@ import scipy.sparse as sp
 from censusdp.postprocess.least_squares import Inequalities
 from censusdp.postprocess.problem import UNBOUNDED, Inputs, ReconciliationError
 
-BATCH_VARIABLES = 20_000  # stack blocks until a batch has about this many variables (time is flat above a few 1000)
+BATCH_VARIABLES = 20_000  # stack blocks until a batch has about this many variables
 BATCH_DENSE_ENTRIES = 16_000_000  # cap on nodes x n_cells of a batch (its dense free-cell mask)
 _CHUNK = 4096  # parents per chunk when scanning parent rows
 
@@ -64,24 +58,16 @@ class Batch:
         if self.sum_rhs.size == 0:
             return sp.csr_matrix((0, self.n_vars))
         cols = np.arange(self.n_vars)
-        ones = np.ones(self.n_vars)
-        return sp.csr_matrix((ones, (self.var_sum_row, cols)), shape=(self.sum_rhs.size, self.n_vars))
-
-    def last_child(self) -> np.ndarray:
-        """(L,) bool: the node is the last child of its block (and the block has a parent constraint)."""
-        if self.sum_rhs.size == 0:
-            return np.zeros(self.nodes.size, dtype=bool)
-        return np.append(self.node_block[1:] != self.node_block[:-1], True)
+        return sp.csr_matrix((np.ones(self.n_vars), (self.var_sum_row, cols)), shape=(self.sum_rhs.size, self.n_vars))
 
 
 def plan_blocks(inputs: Inputs) -> Blocks:
     """Group nodes by parent (or one block per node at the root) and count each block's free cells."""
     free_cells = ~inputs.structural_zeros
     if inputs.parent_index is None or inputs.parent_counts is None:
-        order = np.arange(inputs.n_nodes, dtype=np.int64)
-        start = np.arange(inputs.n_nodes + 1, dtype=np.int64)
         n_free = np.full(inputs.n_nodes, int(free_cells.sum()), dtype=np.int64)
-        return Blocks(order, start, None, n_free)
+        return Blocks(np.arange(inputs.n_nodes, dtype=np.int64), np.arange(inputs.n_nodes + 1, dtype=np.int64), None,
+                      n_free)
     order = np.argsort(inputs.parent_index, kind="stable").astype(np.int64)
     parents, counts = np.unique(inputs.parent_index[order], return_counts=True)
     start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -92,22 +78,16 @@ def plan_blocks(inputs: Inputs) -> Blocks:
     return Blocks(order, start, parents.astype(np.int64), n_free)
 
 
-def needs_solver(blocks: Blocks, b: int) -> bool:
-    """A block needs a solver unless it has no free cell or is an only child (which equals its parent)."""
-    if blocks.n_free[b] == 0:
-        return False
-    return blocks.parent is None or blocks.size(b) > 1
-
-
 def plan_batches(blocks: Blocks, n_cells: int) -> list[np.ndarray]:
-    """Consecutive solver blocks stacked until a batch reaches ``BATCH_VARIABLES`` variables."""
+    """Consecutive blocks stacked until a batch reaches ``BATCH_VARIABLES`` variables; a block without a free cell or
+    an only child (which equals its parent) needs no solver and is left out."""
     batches: list[np.ndarray] = []
     current: list[int] = []
     variables = dense = 0
     for b in range(blocks.n_free.size):
-        if not needs_solver(blocks, b):
-            continue
         size = blocks.size(b)
+        if blocks.n_free[b] == 0 or (blocks.parent is not None and size == 1):
+            continue
         too_many = variables + size * int(blocks.n_free[b]) > BATCH_VARIABLES
         too_wide = dense + size * n_cells > BATCH_DENSE_ENTRIES
         if current and (too_many or too_wide):
@@ -135,16 +115,8 @@ def build_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray) -> Batch:
         node_free = node_free & ~inputs.node_zeros[nodes]
     var_node, var_cell = np.nonzero(node_free)
     if blocks.parent is None:
-        return Batch(
-            nodes,
-            node_block,
-            var_node,
-            var_cell,
-            np.full(var_node.size, -1),
-            np.zeros(0, dtype=np.int64),
-            np.full(var_node.size, np.inf),
-            int(block_ids.size),
-        )
+        return Batch(nodes, node_block, var_node, var_cell, np.full(var_node.size, -1), np.zeros(0, dtype=np.int64),
+                     np.full(var_node.size, np.inf), int(block_ids.size))
     block_cell = np.full(free.shape, -1, dtype=np.int64)
     block_cell[free] = np.arange(int(free.sum()))
     sum_row = block_cell[node_block[var_node], var_cell]
@@ -157,12 +129,8 @@ def build_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray) -> Batch:
 
 
 def restrict_rows(matrix: sp.csr_matrix, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray]:
-    """Apply ``matrix`` to every node of the batch over its free cells only.
-
-    Returns ``(K, rows)``: K has one row per (node, query cell) that involves at least one free variable,
-    and ``rows`` gives that row's flat index ``node * q_cells + cell`` into a (L, q_cells) array of answers.
-    Built from the columns of ``matrix`` at each variable's cell, so the work is the size of K.
-    """
+    """``matrix`` applied to every node of the batch over its free cells: ``(K, rows)``, K with one row per (node,
+    query cell) that involves a free variable, ``rows`` its flat index ``node * q_cells + cell``."""
     csc = matrix.tocsc()
     first = csc.indptr[batch.var_cell]
     count = csc.indptr[batch.var_cell + 1] - first
@@ -175,25 +143,15 @@ def restrict_rows(matrix: sp.csr_matrix, batch: Batch) -> tuple[sp.csr_matrix, n
 
 
 def invariant_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    """All invariant constraints of the batch: (matrix, int64 right-hand side, redundant-for-LS flag).
-
-    A constraint row without free variables must have value 0 or the problem is infeasible.  In a block with
-    a parent constraint, the last child's invariants follow from the others and the (pre-checked) parent
-    consistency, so they are flagged to be left out of the least-squares problem (fewer redundant equalities
-    for interior-point solvers) but are still enforced by the rounding and checked at the end.
-    """
-    mats, rhs, redundant = (
-        [sp.csr_matrix((0, batch.n_vars))],
-        [np.zeros(0, dtype=np.int64)],
-        [np.zeros(0, bool)],
-    )
-    last = batch.last_child()
+    """All invariant constraints of the batch: (matrix, int64 right-hand side, redundant-for-LS flag).  The last
+    child's rows follow from the others' and the parent's: flagged, they are left out of the least squares (fewer
+    redundant equalities for interior-point solvers) but kept by the rounding and checked at the end."""
+    mats, rhs, redundant = [sp.csr_matrix((0, batch.n_vars))], [np.zeros(0, dtype=np.int64)], [np.zeros(0, bool)]
+    last = np.append(batch.node_block[1:] != batch.node_block[:-1], True) & (batch.sum_rhs.size > 0)
     for inv in inputs.invariants:
         k, rows = restrict_rows(inv.matrix, batch)
         values = inv.values[batch.nodes].ravel()
-        fixed = np.ones(values.size, dtype=bool)
-        fixed[rows] = False
-        if np.any(values[fixed] != 0):
+        if np.any(np.delete(values, rows) != 0):  # rows without a free variable
             raise ReconciliationError(
                 f"invariant {inv.name!r} is infeasible: it asks for a positive count in cells fixed at 0 "
                 f"(structural zeros or empty in the parent) in a batch of {batch.n_blocks} blocks"
@@ -205,19 +163,14 @@ def invariant_rows(inputs: Inputs, batch: Batch) -> tuple[sp.csr_matrix, np.ndar
 
 
 def bound_rows(inputs: Inputs, batch: Batch) -> Inequalities:
-    """The batch's bounds that can bind, over its variables (upper ``inf`` where there is none).
-
-    A row binds unless its lower bound is 0 and its upper bound is at least what its free cells can hold (their
-    parent counts); a row whose cells are all fixed at 0 must have lower bound 0 (else the bounds are infeasible).
-    """
+    """The batch's bounds that can bind (upper ``inf`` where there is none): a row binds unless its lower bound is 0
+    and its upper bound is at least what its free cells can hold (their parent counts)."""
     mats, lows, highs = [sp.csr_matrix((0, batch.n_vars))], [np.zeros(0)], [np.zeros(0)]
     for bound in inputs.bounds:
         k, rows = restrict_rows(bound.matrix, batch)
         lower = bound.lower[batch.nodes].ravel()
         upper = bound.upper[batch.nodes].ravel()
-        fixed = np.ones(lower.size, dtype=bool)
-        fixed[rows] = False
-        if np.any(lower[fixed] > 0):
+        if np.any(np.delete(lower, rows) > 0):
             raise ReconciliationError(f"bound {bound.name!r} asks for a positive count in cells fixed at 0 in a "
                                       f"batch of {batch.n_blocks} blocks")
         room = k @ batch.upper

@@ -1,17 +1,8 @@
-"""Weighted non-negative least squares of one batch with cvxpy, behind a small solver-fallback interface.
+"""Weighted non-negative least squares of one batch with cvxpy, behind a small solver-fallback interface:
 
 minimise  sum_q (1/sigma2_q) * || K_q x - y_q ||^2   s.t.  x >= 0,  children sum to parent,  invariants.
 
-The objective is expanded as ``x' D x + ||B x||^2 - 2 c'x + const``: query rows on a single free variable
-(the detailed query, mostly) go into the diagonal D, which cvxpy hands to the solver as a quadratic form
-without auxiliary variables; rows over several variables form B, which costs one auxiliary variable per
-row.  Nothing dense is ever built: the Gram matrix of a marginal (e.g. the total) would be dense.
-
-Every backend's status is mapped to our own vocabulary (``optimal``, ``inaccurate``, ``infeasible``,
-``limit``, ``failed``, ``violation``), and a solution is accepted only after its constraint violations
-are measured, so a solver that claims success with a bad point is treated as a failure and the next one
-is tried.  Clarabel runs with its single-threaded QDLDL factorisation: deterministic, so re-running the
-post-processing on saved measurements gives the same table, and the fastest option measured on 2 cores.
+A point is accepted only once its constraint violations are measured, else the next solver is tried.
 """
 
 from __future__ import annotations
@@ -29,12 +20,9 @@ import scipy.sparse as sp
 
 AUTO_SOLVERS: tuple[str, ...] = ("CLARABEL", "OSQP", "SCS")
 SOLVER_OPTIONS: dict[str, dict] = {
-    "CLARABEL": {  # tight tolerances cost ~1 iteration and give 1e-6 agreement with closed forms
-        "direct_solve_method": "qdldl",
-        "tol_gap_abs": 1e-10,
-        "tol_gap_rel": 1e-10,
-        "tol_feas": 1e-10,
-    },
+    # single-threaded QDLDL: deterministic, so a re-run gives the same table; tight tolerances cost about one
+    # iteration and agree with the closed forms to 1e-6
+    "CLARABEL": {"direct_solve_method": "qdldl", "tol_gap_abs": 1e-10, "tol_gap_rel": 1e-10, "tol_feas": 1e-10},
     "OSQP": {"eps_abs": 1e-7, "eps_rel": 1e-7, "max_iter": 200_000},
     "SCS": {"eps_abs": 1e-7, "eps_rel": 1e-7, "max_iters": 200_000},
 }
@@ -85,10 +73,8 @@ class Inequalities:
 
     def excess(self, point: np.ndarray) -> float:
         """The largest amount by which ``point`` breaks a bound (0 when it keeps them all)."""
-        if self.empty:
-            return 0.0
         values = self.matrix @ point
-        return float(max(0.0, (self.lower - values).max(), (values - self.upper).max()))
+        return float(max(0.0, (self.lower - values).max(initial=0.0), (values - self.upper).max(initial=0.0)))
 
 
 @dataclass
@@ -110,8 +96,7 @@ class SolverPath(StrEnum):
 
 
 def check_solver(solver: str) -> str:
-    """``solver`` as ``reconcile_level`` takes it: a ``SolverPath``, or installed cvxpy solver names
-    (comma-separated, tried in order); ValueError naming what is wrong otherwise."""
+    """``solver`` as ``reconcile_level`` takes it (a ``SolverPath`` or installed cvxpy names), else ValueError."""
     if solver not in (SolverPath.FAST, SolverPath.FIRST_ORDER):
         try:
             resolve_solvers(solver)
@@ -143,8 +128,7 @@ def resolve_solvers(solver: str) -> tuple[str, ...]:
 
 def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers: tuple[str, ...],
           inequalities: Sequence[Inequalities] = ()) -> Solution:
-    """Try each solver in turn until one returns an accepted point; ``x`` stays None if none does.
-    ``inequalities`` are checked like the equalities."""
+    """Try each solver in turn until one returns a point keeping the (in)equalities; ``x`` stays None if none does."""
     started = time.perf_counter()
     if n_vars == 0:
         return Solution(x=np.zeros(0), attempts=[("none", "optimal")], violations=(0.0,) * len(equalities))
@@ -164,7 +148,7 @@ def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers:
         status = _run(problem, name)
         if status in ("optimal", "inaccurate") and x.value is not None:
             point = np.asarray(x.value, dtype=np.float64) * scale
-            violations = tuple(_violation(eq, point) for eq in equalities)
+            violations = tuple(violation(eq, point) for eq in equalities)
             worst = max([*violations, *(rows.excess(point) for rows in inequalities)], default=0.0)
             minimum = float(point.min()) if point.size else 0.0
             if np.isfinite(worst) and worst <= tolerance and minimum >= -tolerance:
@@ -228,7 +212,5 @@ def _constraints(equalities: list[Equalities], x: cp.Variable, scale: float) -> 
     return constraints
 
 
-def _violation(eq: Equalities, point: np.ndarray) -> float:
-    if eq.rhs.size == 0:
-        return 0.0
-    return float(np.abs(eq.matrix @ point - eq.rhs).max())
+def violation(eq: Equalities, point: np.ndarray) -> float:
+    return float(np.abs(eq.matrix @ point - eq.rhs).max(initial=0.0))

@@ -1,19 +1,6 @@
-"""Multi-pass solves: least squares in ordered query groups, and a rounder that fixes marginals before cells.
-
-A single least-squares pass trades every query against every other, so a level's totals can move to fit
-thousands of detailed cells.  The 2020 Census production solve (``l2_dataIndep_npass_optimizer``, ordering
-``Strategy1b_ST_CTY_TR_BG_isoTot_Ordering_dsepJune3``, ``opt_tol_slack = 0.1``) orders the queries instead:
-
-* **Least squares, pass by pass.**  Pass k fits only its own queries' terms; every query of an earlier pass
-  keeps its answer from the pass before within ``tolerance`` (``|K_j x - K_j x_{k-1}| <= tolerance``, always
-  feasible: ``x_{k-1}`` itself satisfies it).  The last pass holds the remaining queries.
-* **Rounding, marginal by marginal.**  Each marginal of ``rounding`` (total population first) is rounded on its
-  own, as a small table of its cells, under the same sum and invariant constraints aggregated to it; its
-  integer answers then become further equalities of the next rounding, and the cells are rounded last.  One
-  cell-wise rounding of 2,016 cells lets a child's total drift by the sum of their rounding errors; fixing the
-  total first bounds that drift by one person.
-
-Post-processing of the noisy measurements only (Thm 19.25 of the seed): no privacy cost, whatever the order.
+"""Multi-pass solves: least squares in ordered query groups, and a rounder that fixes marginals before cells, as the
+2020 Census production solve orders its queries (docs/reconciliation.md, "Multi-pass solve").  Post-processing of
+the noisy measurements only (Thm 19.25): no privacy cost, whatever the order.
 """
 
 from __future__ import annotations
@@ -32,8 +19,7 @@ from censusdp.postprocess.ties import TieSource
 
 @dataclass(frozen=True)
 class RoundingMarginal:
-    """A marginal query rounded to integers and fixed before the cells: ``matrix`` is (q_cells, n_cells) 0/1
-    and puts every cell in exactly one query cell."""
+    """A marginal rounded and fixed before the cells: ``matrix`` (q_cells, n_cells) puts each cell in one query cell."""
 
     name: str
     matrix: sp.csr_matrix
@@ -74,12 +60,9 @@ def solve_in_passes(terms: Sequence[tuple[str, Term]], passes: Sequence[Sequence
 def fix_marginals(batch: Batch, x: np.ndarray, inv_matrix: sp.csr_matrix, inv_rhs: np.ndarray,
                   marginals: Sequence[RoundingMarginal], rng: TieSource | None = None
                   ) -> tuple[sp.csr_matrix, np.ndarray, list[str]]:
-    """Round each marginal in turn and add its integer answers to the equalities the cells are rounded under.
-
-    Returns the extended ``(inv_matrix, inv_rhs)`` and, per marginal, how it was rounded (``round_batch``'s
-    backend) or ``"skipped"`` when an equality of the batch is not a sum of the marginal's cells (it cannot be
-    kept on the marginal alone; the cells are then rounded without fixing it).
-    """
+    """Round each marginal in turn and add its integer answers to the equalities the cells are rounded under:
+    the extended ``(inv_matrix, inv_rhs)`` and, per marginal, ``round_batch``'s backend, or ``"skipped"`` when an
+    equality of the batch is not a sum of the marginal's cells (it cannot be kept on the marginal alone)."""
     methods = []
     for marginal in marginals:
         k, rows = restrict_rows(marginal.matrix, batch)

@@ -1,10 +1,6 @@
-"""What the reconciliation takes and gives back: noisy measurements, public constraints, integer tables.
-
-Everything here is either a DP output (noisy answers and their variances) or public (query definitions,
-invariants, structural zeros, the already-released table of the level above).  The reconciliation is a
-function of these alone, never of microdata, so whatever it computes is as private as the measurements
-(post-processing invariance, Thm 19.25 of the seed chapter).  Invariants are published exactly and are
-therefore *not* protected; that choice is made and stated elsewhere (the manifest).
+"""What the reconciliation takes and gives back: DP outputs (noisy answers, their variances) and public values
+(queries, invariants, structural zeros, the level above's released table), never microdata, so its output is as
+private as the measurements (Thm 19.25).  Invariants are published exactly: *not* protected (stated in the manifest).
 """
 
 from __future__ import annotations
@@ -19,20 +15,14 @@ import scipy.sparse as sp
 
 class ReconciliationError(RuntimeError):
     """A constraint violation, an infeasible problem or a solver failure: the run fails and publishes nothing.
-
-    Messages carry public information only (level sizes, query names, solver statuses), never a count,
-    because error text ends up in logs and in the orchestrator's database.
-    """
+    Messages carry public information only, never a count: error text ends up in logs and the orchestrator's
+    database."""
 
 
 @dataclass(frozen=True)
 class QueryMeasurement:
-    """Noisy answers of one query at every node of a level.
-
-    ``matrix`` is (q_cells, n_cells) with 0/1 entries, so the true answer of a node is ``matrix @ histogram``;
-    ``noisy`` is (n_nodes, q_cells); every cell carries noise of variance ``sigma2`` and gets weight
-    ``1/sigma2`` in the least-squares objective (the inverse-variance weighting of generalised least squares).
-    """
+    """Noisy answers (n_nodes, q_cells) of one query at every node of a level: ``matrix`` (q_cells, n_cells) is 0/1,
+    so a node's true answer is ``matrix @ histogram``; each cell's noise has variance ``sigma2`` (weight 1/sigma2)."""
 
     name: str
     matrix: sp.csr_matrix
@@ -55,9 +45,8 @@ UNBOUNDED = np.iinfo(np.int64).max // 4  # an upper bound that bounds nothing
 @dataclass(frozen=True)
 class QueryBound:
     """Public bounds on one query at every node of a level: ``lower[node] <= matrix @ histogram <= upper[node]``
-    (``UNBOUNDED``: no upper bound).  Where ``upper`` is 0 every cell of that query cell is 0 in that node.  They
-    come from published values (e.g. the housing units a node's persons may live in), so fitting within them is
-    post-processing like the rest."""
+    (``UNBOUNDED``: no upper bound).  From published values (e.g. the housing units a node's persons may live in),
+    so fitting within them is post-processing like the rest."""
 
     name: str
     matrix: sp.csr_matrix
@@ -87,21 +76,10 @@ class Inputs:
     bounds: tuple[QueryBound, ...] = ()
     node_zeros: np.ndarray | None = None  # (n_nodes, n_cells): cells a bound's upper 0 fixes at 0 in that node
 
-    @property
-    def is_root(self) -> bool:
-        return self.parent_counts is None
 
-
-def validate(
-    measurements: Sequence[QueryMeasurement],
-    invariants: Sequence[QueryInvariant],
-    *,
-    n_cells: int,
-    parent_counts: np.ndarray | None,
-    parent_index: np.ndarray | None,
-    structural_zeros: np.ndarray | None,
-    bounds: Sequence[QueryBound] = (),
-) -> Inputs:
+def validate(measurements: Sequence[QueryMeasurement], invariants: Sequence[QueryInvariant], *, n_cells: int,
+             parent_counts: np.ndarray | None, parent_index: np.ndarray | None, structural_zeros: np.ndarray | None,
+             bounds: Sequence[QueryBound] = ()) -> Inputs:
     """Check shapes and types (``ValueError``: a programming error, not a data problem) and normalise them."""
     if n_cells < 1:
         raise ValueError("n_cells must be positive")
@@ -114,22 +92,17 @@ def validate(
     clean_i = tuple(_clean_invariant(i, n_nodes, n_cells) for i in invariants)
     counts = index = None
     if parent_counts is not None and parent_index is not None:
-        counts = np.asarray(parent_counts)
-        index = np.asarray(parent_index)
+        counts, index = np.asarray(parent_counts), np.asarray(parent_index)
         if counts.ndim != 2 or counts.shape[1] != n_cells or not np.issubdtype(counts.dtype, np.integer):
             raise ValueError(f"parent_counts must be an integer array of shape (n_parents, {n_cells})")
         if index.shape != (n_nodes,) or not np.issubdtype(index.dtype, np.integer):
             raise ValueError(f"parent_index must be an integer array of shape ({n_nodes},)")
         if n_nodes and (index.min() < 0 or index.max() >= counts.shape[0]):
             raise ValueError("parent_index points outside parent_counts")
-        counts = counts.astype(np.int64, copy=False)
-        index = index.astype(np.int64, copy=False)
-    if structural_zeros is None:
-        zeros = np.zeros(n_cells, dtype=bool)
-    else:
-        zeros = np.asarray(structural_zeros)
-        if zeros.shape != (n_cells,) or zeros.dtype != np.bool_:
-            raise ValueError(f"structural_zeros must be a boolean array of shape ({n_cells},)")
+        counts, index = counts.astype(np.int64, copy=False), index.astype(np.int64, copy=False)
+    zeros = np.zeros(n_cells, dtype=bool) if structural_zeros is None else np.asarray(structural_zeros)
+    if zeros.shape != (n_cells,) or zeros.dtype != np.bool_:
+        raise ValueError(f"structural_zeros must be a boolean array of shape ({n_cells},)")
     clean_b = tuple(_clean_bound(b, n_nodes, n_cells) for b in bounds)
     node_zeros = None
     for bound in clean_b:
@@ -166,9 +139,7 @@ def _clean_invariant(inv: QueryInvariant, n_nodes: int, n_cells: int) -> QueryIn
     matrix = _clean_matrix(inv.name, inv.matrix, n_cells)
     values = np.asarray(inv.values)
     if values.shape != (n_nodes, matrix.shape[0]) or not np.issubdtype(values.dtype, np.integer):
-        raise ValueError(
-            f"invariant {inv.name!r}: values must be integers of shape ({n_nodes}, {matrix.shape[0]})"
-        )
+        raise ValueError(f"invariant {inv.name!r}: values must be integers of shape ({n_nodes}, {matrix.shape[0]})")
     return QueryInvariant(inv.name, matrix, values.astype(np.int64))
 
 

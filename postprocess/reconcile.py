@@ -1,10 +1,6 @@
-"""The one public call: reconcile the noisy measurements of one geography level into an integer table.
-
-Top-down, as in the 2020 Census TopDown algorithm: the level above is already a fixed integer table; each
-parent's children are fitted by weighted least squares to their noisy measurements, subject to x >= 0,
-children summing to the parent in every cell, invariants and structural zeros, and the fit is then rounded
-to integers that keep every constraint exactly.  Only noisy measurements and public constraints come in,
-so the output is as private as the measurements (post-processing invariance, Thm 19.25 of the seed).
+"""The one public call: reconcile the noisy measurements of one geography level into an integer table, top-down
+(docs/reconciliation.md, "Inside one level").  Only noisy measurements and public constraints come in, so the output
+is as private as the measurements (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -38,6 +34,7 @@ from censusdp.postprocess.least_squares import (
     check_solver,
     resolve_solvers,
     solve,
+    violation,
 )
 from censusdp.postprocess.passes import RoundingMarginal, check_marginal, fix_marginals, solve_in_passes
 from censusdp.postprocess.problem import (
@@ -70,44 +67,27 @@ def reconcile_level(
 ) -> LevelResult:
     """Non-negative, consistent integer table (n_nodes, n_cells) of one level, with a public report.
 
-    ``parent_counts``/``parent_index`` are None at the root (one problem per node, no parent constraint);
-    below it, ``parent_index[node]`` is the node's row of ``parent_counts`` (parents that no node points to
-    are ignored, so a level can be reconciled in chunks of parents).
+    ``parent_counts``/``parent_index`` are None at the root (no parent constraint); below it, ``parent_index[node]``
+    is the node's row of ``parent_counts`` (rows no node points to are ignored: a level can go in chunks of parents).
 
-    ``solver``: ``"auto"`` takes the exact closed forms of ``postprocess.fast_path`` when only detailed
-    queries are measured and there are no invariants; else, below the root without invariants and with the
-    detailed query measured, the certified first-order solver of ``postprocess.first_order`` on batches of
-    large blocks; else (and whenever that one does not certify its point) cvxpy with Clarabel, then OSQP,
-    then SCS when one fails.  ``"cvxpy"`` forces the cvxpy path; ``"fast"`` forces the closed forms and
-    ``"first_order"`` the first-order solver on every batch (``ValueError`` when they do not apply);
-    anything else is a cvxpy solver name, or several comma-separated names tried in order.
-    ``report["path"]`` says which path ran (``"fast"``, ``"first_order"`` or ``"cvxpy"``); with
-    ``"first_order"``, ``report["solver_status"]`` counts the batches each solver took.
+    ``solver``: ``"auto"`` takes the closed forms of ``postprocess.fast_path`` when only detailed queries are
+    measured and nothing is fixed; else, below the root without invariants and with the detailed query measured, the
+    certified ``postprocess.first_order`` on batches of large blocks; else (and where it does not certify its point)
+    cvxpy with Clarabel, then OSQP, then SCS.  ``"cvxpy"``, ``"fast"`` and ``"first_order"`` (on every batch) force a
+    path (``ValueError`` where it does not apply); else cvxpy solver names, comma-separated, tried in order.
+    ``report["path"]`` says which path ran.  ``rng`` (e.g. the run's ``RandomSource``) breaks rounding ties at random.
 
-    ``rng`` (e.g. the run's ``RandomSource``) breaks rounding ties at random; None keeps index order.
+    ``passes`` orders the measurements' names into least-squares passes, each keeping the earlier passes' answers
+    within ``tolerance`` persons (cvxpy only); ``rounding`` lists marginals rounded and fixed, in order, before the
+    cells (not with the closed forms, which round cell by cell): ``postprocess.passes``.  ``bounds``: public bounds on
+    node marginals; an upper bound of 0 removes those cells of that node, the others constrain the least squares
+    and the rounding where they can bind (a first-order or greedy point that keeps them is optimal under them too).
 
-    Multi-pass (``postprocess.passes``): ``passes`` orders the measurements' names into least-squares passes,
-    each later pass keeping the earlier passes' answers within ``tolerance`` persons (cvxpy: with more than one
-    pass neither closed form nor first-order solver applies); ``rounding`` lists marginals rounded and fixed, in
-    order, before the cells are rounded (the closed forms round cell by cell, so they are not used with it).
-
-    ``bounds``: public bounds on node marginals (``QueryBound``); an upper bound of 0 removes those cells of that
-    node before any solver sees them, the others are constraints of the least squares and of the rounding where
-    they can bind (a first-order or greedy point that keeps them is kept: it is optimal under them too).
-
-    Raises ``ValueError`` for malformed arguments and ``ReconciliationError`` when the constraints are
-    inconsistent, every solver fails, or the rounded table breaks a constraint: the run must then fail.
-    """
+    ``ValueError`` for malformed arguments; ``ReconciliationError`` (the run must fail) when the constraints are
+    inconsistent, every solver fails, or the rounded table breaks a constraint."""
     started = time.perf_counter()
-    inputs = validate(
-        measurements,
-        invariants,
-        n_cells=n_cells,
-        parent_counts=parent_counts,
-        parent_index=parent_index,
-        structural_zeros=structural_zeros,
-        bounds=bounds,
-    )
+    inputs = validate(measurements, invariants, n_cells=n_cells, parent_counts=parent_counts, parent_index=parent_index,
+                      structural_zeros=structural_zeros, bounds=bounds)
     rng = check_source(rng)
     check_solver(solver)
     rounding = tuple(check_marginal(m, n_cells) for m in rounding)
@@ -134,7 +114,7 @@ def reconcile_level(
     report: dict = {
         "nodes": inputs.n_nodes,
         "cells": inputs.n_cells,
-        "root": inputs.is_root,
+        "root": inputs.parent_counts is None,
         "blocks": int(blocks.n_free.size),
         "blocks_only_child": int(np.count_nonzero(np.diff(blocks.start) == 1)) if blocks.parent is not None else 0,
         "blocks_empty": int(np.count_nonzero(blocks.n_free == 0)),
@@ -146,39 +126,24 @@ def reconcile_level(
     if fast:
         tick = time.perf_counter()
         report.update(fast_path.reconcile_fast(inputs, blocks, counts, rng))
-        report.update(
-            problems=0,
-            solvers=["closed_form"],
-            solver_status={},
-            fallbacks=0,
-            rounding={"largest_remainder" if blocks.parent is not None else "nearest": 1},
-            max_invariant_violation=0.0,
-            min_value_before_rounding=0.0,
-            seconds_solve=time.perf_counter() - tick,
-            seconds_rounding=0.0,  # the fast path rounds inside its vectorised loop: counted in seconds_solve
-        )
+        # the fast path rounds inside its vectorised loop: its rounding time is counted in seconds_solve
+        report.update(problems=0, solvers=["closed_form"], solver_status={}, fallbacks=0,
+                      rounding={"largest_remainder" if blocks.parent is not None else "nearest": 1},
+                      max_invariant_violation=0.0, min_value_before_rounding=0.0,
+                      seconds_solve=time.perf_counter() - tick, seconds_rounding=0.0)
     else:
         _fill_only_children(inputs, blocks, counts)
         report.update(_reconcile_general(inputs, blocks, counts, solvers, rng, first, always,
-                                         (tuple(tuple(p) for p in passes), tolerance, rounding)))
+                                         tuple(tuple(p) for p in passes), tolerance, rounding))
     check_table(inputs, counts)
     report["seconds_total"] = time.perf_counter() - started
     return LevelResult(counts=counts, report=report)
 
 
-def _reconcile_general(
-    inputs: Inputs,
-    blocks: Blocks,
-    counts: np.ndarray,
-    solvers: tuple[str, ...],
-    rng: TieSource | None,
-    first: bool = False,
-    always: bool = False,
-    multi: tuple[tuple[tuple[str, ...], ...], float, tuple[RoundingMarginal, ...]] = ((), 0.1, ()),
-) -> dict:
-    """cvxpy least squares per batch of blocks, then HiGHS/greedy rounding; fills ``counts``.  ``multi``: the
-    least-squares passes, their tolerance and the marginals rounded first (``postprocess.passes``)."""
-    passes, tolerance, marginals = multi
+def _reconcile_general(inputs: Inputs, blocks: Blocks, counts: np.ndarray, solvers: tuple[str, ...],
+                       rng: TieSource | None, first: bool, always: bool, passes: tuple[tuple[str, ...], ...],
+                       tolerance: float, marginals: tuple[RoundingMarginal, ...]) -> dict:
+    """Least squares per batch of blocks, then rounding (marginals first: ``postprocess.passes``); fills ``counts``."""
     statuses: Counter[str] = Counter()
     rounding: Counter[str] = Counter()
     worst = {"sum": 0.0, "invariant": 0.0, "min": np.inf}
@@ -192,7 +157,9 @@ def _reconcile_general(
         fallbacks += len(solution.attempts) > 1
         seconds["solve"] += solution.seconds
         if solution.x is None:
-            raise ReconciliationError(_failure(batch, solution))
+            tried = ", ".join(f"{name}={status}" for name, status in solution.attempts)
+            raise ReconciliationError(f"least squares failed for a batch of {batch.n_blocks} blocks, "
+                                      f"{batch.nodes.size} nodes and {batch.n_vars} variables: {tried}")
         worst["sum"] = max(worst["sum"], solution.violations[0])
         worst["invariant"] = max(worst["invariant"], solution.violations[1])
         worst["min"] = min(worst["min"], solution.min_value)
@@ -241,56 +208,42 @@ def _round_marginals_first(batch: Batch, x: np.ndarray, inv_matrix: sp.csr_matri
     return rounded
 
 
-def solve_batch(
-    inputs: Inputs,
-    blocks: Blocks,
-    block_ids: np.ndarray,
-    solvers: tuple[str, ...],
-    first: bool = False,
-    always: bool = False,
-    passes: tuple[tuple[str, ...], ...] = (),
-    tolerance: float = 0.1,
-) -> tuple[Batch, sp.csr_matrix, np.ndarray, Solution, Inequalities]:
+def solve_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray, solvers: tuple[str, ...], first: bool = False,
+                always: bool = False, passes: tuple[tuple[str, ...], ...] = (), tolerance: float = 0.1,
+                ) -> tuple[Batch, sp.csr_matrix, np.ndarray, Solution, Inequalities]:
     """Least squares of a stack of blocks; also returns the batch, its invariant rows and its bounds that can bind,
-    for the rounding.
-
-    ``first``: try ``postprocess.first_order`` (certified FISTA) before the cvxpy ``solvers``, on every batch
-    when ``always``, else on batches of large blocks only.
-    """
+    for the rounding.  ``first``: try ``postprocess.first_order`` before the cvxpy ``solvers``, on every batch when
+    ``always``, else on batches of large blocks only."""
     batch = build_batch(inputs, blocks, block_ids)
     inv_matrix, inv_rhs, redundant = invariant_rows(inputs, batch)
     limits = bound_rows(inputs, batch)
-    equalities = [
-        Equalities(batch.sum_matrix, batch.sum_rhs, np.ones(batch.sum_rhs.size, dtype=bool)),
-        Equalities(inv_matrix, inv_rhs, ~redundant),
-    ]
+    equalities = [Equalities(batch.sum_matrix, batch.sum_rhs, np.ones(batch.sum_rhs.size, dtype=bool)),
+                  Equalities(inv_matrix, inv_rhs, ~redundant)]
     named = _terms(inputs, batch)
-    if len(passes) > 1:
-        return batch, inv_matrix, inv_rhs, solve_in_passes(named, passes, tolerance, equalities, batch.n_vars,
-                                                           solvers, limits), limits
     terms = [term for _, term in named]
-    if first and terms and (always or first_order.worthwhile(batch)):
+    if len(passes) > 1:
+        solution = solve_in_passes(named, passes, tolerance, equalities, batch.n_vars, solvers, limits)
+    elif first and terms and (always or first_order.worthwhile(batch)):
         x, info = first_order.solve(terms, batch)
         # without the bounds; its point is kept where it keeps them, as it is then their problem's optimum too
         if x is not None and limits.excess(x) <= ABS_TOLERANCE:
-            violations = tuple(float(np.abs(eq.matrix @ x - eq.rhs).max()) if eq.rhs.size else 0.0 for eq in equalities)
+            violations = tuple(violation(eq, x) for eq in equalities)
             minimum = float(x.min()) if x.size else 0.0
             solution = Solution(x, [("first_order", "optimal")], violations, minimum, info["seconds"])
-            return batch, inv_matrix, inv_rhs, solution, limits
+        else:
+            solution = solve(terms, equalities, batch.n_vars, solvers, [limits])
+            solution.attempts.insert(0, ("first_order", "limit" if x is None else "bounds"))
+            solution.seconds += info["seconds"]
+    else:
         solution = solve(terms, equalities, batch.n_vars, solvers, [limits])
-        solution.attempts.insert(0, ("first_order", "limit" if x is None else "bounds"))
-        solution.seconds += info["seconds"]
-        return batch, inv_matrix, inv_rhs, solution, limits
-    return batch, inv_matrix, inv_rhs, solve(terms, equalities, batch.n_vars, solvers, [limits]), limits
+    return batch, inv_matrix, inv_rhs, solution, limits
 
 
-def _fill_only_children(inputs: Inputs, blocks: Blocks, counts: np.ndarray) -> int:
+def _fill_only_children(inputs: Inputs, blocks: Blocks, counts: np.ndarray) -> None:
     """An only child equals its parent (the sum constraint leaves no freedom): no problem to solve."""
-    if blocks.parent is None or inputs.parent_counts is None:
-        return 0
-    only = np.flatnonzero(np.diff(blocks.start) == 1)
-    counts[blocks.order[blocks.start[only]]] = inputs.parent_counts[blocks.parent[only]]
-    return int(only.size)
+    if blocks.parent is not None and inputs.parent_counts is not None:
+        only = np.flatnonzero(np.diff(blocks.start) == 1)
+        counts[blocks.order[blocks.start[only]]] = inputs.parent_counts[blocks.parent[only]]
 
 
 def _terms(inputs: Inputs, batch: Batch) -> list[tuple[str, Term]]:
@@ -301,11 +254,3 @@ def _terms(inputs: Inputs, batch: Batch) -> list[tuple[str, Term]]:
             node, cell = np.divmod(rows, m.matrix.shape[0])
             terms.append((m.name, Term(matrix, m.noisy[batch.nodes[node], cell], 1.0 / float(m.sigma2))))
     return terms
-
-
-def _failure(batch: Batch, solution: Solution) -> str:
-    tried = ", ".join(f"{name}={status}" for name, status in solution.attempts)
-    return (
-        f"least squares failed for a batch of {batch.n_blocks} blocks, {batch.nodes.size} nodes and "
-        f"{batch.n_vars} variables: {tried}"
-    )

@@ -1,33 +1,7 @@
-"""Round a batch's least-squares point to integers that keep every constraint exactly.
-
-Start from ``floor(x)`` and choose increments ``y`` in {0, 1} minimising the L1 distance to ``x``, i.e.
-``sum y * (1 - 2 * frac(x))``, subject to the children summing to the parent in every cell and every
-invariant holding exactly.  Backends, proven against each other and against brute force in the tests:
-
-* ``nearest``: no constraint at all (a root without invariants): y = 1 where frac > 1/2.
-* ``greedy``: only the sum constraints; they are disjoint (one per block and cell), so each is solved on
-  its own by giving its ``r`` increments to the variables of largest fractional part -- exactly optimal.
-* ``binary_lp`` / ``binary_milp``: with invariants, the same problem with HiGHS.  For sum constraints plus
-  nested invariants (totals, marginals) the matrix is totally unimodular (two laminar families), so the
-  simplex vertex of the LP relaxation is integral (``binary_lp``); otherwise the MILP (``binary_milp``).
-
-If the floors cannot be completed (``infeasible``: a solver tolerance pushed a floor the wrong way, or
-crossing invariants leave no floor-or-ceil table), the general integer problem ``min sum |x - x_ls|`` with
-x integer >= 0 under the same constraints is solved instead (``integer_milp``).
-
-Crossing queries (invariants that are not two laminar families with the sum constraints, e.g. two
-marginals per child over different attributes, plus the sum over children: a 3-index transportation
-problem) are not totally unimodular and their integer feasibility is NP-complete in general, so no
-polynomial method can promise a table.  The chain is: LP relaxation (integral whenever it happens to be),
-then the binary MILP, then the integer MILP, each under ``MILP_SECONDS``; a MILP stopped by its time limit
-is accepted with its best incumbent once that is checked to satisfy every constraint exactly
-(``*_incumbent`` in the report).  A feasible integer table always exists (the confidential one), so a
-failure means only that HiGHS ran out of time; the run then stops with ``ReconciliationError`` and
-publishes nothing, rather than release a table breaking a constraint.
-
-With a random source, tie-breaking is random (``postprocess.ties``): in ``greedy`` through the sort key,
-in the HiGHS problems through a jitter below the cost grid.  Rounding is post-processing of the noisy
-measurements and of that randomness only (Thm 19.25 of the seed).
+"""Round a batch's least-squares point to integers that keep every constraint exactly: from ``floor(x)``, increments
+in {0, 1} minimising the L1 distance to ``x`` (``nearest``, ``greedy``, ``binary_lp`` / ``binary_milp``), else the
+general ``integer_milp`` (why each is exact: docs/reconciliation.md, "Inside one level").  Ties:
+``postprocess.ties``.  Post-processing only (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -36,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from censusdp.postprocess.checks import int_matmul
 from censusdp.postprocess.layout import Batch
 from censusdp.postprocess.least_squares import Inequalities
 from censusdp.postprocess.problem import ReconciliationError
@@ -46,14 +21,8 @@ INTEGRAL = 1e-6  # an LP solution this close to integers is integral (a vertex o
 MILP_SECONDS = 60.0  # time limit of each HiGHS MILP; after it, the best incumbent if there is one
 
 
-def round_batch(
-    batch: Batch,
-    x: np.ndarray,
-    inv_matrix: sp.csr_matrix,
-    inv_rhs: np.ndarray,
-    rng: TieSource | None = None,
-    bounds: Inequalities | None = None,
-) -> tuple[np.ndarray, str]:
+def round_batch(batch: Batch, x: np.ndarray, inv_matrix: sp.csr_matrix, inv_rhs: np.ndarray,
+                rng: TieSource | None = None, bounds: Inequalities | None = None) -> tuple[np.ndarray, str]:
     """Integer point (int64, one per variable) and the backend that produced it; ``rng`` breaks ties.  ``bounds``:
     node marginals kept within public bounds; the fast backends' point is kept when it keeps them (it is then
     optimal under them too), else HiGHS solves with them."""
@@ -64,11 +33,9 @@ def round_batch(
     cost = 1.0 - 2.0 * (point - floor)
     floor_int = floor.astype(np.int64)
     bounded = bounds is not None and not bounds.empty
-    sum_gap = batch.sum_rhs - np.bincount(
-        batch.var_sum_row[batch.var_sum_row >= 0],
-        weights=floor[batch.var_sum_row >= 0],
-        minlength=batch.sum_rhs.size,
-    ).astype(np.int64)
+    in_sum = batch.var_sum_row >= 0
+    sum_gap = batch.sum_rhs - np.bincount(batch.var_sum_row[in_sum], weights=floor[in_sum],
+                                          minlength=batch.sum_rhs.size).astype(np.int64)
     if inv_rhs.size == 0:
         sizes = np.bincount(batch.var_sum_row, minlength=batch.sum_rhs.size) if batch.sum_rhs.size else None
         if sizes is None:
@@ -79,7 +46,7 @@ def round_batch(
             values, method = None, ""
         if values is not None and (not bounded or _within(bounds, values)):
             return values, method
-    inv_gap = inv_rhs - _int_matmul(inv_matrix, floor_int)
+    inv_gap = inv_rhs - int_matmul(inv_matrix, floor_int)
     if rng is not None:
         cost = snap_costs(cost) + cost_jitter(cost.size, rng)
     increments, method = _binary(batch, cost, floor, sum_gap, inv_matrix, inv_gap, bounds if bounded else None)
@@ -90,7 +57,7 @@ def round_batch(
 
 def _within(bounds: Inequalities, values: np.ndarray) -> bool:
     """Exact check of an integer point against the bounds."""
-    answers = _int_matmul(bounds.matrix, values.astype(np.int64))
+    answers = int_matmul(bounds.matrix, values.astype(np.int64))
     return bool(np.all(answers >= bounds.lower) and np.all(answers <= bounds.upper))
 
 
@@ -105,15 +72,8 @@ def _greedy(row: np.ndarray, cost: np.ndarray, gap: np.ndarray, rng: TieSource |
     return increments
 
 
-def _binary(
-    batch: Batch,
-    cost: np.ndarray,
-    floor: np.ndarray,
-    sum_gap: np.ndarray,
-    inv_matrix: sp.csr_matrix,
-    inv_gap: np.ndarray,
-    bounds: Inequalities | None = None,
-) -> tuple[np.ndarray | None, str]:
+def _binary(batch: Batch, cost: np.ndarray, floor: np.ndarray, sum_gap: np.ndarray, inv_matrix: sp.csr_matrix,
+            inv_gap: np.ndarray, bounds: Inequalities | None = None) -> tuple[np.ndarray | None, str]:
     matrix = sp.vstack([batch.sum_matrix, inv_matrix], format="csr")
     rhs = np.concatenate([sum_gap, inv_gap]).astype(np.float64)
     upper = np.minimum(1.0, batch.upper - floor)
@@ -124,9 +84,8 @@ def _binary(
         taken = bounds.matrix @ floor
         constraints.append(LinearConstraint(bounds.matrix, bounds.lower - taken, bounds.upper - taken))
     for relaxed in (True, False):
-        # First the LP relaxation: HiGHS's simplex returns a vertex, integral when the matrix is totally
-        # unimodular (nested invariants), which is far faster than branch and bound; else the MILP.
-        # HiGHS's presolve costs ~70x the simplex itself on these transportation LPs (measured), so it is off.
+        # the LP relaxation first: its simplex vertex is integral when the matrix is totally unimodular (nested
+        # invariants), far faster than branch and bound; HiGHS's presolve costs far more than the simplex here: off
         result = milp(
             cost,
             integrality=np.zeros(cost.size) if relaxed else np.ones(cost.size),
@@ -152,13 +111,11 @@ def _satisfies(matrix: sp.csr_matrix, values: np.ndarray, rhs: np.ndarray, upper
     """Exact check of an integer point (a MILP incumbent is feasible only to HiGHS's tolerance)."""
     as_int = values.astype(np.int64)
     ok = bool(np.all(as_int >= 0) and np.all(values <= upper))
-    return ok and bool(np.array_equal(_int_matmul(matrix, as_int), rhs.astype(np.int64)))
+    return ok and bool(np.array_equal(int_matmul(matrix, as_int), rhs.astype(np.int64)))
 
 
-def _integer_milp(
-    batch: Batch, point: np.ndarray, inv_matrix: sp.csr_matrix, inv_rhs: np.ndarray,
-    bounds: Inequalities | None = None,
-) -> tuple[np.ndarray, str]:
+def _integer_milp(batch: Batch, point: np.ndarray, inv_matrix: sp.csr_matrix, inv_rhs: np.ndarray,
+                  bounds: Inequalities | None = None) -> tuple[np.ndarray, str]:
     """min sum t  s.t.  t >= |x - point|, constraints, x integer in [0, parent cell]."""
     n = point.size
     eye = sp.identity(n, format="csr")
@@ -186,12 +143,5 @@ def _integer_milp(
         if _satisfies(equalities, values, np.concatenate([batch.sum_rhs, inv_rhs]), batch.upper) and (
                 bounds is None or _within(bounds, values)):
             return values.astype(np.int64), "integer_milp" if result.status == 0 else "integer_milp_incumbent"
-    raise ReconciliationError(
-        f"integer rounding failed ({result.message.split('.')[0]}) for {batch.n_blocks} blocks "
-        f"and {n} variables"
-    )
-
-
-def _int_matmul(matrix: sp.csr_matrix, vector: np.ndarray) -> np.ndarray:
-    """Exact integer ``matrix @ vector`` for a 0/1 matrix."""
-    return np.asarray(matrix.astype(np.int64) @ vector, dtype=np.int64)
+    raise ReconciliationError(f"integer rounding failed ({result.message.split('.')[0]}) for {batch.n_blocks} blocks "
+                              f"and {n} variables")

@@ -1,14 +1,7 @@
 """Random tie-breaking for the rounding: which of several equally good cells gets the extra person.
 
-When two cells of one sum constraint have the same fractional part, both choices give the same L1 distance
-to the least-squares point; breaking such ties by index order would always favour the first child (e.g. the
-lowest block code), a systematic bias.  With a random source the tie is broken by a uniform random key per
-variable instead.  The keys come from the run's random source (post-processing uses randomness only of its
-own: nothing here depends on microdata, so the output stays post-processing of the measurements, Thm 19.25
-of the seed).  Without a source the order stays deterministic (lowest index first), so re-running the
-post-processing on saved measurements gives the same table.
-
-This module does not import ``pipeline``: anything with the two methods below will do.
+Index order would always favour the first child (the lowest block code): with the run's random source, independent
+of the microdata (Thm 19.25), ties go in random order; without one, in index order, so a re-run gives the same table.
 """
 
 from __future__ import annotations
@@ -41,12 +34,8 @@ def check_source(rng: object | None) -> TieSource | None:
 
 
 def priority(fraction: np.ndarray, rng: TieSource | None) -> np.ndarray:
-    """uint64 sort keys, ascending = larger fractional part first, equal parts in random order.
-
-    ``fraction`` in [0, 1] is quantised to ``FRACTION_BITS`` bits (values closer than 2^-32 are ties; the
-    L1 objective moves by less than 2^-31 per swapped pair), and the low bits hold a uniform random key.
-    Without ``rng`` the low bits are 0 and a stable sort keeps index order among ties.
-    """
+    """uint64 sort keys, ascending = larger fractional part first, equal parts in random order (without ``rng``: in
+    index order, under a stable sort).  Closer fractions are ties: the L1 objective moves by < 2^-31 per swap."""
     scaled = np.rint(np.clip(fraction, 0.0, 1.0) * float(1 << FRACTION_BITS)).astype(np.uint64)
     keys = (np.uint64(1 << FRACTION_BITS) - scaled) << np.uint64(_KEY_BITS)
     if rng is not None and fraction.size:
@@ -56,11 +45,8 @@ def priority(fraction: np.ndarray, rng: TieSource | None) -> np.ndarray:
 
 
 def cost_jitter(size: int, rng: TieSource | None) -> np.ndarray:
-    """Random perturbation in [0, 2^-20) of LP costs: equal costs become distinct, in random order.
-
-    Costs are first snapped to a grid of 2^-19 (``snap_costs``), so the jitter (smaller than half a grid
-    step) never reorders costs that differ, and the optimum moves by less than 2^-19 per variable.
-    """
+    """Random perturbation in [0, 2^-20) of LP costs: equal costs become distinct, in random order; below half a
+    step of ``snap_costs``'s 2^-19 grid, it never reorders costs that differ."""
     if rng is None or size == 0:
         return np.zeros(size)
     return np.asarray(rng.uniform_uint64(size) >> np.uint64(11), dtype=np.float64) * 2.0**-73

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, solve_gls
-from censusdp.postprocess.gls_algebra import marginal
+from censusdp.postprocess.gls_algebra import QuerySpec, answer
 from tests.helpers.gls_reference import aggregation, dense_gls, query_matrix, random_tree
 
 SHAPE = (2, 3, 2)
@@ -25,13 +25,13 @@ def make_levels(rng, parents, g, truth, with_invariants: bool) -> list[GlsLevel]
         if i == len(parents) - 1 and (0, 1, 2) not in axes_list:
             axes_list.append((0, 1, 2))
         queries = [GlsQuery(axes, float(rng.uniform(0.3, 20)),
-                            marginal(node_truth, SHAPE, axes) + rng.normal(0, 3, (len(node_truth), prod(
+                            answer(node_truth, SHAPE, QuerySpec(axes)) + rng.normal(0, 3, (len(node_truth), prod(
                                 SHAPE[a] for a in axes)))) for axes in axes_list]
         invariants = []
         if with_invariants and i <= 1:
-            invariants.append(GlsInvariant((), marginal(node_truth, SHAPE, ())))
+            invariants.append(GlsInvariant((), answer(node_truth, SHAPE, QuerySpec(()))))
             if i == 0:
-                invariants.append(GlsInvariant((1,), marginal(node_truth, SHAPE, (1,))))
+                invariants.append(GlsInvariant((1,), answer(node_truth, SHAPE, QuerySpec((1,)))))
         levels.append(GlsLevel(parent=parent, queries=queries, invariants=invariants))
     return levels
 
@@ -56,7 +56,8 @@ def test_tree_gls_matches_dense_gls(seed: int) -> None:
             tree_var = result.query_variance(i, axes)
             np.testing.assert_allclose(dense_var, np.repeat(tree_var[:, None], dense_var.shape[1], 1),
                                        atol=1e-9, rtol=1e-9)
-            np.testing.assert_allclose(result.query_estimate(i, axes), marginal(expected, SHAPE, axes), atol=1e-9)
+            np.testing.assert_allclose(result.query_estimate(i, axes), answer(expected, SHAPE, QuerySpec(axes)),
+                                       atol=1e-9)
 
 
 def test_invariants_hold_exactly_and_have_zero_variance() -> None:

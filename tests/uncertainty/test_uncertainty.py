@@ -26,7 +26,7 @@ from censusdp.pipeline.uncertainty.bootstrap import bootstrap_intervals
 from censusdp.pipeline.uncertainty.estimates import gls_estimates, write_estimates
 from censusdp.postprocess import QueryInvariant, QueryMeasurement
 from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, interval, solve_gls
-from censusdp.postprocess.gls_algebra import marginal
+from censusdp.postprocess.gls_algebra import QuerySpec, answer
 from tests.helpers.configs import edit_config
 from tests.helpers.releases import keeping_invariants, release_dir, release_with
 
@@ -165,10 +165,10 @@ def coverage(truth: list[np.ndarray], parents: list[np.ndarray], replicates: int
         for level, (counts, parent) in enumerate(zip(truth, parents, strict=True)):
             queries = []
             for axes, sigma2 in STRATEGY:
-                answers = marginal(counts, SHAPE, axes)
+                answers = answer(counts, SHAPE, QuerySpec(axes))
                 noise = sample_discrete_gaussian(sigma2, answers.size, rng=rng).reshape(answers.shape)
                 queries.append(GlsQuery(axes, float(sigma2), answers + noise))
-            invariants = [GlsInvariant((), marginal(counts, SHAPE, ()))] if level <= 1 else []
+            invariants = [GlsInvariant((), answer(counts, SHAPE, QuerySpec(())))] if level <= 1 else []
             levels.append(GlsLevel(parent, queries, invariants))
         result = solve_gls(levels, SHAPE)
         for level in range(4):  # us, state, county, tract
