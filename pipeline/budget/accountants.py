@@ -1,17 +1,7 @@
 """The seed chapter's accounting tools side by side for one configured strategy (``censusdp budget CONFIG``).
 
-The release is accounted in zCDP (what the manifest reports).  The other rows show what the same noise
-would be certified as by the chapter's other tools, so a reader can see why zCDP is used:
-
-- zCDP, CKS20 conversion (Thm 19.37 with CKS20 Corollary 13) — the figure the manifest reports;
-- Rényi accounting (Thm 19.37(i)-(ii)), optimised over alpha: rho + 2 sqrt(rho ln(1/delta));
-- basic composition (Thm 19.26): each of the k level x query releases converted to (eps_q, delta/k), summed;
-- advanced composition (Thm 19.27): k releases at the largest per-query eps_0 with delta_0 = delta/(2k),
-  slack delta' = delta/2;
-- group privacy (Thm 19.31) for a household of h people: rho h² zCDP (its zCDP form), converted;
-- the certified privacy curve (PLD) of the composed noise itself (``pipeline.dp.pld``, ``epsilon_pld_of``).
-
-Nodes of one level hold disjoint persons, so each level x query counts once (Prop. 19.30).
+The release is accounted in zCDP (the manifest's figure); the other rows certify the same noise by the chapter's other
+tools, to show why zCDP is used.  A level's nodes hold disjoint persons: each level x query counts once (Prop. 19.30).
 """
 
 from __future__ import annotations
@@ -22,7 +12,6 @@ from fractions import Fraction
 from typing import Any
 
 from censusdp.pipeline.budget.allocation import QueryAllocation, composed_rho
-from censusdp.pipeline.config.model import Mechanism
 from censusdp.pipeline.dp.accounting import (
     advanced_composition,
     basic_composition,
@@ -35,8 +24,7 @@ from censusdp.pipeline.dp.pld import GaussianNoise, LaplaceNoise, Noise, epsilon
 
 def noises_of(allocations: tuple[QueryAllocation, ...]) -> list[Noise]:
     """One cell's noise per level x query (the PLD composes them; ``pipeline.dp.pld``)."""
-    return [LaplaceNoise(a.scale) if a.mechanism == Mechanism.LAPLACE and a.scale is not None
-            else GaussianNoise(a.sigma2) for a in allocations]
+    return [GaussianNoise(a.sigma2) if a.scale is None else LaplaceNoise(a.scale) for a in allocations]
 
 
 PLD_FALLBACK = ("the certified privacy curve could not hold this delta (its mass at +infinity stayed above a "
@@ -45,8 +33,7 @@ PLD_FALLBACK = ("the certified privacy curve could not hold this delta (its mass
 
 @dataclass(frozen=True)
 class PldEpsilon:
-    """epsilon at delta of a release's noise: by its certified privacy curve, or (``note`` set) the CKS20 figure
-    of its composed rho where the curve cannot hold delta; either bounds the true epsilon from above."""
+    """epsilon at delta of a release's noise, by its certified curve or (``note`` set) CKS20: an upper bound."""
 
     epsilon: float
     note: str | None = None
@@ -54,10 +41,9 @@ class PldEpsilon:
 
 def epsilon_pld_of(allocations: tuple[QueryAllocation, ...], delta: float, *, sensitivity2_squared: int,
                    sensitivity1: int) -> PldEpsilon:
-    """epsilon at delta of the release's noise (rounded up).  ``sensitivity2_squared`` is the number of cells a
-    person's change moves by 1 in each query, ``sensitivity1`` prices a Laplace query for the fallback (both the
-    relation's: ``Neighbouring``).  Never raises for a valid delta: the accountant runs before the charge, and a
-    figure it cannot give must not stop a release that is already paid for."""
+    """epsilon at delta of the release's noise (rounded up): ``sensitivity2_squared`` is also the number of cells a
+    person's change moves per query, ``sensitivity1`` prices a Laplace query in the fallback (``Neighbouring``).
+    Never raises for a valid delta: it runs before the charge, and must not stop a release already paid for."""
     certified = epsilon_pld(noises_of(allocations), delta, cells=sensitivity2_squared)
     if certified is not None:
         return PldEpsilon(certified)

@@ -1,16 +1,9 @@
 """Splitting the zCDP budget over levels x queries, exactly, and composing it back.
 
-Accounting (seed chapter, §19.4–19.5):
-- one query at one level releases a noisy histogram for every node of the level; nodes hold disjoint
-  persons, so the level's release of that query costs the query's rho once (parallel composition,
-  Prop. 19.30, which holds for zCDP by the same argument: a person's record affects one node only);
-- queries at one level and the levels themselves compose sequentially: rho adds (Thm 19.37(i); Thm 19.26 is
-  its pure-DP counterpart), so the release is sum(rho_q)-zCDP;
-- a Gaussian query is a discrete Gaussian with sigma² = Δ₂²/(2·rho_q) (Thm 19.37(iii); CKS20 Thm 4), where
-  the squared L2 sensitivity Δ₂² is 1 under add-remove and 2 under replace-one neighbours;
-- a Laplace query (selectable per level in the strategy) is a discrete Laplace with scale b >= Δ₁/sqrt(2 rho_q)
-  (b rational, rounded up so that it never spends more than allocated): epsilon = Δ₁/b pure DP (Thm 19.14's
-  discrete analogue), i.e. epsilon²/2-zCDP; Δ₁ is 1 under add-remove and 2 under replace-one.
+A level's nodes hold disjoint persons, so a query costs its rho once per level (Prop 19.30, also for zCDP); queries
+and levels compose: rho adds (Thm 19.37(i)).  A Gaussian query has sigma² = Δ₂²/(2 rho_q) (Thm 19.37(iii); CKS20
+Thm 4); a Laplace one a rational scale b >= Δ₁/sqrt(2 rho_q), rounded up so that it never spends more than allocated
+(Thm 19.14 on Z: epsilon = Δ₁/b, epsilon²/2-zCDP).  Δ₂² and Δ₁ are 1 under add-remove, 2 under replace-one.
 """
 
 from __future__ import annotations
@@ -28,12 +21,8 @@ LAPLACE_SCALE_DENOMINATOR = 10**6  # the scale is rounded up to a multiple of 1e
 
 @dataclass(frozen=True)
 class QueryAllocation:
-    """The budget one query at one level spends, and the noise it buys.
-
-    ``rho`` is what the query spends (for Laplace at most what it was allocated); ``sigma2`` is the noise
-    variance (exact for the Gaussian; for the Laplace a close rational used only as a post-processing
-    weight); ``scale`` is the Laplace scale (None for the Gaussian).
-    """
+    """The budget one query at one level spends, and the noise it buys (``sigma2`` is exact for the Gaussian; for
+    the Laplace, whose ``scale`` is set, a close rational used only as a post-processing weight)."""
 
     level: str
     query: str
@@ -43,8 +32,7 @@ class QueryAllocation:
     scale: Fraction | None = None
 
     def __post_init__(self) -> None:
-        """The charge (``composed_rho``) and the noise (``release.noisy_measurements.noisy_answers``) both read the
-        mechanism: a scale belongs to the Laplace, and the Laplace has one."""
+        """A scale belongs to the Laplace, and the Laplace has one: the charge and the noise both read the mechanism."""
         if (self.scale is not None) != (self.mechanism == Mechanism.LAPLACE):
             raise ValueError(f"{self.level}/{self.query}: a scale is given if and only if the mechanism is laplace")
 
@@ -100,12 +88,8 @@ def allocate(config: ReleaseConfig) -> tuple[QueryAllocation, ...]:
 
 
 def composed_rho(allocations: tuple[QueryAllocation, ...], *, sensitivity2_squared: int, sensitivity1: int) -> Fraction:
-    """Total zCDP cost of the release, recomputed from each query's noise through its privacy map.
-
-    Both sensitivities are the neighbouring relation's (``Neighbouring``), passed explicitly: Δ₂² prices the
-    Gaussian queries (``gaussian_rho``, Thm 19.37(iii)), Δ₁ the Laplace ones (``laplace_epsilon``, Thm 19.14,
-    then Bun & Steinke Prop 1.4); the sum is sequential composition (Thm 19.37(i)).
-    """
+    """Total zCDP cost of the release, recomputed from each query's noise through its privacy map (Thm 19.37(i));
+    both sensitivities are the neighbouring relation's (Δ₂² prices the Gaussian queries, Δ₁ the Laplace ones)."""
     total = Fraction(0)
     for a in allocations:
         if a.mechanism == Mechanism.LAPLACE:  # it has a scale (QueryAllocation.__post_init__)

@@ -1,17 +1,7 @@
 """``censusdp budget optimize CONFIG --weights ...``: level and query shares that minimise a weighted error.
 
-Each query q at level l is a discrete Gaussian with σ²_{l,q} = Δ₂²/(2ρ_{l,q}) (Thm 19.37(iii)), and the release
-costs Σ ρ_{l,q} = ρ (Thm 19.37(i)).  For weights w_{l,q} ≥ 0 the weighted expected variance of the noisy
-measurements, Σ w·σ² = Σ w·Δ₂²/(2ρ_{l,q}), is minimised under Σ ρ_{l,q} = ρ by ρ_{l,q} ∝ √w_{l,q} (Lagrange /
-Cauchy–Schwarz; the minimum is Δ₂²(Σ√w)²/(2ρ)).  The total ρ is unchanged, so the privacy guarantee is too.
-
-Weights are per cell (one cell's variance; a query with many cells is not weighted up by its size).  Every share
-must be > 0 (the configuration demands it), so a query with weight 0 (or none given) gets a floor: it is treated
-as having √w = FLOOR_RATIO · (smallest √w among positive weights), i.e. it gets 1/100 of the ρ of the
-least-weighted query that has a weight.  The optimum is then rounded to exact
-fractions with modest denominators (level shares over LEVEL_DENOMINATOR, query shares within a level over
-QUERY_DENOMINATOR: the nearest small fractions if they sum to 1, else largest remainder, each at least one unit),
-which sum to exactly 1.
+Weighted variance Σ w·Δ₂²/(2ρ_{l,q}) under Σ ρ_{l,q} = ρ is least at ρ_{l,q} ∝ √w_{l,q} (Thm 19.37(iii),
+Cauchy–Schwarz): ρ, hence the guarantee, is unchanged.  Zero-weight floors and exact rounding: docs/commands.md.
 """
 
 from __future__ import annotations
@@ -63,7 +53,10 @@ def parse_weights(spec: str | dict[str, Any], config: ReleaseConfig) -> dict[Key
             raise CensusDPError(f"weight of {level}:{query}: expected a number, got {value!r}") from None
         if not weight >= 0 or weight == float("inf"):
             raise CensusDPError(f"weight of {level}:{query}: must be a finite number >= 0")
-        name = query if query == "*" else _query_name(config, query)
+        try:
+            name = query if query == "*" else config.schema.parse_query(query).name
+        except ValueError as error:
+            raise CensusDPError(f"weights: {error}") from None
         hits = [k for k in measured if level in ("*", k[0]) and name in ("*", k[1])]
         if not hits:
             raise CensusDPError(f"weights: {level}:{query} is not a level x query measured by the configuration")
@@ -72,13 +65,6 @@ def parse_weights(spec: str | dict[str, Any], config: ReleaseConfig) -> dict[Key
     if not any(w > 0 for w in weights.values()):
         raise CensusDPError("weights: give at least one positive weight")
     return weights
-
-
-def _query_name(config: ReleaseConfig, query: str) -> str:
-    try:
-        return config.schema.parse_query(query).name
-    except ValueError as error:
-        raise CensusDPError(f"weights: {error}") from None
 
 
 def optimal_shares(weights: dict[Key, float]) -> dict[Key, float]:
@@ -119,11 +105,8 @@ def expected_variance(config: ReleaseConfig, weights: dict[Key, float],
 
 def optimize_budget(config_path: str | Path, weights: str | dict[str, Any], out_path: str | Path | None) -> dict:
     """Optimise a configuration's shares for ``weights``; write the new configuration to ``out_path`` (if given).
-
-    Returns ``level_shares`` and ``query_shares`` (exact fractions as strings), the weighted expected variance
-    ``before``, ``after`` (rounded shares, floors included) and ``optimum`` (the bound Δ₂²(Σ√w)²/(2ρ), without
-    floors or rounding), and ``path``.
-    """
+    Returns the shares (exact fractions as strings), the weighted expected variance ``before``, ``after`` (rounded
+    shares, floors included) and ``optimum`` (Δ₂²(Σ√w)²/(2ρ), without floors or rounding), and ``path``."""
     config = load_config(config_path)
     parsed = parse_weights(weights, config)
     continuous = optimal_shares(parsed)

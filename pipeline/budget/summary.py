@@ -7,8 +7,10 @@ from fractions import Fraction
 from typing import Any
 
 from censusdp.pipeline.budget.accountants import comparison_rows, epsilon_pld_of
+from censusdp.pipeline.budget.allocation import allocate
+from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.directed_rounding import round_text
-from censusdp.pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, rho_for_epsilon_delta
+from censusdp.pipeline.dp.accounting import epsilon_bun_steinke, epsilon_cks20, per_person_rho, rho_for_epsilon_delta
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta, parse_rational
 
@@ -26,9 +28,6 @@ def conversion(rho: Fraction, delta: float) -> dict[str, Any]:
 
 
 def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
-    from censusdp.pipeline.budget.allocation import allocate
-    from censusdp.pipeline.config.load import load_config
-
     config = load_config(path)
     delta = parse_delta(delta_text, "--delta") if delta_text else config.budget.delta
     allocations = allocate(config)
@@ -53,9 +52,6 @@ def config_budget(path: str, delta_text: str | None) -> dict[str, Any]:
 
 def _units_budget(persons_rho: Fraction, units: Any, delta: float) -> dict[str, Any]:
     """The housing-unit universe's own allocation, and the per-person bound the ledger charges for both."""
-    from censusdp.pipeline.budget.allocation import allocate
-    from censusdp.pipeline.dp.accounting import per_person_rho
-
     return {**conversion(units.budget.rho, delta),
             "per_person": conversion(per_person_rho(persons_rho, units.budget.rho), delta),
             "allocation": [{"level": a.level, "query": a.query, "rho": float(a.rho), "sigma2": float(a.sigma2)}
@@ -111,8 +107,7 @@ def budget_command(config: str | None, rho: str | None, epsilon: str | None, del
     elif epsilon is not None:
         eps = float(_positive_fraction(epsilon, "epsilon"))
         d = parse_delta(delta or DEFAULT_DELTA, "--delta")
-        best = rho_for_epsilon_delta(eps, d)
-        report = {"epsilon": eps, "delta": d, **conversion(best, d)}
+        report = {"epsilon": eps, "delta": d, **conversion(rho_for_epsilon_delta(eps, d), d)}
     else:
         raise CensusDPError("budget: give a CONFIG, or --rho R --delta D, or --epsilon E --delta D")
     if as_json:

@@ -1,15 +1,9 @@
 """Privacy accounting: composing budgets and converting zCDP to (epsilon, delta) for reports.
 
-The release is accounted in zCDP (Def 19.36): rho adds under adaptive composition (Thm 19.37(i)) and is
-the max over disjoint parts (the zCDP analogue of Prop 19.30: a person's record reaches one part only).
-Reported (epsilon, delta) come from the CKS20 conversion (Canonne, Kamath & Steinke 2020, Corollary 13),
-with the older Bun-Steinke bound alongside for comparison.  The pure-DP and Renyi tools of the seed
-chapter (Thm 19.26, 19.27, 19.31, 19.37) are here too, for budgeting and for checking worked examples.
-
-Exact ``Fraction`` budgets stay exact (rho sums, rho * k^2).  Conversions use floats, computed with mpmath
-at 50 digits and rounded in the safe direction: an epsilon or delta is never below the true bound (we
-round up, and any order alpha gives a valid bound, so an imperfect optimiser errs on the safe side too);
-a rho derived from a target is never above the largest admissible one (rounded down).
+zCDP (Def 19.36): rho adds (Thm 19.37(i)) and is the max over disjoint parts (as Prop 19.30).  Reports use CKS20
+Corollary 13, with Bun-Steinke and the pure-DP tools (Thm 19.26, 19.27, 19.31) alongside.  Fractions stay exact;
+conversions run in mpmath at 50 digits and round the safe way: an epsilon or delta up (any order alpha gives a valid
+bound, so an imperfect optimiser errs safely too), a rho derived from a target down.
 """
 
 from __future__ import annotations
@@ -86,12 +80,8 @@ def _bracket_above(f: Callable[[mp.mpf], mp.mpf], start: mp.mpf) -> mp.mpf:
 
 
 def delta_cks20(rho: Number, epsilon: float) -> float:
-    """delta such that rho-zCDP implies (epsilon, delta)-DP (CKS20 Corollary 13), rounded up.
-
-    delta = inf_{alpha > 1} exp((alpha-1)(alpha rho - epsilon)) / (alpha-1) * (1 - 1/alpha)^alpha.  The
-    log of the objective has derivative (2 alpha - 1) rho - epsilon + ln(1 - 1/alpha), increasing in alpha,
-    so the infimum is at its unique root, found by bisection.
-    """
+    """delta such that rho-zCDP implies (epsilon, delta)-DP (CKS20 Corollary 13), rounded up: the inf over alpha > 1
+    of exp((alpha-1)(alpha rho - epsilon)) / (alpha-1) * (1 - 1/alpha)^alpha, where its log's derivative is 0."""
     with mp.workdps(_DPS):
         r = _real(rho, "rho")
         e = _real(epsilon, "epsilon")
@@ -102,20 +92,15 @@ def delta_cks20(rho: Number, epsilon: float) -> float:
             return (2 * a - 1) * r - e + mp.log1p(-1 / a)
 
         a = _bisect(slope, mp.mpf(1), _bracket_above(slope, mp.mpf(2)))
-        # In logs, with log1p: for tiny rho the order alpha exceeds 10^50, where 1 - 1/alpha rounds to 1 at
-        # 50 digits and (1 - 1/alpha)^alpha would come out as 1 instead of 1/e -- a delta below the bound.
+        # In logs with log1p: for tiny rho, alpha > 10^50 and (1 - 1/alpha)^alpha would round to 1, not 1/e.
         delta = mp.exp((a - 1) * (a * r - e) - mp.log(a - 1) + a * mp.log1p(-1 / a))
         return min(1.0, _up(delta))
 
 
 def epsilon_cks20(rho: Number, delta: float) -> float:
-    """epsilon such that rho-zCDP implies (epsilon, delta)-DP (CKS20 Corollary 13), rounded up.
-
-    Solving the Corollary for epsilon at a fixed order alpha gives
-    eps(alpha) = alpha rho + (ln(1/delta) + (alpha-1) ln(1 - 1/alpha) - ln alpha) / (alpha - 1), valid for
-    every alpha > 1; its minimiser solves rho (alpha-1)^2 = ln(1/delta) - ln alpha (bisection).  The
-    result carries a 1e-15 relative margin so that delta_cks20(rho, result) <= delta despite rounding.
-    """
+    """epsilon such that rho-zCDP implies (epsilon, delta)-DP (CKS20 Corollary 13), rounded up: the min over alpha > 1
+    of alpha rho + (ln(1/delta) + (alpha-1) ln(1 - 1/alpha) - ln alpha) / (alpha - 1), with a 1e-15 relative margin
+    so that delta_cks20(rho, result) <= delta despite rounding."""
     with mp.workdps(_DPS):
         r = _real(rho, "rho")
         lg = mp.log(1 / _real(delta, "delta", low_open=True, high=1.0, high_open=True))
@@ -139,21 +124,14 @@ def epsilon_bun_steinke(rho: Number, delta: float) -> float:
 
 
 def rho_for_epsilon_delta(epsilon: float, delta: float) -> Fraction:
-    """The largest rho (rounded down) whose CKS20 conversion gives at most ``epsilon`` at ``delta``.
-
-    At order alpha, rho-zCDP gives epsilon when rho = rho(alpha) = (epsilon - c(alpha)) / alpha with
-    c(alpha) = (ln(1/delta) - ln alpha)/(alpha-1) + ln(1 - 1/alpha); any alpha yields an admissible rho,
-    so the answer is the sup over alpha, located by bisection on the envelope condition.  It is rounded
-    down to the fraction with the smallest denominator within 1e-6 (relative) below -- a modest
-    denominator keeps sigma2 = Delta^2/(2 rho) cheap to sample exactly -- and checked against
-    ``epsilon_cks20``, which rounds up.
-    """
+    """The largest rho (rounded down) whose CKS20 conversion gives at most ``epsilon`` at ``delta``: the sup over
+    alpha, rounded down to the fraction with the smallest denominator within 1e-6 (relative) below (so sigma2 is
+    cheap to sample exactly), and checked against ``epsilon_cks20``, which rounds up."""
     with mp.workdps(_DPS):
         e = _real(epsilon, "epsilon", low_open=True)
         lg = mp.log(1 / _real(delta, "delta", low_open=True, high=1.0, high_open=True))
 
-        # On alpha in (1, 1/delta) the optimal rho for order alpha is (lg - ln alpha)/(alpha-1)^2, decreasing
-        # in alpha, and the epsilon it yields decreases too; solve "yielded epsilon = e" in u = ln(alpha-1).
+        # alpha's optimal rho (lg - ln alpha)/(alpha-1)^2 and its epsilon decrease: solve epsilon = e in ln(alpha-1)
         def excess(u: mp.mpf) -> mp.mpf:
             a = 1 + mp.exp(u)
             rr = (lg - mp.log(a)) / (a - 1) ** 2
@@ -164,8 +142,7 @@ def rho_for_epsilon_delta(epsilon: float, delta: float) -> Fraction:
         exact = Fraction(*best.as_integer_ratio())  # signed: man_exp would drop the sign
     if exact <= 0:
         raise ValueError(f"epsilon = {epsilon} is too small to express a positive rho")
-    # The top 1e-12 is left as margin: epsilon values are rounded-up floats, so the exact inverse of
-    # epsilon_cks20(r, delta) lies a few 1e-16 above r, and without the margin we could return more than r.
+    # a 1e-12 margin: the exact inverse of a rounded-up epsilon_cks20(r, delta) lies a few 1e-16 above r
     lo, hi = exact * (1 - Fraction(1, 10**6)), exact * (1 - Fraction(1, 10**12))
     while True:
         rho = _simplest_between(lo, hi)
@@ -226,9 +203,7 @@ def basic_composition(epsilons: Iterable[float], deltas: Iterable[float]) -> tup
 
 
 def advanced_composition(epsilon0: float, delta: float, k: int, delta_prime: float) -> tuple[float, float]:
-    """k-fold adaptive composition of (epsilon0, delta)-DP (Thm 19.27), rounded up:
-    epsilon' = sqrt(2k ln(1/delta')) epsilon0 + k epsilon0 (e^epsilon0 - 1); delta_total = k delta + delta'.
-    """
+    """k-fold adaptive composition of (epsilon0, delta)-DP (Thm 19.27), rounded up: (epsilon', k delta + delta')."""
     _check_k(k)
     with mp.workdps(_DPS):
         e0 = _real(epsilon0, "epsilon0")
@@ -260,21 +235,9 @@ UNITS_LOSS_FACTOR = 4
 
 
 def per_person_rho(persons_rho: Fraction, units_rho: Fraction | None) -> Fraction:
-    """The release's zCDP bound for one person: what the ledger charges and caps, and the manifest states.
-
-    Guarantee: persons_rho + 4 units_rho-zCDP for every pair of datasets that differ in one person's record (the
-    release's neighbouring relation) and keep every invariant either universe publishes.  Proof, by sensitivity:
-    one person's change alters at most two housing-unit records, the unit they leave and the unit they join
-    (each may change occupancy, or a group-quarters facility, counted only while occupied, may appear or
-    disappear).  In the units' detailed histogram that is at most four cells moved by 1 (two under add-remove),
-    and a marginal query's answers move by at most as much, so every units query's L1 and squared L2 change is
-    at most twice the sensitivity its noise was calibrated for (replace-one: 2; add-remove: 1).  A Gaussian
-    query's loss is proportional to the squared L2 sensitivity (Thm 19.37(iii)): at most twice its rho; a
-    Laplace query's epsilon to the L1 one (Thm 19.14): twice its epsilon, four times its rho = epsilon²/2.  So
-    the units' measurements cost at most 4 units_rho, and with the persons' they compose (Thm 19.37(i)).  This
-    needs no neighbouring relation on the units file, so it also covers a facility that appears or disappears
-    where its count is not published.  Without a units universe the bound is ``persons_rho``.
-    """
+    """The release's zCDP bound for one person (what the ledger charges and caps, and the manifest states):
+    persons_rho + 4 units_rho for datasets that differ in one person's record (the neighbouring relation) and keep
+    every invariant either universe publishes (proof: docs/units.md); ``persons_rho`` without a units universe."""
     if units_rho is None:
         return persons_rho
     return persons_rho + UNITS_LOSS_FACTOR * units_rho

@@ -1,23 +1,8 @@
 """Exact, vectorised Bernoulli(exp(-gamma)) for rational gamma: the building block of ``pipeline.dp.noise``.
 
-Everything here follows Canonne, Kamath & Steinke, "The Discrete Gaussian for Differential Privacy"
-(NeurIPS 2020; CKS20), Algorithm 1, applied to whole numpy arrays at once.  Exactness means: if the
-``RandomSource`` returns independent uniform integers, each output bit is *exactly* Bernoulli(exp(-gamma)),
-independently of the others.  No floating-point number is ever computed:
-
-- Bernoulli(r/B) for integers 0 <= r <= B is ``uniform_below(B) < r``, exact because ``uniform_below`` is.
-- Bernoulli(exp(-gamma)), 0 <= gamma <= 1 (the series trick): set K = 1 and draw A_K ~ Bernoulli(gamma/K)
-  until the first A_K = 0; output 1 iff that K is odd.  P(reach K) = gamma^(K-1)/(K-1)!, so
-  P(output 1) = sum_{K odd} (gamma^(K-1)/(K-1)! - gamma^K/K!) = exp(-gamma).  All elements still running
-  share the same K, so one ``uniform_below(den * K)`` call serves the whole round.
-- gamma > 1: exp(-gamma) = exp(-1)^floor(gamma) * exp(-(gamma - floor(gamma))), a product of independent
-  Bernoullis, each exact by the previous case.
-
-Integer sizes: a value is put in an int64 array only if it is at most ``INT64_LIMIT`` = 2^62, and every
-product or sum numpy will form is bounded beforehand with Python ints, so nothing can wrap at 2^63.
-Values that may be larger (``den * K``, far-tail numerators, huge scales) use numpy object arrays of
-Python ints instead (exact, much slower) -- decided per round, or per element with ``split_int64``.
-Tests lower ``INT64_LIMIT`` to force the fallback on every path.
+CKS20 Algorithm 1 on numpy arrays: each output bit is exactly Bernoulli(exp(-gamma)), independently, with no float
+(docs/sampling.md).  Values go in int64 arrays only up to ``INT64_LIMIT`` = 2^62, every product or sum numpy will form
+bounded beforehand, so nothing wraps at 2^63; larger ones use object arrays of Python ints (``split_int64``).
 """
 
 from __future__ import annotations
@@ -60,8 +45,7 @@ def to_int64_if_small(values: np.ndarray, limit: int | None = None) -> np.ndarra
 
 def bernoulli_exp_frac(num: np.ndarray, den: int, rng: RandomSource) -> np.ndarray:
     """Exact Bernoulli(exp(-num/den)) elementwise, for integers 0 <= num <= den (CKS20 Algorithm 1)."""
-    # Round K = 1 runs on the whole array (A_1 ~ Bern(gamma)); an element stopping there outputs 1.
-    # Later rounds only touch the survivors, and only odd K (output 1) needs writing: result starts False.
+    # K = 1 runs on the whole array (stopping there outputs 1); later rounds write only the survivors' odd K
     going = np.asarray(uniform_below_any(rng, den, num.size) < num, dtype=bool)
     result = ~going
     active = np.flatnonzero(going)
@@ -106,8 +90,7 @@ def geometric_exp_minus_one(size: int, rng: RandomSource) -> np.ndarray:
 def bernoulli_exp(whole: np.ndarray, frac: np.ndarray, den: int, rng: RandomSource) -> np.ndarray:
     """Exact Bernoulli(exp(-gamma)) elementwise, gamma = whole + frac/den with whole >= 0, 0 <= frac < den."""
     alive = np.ones(whole.size, dtype=bool)
-    # exp(-1)^floor(gamma): one Bernoulli(exp(-1)) per unit, stopping at the first failure.  Each round
-    # removes ~63% of the remaining elements, so even a huge floor(gamma) ends after a few dozen rounds.
+    # exp(-1)^floor(gamma): one Bernoulli(exp(-1)) per unit up to the first failure (a few dozen rounds at most)
     idx = np.flatnonzero(np.asarray(whole > 0, dtype=bool))
     left = whole[idx]
     while idx.size:

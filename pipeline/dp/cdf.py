@@ -1,18 +1,8 @@
-"""Certified enclosures of the discrete Gaussian CDF, in integer arithmetic: the numbers behind ``noise_table``.
+"""Certified enclosures of the discrete Gaussian and Laplace CDFs, in integer arithmetic: the numbers behind the tables.
 
-For X ~ N_Z(0, sigma2), P(x) = w_|x| / Z with w_j = exp(-j^2 / (2 sigma2)) and Z = w_0 + 2 sum_{j>=1} w_j,
-let F(k) = P(X <= k) and G(m) = P(X <= -m) = S(m) / Z with S(m) = sum_{j>=m} w_j; by symmetry
-F(k) = 1 - G(k + 1) for k >= 0.  ``cdf_enclosure(sigma2, prec)`` returns integers with
-lo <= F(k) * 2^prec <= hi for every k in [-(J+1), J], where J is where the tail beyond is below 2^-prec.
-
-Why the enclosure is certain.  No floating-point number and no library elementary function is used: every
-quantity is a Python integer standing for a real number times 2^w, and each operation is an exact integer
-product or sum followed by a floor (for a lower bound) or a ceiling (for an upper bound), so by induction
-every lower bound is <= the real value and every upper bound is >= it.  The only transcendental input is
-exp, taken from its Taylor series with an explicit bound on the truncated remainder (``_exp_series``).
-The infinite sum Z is cut at J with the tail bounded by a geometric series whose ratio provably dominates
-the true ratios (``cdf_enclosure``).  Widths are checked in tests (a few units of 2^-prec), and the bounds
-are compared with mpmath at 100 digits -- as a cross-check only; correctness does not rest on mpmath.
+Integers lo <= F(k) 2^prec <= hi, F the CDF; G(m) = P(X <= -m), so F(k) = 1 - G(k + 1) for k >= 0.  They are certain:
+every quantity is an integer standing for a real times 2^w, every operation an exact product or sum then a floor
+(lower bound) or ceiling (upper bound), and no float or library function is used (docs/sampling.md).
 """
 
 from __future__ import annotations
@@ -32,12 +22,8 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _exp_series(num: int, den: int, g: int) -> tuple[int, int]:
-    """(lo, hi) with lo <= exp(x) * 2^g <= hi for x = num/den in [0, 1].
-
-    Terms t_k = x^k / k! are built by t_k = t_{k-1} * num / (den * k), floored for the lower sum and
-    ceiled for the upper one.  Truncation after term k leaves sum_{i>k} x^i/i! <= t_k * sum_{i>=1}
-    (x/(k+1))^i <= t_k / k <= t_k for x <= 1, so adding the upper t_k once more bounds the remainder.
-    """
+    """(lo, hi) with lo <= exp(x) * 2^g <= hi for x = num/den in [0, 1]: Taylor terms floored for lo, ceiled for hi;
+    the remainder after term k is <= t_k / k <= t_k (x <= 1), so the upper t_k is added once more."""
     t_lo = t_hi = s_lo = s_hi = 1 << g
     k = 0
     while t_hi > 1 or k < 2:
@@ -55,13 +41,8 @@ def _mul(a: tuple[int, int], b: tuple[int, int], g: int) -> tuple[int, int]:
 
 
 def exp_neg(num: int, den: int, w: int) -> tuple[int, int]:
-    """(lo, hi) with 0 <= lo <= exp(-num/den) * 2^w <= hi <= 2^w, for integers num >= 0, den > 0.
-
-    x = n + f with n = floor(x): exp(-x) = exp(-1)^n * exp(-f), each factor an enclosure of 1/exp(.) from
-    ``_exp_series`` (floor(2^2g / hi) <= 2^2g / e <= ceil(2^2g / lo)), multiplied with ``_mul``.  Values are
-    <= 1, so rounding errors stay additive (a few units of 2^-g each); 32 guard bits absorb them before the
-    final outward rounding to w bits.  If x >= 0.7 w > w ln 2, exp(-x) < 2^-w and (0, 1) is returned.
-    """
+    """(lo, hi) with 0 <= lo <= exp(-num/den) * 2^w <= hi <= 2^w for integers num >= 0, den > 0: exp(-1)^floor(x)
+    exp(-frac(x)), each 1/``_exp_series`` rounded outward, 32 guard bits; (0, 1) once x >= 0.7 w > w ln 2."""
     if num == 0:
         return 1 << w, 1 << w
     if 10 * num >= 7 * w * den:
@@ -108,12 +89,8 @@ class CdfEnclosure:
         return self.g_hi[-k - 1] if k < 0 else (1 << self.prec) - self.g_lo[k]
 
     def locate(self, value: int, bits: int) -> int | None:
-        """X = min{k : U* < F(k)} if it is certain for every U* in [value, value + 1) / 2^bits, else None.
-
-        a counts boundaries surely <= U* (hi <= value 2^(prec-bits)); c counts those not surely > U*
-        (lo < (value + 1) 2^(prec-bits)).  If a == c every boundary in range is decided; a >= 1 also decides
-        every k below the range (F is nondecreasing) and a <= 2J+1 leaves a boundary above U* in range.
-        """
+        """X = min{k : U* < F(k)} if it is certain for every U* in [value, value + 1) / 2^bits, else None: a counts
+        boundaries surely <= U*, c those not surely > U*; a == c in [1, 2J+1] decides every k (F nondecreasing)."""
         if bits > self.prec:
             raise ValueError("value has more bits than the enclosure's precision")
         shift, j = self.prec - bits, self.jmax
@@ -124,14 +101,8 @@ class CdfEnclosure:
 
 
 def cdf_enclosure(sigma2: Fraction, prec: int) -> CdfEnclosure:
-    """Certified bounds of the discrete Gaussian CDF at ``prec`` bits (module docstring: why they are certain).
-
-    Weights: w_0 = 1; w_{j+1} = w_j r_j with r_j = exp(-(2j+1)/(2 sigma2)) = c d^j, c = exp(-1/(2 sigma2)),
-    d = exp(-1/sigma2), so each step is two enclosure products.  Tail: the ratios r_i decrease, so
-    sum_{i>=J+1} w_i <= w_{J+1} / (1 - r_{J+1}); J is the first index where that bound is <= 2^-prec.
-    Then S(m) is a reverse cumulative sum (the tail bound added to the upper sums), Z = 1 + 2 S(1), and
-    G(m) = S(m) / Z is enclosed by [floor(S_lo 2^prec / Z_hi), ceil(S_hi 2^prec / Z_lo)].
-    """
+    """Certified bounds of the discrete Gaussian CDF at ``prec`` bits, for k in [-(J+1), J]: w_{j+1} = w_j r_j with
+    decreasing ratios r_j = c d^j, so the tail beyond J, <= w_{J+1} / (1 - r_{J+1}), is below 2^-prec."""
     p, q = sigma2.numerator, sigma2.denominator
     w = prec + _GUARD
     one = 1 << w
@@ -165,11 +136,7 @@ def cdf_enclosure(sigma2: Fraction, prec: int) -> CdfEnclosure:
     return enc
 
 
-# ---- discrete Laplace: a closed form ---------------------------------------------------------------------
-#
-# For P(x) ~ q^|x| on Z, q = exp(-1/scale): P(x) = (1 - q) / (1 + q) q^|x|, so G(m) = P(X <= -m) = q^m / (1 + q)
-# for m >= 0 and F(k) = 1 - G(k + 1) for k >= 0, F(k) = G(-k) for k < 0.  Each bound below is an exact integer
-# computation from the certified ``exp_neg`` enclosures of q and q^m, rounded outward, as for the Gaussian.
+# The discrete Laplace, q = exp(-1/scale): G(m) = P(X <= -m) = q^m / (1 + q) for m >= 0 (docs/sampling.md).
 
 
 def _laplace_g(qm: tuple[int, int], q: tuple[int, int], w: int, prec: int) -> tuple[int, int]:
@@ -179,12 +146,8 @@ def _laplace_g(qm: tuple[int, int], q: tuple[int, int], w: int, prec: int) -> tu
 
 
 def laplace_g_bounds(scale: Fraction, prec: int, mmax: int) -> tuple[list[int], list[int]]:
-    """(g_lo, g_hi) with g_lo[m-1] <= G(m) 2^prec <= g_hi[m-1] for m = 1 .. mmax (the table builder's path).
-
-    q^m is carried by the recurrence q^(m+1) = q^m q on w = prec + 64-bit enclosures, floored below and ceiled
-    above, so each lower bound stays <= the true value and each upper bound >= it (errors grow by a few units
-    of 2^-w per step: < 2^-40 relative to 2^-prec for mmax < 2^20).
-    """
+    """(g_lo, g_hi) with g_lo[m-1] <= G(m) 2^prec <= g_hi[m-1] for m = 1 .. mmax (the table builder's path); q^m by
+    recurrence on (prec + 64)-bit enclosures, rounded outward: errors < 2^-40 of 2^-prec for mmax < 2^20."""
     t, s = scale.numerator, scale.denominator  # 1/scale = s/t
     w = prec + _GUARD
     one = 1 << w
@@ -200,13 +163,8 @@ def laplace_g_bounds(scale: Fraction, prec: int, mmax: int) -> tuple[list[int], 
 
 
 class LaplaceCdf:
-    """Certified bounds of the discrete Laplace CDF at ``prec`` bits for *every* k, computed on demand.
-
-    The refinement path's enclosure (same ``locate`` contract as ``CdfEnclosure``): lo(k) <= F(k) 2^prec <=
-    hi(k), with q^m taken directly from ``exp_neg(m s, t, w)`` (no range limit, so samples beyond the table
-    are decided too).  A float estimate only chooses where ``locate`` starts looking; every decision is made
-    by the integer bounds.  Bounds are memoised (a few thousand entries at most).
-    """
+    """Certified bounds of the discrete Laplace CDF at ``prec`` bits for *every* k, on demand: refinement's enclosure
+    (``CdfEnclosure.locate``'s contract); a float only chooses where ``locate`` starts, integer bounds decide."""
 
     _MEMO_MAX = 4096
 
@@ -248,13 +206,8 @@ class LaplaceCdf:
         return -max(math.ceil(level) - 1, 0) if half else max(math.floor(level), 0)
 
     def locate(self, value: int, bits: int) -> int | None:
-        """X = min{k : U* < F(k)} if certain for every U* in [value, value + 1) / 2^bits, else None.
-
-        "F(k) <= U*" is certain when hi(k) <= value 2^(prec-bits), "U* < F(k)" when (value + 1) 2^(prec-bits)
-        <= lo(k).  Starting from the hint, step down while U* < F(k-1) is certain and up while F(k) <= U* is;
-        then X = k is certain iff F(k-1) <= U* < F(k) both are (F nondecreasing), else U* is within the
-        enclosure of F(k-1) or F(k) and the answer is None.  Steps double, so a poor hint costs O(log).
-        """
+        """X = min{k : U* < F(k)} if certain for every U* in [value, value + 1) / 2^bits, else None: from the hint,
+        step (doubling) down or up while that is certain, then X = k iff F(k-1) <= U* < F(k) is certain."""
         if bits > self.prec:
             raise ValueError("value has more bits than the enclosure's precision")
         shift = self.prec - bits
@@ -281,14 +234,8 @@ def laplace_cdf(scale: Fraction, prec: int) -> LaplaceCdf:
 
 
 def laplace_difference_enclosure(param: tuple[Fraction, int], prec: int) -> CdfEnclosure:
-    """Certified CDF of D = R1 - R2, R1, R2 iid with P(r) ~ q^r on 0 <= r < W (q = exp(-1/scale)).
-
-    P(D = d) ~ sum_r q^r q^(r - |d|) over max(0, |d|) <= r < W, i.e. ~ q^|d| - q^(2W - |d|) for |d| < W, 0 beyond.
-    Weights w_j = q^j - q^(2W - j), j = 0 .. W-1, from w-bit enclosures of q^i (recurrence, outward rounding;
-    the lower weight takes the upper q^(2W-j) and vice versa); then, as in ``cdf_enclosure``, S(m) = sum_{j>=m}
-    w_j, Z = w_0 + 2 S(1), G(m) = S(m) / Z in [floor(S_lo 2^prec / Z_hi), ceil(S_hi 2^prec / Z_lo)].  G(W) = 0
-    exactly, so J = W - 1 and the enclosure covers the whole support.
-    """
+    """Certified CDF of D = R1 - R2, R1, R2 iid with P(r) ~ q^r on 0 <= r < W (q = exp(-1/scale)): weights
+    q^|d| - q^(2W - |d|) for |d| < W, rounded outward, then as ``cdf_enclosure``; J = W - 1 covers the support."""
     scale, width = param
     t, s = scale.numerator, scale.denominator
     w = prec + _GUARD

@@ -1,30 +1,12 @@
 """Fast exact discrete Gaussian sampling by inversion against certified CDF tables, with lazy refinement.
 
-The law.  Let U* be uniform on [0, 1) and F the CDF of N_Z(0, sigma2).  Then X = min{k : U* < F(k)} has
-P(X = k) = P(F(k-1) <= U* < F(k)) = F(k) - F(k-1): exactly N_Z(0, sigma2) (inversion; the discrete
-Gaussian is that of Canonne, Kamath & Steinke 2020, CKS20, whose Theorem 4 gives the privacy map, the
-discrete analogue of Thm 19.37(iii) of the seed chapter).  U* is never held whole: each sample draws a
-uint64 U, the first 64 bits of U* = (U + V) / 2^64, and further 64-bit digits of V only if needed.
-
-Branches, and why each is exact.  A table holds, for boundaries F(k), k = -K-1 .. K, integers
-L_k <= F(k) 2^64 <= H_k taken from a certified enclosure (``pipeline.dp.cdf``).  For U* in
-[U, U + 1) / 2^64: H_k <= U proves F(k) <= U*, and U + 1 <= L_k proves U* < F(k).  So
-1. guide table (pure cell): the top g bits of U select a cell of 2^(64-g) consecutive U values; if every
-   U in it lies above the same i boundaries' H and below the others' L, X = i - K - 1 for every U* in the
-   cell, and the guide stores that X (``_guide``).
-2. impure cell: i = #{k : H_k <= U} by binary search; if 0 < i < 2K+2 and U < L_i, X = i - K - 1 as above.
-3. otherwise (U within an enclosure of a boundary: probability <= 2 (2K+2) / 2^64; or U* possibly outside
-   the table, probability ~ 2^-63) the sample goes to ``_refine``: it appends fresh 64-bit digits of V to
-   U and decides against enclosures at ever higher precision (``CdfEnclosure.locate``).
-Every branch returns min{k : U* < F(k)} for the same U*, whatever the digits not drawn would have been,
-and the slow path's digits are fresh, so it is correct conditionally on the fast path having failed: the
-overall law is that of inversion, i.e. exact.  P(U* = F(k)) = 0, so refinement ends with probability 1;
-it raises ``ArithmeticError`` only after ``_MAX_ROUNDS`` rounds (probability < 2^-900).
-
-The same machinery serves the discrete Laplace (``pipeline.dp.laplace_table``): a table's ``law`` names
-the CDF its bounds enclose, ``_refine`` continues against that law's enclosures, and all tables share one
-LRU and one byte cap.  Nothing above depends on which symmetric law F is, only on L_k <= F(k) 2^64 <= H_k
-and on enclosures that are certain.
+X = min{k : U* < F(k)} for U* uniform on [0, 1) is exactly N_Z(0, sigma2), F its CDF.  A table holds integers
+L_k <= F(k) 2^64 <= H_k (``pipeline.dp.cdf``); a sample draws U, the first 64 bits of U*, and decides X by
+1. the guide table, when every U of its cell (U's top bits) is on the same side of every boundary's bounds;
+2. else a binary search, when U is outside every boundary's bounds;
+3. else ``_refine``: fresh 64-bit digits of U*, decided against ever finer enclosures (``CdfEnclosure.locate``).
+Every branch returns the same X for the same U*, so the law is exact (docs/sampling.md).  The discrete Laplace's
+tables (``pipeline.dp.laplace_table``) share this machinery and the LRU: a table's ``law`` names its CDF.
 """
 
 from __future__ import annotations
@@ -71,11 +53,8 @@ class CdfTable:
 
 
 def _guide(low: np.ndarray, high_m1: np.ndarray, kmax: int, bits: int, dtype: type) -> np.ndarray:
-    """Guide table: cell c = [c 2^s, (c+1) 2^s - 1], s = 64 - bits, is pure when #{H <= start} == #{L <= end}.
-
-    Then every U in the cell has #{H <= U} >= #{H <= start} = #{L <= end} >= #{L <= U} >= #{H <= U} (L <= H),
-    so all are equal: U is decided with the same i, and the cell stores X = i - K - 1 (if 0 < i < 2K+2).
-    """
+    """Guide table: cell c = [c 2^s, (c+1) 2^s - 1], s = 64 - bits, is pure when #{H <= start} == #{L <= end}, for
+    then every U in it has #{H <= U} >= #{H <= start} = #{L <= end} >= #{L <= U} >= #{H <= U} (L <= H): one i."""
     s = np.uint64(64 - bits)
     start = np.arange(1 << bits, dtype=np.uint64) << s
     end = start | ((np.uint64(1) << s) - np.uint64(1))
@@ -88,11 +67,7 @@ def _guide(low: np.ndarray, high_m1: np.ndarray, kmax: int, bits: int, dtype: ty
 def table_from_bounds(
     sigma2: Fraction, kmax: int, low: np.ndarray, high_m1: np.ndarray, law: str = "gaussian"
 ) -> CdfTable:
-    """A table from boundary bounds (tests build deliberately wide, short or wrong ones with this).
-
-    ``law`` names the CDF the bounds enclose ("gaussian", or "laplace" with sigma2 holding the scale): it is
-    the law ``_refine`` continues against, so it must be the one the bounds came from.
-    """
+    """A table from bounds of the CDF ``law`` names (``sigma2`` is its parameter), which ``_refine`` continues."""
     if law not in _ENCLOSURES:
         raise ValueError(f"unknown law {law!r}")
     low = np.ascontiguousarray(low, dtype=np.uint64)
@@ -109,12 +84,8 @@ def table_from_bounds(
 
 
 def build_table(sigma2: Fraction, *, widen: int = 0, kmax: int | None = None) -> CdfTable:
-    """The table for sigma2: L = floor(lo / 2^64), H = ceil(hi / 2^64) from a ``TABLE_PREC``-bit enclosure.
-
-    K is the least k >= 0 with G(K+1) <= 2^-64 surely, so U* lands beyond the table with probability
-    <= 2^-63.  ``widen`` (tests only) lowers each L and raises each H by that much; ``kmax`` (tests only)
-    shortens the table.  Both keep valid bounds, so only the share of samples taking ``_refine`` changes.
-    """
+    """The table for sigma2: L = floor(lo / 2^64), H = ceil(hi / 2^64) from a ``TABLE_PREC``-bit enclosure, K the
+    least k >= 0 with G(K+1) <= 2^-64 surely.  ``widen`` and ``kmax`` (tests only) keep the bounds valid."""
     enc = _enclosure(sigma2, TABLE_PREC)
     scale = TABLE_PREC - 64
     if kmax is None:
@@ -153,10 +124,7 @@ def get_table(sigma2: Fraction) -> CdfTable:
 
 
 def cached_table(key: object, build) -> CdfTable:
-    """``build(key)`` through the one table LRU shared by every law (so the byte cap bounds them together).
-
-    Gaussian tables are keyed by sigma2, others by a tuple naming the law (``pipeline.dp.laplace_table``).
-    """
+    """``build(key)`` through the one table LRU of every law (keys: sigma2, or a tuple naming the law)."""
     with _lock:
         if key in _tables:
             _tables.move_to_end(key)
@@ -176,11 +144,7 @@ def clear_caches() -> None:
 
 
 def _refine(sigma2: Fraction, u: np.ndarray, rng: RandomSource, law: str = "gaussian") -> np.ndarray:
-    """Finish samples whose first 64 bits U did not decide: lazy inversion of the same U* (module docstring).
-
-    Round r appends digit r of V (64 fresh bits) and asks a 64(r+1)-bit enclosure; the digits are drawn for
-    all still-undecided samples at once, one per sample, so each sample's digits are independent and uniform.
-    """
+    """Finish the samples 64 bits did not decide (branch 3): each round appends 64 fresh bits and decides anew."""
     values = [int(x) for x in u]
     out = np.empty(len(values), dtype=np.int64)
     todo = list(range(len(values)))
@@ -203,10 +167,7 @@ def _refine(sigma2: Fraction, u: np.ndarray, rng: RandomSource, law: str = "gaus
 
 
 def sample_table(table: CdfTable, size: int, rng: RandomSource) -> np.ndarray:
-    """``size`` iid exact draws of N_Z(0, table.parameter) by inversion (module docstring: why exact).
-
-    Works in chunks of ``_CHUNK`` so temporaries stay in cache; memory is the int64 output plus O(chunk).
-    """
+    """``size`` iid exact draws of the table's law by inversion, in chunks of ``_CHUNK`` (temporaries in cache)."""
     out = np.empty(size, dtype=np.int64)
     cells = np.empty(min(size, _CHUNK), dtype=np.uint64)
     guide, shift, sentinel = table.guide, table.shift, table.sentinel

@@ -1,25 +1,7 @@
 """Fast exact discrete Laplace sampling: the Gaussian's certified-table inversion applied to P(x) ~ exp(-|x|/b).
 
-The law has a closed-form CDF: with q = exp(-1/b), G(m) = P(X <= -m) = q^m / (1 + q) for m >= 0, F(k) = G(-k)
-for k < 0 and F(k) = 1 - G(k + 1) for k >= 0 (``pipeline.dp.cdf``, which encloses q with the certified
-``exp_neg`` and everything after it with outward-rounded integer arithmetic; no float decides anything).
-
-Direct path (b <= ``DIRECT_MAX_SCALE``).  The table, guide and sampling loop are ``pipeline.dp.gaussian_table``'s,
-so the exactness argument is the one in its docstring: X = min{k : U* < F(k)} for one uniform U*, whose
-64-bit head U decides through the guide or a binary search only when the integer bounds L_k <= F(k) 2^64 <=
-H_k make it certain; otherwise (U within an enclosure, or U* beyond the table) the same U* is refined lazily
-with fresh 64-bit digits against ``LaplaceCdf``, which bounds F(k) at any precision for *every* k, so it
-also decides samples beyond the table.  The table stops where each tail is <= 2^-32 (|k| up to ~22 b), so
-~2^-31 of the samples take the ~100 us refinement path: far below 0.1% of the time.
-
-Split path (b > ``DIRECT_MAX_SCALE``; a direct table would grow like 44 b entries and fall out of cache):
-X = W A + D with A ~ Lap_Z(b / W) from a direct table and D = R1 - R2 from a table of its own closed-form
-CDF (``sample_split`` proves the identity; ``noise_cdf.laplace_difference_enclosure`` encloses D's CDF,
-whose support |d| < W is finite, at any precision).  Each of A and D is an exact inversion as above, from
-independent uniforms, so X is exact.  W ~ sqrt(22 b) keeps both tables ~sqrt(88 b) boundaries long.
-
-Tables live in ``noise_table``'s LRU (keys ("laplace", b) and ("laplace_difference", b, W)), so the one byte
-cap bounds Gaussian and Laplace tables together, and ``_refine`` is shared (it takes the table's law).
+A closed-form CDF (``pipeline.dp.cdf``) and ``gaussian_table``'s machinery: one table up to ``DIRECT_MAX_SCALE``, above
+it X = W A + D from two small tables (``sample_split``).  Why both are exact: docs/sampling.md.
 """
 
 from __future__ import annotations
@@ -40,20 +22,13 @@ _CHUNK = 1 << 15
 
 
 def _default_kmax(scale: Fraction) -> int:
-    """Least K >= 0 with q^(K+1) <= 2^-TAIL_BITS (then G(K+1) <= 2^-TAIL_BITS), i.e. K+1 >= TAIL_BITS ln 2 b.
-
-    Only the table's length depends on this (any K is exact); ln 2 is bracketed by 0.6931 < ln 2 < 0.6932 and
-    the result rounded up, so the table is never shorter than the rule says.
-    """
+    """Least K >= 0 with q^(K+1) <= 2^-TAIL_BITS, i.e. K+1 >= TAIL_BITS ln 2 b, rounded up (ln 2 < 0.6932): only
+    the table's length depends on it, any K is exact."""
     return max(int(-(-TAIL_BITS * Fraction(6932, 10000) * scale // 1)) - 1, 0)
 
 
 def build_laplace_table(scale: Fraction, *, widen: int = 0, kmax: int | None = None) -> noise_table.CdfTable:
-    """The table for scale b: L = floor(lo / 2^64), H = ceil(hi / 2^64) from ``TABLE_PREC``-bit bounds.
-
-    ``widen`` (tests only) lowers each L and raises each H by that much; ``kmax`` (tests only) shortens the
-    table.  Both keep valid bounds, so only the share of samples taking refinement changes.
-    """
+    """The table for scale b, as ``gaussian_table.build_table`` (``widen`` and ``kmax`` for tests)."""
     kmax = _default_kmax(scale) if kmax is None else kmax
     prec = noise_table.TABLE_PREC
     g_lo, g_hi = laplace_g_bounds(scale, prec, kmax + 1)  # G(m), m = 1 .. K+1
@@ -69,10 +44,8 @@ def build_laplace_table(scale: Fraction, *, widen: int = 0, kmax: int | None = N
 
 
 def build_difference_table(scale: Fraction, width: int, *, widen: int = 0) -> noise_table.CdfTable:
-    """The table of D = R1 - R2 (``noise_cdf.laplace_difference_enclosure``): whole support, |d| < W.
-
-    F(W - 1) = 1 exactly, so its L is capped at 2^64 - 1 (still <= F 2^64); a U equal to it is refined.
-    """
+    """The table of D = R1 - R2 (``cdf.laplace_difference_enclosure``) on its whole support, |d| < W; F(W - 1) = 1
+    exactly, so its L is capped at 2^64 - 1 (still <= F 2^64) and a U equal to it is refined."""
     enc = noise_table._enclosure((scale, width), noise_table.TABLE_PREC, "laplace_difference")
     kmax, sh, top = width - 1, noise_table.TABLE_PREC - 64, (1 << 64) - 1
     ks = range(-kmax - 1, kmax + 1)
@@ -101,15 +74,8 @@ def get_difference_table(scale: Fraction, width: int) -> noise_table.CdfTable:
 
 
 def sample_split(scale: Fraction, width: int, size: int, rng: RandomSource, *, tables=None) -> np.ndarray:
-    """X = W A + D with A ~ Lap_Z(scale / W) and D = R1 - R2 independent: exactly Lap_Z(scale).
-
-    Why.  Let Y1, Y2 be iid with P(y) = (1 - q) q^y on y >= 0; then P(Y1 - Y2 = x) ~ sum_y q^(y + |x|) q^y ~ q^|x|,
-    so Y1 - Y2 ~ Lap_Z(scale).  Write Yi = W Qi + Ri (0 <= Ri < W): P(Qi = a, Ri = r) ~ (q^W)^a q^r factorises,
-    so Qi ~ Geometric(q^W) and Ri (P(r) ~ q^r on [0, W)) are independent.  Hence Y1 - Y2 = W (Q1 - Q2) +
-    (R1 - R2), where A = Q1 - Q2 ~ Lap_Z(scale / W) (the same fact at ratio q^W = exp(-W/scale)) and D = R1 - R2
-    are independent.  A and D are drawn by exact table inversion from independent uniforms.  ``tables`` (tests
-    only) replaces the two cached tables.
-    """
+    """X = W A + D with A ~ Lap_Z(scale / W) and D = R1 - R2 independent: exactly Lap_Z(scale) (docs/sampling.md).
+    ``tables`` (tests only) replaces the two cached tables."""
     a_table, d_table = tables or (get_laplace_table(scale / width), get_difference_table(scale, width))
     out = np.empty(size, dtype=np.int64)
     chunk_n = min(size, _CHUNK)
@@ -144,7 +110,7 @@ def sample_split(scale: Fraction, width: int, size: int, rng: RandomSource, *, t
 
 
 def sample_laplace_table(scale: Fraction, size: int, rng: RandomSource) -> np.ndarray:
-    """``size`` iid exact draws of P(x) ~ exp(-|x|/scale) by inversion (module docstring: why exact)."""
+    """``size`` iid exact draws of P(x) ~ exp(-|x|/scale) by inversion (docs/sampling.md: why exact)."""
     if scale <= DIRECT_MAX_SCALE:
         return noise_table.sample_table(get_laplace_table(scale), size, rng)
     return sample_split(scale, split_width(scale), size, rng)

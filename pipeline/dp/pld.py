@@ -1,26 +1,9 @@
 """Certified privacy-loss distributions (PLD): epsilon(delta) of the composed release, exactly bounded from above.
 
-What is bounded.  The release composes one mechanism per (level, query) (Thm 19.37(i) composes their rho; here
-we compose their exact privacy curves instead).  Its delta(epsilon) for a neighbouring pair (x, x') is the
-hockey-stick divergence sum_o max(0, P(o) - e^epsilon Q(o)) = E_P[(1 - e^(epsilon - L))_+] (Def 19.6), with L the
-privacy loss ln P(o)/Q(o) of the whole output.  Worst case over neighbours (stated in the docstrings below):
-
-- a query's measurements of one level are independent cells; a person's change moves ``cells`` of them by 1
-  (replace-one: one cell -1 and one +1, L1 = 2, L2^2 = 2; add-remove: one cell by 1) and no other cell.  The
-  cells, queries and levels are independent, so L is a sum of independent per-cell losses;
-- a cell whose shift is 0 contributes loss 0, and leaving out a mechanism never increases the curve (dropping
-  a coordinate is post-processing, Thm 19.25), so the worst case is every query of every level shifting its
-  ``cells`` cells -- the same pessimism as Δ₂² in the zCDP accounting;
-- one shifted cell is N_Z(0, sigma^2) against N_Z(1, sigma^2) (CKS20), or the discrete Laplace against its
-  shift.  Both laws are symmetric about 0, so o -> 1 - o maps P to Q and Q to P: the pair is its own reverse,
-  H(P||Q) = H(Q||P), and a shift of -1 is the mirror o -> -o of a shift of +1.  One direction suffices.
-
-Per cell the loss is exact: (1 - 2o)/(2 sigma^2) for the Gaussian (the normaliser cancels), ±1/scale for the
-Laplace.  Masses are enclosed with arb ball arithmetic (python-flint) and every number that leaves a ball is its
-upper end.  A distribution here is integers c_j with true mass at grid point (offset + j) * step <= c_j 2^-BITS,
-plus an upper bound on the mass at +infinity.  Soundness: E[f(L)] for f(l) = (1 - e^(epsilon - l))_+, which is
-non-decreasing and >= 0, only grows when a loss is moved up or a mass is enlarged; every step below does one of
-those two, so the final sum bounds delta(epsilon) from above.
+The release's loss is the independent sum of the exact losses of the ``cells`` cells a person moves in every query.
+A distribution is integers c_j with true mass at (offset + j) * step <= c_j 2^-BITS, and a bound on the mass at
++infinity; every step only moves a loss up or enlarges a mass, so delta(epsilon) is never below the true value
+(why this is the worst case over neighbours, and sound: docs/accounting.md).
 """
 
 from __future__ import annotations
@@ -41,8 +24,7 @@ PREC = 160  # arb working precision in bits (balls, so precision only affects ti
 TAIL_Z = 12  # a cell's noise is enumerated over |o| <= 12 sigma + 2: the rest (< 1e-31) is put at +infinity
 GRID_POINTS = 2**14  # at least this many points (at most twice) on the loss grid between floor and cap
 FLOOR_Z, CAP_Z = 10, 14  # floor and cap of the grid, in standard deviations of the total loss around its mean
-# ``epsilon_pld`` widens the cap (x2 each time) until the mass it puts at +infinity is at most INFINITE_SHARE of
-# delta: a lattice of small sigma is skewed, so mean + CAP_Z sd can cut off mass > delta
+# ``epsilon_pld`` doubles the cap until at most this share of delta is at +infinity
 INFINITE_SHARE = Fraction(1, 16)
 HALVINGS = 10  # bisections of rho_for_epsilon_pld's bracket [lo, 2 lo]: 2^-10 < 1e-3, its documented tolerance
 SEARCH_STEPS = 40  # halvings (or doublings) of rho_for_epsilon_pld's start before it gives up: a factor 2^40
@@ -98,12 +80,9 @@ class PrivacyCurve:
             return min(1.0, _float_up((total / arb(2) ** BITS).upper()))
 
     def epsilon(self, delta: float) -> float:
-        """The smallest epsilon >= 0 with delta(epsilon) <= ``delta``, rounded up; ValueError below the floor.
-
-        On [l_{i-1}, l_i] the bound is 2^-BITS (infinite + A_i - e^epsilon B_i), A_i = sum_{j >= i} c_j and
-        B_i = sum_{j >= i} c_j e^(-l_j).  Floats only propose the segment i; the answer is solved in balls,
-        rounded up, and certified by ``delta`` (rounded up) before it is returned.
-        """
+        """The smallest epsilon >= 0 with delta(epsilon) <= ``delta``, rounded up; ValueError below the floor.  On
+        [l_{i-1}, l_i] the bound is 2^-BITS (infinite + A_i - e^epsilon B_i), A_i = sum_{j >= i} c_j and
+        B_i = sum_{j >= i} c_j e^(-l_j); floats only propose the segment, ``delta`` certifies the answer."""
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
             raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
         scaled = Fraction(delta) * 2**BITS
@@ -171,8 +150,7 @@ def _ceil_scaled(value: arb) -> int:
 
 def _rescale(poly: fmpz_poly, extra: int) -> fmpz_poly:
     """Coefficients at scale 2^-(BITS + extra) back to 2^-BITS, each rounded UP (ceil)."""
-    # coefficient by coefficient (fmpz_poly's // is polynomial division, not a floor of each coefficient):
-    # -((-c) >> e) = -floor(-c / 2^e) = ceil(c / 2^e)
+    # per coefficient (fmpz_poly's // divides polynomials): -((-c) >> e) = -floor(-c / 2^e) = ceil(c / 2^e)
     return fmpz_poly([-((-c) >> extra) for c in poly.coeffs()])
 
 
@@ -190,15 +168,9 @@ def _power(poly: fmpz_poly, k: int) -> fmpz_poly:
 
 
 def _gaussian_lattice(sigma2: Fraction, copies: int) -> _Lattice:
-    """``copies`` independent cells of N_Z(0, sigma2) against N_Z(1, sigma2) (CKS20; the pair of one shifted cell).
-
-    A cell's loss at o is (1 - 2o)/(2 sigma2); over the cells it is (copies - 2 S)/(2 sigma2) with S the sum of
-    the o's, so the k cells are one lattice law, the k-fold convolution of a cell's (``_power``).  A cell's mass
-    w(o)/Z, w(o) = e^(-o^2/(2 sigma2)), is bounded by upper(w)/lower(Z_T) with Z_T the partial sum over |o| <= T
-    (Z_T <= Z: every term is positive, so no tail bound is needed below).  The tail |o| > T has mass
-    <= 2 w(T+1)/(1 - r)/Z_T, r = e^(-(2T+3)/(2 sigma2)) the largest ratio of consecutive terms beyond T (a
-    geometric series); it is put at +infinity, for each of the cells (union bound).
-    """
+    """``copies`` independent cells of N_Z(0, sigma2) against N_Z(1, sigma2) (CKS20; the pair of one shifted cell):
+    loss (copies - 2 S)/(2 sigma2), S the sum of the o's.  A mass w(o)/Z is bounded by upper(w)/lower(Z_T), Z_T <= Z
+    the partial sum over |o| <= T; the tail beyond (a geometric series) goes to +infinity for each cell."""
     t = math.ceil(TAIL_Z * math.sqrt(sigma2)) + 2
     with ctx.workprec(PREC):
         half = arb(_fmpq(1 / (2 * sigma2)))
@@ -211,11 +183,8 @@ def _gaussian_lattice(sigma2: Fraction, copies: int) -> _Lattice:
 
 
 def _laplace_lattice(scale: Fraction, copies: int) -> _Lattice:
-    """``copies`` cells of the discrete Laplace against its shift by 1 (Thm 19.14 on Z: loss ±1/scale).
-
-    A cell's loss (|o - 1| - |o|)/scale is +1/scale for o <= 0 (probability 1/(1 + q)) and -1/scale for o >= 1
-    (probability q/(1 + q)), q = e^(-1/scale); with s cells at -1/scale the loss is (copies - 2 s)/scale, binomial.
-    """
+    """``copies`` cells of the discrete Laplace against its shift by 1 (Thm 19.14 on Z): each loss is +1/scale with
+    probability 1/(1 + q), q = e^(-1/scale), else -1/scale, so the sum is binomial."""
     with ctx.workprec(PREC):
         q = arb(_fmpq(-1 / scale)).exp()
         down, up = q / (1 + q), 1 / (1 + q)
@@ -278,15 +247,9 @@ def _convolve(a: _Part, b: _Part, floor: int, cap: int) -> _Part:
 
 def privacy_curve(noises: Sequence[Noise], *, cells: int, widen: int = 0) -> PrivacyCurve:
     """The certified curve of the composition of ``noises`` (one per level x query), each moving ``cells`` cells
-    by 1 (``Neighbouring``: replace-one moves 2, add-remove 1; 0 means no change and an empty curve).
-
-    Identical noises are one group (its cells composed exactly on their lattice), each group is put on a common
-    grid of ~GRID_POINTS points over [mean - FLOOR_Z sd, mean + 2^widen CAP_Z sd] of the total loss, and the
-    groups are convolved smallest first.  Any cap gives a valid curve (what lies above it is put at +infinity);
-    a wider one only moves less mass there, on a coarser grid.  Rounding: every loss UP to the grid (once per
-    group), every mass UP (ceil at 2^-BITS after each product), partial sums below the floor UP to it, above the
-    cap to +infinity.
-    """
+    by 1 (``Neighbouring``: replace-one moves 2, add-remove 1; 0 means no change and an empty curve).  Groups of
+    identical noises go on a grid over [mean - FLOOR_Z sd, mean + 2^widen CAP_Z sd] of the total loss, convolved
+    smallest first; any cap gives a valid curve (what lies above goes to +infinity)."""
     if isinstance(cells, bool) or not isinstance(cells, int) or cells < 0:
         raise ValueError(f"cells must be an integer >= 0, got {cells!r}")
     if isinstance(widen, bool) or not isinstance(widen, int) or widen < 0:
@@ -325,17 +288,9 @@ def _check_noise(noise: Noise, name: str) -> None:
 
 def epsilon_pld(noises: Sequence[Noise], delta: float, *, cells: int) -> float | None:
     """epsilon at ``delta`` of the composed noises by their certified privacy curve, rounded up; None when no cap
-    puts at most INFINITE_SHARE of ``delta`` at +infinity (the caller then states another accountant's figure:
-    ``pipeline.budget.accountants.epsilon_pld_of``).  Never raises for a valid ``delta``.
-
-    The cap starts at mean + CAP_Z sd of the total loss and doubles while the mass above it is too large: the
-    loss of a query of small sigma is a skewed lattice (nearly all its mass at one point), whose sd says nothing
-    of the few points above it, each of mass possibly > delta.  It stops once the cap cuts nothing off (what is
-    left at +infinity is the lattices' own tails and roundings): that happens after finitely many doublings,
-    since every partial sum is at most the groups' largest losses plus one grid step each, and the grid's step
-    grows with the cap 2^14 times slower than the cap.  The curve that is used is certified whatever its cap;
-    the widening only makes it useful at this delta.
-    """
+    puts at most INFINITE_SHARE of ``delta`` at +infinity (``accountants.epsilon_pld_of`` then states another
+    figure).  Never raises for a valid ``delta``.  The cap doubles (docs/accounting.md) until it cuts nothing off:
+    finitely many times, since partial sums are bounded and the grid's step grows 2^14 times slower than the cap."""
     if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
         raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
     if delta < MIN_DELTA:
@@ -361,15 +316,9 @@ def rho_for_epsilon_pld(epsilon: float, delta: float, noises_for: Callable[[Frac
     """A rho on a dyadic grid whose noises ``noises_for(rho)`` have a certified PLD epsilon <= ``epsilon`` at
     ``delta`` (rounded DOWN): where that epsilon grows with rho, less than a relative 2^-HALVINGS < 1e-3 below the
     largest admissible rho.  ``ValueError`` when no rho is admissible within SEARCH_STEPS halvings of ``start``
-    (or ``delta`` is below MIN_DELTA, which no curve can hold): the caller then says to use CKS20.
-
-    A plain bisection: [lo, 2 lo] with lo a power of 2, admissible and 2 lo not, found by halving or doubling from
-    the power of 2 at or below ``start`` (a rho known to be admissible or nearly so, the CKS20 answer: it only
-    saves evaluations); then HALVINGS bisections of it.  The certified epsilon is not monotone in rho at small
-    sigma (the grid and the lattice's points move; docs/accounting.md), so the bisection may stop below the
-    largest admissible rho, never above an admissible one: every rho it keeps was checked by the definition
-    (``epsilon_pld``, the figure that reports use), and a rho whose curve cannot certify ``delta`` is inadmissible.
-    """
+    (the CKS20 answer) or ``delta`` is below MIN_DELTA: the caller then says to use CKS20.  By bisection of
+    [lo, 2 lo]; the certified epsilon is not monotone in rho (docs/accounting.md), so it may stop below the largest
+    admissible rho, never above: every rho it keeps was checked by ``epsilon_pld``, the figure reports use."""
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
         raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
 

@@ -1,25 +1,7 @@
 """Uniform random bits for the noise samplers: the OS CSPRNG in production, a seeded stream in tests.
 
-Every privacy guarantee in censusdp assumes the samplers in ``pipeline.dp.noise`` are fed independent, uniform
-bits.  This module is the only place those bits come from, and it offers exactly two sources:
-
-- ``system_random_source()`` (production, ``publishable = True``): an AES-256-CTR keystream whose key is
-  32 bytes from ``os.urandom`` and is replaced by fresh ``os.urandom`` bytes every 2^30 output bytes and
-  after a ``fork``.  We use AES-CTR over ``os.urandom`` itself only because it is much faster
-  (BENCHMARKS.md); AES-256 in counter mode is a standard CSPRNG
-  (NIST SP 800-90A's CTR_DRBG has the same core), so the bits are computationally indistinguishable from
-  uniform.
-- ``seeded_random_source(seed)`` (tests only, ``publishable = False``): the same construction keyed by
-  SHA-256 of the decimal seed, so a failing statistical test reproduces exactly.  Its output is predictable
-  from the seed and must never protect real data; manifests print its name with "NOT PUBLISHABLE".  A release
-  ``bind``s it, before any draw, to a secret of the run (the ledger's key and the data's fingerprint), so that
-  the seed alone does not reveal the noise: the same seed on data of one's own gives other noise.
-
-``numpy.random`` is never used for noise: its generators are not cryptographically secure.
-
-Both sources satisfy the ``RandomSource`` protocol that samplers code against.  ``uniform_below`` is exact:
-rejection sampling, never ``floor(u * bound)`` on floats.  Sources are not thread-safe; give each thread
-its own.
+Their only source (never ``numpy.random``): AES-256-CTR keyed and rekeyed from ``os.urandom``, or by a seed in tests
+(never publishable; docs/sampling.md).  ``uniform_below`` is exact (rejection sampling).  Not thread-safe.
 """
 
 from __future__ import annotations
@@ -54,9 +36,7 @@ class RandomSource(Protocol):
         ...
 
     def bind(self, secret: bytes) -> None:
-        """Called once per release before any draw, with secret material of the run (keyed by the ledger's
-        key and the data's fingerprint).  A seeded source re-keys from its seed *and* ``secret``; the OS
-        source ignores it."""
+        """Called once per release before any draw with a secret of the run; a seeded source re-keys from it."""
         ...
 
 
@@ -84,9 +64,7 @@ class _AesCtrSource:
         self._pid = os.getpid()
 
     def bind(self, secret: bytes) -> None:
-        """A seeded stream becomes HMAC-SHA256(secret, seed)-keyed: still reproducible (same seed, same data,
-        same ledger), but no longer predictable from the seed alone.  Otherwise whoever chose the seed could
-        release data of their own with it, learn the noise, and subtract it from the real release."""
+        """A seeded stream becomes HMAC-SHA256(secret, seed)-keyed: reproducible, not predictable from its seed."""
         if self._seed is None:
             return
         self._set_key(hmac.new(secret, str(self._seed).encode("ascii"), hashlib.sha256).digest())
@@ -95,8 +73,7 @@ class _AesCtrSource:
 
     def _refill(self) -> None:
         if self._rekey_from_os and (os.getpid() != self._pid or self._since_key >= _REKEY_BYTES):
-            # After fork the child would otherwise replay the parent's keystream; rekeying also bounds
-            # how much output depends on any one key.
+            # after a fork the child would replay the parent's keystream; rekeying also bounds the output per key
             self._set_key(os.urandom(32))
         self._encryptor.update_into(self._zeros, self._scratch)
         self._words = np.frombuffer(self._scratch, dtype="<u8", count=_CHUNK_BYTES // 8)
@@ -132,8 +109,7 @@ class _AesCtrSource:
             return (self.uniform_uint64(size) & np.uint64(bound - 1)).astype(np.int64)
         bits, draw = (32, self._uniform_uint32) if bound <= 1 << 32 else (64, self.uniform_uint64)
         dtype = np.uint32 if bits == 32 else np.uint64
-        # Accept x < limit, the largest multiple of bound <= 2^bits; then x % bound is exactly uniform.
-        # Rejection probability is (2^bits mod bound) / 2^bits < 1/4 for bound <= 2^62.
+        # accept x < limit, the largest multiple of bound <= 2^bits (rejects < 1/4): x % bound is exactly uniform
         limit = dtype((1 << bits) - (1 << bits) % bound)  # < 2^bits because bound is not a power of two
         out = np.empty(size, dtype=np.int64)
         filled = 0
@@ -170,11 +146,8 @@ def system_random_source() -> RandomSource:
 def substream_key(source: RandomSource, label: str) -> bytes | None:
     """The key of an independent stream for one chunk of a release's noise (``label`` names the chunk), or None.
 
-    A publishable source never hands key material on: None means "draw from a fresh ``system_random_source()``",
-    the OS CSPRNG of whichever process measures the chunk (a Dask worker keys its own from ``os.urandom``), and
-    chunks' streams are independent because each key is fresh OS entropy.  A test source returns
-    HMAC-SHA256(32 bytes it draws, label): the same seed and plan give every chunk the same stream on the driver
-    and on any worker, so a driver-only and a Dask run of one seeded release are bit-equal (tests only)."""
+    A publishable source never hands key material on: None means a fresh ``system_random_source()`` wherever the
+    chunk is measured.  A test source returns HMAC-SHA256(32 bytes it draws, label), the same on any worker."""
     if source.publishable:
         return None
     return hmac.new(source.uniform_uint64(4).tobytes(), label.encode(), hashlib.sha256).digest()

@@ -1,18 +1,8 @@
 """The persistent privacy-loss ledger: every release on a dataset spends its lifetime zCDP budget again.
 
-Releases on the same data compose: zCDP budgets add under adaptive composition (Def 19.36, Thm 19.37(i),
-applied at every order alpha), the zCDP counterpart of basic composition (Thm 19.26).  Re-running after a
-disappointing result is a further query (§19.7 pitfall), so the ledger charges every release, including
-re-runs and failed runs, BEFORE any noise is drawn, and never refunds: ``spent`` is the sum of every rho
-ever charged, whatever the charge's status.  Only re-running post-processing from saved measurements is
-free (Thm 19.25); it may be recorded with rho = 0 and status "postprocess".
-
-Storage: a SQLite file (WAL; each charge checks the cap and inserts inside one ``BEGIN IMMEDIATE``
-transaction, so two processes cannot both pass the check) or a ``postgresql://`` URL (psycopg; the
-dataset row is locked ``FOR UPDATE`` while the cap is checked).  Budgets are exact ``Fraction`` values,
-stored as "p/q" strings.  The ledger holds public budgets, ids, config hashes and statuses only, never
-microdata or counts; ids and hashes are validated so that nothing else can slip in.  SQLite's locking needs
-a local file system (not NFS); a ledger shared between machines belongs in PostgreSQL.
+Releases on the same data compose: rho adds (Thm 19.37(i)).  A re-run is a further query (§19.7 pitfall): every
+release is charged, re-runs and failed runs included, BEFORE any noise is drawn, and nothing is refunded.  Only
+post-processing from saved measurements is free (Thm 19.25; rho = 0, status "postprocess").  Storage: docs/ledger.md.
 """
 
 from __future__ import annotations
@@ -77,10 +67,7 @@ class Charge:
 
 
 class BudgetExceededError(CensusDPError):
-    """A charge would take the dataset past its lifetime cap (cf. Tumult's ``InsufficientBudgetError``).
-
-    The message carries public budget numbers only: dataset id, requested and remaining rho.
-    """
+    """A charge would take the dataset past its lifetime cap; the message carries public budget numbers only."""
 
     def __init__(self, dataset: str, requested: Fraction, remaining: Fraction, cap: Fraction) -> None:
         super().__init__(
@@ -102,10 +89,7 @@ def config_digest(raw: dict[str, Any]) -> str:
 
 
 class PrivacyLedger:
-    """Lifetime zCDP budgets per dataset and every charge made against them (Thm 19.37(i): rho adds).
-
-    ``location`` is a file path (SQLite, created with its tables if missing) or a ``postgresql://`` URL.
-    """
+    """Lifetime zCDP budgets per dataset and every charge made against them, at a file path or ``postgresql://`` URL."""
 
     def __init__(self, location: str | Path) -> None:
         self._store: Store = open_store(location)
@@ -116,10 +100,7 @@ class PrivacyLedger:
         return self._store.display
 
     def ensure_dataset(self, dataset: str, cap_rho: Fraction) -> None:
-        """Register ``dataset`` with lifetime cap ``cap_rho``; a no-op if it exists with the same cap.
-
-        A cap is never silently changed: an existing dataset with a different cap is a ``CensusDPError``.
-        """
+        """Register ``dataset`` with lifetime cap ``cap_rho``; a no-op if it exists with the same cap, else an error."""
         _check_id(dataset, "dataset id")
         cap = _positive_cap(cap_rho)
         with self._store.transaction() as sql:
@@ -127,13 +108,8 @@ class PrivacyLedger:
 
     def charge(self, dataset: str, run_id: str, rho: Fraction, delta: float, config_hash: str,
                publishable: bool) -> Charge:
-        """Atomically charge ``rho`` to the registered ``dataset`` for run ``run_id``, before any noise is drawn.
-
-        Refused with ``BudgetExceededError`` if spent + rho > cap, where spent sums every charge ever made
-        on the dataset (Thm 19.37(i)); a run id can be charged once only, so noise is never drawn twice
-        for one charge.  The stored epsilon is the CKS20 conversion of rho at ``delta``.  A release charges
-        through ``charge_release``, which first finds the dataset its data belongs to.
-        """
+        """Atomically charge ``rho`` to the registered ``dataset`` for run ``run_id``, before any noise is drawn;
+        ``BudgetExceededError`` if spent + rho > cap.  A run id is charged once only (a release: ``charge_release``)."""
         entry = self._entry(dataset, run_id, rho, delta, config_hash, publishable)
         try:
             with self._store.transaction() as sql:
@@ -144,16 +120,11 @@ class PrivacyLedger:
 
     def charge_release(self, dataset: str, cap_rho: Fraction, fingerprints: Mapping[str, str], run_id: str,
                        rho: Fraction, delta: float, config_hash: str, publishable: bool) -> Charge:
-        """Charge a release to the dataset its data belongs to, in one atomic step.
+        """Charge a release to the dataset its data belongs to, in one atomic step (a refusal records nothing).
 
-        ``fingerprints`` (kind -> keyed digest, ``pipeline.io.fingerprint``) identify the data's content whatever
-        its path, file name, format or row order.  If any is already registered, the charge goes to that
-        dataset, whatever ``dataset`` the configuration names (the returned ``Charge.dataset`` says which;
-        its cap applies); data whose fingerprints point at two datasets is refused.  Otherwise ``dataset`` is
-        registered with ``cap_rho`` if new (an existing dataset keeps its cap; a different one is an error).
-        The fingerprints are then recorded for the charged dataset, and the charge is made as in ``charge``;
-        a refused charge records nothing.  While the ledger holds datasets charged before fingerprints existed
-        (``bind`` them first), data that matches nothing is refused: it could be one of them.
+        ``fingerprints`` (kind -> keyed digest, ``pipeline.io.fingerprint``) identify the data whatever its path,
+        format or row order; if any is registered, that dataset and its cap are charged, whatever ``dataset`` names
+        (``Charge.dataset`` says which), else ``dataset`` is registered with ``cap_rho`` if new.
         """
         _check_fingerprints(fingerprints)
         cap = _positive_cap(cap_rho)
@@ -187,11 +158,8 @@ class PrivacyLedger:
         return bytes.fromhex(value)
 
     def set_status(self, run_id: str, status: ChargeStatus, reason: str | None = None) -> None:
-        """Record what became of a charged run; the charge itself stays (budget is never refunded).
-
-        ``reason`` (for a failed run) is a category from ``FailureReason``, optionally followed by ``:`` and
-        a category of the input problem: never a row number, a column's value or free text.
-        """
+        """Record what became of a charged run; the charge itself stays (budget is never refunded).  ``reason`` (for
+        a failed run) is a ``FailureReason``, optionally ``:`` and a category: never a value."""
         _check_id(run_id, "run id")
         if status not in set(ChargeStatus):
             raise CensusDPError(f"ledger: status must be one of {', '.join(ChargeStatus)}, got {status!r}")
@@ -245,8 +213,7 @@ class PrivacyLedger:
                       config_hash, ChargeStatus.CHARGED, publishable)
 
     def _lock_charges(self, sql: SQL) -> None:
-        """Serialise charges as a whole where the store needs it (PostgreSQL: a fingerprint is looked up before
-        the dataset row to lock is known; SQLite's BEGIN IMMEDIATE already holds the write lock)."""
+        """Serialise charges as a whole where the store needs it (``Store.charge_lock``)."""
         if self._store.charge_lock:
             sql(self._store.charge_lock)
 

@@ -1,8 +1,7 @@
 """The ledger's records of which data each dataset is: content fingerprints (``pipeline.io.fingerprint``).
 
-A fingerprint kind is the canonical form a digest was computed from (``rows-set``, ``lines-set``); a release's
-fingerprints may carry a universe prefix (``units-rows-set``: the units universe's file of the same dataset).
-Data is found by any kind it shares with the ledger.
+A kind is the canonical form a digest was computed from (``rows-set``, ``lines-set``), perhaps with a universe prefix
+(``units-rows-set``); data is found by any kind it shares with the ledger.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Storage backends of the privacy ledger (``pipeline.budget.ledger.charges``): SQLite files and PostgreSQL.
 
-A backend gives ``transaction(write)``, a context manager yielding ``sql(query, params) -> rows`` (queries
-use ``?`` placeholders), committed at the end of the block and rolled back on any exception.  A write
-transaction on SQLite is ``BEGIN IMMEDIATE``: it takes the database's single write lock before reading, so the
-cap check and the insert of a charge are one atomic step across processes (WAL keeps readers unblocked).  On
-PostgreSQL the ledger appends `` FOR UPDATE`` (``lock_suffix``) to the read of the dataset row, which
-serialises charges on one dataset.  Database errors become one-line ``CensusDPError``s that never echo a
-password.
+``transaction(write)`` yields ``sql(query, params) -> rows`` (``?`` placeholders), committed at the end of the block,
+rolled back on any exception; a write makes the cap check and the insert one atomic step across processes
+(docs/ledger.md).  Database errors become one-line ``CensusDPError``s that never echo a password.
 """
 
 from __future__ import annotations
@@ -31,8 +27,7 @@ _DDL = (
     "delta DOUBLE PRECISION NOT NULL, epsilon DOUBLE PRECISION NOT NULL, config_hash TEXT NOT NULL, "
     "status TEXT NOT NULL CHECK (status IN ('charged', 'published', 'failed', 'postprocess')), "
     "publishable INTEGER NOT NULL CHECK (publishable IN (0, 1)), "
-    # why a charged run failed (a category from pipeline.budget.ledger.charges.FailureReason, never a row number
-    # or a value), and the digest of the measurements it drew
+    # why a charged run failed (a FailureReason category), and the digest of the measurements it drew
     "reason TEXT, measurements TEXT)",
     "CREATE INDEX IF NOT EXISTS censusdp_charges_by_dataset ON censusdp_charges (dataset)",
     # keyed content fingerprints (pipeline.io.fingerprint): the same data under another name finds its dataset
@@ -118,8 +113,7 @@ class SQLiteStore:
     def _connect(self) -> sqlite3.Connection:
         try:
             conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
-            # FULL: a committed charge is on disk before the commit returns, even in WAL mode (whose default,
-            # NORMAL, may lose the last commits on power loss) -- a charge must survive before any noise is drawn
+            # FULL: a charge is on disk before the commit returns (WAL's default may lose it on power loss)
             conn.execute("PRAGMA synchronous=FULL")
             return conn
         except sqlite3.OperationalError as error:
@@ -156,8 +150,7 @@ class PostgresStore:
     """A ledger in PostgreSQL (psycopg 3); a charge locks its dataset row ``FOR UPDATE``."""
 
     lock_suffix = " FOR UPDATE"
-    # a charge first looks its data's fingerprints up, before it knows which dataset row to lock: charges are
-    # serialised as a whole (a ledger sees a few charges a day; correctness beats concurrency here)
+    # a charge looks fingerprints up before it knows which dataset row to lock: charges are serialised as a whole
     charge_lock = f"SELECT pg_advisory_xact_lock({_PG_LOCK_KEY + 1})"
 
     def __init__(self, url: str) -> None:
