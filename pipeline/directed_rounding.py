@@ -1,12 +1,9 @@
 """Directed rounding for display: a privacy loss is never shown below its value, a noise level never above.
 
-Reports round numbers to a few digits, and rounding to nearest can understate a privacy loss (rho = 1/3 shown
-as 0.333333 is less than what was spent).  Every figure is therefore rounded in the direction that cannot make
-the release look more private than it is: losses (rho, epsilon, shares of the budget, expected errors) up,
-noise levels (sigma²) down.  Rounding is exact: the value is first made an exact ``Fraction`` (a float's binary
-value converts exactly), the rounded decimal is found with integer floor/ceiling on it, and ``decimal.Decimal``
-only writes the result, so no intermediate rounding can push a figure the wrong way.  ``float_up`` is the same
-rule for a figure stored as a float (the manifest's rho, the certified curve's epsilon).
+Rounding to nearest can understate a loss (rho = 1/3 shown as 0.333333), so losses (rho, epsilon, budget shares,
+expected errors) round up and noise levels (sigma²) down.  The rounding is done on the exact ``Fraction`` with
+integer floor/ceiling (``Decimal`` only writes the result), so no intermediate rounding can push a figure the wrong
+way.
 """
 
 from __future__ import annotations
@@ -52,9 +49,7 @@ def round_text(value: Fraction | float | int, *, up: bool, places: int | None = 
 
 
 def _exponent10(value: Fraction) -> int:
-    """The integer e with 10**e <= value < 10**(e+1), exactly, for value > 0.
-
-    With a digits in the numerator and b in the denominator, 10**(a-b-1) < value < 10**(a-b+1): e is a-b or a-b-1.
-    """
+    """The integer e with 10**e <= value < 10**(e+1), exactly, for value > 0 (a-b or a-b-1, with a digits in the
+    numerator and b in the denominator)."""
     e = len(str(value.numerator)) - len(str(value.denominator))
     return e if Fraction(10) ** e <= value else e - 1

@@ -1,15 +1,7 @@
 """The ``[[recodes]]`` tables of a configuration: attributes defined as groupings of another's values.
 
-    [[recodes]]
-    name = "hhinstlevels"                 # the name queries use: "hhinstlevels", "votingage * hhinstlevels"
-    of = "hhgq"                           # the attribute whose values it groups
-    [recodes.groups]                      # group label = the values of `of` it holds, in output order
-    household = ["0"]
-    institutional = ["1", "2", "3", "4"]
-    noninstitutional = ["5", "6", "7"]
-
-Every value of ``of`` must be in exactly one group: a recode is a partition, so its marginal is a coarsening of
-the attribute's (the same people, grouped) and the least-squares and rounding stages treat it as any query.
+A recode is a partition of its attribute's values (each in exactly one group), so its marginal is a coarsening of
+the attribute's and the least-squares and rounding stages treat it as any query.
 """
 
 from __future__ import annotations
