@@ -93,11 +93,8 @@ class GeoTree:
 
 
 def build_tree(levels: tuple[Level, ...], lowest_codes: np.ndarray) -> GeoTree:
-    """Build the tree from the codes of every lowest-level unit (any order, duplicates allowed).
-
-    Each code must be exactly as long as the lowest level's width; every level's nodes are the distinct
-    prefixes of those codes, so no level can have a childless node.
-    """
+    """Build the tree from the codes, all of the lowest level's width, of every lowest-level unit (any order,
+    duplicates allowed): every level's nodes are their distinct prefixes, so no node is childless."""
     check_levels(levels)
     codes = np.ascontiguousarray(np.asarray(lowest_codes, dtype=np.str_).ravel())
     if len(codes) > 1 and not bool(np.all(codes[1:] > codes[:-1])):

@@ -1,9 +1,7 @@
 """Directed rounding for display: a privacy loss is never shown below its value, a noise level never above.
 
-Rounding to nearest can understate a loss (rho = 1/3 shown as 0.333333), so losses (rho, epsilon, budget shares,
-expected errors) round up and noise levels (sigma²) down.  The rounding is done on the exact ``Fraction`` with
-integer floor/ceiling (``Decimal`` only writes the result), so no intermediate rounding can push a figure the wrong
-way.
+Losses (rho, epsilon, budget shares, expected errors) round up, noise levels (sigma²) down, on the exact ``Fraction``
+with integer floor/ceiling (``Decimal`` only writes the result): no intermediate rounding can push a figure wrongly.
 """
 
 from __future__ import annotations
@@ -23,9 +21,8 @@ def round_text(value: Fraction | float | int, *, up: bool, places: int | None = 
                significant: int | None = None, strip: bool = False) -> str:
     """``value`` as a plain decimal (no exponent), rounded up (towards +inf) or down (towards -inf).
 
-    Give exactly one of ``places`` (digits after the point) or ``significant`` (significant digits, >= 1).
-    ``strip`` drops trailing zeros after the point.  Infinities are written ``inf``/``-inf`` (already a bound);
-    NaN raises ``ValueError``: a loss that is not a number cannot be rounded in a safe direction.
+    Exactly one of ``places`` (digits after the point) or ``significant`` (>= 1); ``strip`` drops trailing zeros.
+    Infinities are already bounds; NaN raises ``ValueError`` (it cannot be rounded in a safe direction).
     """
     if (places is None) == (significant is None):
         raise ValueError("give exactly one of places or significant")

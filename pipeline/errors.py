@@ -89,11 +89,8 @@ class InternalError(CensusDPError):
 
 
 def type_only_errors(stage: Callable[P, R], public: tuple[type[BaseException], ...] = ()) -> Callable[P, R]:
-    """``stage`` with every unexpected exception replaced by an ``InternalError`` that names its type only.
-
-    For code whose error text Prefect stores: ``CensusDPError`` and the ``public`` types carry public text and
-    pass; anything else (a numpy or polars error quoting a value) must not.
-    """
+    """``stage`` with every unexpected exception (a numpy or polars error may quote a value) replaced by an
+    ``InternalError`` naming its type only; ``CensusDPError`` and the ``public`` types carry public text and pass."""
 
     @functools.wraps(stage)
     def guarded(*args: P.args, **kwargs: P.kwargs) -> R:

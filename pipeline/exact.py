@@ -23,11 +23,8 @@ _EXPONENT = re.compile(r"[eE]\s*([+-]?\d+)")
 
 
 def parse_rational(value: Any, name: str, *, floats_as_written: bool = False) -> Fraction:
-    """``value`` as an exact ``Fraction``: a Fraction, an integer (numpy's too) or a decimal/fraction string.
-
-    A float only with ``floats_as_written`` (a TOML float, read through its shortest repr: the number the user
-    wrote); the sign is not checked here.
-    """
+    """``value`` as an exact ``Fraction``: a Fraction, an integer (numpy's too) or a decimal/fraction string; a
+    float only with ``floats_as_written`` (a TOML float, read through its shortest repr); the sign is not checked."""
     if isinstance(value, Fraction):
         return value
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):

@@ -1,7 +1,5 @@
 """A ``budget.epsilon`` target solved by the certified privacy curve (``budget.accountant = "pld"``, the default).
-
-Unlike CKS20's answer (``load._budget``), the PLD's depends on how rho is split, so it is solved once the strategy is
-read.  The ledger's ``cap_epsilon`` stays on CKS20: a cap bounds rho across releases whose allocations differ.
+Unlike CKS20's answer (``load._budget``) it depends on how rho is split, so it is solved once the strategy is read.
 """
 
 from __future__ import annotations

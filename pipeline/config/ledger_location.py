@@ -37,11 +37,8 @@ def prepare_location(location: str) -> None:
 
 
 def resolve_ledger_location(configured: str | None) -> str:
-    """The ledger a release is charged to; ``configured`` is ``[ledger] path`` (absolute) or None.
-
-    Raises ``ValueError`` (naming no secret) when the configuration names a ledger other than
-    ``$CENSUSDP_LEDGER``: a configuration must not be able to move the budget away from the installation's ledger.
-    """
+    """The ledger a release is charged to; ``configured`` is ``[ledger] path`` (absolute) or None.  ``ValueError``
+    (naming no secret) when it is not ``$CENSUSDP_LEDGER``: a configuration cannot move the budget elsewhere."""
     env = os.environ.get(LEDGER_ENV, "").strip()
     if env and configured and _absolute(env) != _absolute(configured):
         raise ValueError(f"names another ledger than ${LEDGER_ENV}, the installation's ledger; remove ledger.path "
@@ -75,8 +72,7 @@ def redact_url(url: str) -> str:
 
 def public_config_raw(raw: dict[str, Any]) -> dict[str, Any]:
     """A copy of a configuration's TOML table fit to be written anywhere (manifest, measurements, Prefect):
-    a ``postgresql://`` ledger URL loses its password and query string.  Whoever finishes or post-processes a
-    run finds the ledger from their own configuration or environment, never from a file the run wrote."""
+    a ``postgresql://`` ledger URL loses its password and query string."""
     public = copy.deepcopy(raw)
     ledger = public.get("ledger")
     if isinstance(ledger, dict) and isinstance(ledger.get("path"), str):

@@ -38,6 +38,7 @@ from censusdp.pipeline.config.recodes import schema_with_recodes
 from censusdp.pipeline.config.reconciliation import check_solver_setting, parse_reconciliation
 from censusdp.pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
 from censusdp.pipeline.config.units import check_units_budget, units_keys, units_raw
+from censusdp.pipeline.dp.accounting import cap_from_epsilon_delta, rho_for_epsilon_delta
 from censusdp.pipeline.errors import ConfigError, ExactNumberError
 from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta
 
@@ -114,11 +115,8 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
 
 def parse_recorded_config(raw: dict[str, Any], source: str, base: Path, ledger_location: str | None = None
                           ) -> ReleaseConfig:
-    """A configuration as a run recorded it (manifest.json, measurements/complete.json).
-
-    The recorded ``ledger.path`` is not used (it was redacted when written, and a run's files must not choose a
-    ledger): the ledger is ``ledger_location`` (the user's own option or configuration), else the installation's.
-    """
+    """A configuration as a run recorded it (manifest.json, measurements/complete.json), without its redacted
+    ``ledger.path`` (a run's files must not choose a ledger): the ledger is ``ledger_location``, else the default."""
     raw = copy.deepcopy(raw)
     if isinstance(raw.get("ledger"), dict):
         raw["ledger"].pop("path", None)
@@ -181,13 +179,11 @@ def _output(raw: dict[str, Any], source: str, base: Path, schema: Schema) -> Out
         for p in parts)
     if not ok:
         raise ConfigError(source, "output.geocode_parts", "expected a list of [column, width] pairs")
-    flags = {}
-    for key in ("protected_microdata", "estimates"):
-        flags[key] = table.get(key, False)
-        if not isinstance(flags[key], bool):
+    flags = {key: table.get(key, False) for key in ("protected_microdata", "estimates")}
+    for key, flag in flags.items():
+        if not isinstance(flag, bool):
             raise ConfigError(source, f"output.{key}", "expected true or false")
-    return OutputConfig(dir=_path(table.get("dir", "runs"), base, source, "output.dir"),
-                        protected_microdata=flags["protected_microdata"], estimates=flags["estimates"],
+    return OutputConfig(dir=_path(table.get("dir", "runs"), base, source, "output.dir"), **flags,
                         geocode_parts=tuple((str(c), int(w)) for c, w in parts),
                         tables=summary_tables(table.get("tables", []), schema, source))
 
@@ -284,8 +280,6 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
         target = float(parse_fraction(table["epsilon"], source, "budget.epsilon"))
         if target <= 0:
             raise ConfigError(source, "budget.epsilon", "must be > 0")
-        from censusdp.pipeline.dp.accounting import rho_for_epsilon_delta
-
         word = table.get("accountant", Accountant.PLD)
         if word not in list(Accountant):
             raise ConfigError(source, "budget.accountant", f"one of: {', '.join(Accountant)}")
@@ -344,8 +338,6 @@ def _ledger(raw: dict[str, Any], source: str, base: Path, delta: float) -> Ledge
     if "cap_rho" in table:
         cap = parse_fraction(table["cap_rho"], source, "ledger.cap_rho")
     else:
-        from censusdp.pipeline.dp.accounting import cap_from_epsilon_delta
-
         cap = cap_from_epsilon_delta(float(parse_fraction(table["cap_epsilon"], source, "ledger.cap_epsilon")), delta)
     if cap <= 0:
         raise ConfigError(source, "ledger.cap_rho", "the lifetime cap must be > 0")

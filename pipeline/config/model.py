@@ -1,7 +1,5 @@
 """The release configuration's data classes, and the helpers that read its keys (every error names the key).
-
-Budgets are exact ``Fraction``s.  Levels, the strategy and the budget shares are keyed by level *name*, never by
-position, so adding a level is a config change.
+Budgets are exact ``Fraction``s; levels, the strategy and the shares are keyed by level *name*, never by position.
 """
 
 from __future__ import annotations

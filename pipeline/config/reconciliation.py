@@ -1,7 +1,5 @@
-"""The reconciliation method, the multi-pass order and the solver of ``[postprocess]`` (docs/reconciliation.md).
-
-Everything here orders post-processing, so no choice changes the privacy cost; every setting is checked when the
-configuration loads, before any budget is charged.
+"""The reconciliation method, the multi-pass order and the solver of ``[postprocess]`` (docs/reconciliation.md):
+post-processing, so no choice changes the privacy cost; checked when the configuration loads, before any charge.
 """
 
 from __future__ import annotations

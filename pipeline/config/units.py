@@ -17,9 +17,7 @@ from censusdp.pipeline.config.model import LedgerConfig, Neighbouring, ReleaseCo
 from censusdp.pipeline.dp.accounting import per_person_rho
 from censusdp.pipeline.errors import ConfigError
 
-# [units] keys -> the key of the universe's own configuration table they become (``None``: a table of their own)
-INPUT_KEYS = {"path": "path", "format": "format", "geocode_column": "geocode_column",
-              "geocode_columns": "geocode_columns"}
+INPUT_KEYS = ("path", "format", "geocode_column", "geocode_columns")  # [units] keys the universe's [input] takes
 SCHEMA_KEYS = ("attributes", "recodes", "strategy", "invariants", "structural_zeros")
 POSTPROCESS_KEYS = {"reconciliation", "rounding", "passes"}  # they name the universe's queries
 # the machine's settings: the release's, for both
@@ -61,7 +59,7 @@ def units_raw(raw: dict[str, Any], source: str) -> dict[str, Any]:
     shared = copy.deepcopy({key: raw[key] for key in ("levels", "ledger") if key in raw})
     table: dict[str, Any] = {
         **shared,
-        "input": {INPUT_KEYS[key]: units[key] for key in INPUT_KEYS if key in units},
+        "input": {key: units[key] for key in INPUT_KEYS if key in units},
         # the summary tables are written from the persons' run; H1 joins them from the units' counts
         "output": {key: value for key, value in raw.get("output", {}).items() if key != "tables"},
         "budget": {"rho": units["rho"], "level_shares": units.get("level_shares", budget.get("level_shares")),
