@@ -1,8 +1,7 @@
-"""Geography levels: names and code-prefix widths, defined once, as data.
+"""Geography levels: names and code-prefix widths, as data.
 
-A level's geoid is the first ``width`` characters of the lowest-level unit's code (the root level has width 0
-and the empty geoid).  No code anywhere compares level names: levels are looked up by position in the tuple
-and named only for people (config keys, file names, manifests).
+A level's geoid is the first ``width`` characters of a lowest-level unit's code (the root: width 0, geoid "").
+Levels are looked up by position; their names are for people (config keys, file names, manifests).
 """
 
 from __future__ import annotations

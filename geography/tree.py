@@ -1,8 +1,7 @@
 """The geography tree as arrays: sorted geoids per level and the parent index of every node.
 
-Nodes of a level are sorted by geoid, so the children of one parent are contiguous and in the same order
-as their parents; ``child_offsets`` gives each parent's slice of children.  Aggregation upwards is then a
-``np.add.reduceat`` and splitting a level into per-parent problems is slicing.
+Nodes of a level are sorted by geoid, so the children of one parent are contiguous and in their parents' order:
+aggregating upwards is a ``np.add.reduceat`` and splitting a level into per-parent problems is slicing.
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ import numpy as np
 from censusdp.geography.levels import Level, check_levels
 
 # The lowest level's codes (a nation's 8M blocks) in numpy's variable-width string type: a code of up to 15 bytes is
-# held inline in 16 bytes, against 4 bytes a character (60 for a block's 15) as a fixed-width ``str_`` array.  They
-# behave as ``str`` (elements, ``tolist``, comparisons); only ``searchsorted`` wants its needles alike
-# (``codes_like``).
+# held inline in 16 bytes, against 60 for a block's 15 characters as ``str_``; only ``searchsorted`` wants its
+# needles alike (``codes_like``).
 LOWEST_GEOIDS = np.dtypes.StringDType()
 
 
@@ -90,18 +88,13 @@ class GeoTree:
         """Index of each lowest-level code in the tree; -1 where the code is not a unit of the tree."""
         lowest = self.geoids[-1]
         codes = codes_like(lowest, np.asarray(codes))
-        position = np.searchsorted(lowest, codes)
-        position = np.minimum(position, len(lowest) - 1)
-        found = lowest[position] == codes
-        return np.where(found, position, -1).astype(np.int64)
+        position = np.minimum(np.searchsorted(lowest, codes), len(lowest) - 1)
+        return np.where(lowest[position] == codes, position, -1).astype(np.int64)
 
 
 def build_tree(levels: tuple[Level, ...], lowest_codes: np.ndarray) -> GeoTree:
-    """Build the tree from the codes of every lowest-level unit (any order, duplicates allowed).
-
-    Each code must be exactly as long as the lowest level's width; every level's nodes are the distinct
-    prefixes of those codes, so no level can have a childless node.
-    """
+    """Build the tree from the codes, all of the lowest level's width, of every lowest-level unit (any order,
+    duplicates allowed): every level's nodes are their distinct prefixes, so no node is childless."""
     check_levels(levels)
     codes = np.ascontiguousarray(np.asarray(lowest_codes, dtype=np.str_).ravel())
     if len(codes) > 1 and not bool(np.all(codes[1:] > codes[:-1])):

@@ -1,12 +1,7 @@
 """Directed rounding for display: a privacy loss is never shown below its value, a noise level never above.
 
-Reports round numbers to a few digits, and rounding to nearest can understate a privacy loss (rho = 1/3 shown
-as 0.333333 is less than what was spent).  Every figure is therefore rounded in the direction that cannot make
-the release look more private than it is: losses (rho, epsilon, shares of the budget, expected errors) up,
-noise levels (sigma²) down.  Rounding is exact: the value is first made an exact ``Fraction`` (a float's binary
-value converts exactly), the rounded decimal is found with integer floor/ceiling on it, and ``decimal.Decimal``
-only writes the result, so no intermediate rounding can push a figure the wrong way.  ``float_up`` is the same
-rule for a figure stored as a float (the manifest's rho, the certified curve's epsilon).
+Losses (rho, epsilon, budget shares, expected errors) round up, noise levels (sigma²) down, on the exact ``Fraction``
+with integer floor/ceiling (``Decimal`` only writes the result): no intermediate rounding can push a figure wrongly.
 """
 
 from __future__ import annotations
@@ -26,9 +21,8 @@ def round_text(value: Fraction | float | int, *, up: bool, places: int | None = 
                significant: int | None = None, strip: bool = False) -> str:
     """``value`` as a plain decimal (no exponent), rounded up (towards +inf) or down (towards -inf).
 
-    Give exactly one of ``places`` (digits after the point) or ``significant`` (significant digits, >= 1).
-    ``strip`` drops trailing zeros after the point.  Infinities are written ``inf``/``-inf`` (already a bound);
-    NaN raises ``ValueError``: a loss that is not a number cannot be rounded in a safe direction.
+    Exactly one of ``places`` (digits after the point) or ``significant`` (>= 1); ``strip`` drops trailing zeros.
+    Infinities are already bounds; NaN raises ``ValueError`` (it cannot be rounded in a safe direction).
     """
     if (places is None) == (significant is None):
         raise ValueError("give exactly one of places or significant")
@@ -52,9 +46,7 @@ def round_text(value: Fraction | float | int, *, up: bool, places: int | None = 
 
 
 def _exponent10(value: Fraction) -> int:
-    """The integer e with 10**e <= value < 10**(e+1), exactly, for value > 0.
-
-    With a digits in the numerator and b in the denominator, 10**(a-b-1) < value < 10**(a-b+1): e is a-b or a-b-1.
-    """
+    """The integer e with 10**e <= value < 10**(e+1), exactly, for value > 0 (a-b or a-b-1, with a digits in the
+    numerator and b in the denominator)."""
     e = len(str(value.numerator)) - len(str(value.denominator))
     return e if Fraction(10) ** e <= value else e - 1

@@ -1,8 +1,5 @@
-"""Errors users see: one line, naming the file and column/row or the config key, never a confidential value.
-
-Every error that reaches the CLI is a ``CensusDPError``: the CLI prints ``str(error)`` on one line and exits
-non-zero.  Messages name *where* the problem is (file, column, row number, key); they never quote the
-offending microdata value, because error text ends up in logs and in Prefect's database.
+"""Errors users see: one line (the CLI prints it and exits non-zero), naming the file and column/row or the config
+key, never a confidential value: error text ends up in logs and in Prefect's database.
 """
 
 from __future__ import annotations
@@ -30,9 +27,7 @@ class ConfigError(CensusDPError):
 
 class ExactNumberError(CensusDPError, ValueError):
     """A value that must be an exact number (a budget, a noise scale, a delta) is not one; names the parameter.
-
-    Also a ``ValueError``: the privacy layer's argument checks raise ``ValueError`` and callers catch that.
-    """
+    Also a ``ValueError``: the privacy layer's argument checks raise ``ValueError`` and callers catch that."""
 
     def __init__(self, name: str, problem: str) -> None:
         super().__init__(f"{name}: {problem}")
@@ -60,11 +55,8 @@ class InputProblem(StrEnum):
 
 
 class InputError(CensusDPError):
-    """The microdata or geography file is invalid; the message names file, column and row (1-based).
-
-    Only the data curator's ``censusdp check`` and file-level checks show this message; a release that meets a
-    value-level problem after its charge reports an ``InputRejectedError`` instead (no row, no column).
-    """
+    """The microdata or geography file is invalid; the message names file, column and row (1-based).  Shown by
+    ``censusdp check`` and file-level checks; a release past its charge reports an ``InputRejectedError``."""
 
     def __init__(self, path: str, problem: str, *, column: str | None = None, row: int | None = None,
                  category: InputProblem = InputProblem.FILE) -> None:
@@ -79,11 +71,8 @@ class InputError(CensusDPError):
 
 
 class InputRejectedError(CensusDPError):
-    """A release's input failed a value-level check after the budget was charged.
-
-    The message names the category of the problem only -- never the file's row, column or value -- because it
-    reaches Prefect's database and the logs of people who may start releases but not read the data.
-    """
+    """A release's input failed a value-level check after the budget was charged.  Names the category only (no
+    row, column or value): it reaches the logs of people who may start releases but not read the data."""
 
     def __init__(self, category: InputProblem, check_command: str) -> None:
         super().__init__(
@@ -100,12 +89,8 @@ class InternalError(CensusDPError):
 
 
 def type_only_errors(stage: Callable[P, R], public: tuple[type[BaseException], ...] = ()) -> Callable[P, R]:
-    """``stage`` with every unexpected exception replaced by an ``InternalError`` that names its type only.
-
-    For code whose error text is stored by others (Prefect keeps task and flow failure messages and logs their
-    tracebacks): ``CensusDPError`` and the ``public`` exception types carry public text by construction and
-    pass as they are; anything else (a numpy or polars error quoting a value) must not.
-    """
+    """``stage`` with every unexpected exception (a numpy or polars error may quote a value) replaced by an
+    ``InternalError`` naming its type only; ``CensusDPError`` and the ``public`` types carry public text and pass."""
 
     @functools.wraps(stage)
     def guarded(*args: P.args, **kwargs: P.kwargs) -> R:

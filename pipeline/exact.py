@@ -1,12 +1,7 @@
-"""The one parser of exact numbers and deltas, and the default delta.
+"""The one parser of exact numbers (budgets, shares, noise scales, caps) and deltas, and the default delta.
 
-``parse_rational`` is the only place a budget, a share, a noise scale or a cap becomes a ``Fraction`` (the
-configuration loader, the ledger, the privacy maps and samplers and the CLI all call it) and ``parse_delta`` the
-only place a delta becomes a float; both raise ``ExactNumberError`` naming the parameter.  Floats are refused by
-default (0.1 is not one tenth: a noise scale must be the number its privacy map was computed for); a TOML float is
-taken as written (``floats_as_written``: "0.1" in the file means one tenth).
-
-``DEFAULT_DELTA`` is the delta at which epsilon is reported when a configuration or command gives none.
+Floats are refused by default: 0.1 is not one tenth, and a noise scale must be the number its privacy map was
+computed for.  ``DEFAULT_DELTA`` is the delta epsilon is reported at when a configuration or command gives none.
 """
 
 from __future__ import annotations
@@ -28,11 +23,8 @@ _EXPONENT = re.compile(r"[eE]\s*([+-]?\d+)")
 
 
 def parse_rational(value: Any, name: str, *, floats_as_written: bool = False) -> Fraction:
-    """``value`` as an exact ``Fraction``: a Fraction, an integer (numpy's too) or a decimal/fraction string.
-
-    A float is refused unless ``floats_as_written`` (a TOML float, read back through its shortest repr: the
-    number the user wrote); a bool, None or anything else is refused.  Sign is not checked here.
-    """
+    """``value`` as an exact ``Fraction``: a Fraction, an integer (numpy's too) or a decimal/fraction string; a
+    float only with ``floats_as_written`` (a TOML float, read through its shortest repr); the sign is not checked."""
     if isinstance(value, Fraction):
         return value
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):

@@ -58,12 +58,8 @@ def parse_structural_zeros(raw: dict[str, Any], source: str, schema: Schema) -> 
 
 
 def check_relation(budget: BudgetConfig, invariants: tuple[Invariant, ...], source: str) -> None:
-    """Exact invariants and add-remove neighbours cannot both hold: refused, naming both keys.
-
-    With an exact count published, adding or removing a person is detected with certainty, so no add-remove
-    guarantee survives; only replace-one neighbours that keep the invariants stay protected (the Census's
-    choice), and for those a histogram's squared L2 sensitivity is 2, not the 1 that add-remove accounting uses.
-    """
+    """Exact invariants and add-remove neighbours cannot both hold: an exact count reveals every addition or
+    removal, so only replace-one neighbours that keep the invariants stay protected (the Census's choice)."""
     if budget.neighbouring == "add-remove" and invariants:
         first = invariants[0]
         raise ConfigError(source, "budget.neighbouring", f"add-remove cannot hold with invariants[0] "

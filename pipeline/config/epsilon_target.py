@@ -1,9 +1,5 @@
 """A ``budget.epsilon`` target solved by the certified privacy curve (``budget.accountant = "pld"``, the default).
-
-The CKS20 answer (``pipeline.dp.accounting.rho_for_epsilon_delta``, set by ``load._budget``) depends on rho only;
-the PLD's depends on how rho is split (the noise of every level x query), so it is solved once the strategy is
-read.  The ledger's ``cap_epsilon`` stays on CKS20: a cap bounds rho across releases whose allocations differ,
-so it must be a conversion of rho alone.
+Unlike CKS20's answer (``load._budget``) it depends on how rho is split, so it is solved once the strategy is read.
 """
 
 from __future__ import annotations

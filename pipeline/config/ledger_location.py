@@ -1,15 +1,6 @@
-"""Where the privacy ledger lives: one per installation, never beside the data it protects.
+"""Where the privacy ledger lives: one per installation, never beside the data it protects (docs/ledger.md).
 
-A ledger next to the microdata gave every copy of the data a fresh lifetime budget (copy the file to another
-folder, release again).  The budget belongs to the data, so the ledger belongs to the installation:
-
-1. ``$CENSUSDP_LEDGER`` -- the installation's ledger, set by its administrator (a file or a ``postgresql://``
-   URL shared by every machine); when it is set, a configuration naming another ledger is refused;
-2. else ``[ledger] path`` in the configuration;
-3. else ``ledger.sqlite`` in the user data directory (platformdirs: ``$XDG_DATA_HOME/censusdp`` on Linux).
-
-The ledger also recognises the same data under another name (``pipeline.io.fingerprint``); this module only
-decides where to look.
+A ledger next to the microdata would give every copy of the data a fresh lifetime budget.
 """
 
 from __future__ import annotations
@@ -29,14 +20,14 @@ def is_postgres_url(location: object) -> bool:
     return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
+def _absolute(location: str) -> str:
+    return location if is_postgres_url(location) else str(Path(location).expanduser().resolve())
+
+
 def default_ledger_location() -> str:
     """``$CENSUSDP_LEDGER``, else the per-installation SQLite file in the user data directory."""
     env = os.environ.get(LEDGER_ENV, "").strip()
-    if env:
-        return env if is_postgres_url(env) else str(Path(env).expanduser().resolve())
-    return str(user_data_path("censusdp", appauthor=False) / LEDGER_FILENAME)
-
-
+    return _absolute(env) if env else str(user_data_path("censusdp", appauthor=False) / LEDGER_FILENAME)
 
 
 def prepare_location(location: str) -> None:
@@ -46,33 +37,21 @@ def prepare_location(location: str) -> None:
 
 
 def resolve_ledger_location(configured: str | None) -> str:
-    """The ledger a release is charged to; ``configured`` is ``[ledger] path`` (absolute) or None.
-
-    Raises ``ValueError`` (naming no secret) when the configuration names a ledger other than
-    ``$CENSUSDP_LEDGER``: a configuration must not be able to move the budget away from the installation's ledger.
-    """
+    """The ledger a release is charged to; ``configured`` is ``[ledger] path`` (absolute) or None.  ``ValueError``
+    (naming no secret) when it is not ``$CENSUSDP_LEDGER``: a configuration cannot move the budget elsewhere."""
     env = os.environ.get(LEDGER_ENV, "").strip()
-    if env and configured and not _same_place(env, configured):
+    if env and configured and _absolute(env) != _absolute(configured):
         raise ValueError(f"names another ledger than ${LEDGER_ENV}, the installation's ledger; remove ledger.path "
                          "(a configuration cannot move the budget to a fresh ledger)")
-    if env or not configured:
-        return default_ledger_location()
-    return configured if is_postgres_url(configured) else str(Path(configured).expanduser().resolve())
-
-
-def _same_place(a: str, b: str) -> bool:
-    if is_postgres_url(a) or is_postgres_url(b):
-        return a == b
-    return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    return default_ledger_location() if env or not configured else _absolute(configured)
 
 
 def redact_url(url: str) -> str:
     """``postgresql://user@host:port/db``: the password and query string (which may hold one) removed.
 
-    Parsed by hand, not by ``urlsplit``: a password may hold ``/``, ``?``, ``#`` or ``[`` unescaped (libpq
-    is lenient), and a parser that ends the user part early would show the rest of the password as a host.
-    Where the text is ambiguous (two ``@``, or ``?``/``#`` before the ``@``: is it the password's or the
-    query's?) nothing but the scheme is shown.  Only a plain user name before the ``:`` is kept.
+    Parsed by hand, not by ``urlsplit``: a password may hold ``/``, ``?``, ``#`` or ``[`` unescaped (libpq is
+    lenient), and a parser that ends the user part early would show the rest as a host.  Where the text is
+    ambiguous (two ``@``, or ``?``/``#`` before the ``@``) only the scheme is shown.
     """
     if not is_postgres_url(url):
         return url  # a file path holds no credential
@@ -93,8 +72,7 @@ def redact_url(url: str) -> str:
 
 def public_config_raw(raw: dict[str, Any]) -> dict[str, Any]:
     """A copy of a configuration's TOML table fit to be written anywhere (manifest, measurements, Prefect):
-    a ``postgresql://`` ledger URL loses its password and query string.  Whoever finishes or post-processes a
-    run finds the ledger from their own configuration or environment, never from a file the run wrote."""
+    a ``postgresql://`` ledger URL loses its password and query string."""
     public = copy.deepcopy(raw)
     ledger = public.get("ledger")
     if isinstance(ledger, dict) and isinstance(ledger.get("path"), str):

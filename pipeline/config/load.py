@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import tomllib
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from censusdp.geography.levels import Level
+from censusdp.geography.levels import Level, check_levels
 from censusdp.pipeline.config.constraints import check_relation, parse_invariants, parse_structural_zeros
 from censusdp.pipeline.config.epsilon_target import pld_target
 from censusdp.pipeline.config.ledger_location import is_postgres_url, resolve_ledger_location
@@ -30,17 +29,16 @@ from censusdp.pipeline.config.model import (
     Universe,
     check_nothing_else,
     check_runner,
-    levels_and_schema_ok,
     parse_fraction,
     require,
 )
 from censusdp.pipeline.config.persons_per_unit import parse_rules
 from censusdp.pipeline.config.pl94_tables import summary_tables
 from censusdp.pipeline.config.recodes import schema_with_recodes
-from censusdp.pipeline.config.reconciliation import parse_reconciliation
+from censusdp.pipeline.config.reconciliation import check_solver_setting, parse_reconciliation
 from censusdp.pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
-from censusdp.pipeline.config.solver import check_solver_setting
 from censusdp.pipeline.config.units import check_units_budget, units_keys, units_raw
+from censusdp.pipeline.dp.accounting import cap_from_epsilon_delta, rho_for_epsilon_delta
 from censusdp.pipeline.errors import ConfigError, ExactNumberError
 from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta
 
@@ -117,18 +115,14 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
 
 def parse_recorded_config(raw: dict[str, Any], source: str, base: Path, ledger_location: str | None = None
                           ) -> ReleaseConfig:
-    """A configuration as a run recorded it (manifest.json, measurements/complete.json).
-
-    The recorded ``ledger.path`` is not used: a run's files never hold a credential (it was redacted when
-    written) and must not choose a ledger.  The ledger is ``ledger_location`` (from the user's own option or
-    configuration), else the installation's (``$CENSUSDP_LEDGER`` or the user data directory).
-    """
+    """A configuration as a run recorded it (manifest.json, measurements/complete.json), without its redacted
+    ``ledger.path`` (a run's files must not choose a ledger): the ledger is ``ledger_location``, else the default."""
     raw = copy.deepcopy(raw)
     if isinstance(raw.get("ledger"), dict):
         raw["ledger"].pop("path", None)
     config = parse_config(raw, source, base)
     if ledger_location is not None:
-        config = dataclasses.replace(config, ledger=dataclasses.replace(config.ledger, location=ledger_location))
+        config = replace(config, ledger=replace(config.ledger, location=ledger_location))
     return config
 
 
@@ -185,13 +179,11 @@ def _output(raw: dict[str, Any], source: str, base: Path, schema: Schema) -> Out
         for p in parts)
     if not ok:
         raise ConfigError(source, "output.geocode_parts", "expected a list of [column, width] pairs")
-    flags = {}
-    for key in ("protected_microdata", "estimates"):
-        flags[key] = table.get(key, False)
-        if not isinstance(flags[key], bool):
+    flags = {key: table.get(key, False) for key in ("protected_microdata", "estimates")}
+    for key, flag in flags.items():
+        if not isinstance(flag, bool):
             raise ConfigError(source, f"output.{key}", "expected true or false")
-    return OutputConfig(dir=_path(table.get("dir", "runs"), base, source, "output.dir"),
-                        protected_microdata=flags["protected_microdata"], estimates=flags["estimates"],
+    return OutputConfig(dir=_path(table.get("dir", "runs"), base, source, "output.dir"), **flags,
                         geocode_parts=tuple((str(c), int(w)) for c, w in parts),
                         tables=summary_tables(table.get("tables", []), schema, source))
 
@@ -209,9 +201,11 @@ def _levels(raw: dict[str, Any], source: str) -> tuple[Level, ...]:
         if width < 0:
             raise ConfigError(source, f"{prefix}width", "must be >= 0")
         levels.append(Level(name, width))
-    levels_t = tuple(levels)
-    levels_and_schema_ok(levels_t, source)
-    return levels_t
+    try:
+        check_levels(tuple(levels))
+    except ValueError as error:
+        raise ConfigError(source, "levels", str(error)) from None
+    return tuple(levels)
 
 
 def _schema(raw: dict[str, Any], source: str) -> Schema:
@@ -286,8 +280,6 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
         target = float(parse_fraction(table["epsilon"], source, "budget.epsilon"))
         if target <= 0:
             raise ConfigError(source, "budget.epsilon", "must be > 0")
-        from censusdp.pipeline.dp.accounting import rho_for_epsilon_delta
-
         word = table.get("accountant", Accountant.PLD)
         if word not in list(Accountant):
             raise ConfigError(source, "budget.accountant", f"one of: {', '.join(Accountant)}")
@@ -298,7 +290,6 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
     shares = _shares(table.get("level_shares"), source, "budget.level_shares", [lv.name for lv in levels])
     return BudgetConfig(rho=rho, delta=delta, delta_text=delta_text, neighbouring=Neighbouring(neighbouring),
                         level_shares=shares, target_epsilon=target, accountant=accountant)
-
 
 
 def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema
@@ -334,14 +325,8 @@ def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schem
 
 
 def _ledger(raw: dict[str, Any], source: str, base: Path, delta: float) -> LedgerConfig:
-    """The [ledger] table: dataset id and lifetime cap (rho, or epsilon at the budget's delta), and where.
-
-    Where: ``$CENSUSDP_LEDGER`` (the installation's ledger, set by its administrator), else ``ledger.path``,
-    else one ledger per installation in the user data directory
-    (``pipeline.config.ledger_location.default_ledger_location``).
-    Never next to the data: copying the data elsewhere must not give it a fresh budget.  A configuration that
-    names a ledger other than ``$CENSUSDP_LEDGER`` is refused, so a configuration cannot move the budget.
-    """
+    """The [ledger] table: dataset id, lifetime cap (rho, or epsilon at the budget's delta) and where
+    (``pipeline.config.ledger_location.resolve_ledger_location``)."""
     table = raw.get("ledger")
     if not isinstance(table, dict):
         raise ConfigError(source, "ledger", "missing: every release is charged to a privacy ledger; add a [ledger] "
@@ -353,8 +338,6 @@ def _ledger(raw: dict[str, Any], source: str, base: Path, delta: float) -> Ledge
     if "cap_rho" in table:
         cap = parse_fraction(table["cap_rho"], source, "ledger.cap_rho")
     else:
-        from censusdp.pipeline.dp.accounting import cap_from_epsilon_delta
-
         cap = cap_from_epsilon_delta(float(parse_fraction(table["cap_epsilon"], source, "ledger.cap_epsilon")), delta)
     if cap <= 0:
         raise ConfigError(source, "ledger.cap_rho", "the lifetime cap must be > 0")

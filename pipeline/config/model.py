@@ -1,8 +1,5 @@
-"""The release configuration: one TOML file, validated on load; every error names the key.
-
-Budgets are exact: rho and every share are ``fractions.Fraction`` parsed from strings such as "2.56" or
-"104/4099" (TOML floats are accepted and read as the decimal they were written as).  Levels, the strategy
-and the budget shares are keyed by level *name*, never by position, so adding a level is a config change.
+"""The release configuration's data classes, and the helpers that read its keys (every error names the key).
+Budgets are exact ``Fraction``s; levels, the strategy and the shares are keyed by level *name*, never by position.
 """
 
 from __future__ import annotations
@@ -13,8 +10,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from censusdp.geography.levels import Level, check_levels
-from censusdp.pipeline.config.schema import TOTAL, Attribute, Query, Schema
+from censusdp.geography.levels import Level
+from censusdp.pipeline.config.ledger_location import redact_url
+from censusdp.pipeline.config.schema import TOTAL, Query, Schema
 from censusdp.pipeline.errors import ConfigError, ExactNumberError
 from censusdp.pipeline.exact import parse_rational
 
@@ -60,11 +58,9 @@ class Neighbouring(StrEnum):
 
     @property
     def sensitivity2_squared(self) -> int:
-        """Squared L2 sensitivity of one histogram query (§19.1, Ex. 19.12).
-
-        add-remove: one person changes one cell by 1 -> Δ₂² = 1.  replace-one: one cell -1, another +1 ->
-        Δ₂² = 2 (used for every query, as the Census did, which is conservative for marginals).
-        """
+        """Squared L2 sensitivity of one histogram query (§19.1, Ex. 19.12): add-remove changes one cell by 1 (1);
+        replace-one one cell by -1 and another by +1 (2, for every query as the Census did: conservative for
+        marginals)."""
         return 1 if self is Neighbouring.ADD_REMOVE else 2
 
     @property
@@ -82,6 +78,7 @@ class Mechanism(StrEnum):
 
 DEFAULT_TOLERANCE = Fraction(1, 10)  # production's opt_tol_slack
 DEFAULT_ROUNDING = (TOTAL,)  # marginals rounded before the cells at every level (pipeline.config.reconciliation)
+DEFAULT_CHUNK_CELLS = 4_000_000  # cells per chunk of a level: ~32 MB of int64 per query array
 
 
 class ReconciliationMethod(StrEnum):
@@ -90,9 +87,6 @@ class ReconciliationMethod(StrEnum):
     FULL_INFORMATION = "full_information"  # the tree's GLS estimates of every query, inverse-variance weighted
     LEVEL_BY_LEVEL = "level_by_level"  # the level's own noisy measurements (and its only-child chain)
 
-
-
-DEFAULT_CHUNK_CELLS = 4_000_000  # cells per chunk of a level: ~32 MB of int64 per query array
 
 @dataclass(frozen=True)
 class LevelPasses:
@@ -116,11 +110,8 @@ class SummaryTables(StrEnum):
 
 
 class Accountant(StrEnum):
-    """Which (epsilon, delta) accountant turns a ``budget.epsilon`` target into rho (``budget.accountant``).
-
-    ``pld`` (the default): the certified privacy curve of the composed noise (``pipeline.dp.pld``), the tighter;
-    ``cks20``: the zCDP conversion of CKS20 Corollary 13, which depends on rho only.
-    """
+    """Which (epsilon, delta) accountant turns a ``budget.epsilon`` target into rho (``budget.accountant``): the
+    certified privacy curve of the composed noise (the default, tighter) or CKS20 Corollary 13 (rho only)."""
 
     PLD = "pld"
     CKS20 = "cks20"
@@ -196,8 +187,6 @@ class LedgerConfig:
     cap_rho: Fraction
 
     def __repr__(self) -> str:
-        from censusdp.pipeline.config.ledger_location import redact_url
-
         return f"LedgerConfig(location={redact_url(self.location)!r}, dataset={self.dataset!r})"
 
 
@@ -227,8 +216,7 @@ class ReleaseConfig:
     reconciliation: Reconciliation | None = None  # pipeline.config.reconciliation; set by the loader
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as read: may hold a ledger password
     universe: Universe = Universe.PERSONS
-    # the housing-unit universe ([units], pipeline.config.units): a full configuration of its own that shares the
-    # levels, geography, ledger, output and neighbouring relation; None when the release has persons only
+    # the housing-unit universe ([units], pipeline.config.units), None when the release has persons only
     units: ReleaseConfig | None = None
     # persons and units tied together ([[units.persons_per_unit]], pipeline.config.persons_per_unit)
     persons_per_unit: tuple[Any, ...] = ()
@@ -276,19 +264,6 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join({str: "a string", int: "an integer", list: "a list", dict: "a table", bool: "true/false"}
                        .get(k, k.__name__) for k in kinds)
-
-
-def levels_and_schema_ok(levels: tuple[Level, ...], source: str) -> None:
-    try:
-        check_levels(levels)
-    except ValueError as error:
-        raise ConfigError(source, "levels", str(error)) from None
-
-
-__all__ = [
-    "Accountant", "Attribute", "BudgetConfig", "InputConfig", "Invariant", "LedgerConfig", "OutputConfig",
-    "ReleaseConfig", "StrategyQuery", "Universe", "parse_fraction",
-]
 
 
 RUNNER_HELP = ('one of "local", "dask-local:N" (N worker processes), or a Dask scheduler address "tcp://host:port" '

@@ -50,10 +50,7 @@ _insecure_seed_allowed = False  # True only inside the CLI's --insecure-seed cal
 @contextmanager
 def insecure_seed_allowed() -> Iterator[None]:
     """Within this block (the CLI's ``--insecure-seed`` call, nothing else) the flow accepts the seed it is given.
-
-    A process-wide flag rather than an environment variable: it dies with the call, is never inherited by
-    another process (a served deployment, a test run after this one) and is visible to Prefect's worker threads.
-    """
+    A process-wide flag, not an environment variable: no other process inherits it; Prefect's threads see it."""
     global _insecure_seed_allowed
     previous, _insecure_seed_allowed = _insecure_seed_allowed, True
     try:

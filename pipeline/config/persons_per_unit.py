@@ -1,19 +1,7 @@
 """Rules that tie the persons to the housing units they live in: ``[[units.persons_per_unit]]`` (docs/units.md).
 
-    [[units.persons_per_unit]]
-    name = "households"                         # optional: the rule's name in reports and in `censusdp verify`
-    persons = { hhgq = ["0"] }                  # the persons' cells the rule counts (attribute -> values)
-    units = { hhgq = ["0"], occupancy = ["1"] } # the units they live in (the units' attributes)
-    min = 1                                     # every such unit holds at least `min` of those persons
-    max = 99999                                 # and at most `max`
-    levels = ["state", "county"]                # optional: by default every level
-    each = "hhgq"                               # optional: one rule per value of an attribute both universes have
-
-At every node of the rule's levels, with P the persons in the rule's cells and U the units in its cells:
-``min * U <= P <= max * U`` (so no such persons where there is no such unit).  A rule is checked on the data
-(``censusdp check``; a release refuses data that breaks one) and enforced on what is published: the persons are
-reconciled within the bounds the units' published invariants imply, and the units after them within the bounds
-the published persons imply (``pipeline.release.persons_units``).  Both are post-processing of published values.
+At every node of a rule's levels, with P the persons in its cells and U the units in its cells:
+``min * U <= P <= max * U``.  Enforcing it on published values is post-processing (``pipeline.release.persons_units``).
 """
 
 from __future__ import annotations

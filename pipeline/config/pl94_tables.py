@@ -1,14 +1,7 @@
-"""The P.L. 94-171 summary tables P1-P5 as definitions over the detailed schema (``[output] tables = ["pl94"]``).
+"""The P.L. 94-171 summary tables P1-P5 and H1 as sets of detailed cells (``[output] tables``, docs/tables.md).
 
-Each variable (``P1_001N`` ...) is a set of detailed cells: for some attributes a set of their values, the
-others free.  The published tables are sums of the reconciled integer cells (``pipeline.io.summary_tables``),
-so they are integer, non-negative and consistent with each other and with the detailed tables by construction.
-
-The race rows follow the 2020 Census order, which is also the order of the CENRACE codes 01-63: the non-empty
-sets of the six race categories by size, then in order (01 White alone ... 06 Some Other Race alone, 07 White;
-Black ..., 63 all six).  Variable names and labels are those of the 2020 redistricting data (labels in the
-Census API's ``!!`` form).  H1 (occupancy status) is defined over the units universe's schema (``[units]``,
-docs/units.md): ``h1_variables`` and ``h1_schema_problem``; published with the units universe.
+The published tables are sums of the reconciled integer cells, so they are integer, non-negative and consistent
+with each other and with the detailed tables by construction.  Names and labels are the 2020 redistricting data's.
 """
 
 from __future__ import annotations
@@ -48,6 +41,9 @@ GQ_TYPES = (("Institutionalized population", (("1", "Correctional facilities for
                                                  ("7", "Other noninstitutional facilities"))))
 
 
+Cells = tuple[tuple[str, tuple[str, ...]], ...]  # (attribute, the values selected); the others summed
+
+
 @dataclass(frozen=True)
 class Variable:
     """One published count: ``cells`` restricts some attributes to some of their values (the rest are summed)."""
@@ -56,7 +52,7 @@ class Variable:
     name: str
     label: str
     universe: str
-    cells: tuple[tuple[str, tuple[str, ...]], ...]
+    cells: Cells
 
 
 def _race_rows() -> list[tuple[str, tuple[str, ...]]]:
@@ -79,33 +75,31 @@ def _race_rows() -> list[tuple[str, tuple[str, ...]]]:
     return rows
 
 
-def _race_table(table: str, universe: str, fixed: tuple[tuple[str, tuple[str, ...]], ...]) -> list[Variable]:
-    return [Variable(table, f"{table}_{i:03d}N", f"!!{label}", universe, (*fixed, (RACE, codes)))
-            for i, (label, codes) in enumerate(_race_rows(), start=1)]
+def _numbered(table: str, universe: str, rows: list[tuple[str, Cells]]) -> list[Variable]:
+    """The rows (label, cells) as the table's variables, numbered from 001."""
+    return [Variable(table, f"{table}_{i:03d}N", label, universe, cells)
+            for i, (label, cells) in enumerate(rows, start=1)]
 
 
-def _hispanic_table(table: str, universe: str, fixed: tuple[tuple[str, tuple[str, ...]], ...]) -> list[Variable]:
-    rows = [Variable(table, f"{table}_001N", "!!Total:", universe, fixed),
-            Variable(table, f"{table}_002N", "!!Total:!!Hispanic or Latino", universe, (*fixed, (HISPANIC, ("2",)))),
-            Variable(table, f"{table}_003N", "!!Total:!!Not Hispanic or Latino:", universe,
-                     (*fixed, (HISPANIC, ("1",))))]
+def _race_table(table: str, universe: str, fixed: Cells) -> list[Variable]:
+    return _numbered(table, universe, [(f"!!{label}", (*fixed, (RACE, codes))) for label, codes in _race_rows()])
+
+
+def _hispanic_table(table: str, universe: str, fixed: Cells) -> list[Variable]:
     not_hispanic = (*fixed, (HISPANIC, ("1",)))
-    for i, (label, codes) in enumerate(_race_rows()[1:], start=4):
-        below = label.removeprefix("Total:!!")
-        rows.append(Variable(table, f"{table}_{i:03d}N", f"!!Total:!!Not Hispanic or Latino:!!{below}", universe,
-                             (*not_hispanic, (RACE, codes))))
-    return rows
+    rows = [("!!Total:", fixed), ("!!Total:!!Hispanic or Latino", (*fixed, (HISPANIC, ("2",)))),
+            ("!!Total:!!Not Hispanic or Latino:", not_hispanic)]
+    rows += [(f"!!Total:!!Not Hispanic or Latino:!!{label.removeprefix('Total:!!')}", (*not_hispanic, (RACE, codes)))
+             for label, codes in _race_rows()[1:]]
+    return _numbered(table, universe, rows)
 
 
 def _group_quarters_table() -> list[Variable]:
-    universe = "Population in group quarters"
-    all_types = tuple(value for _, types in GQ_TYPES for value, _ in types)
-    rows = [("!!Total:", all_types)]
+    rows = [("!!Total:", tuple(value for _, types in GQ_TYPES for value, _ in types))]
     for kind, types in GQ_TYPES:
         rows.append((f"!!Total:!!{kind}:", tuple(value for value, _ in types)))
         rows += [(f"!!Total:!!{kind}:!!{label}", (value,)) for value, label in types]
-    return [Variable("P5", f"P5_{i:03d}N", label, universe, ((GQ_TYPE, values),))
-            for i, (label, values) in enumerate(rows, start=1)]
+    return _numbered("P5", "Population in group quarters", [(label, ((GQ_TYPE, values),)) for label, values in rows])
 
 
 def pl94_variables() -> tuple[Variable, ...]:
@@ -121,10 +115,10 @@ def pl94_variables() -> tuple[Variable, ...]:
 def h1_variables() -> tuple[Variable, ...]:
     """H1 (occupancy status) over the units schema: housing units (hhgq 0; group-quarters facilities are not
     housing units), occupied and vacant."""
-    universe, housing = "Housing units", ((GQ_TYPE, (HOUSING_UNIT,)),)
-    return (Variable("H1", "H1_001N", "!!Total:", universe, housing),
-            Variable("H1", "H1_002N", "!!Total:!!Occupied", universe, (*housing, (OCCUPANCY, (OCCUPIED,)))),
-            Variable("H1", "H1_003N", "!!Total:!!Vacant", universe, (*housing, (OCCUPANCY, (VACANT,)))))
+    housing = ((GQ_TYPE, (HOUSING_UNIT,)),)
+    return tuple(_numbered("H1", "Housing units", [("!!Total:", housing),
+                                                   ("!!Total:!!Occupied", (*housing, (OCCUPANCY, (OCCUPIED,)))),
+                                                   ("!!Total:!!Vacant", (*housing, (OCCUPANCY, (VACANT,))))]))
 
 
 def _schema_problem(schema: Schema, required: dict[str, tuple[str, ...]], tables_need: str) -> str | None:

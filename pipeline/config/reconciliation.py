@@ -1,16 +1,5 @@
-"""How the measurements become tables: the reconciliation method and the multi-pass order, as configuration data.
-
-    [postprocess]
-    reconciliation = "full_information"     # or "level_by_level"
-    rounding = ["total"]                    # marginals rounded and fixed before the cells, at every level
-
-    [[postprocess.passes]]                  # optional, per level: the production ordering of pl94-2020
-    levels = ["state", "county", "tract", "block_group"]
-    l2 = [["total"], ["cenrace", "hispanic"]]   # least-squares passes; unnamed queries join the last one
-    rounding = ["total"]
-    tolerance = "1/10"                      # later passes keep earlier answers within this many persons
-
-Everything here orders post-processing (``postprocess.passes``), so no choice changes the privacy cost.
+"""The reconciliation method, the multi-pass order and the solver of ``[postprocess]`` (docs/reconciliation.md):
+post-processing, so no choice changes the privacy cost; checked when the configuration loads, before any charge.
 """
 
 from __future__ import annotations
@@ -21,9 +10,11 @@ from censusdp.geography.levels import Level
 from censusdp.pipeline.config.model import (  # noqa: F401 - the data classes are part of this module's interface
     DEFAULT_ROUNDING,
     DEFAULT_TOLERANCE,
+    Invariant,
     LevelPasses,
     Reconciliation,
     ReconciliationMethod,
+    StrategyQuery,
     check_nothing_else,
     parse_fraction,
 )
@@ -31,11 +22,32 @@ from censusdp.pipeline.config.schema import DETAILED, Query, Schema
 from censusdp.pipeline.errors import ConfigError
 
 
+def check_solver_setting(solver: str, source: str, levels: tuple[Level, ...],
+                         strategy: dict[str, tuple[StrategyQuery, ...]], invariants: tuple[Invariant, ...]) -> None:
+    """``postprocess.solver`` against the vocabulary ``reconcile_level`` shares (``least_squares.check_solver``):
+    a forced path must apply at every level (``reconcile_level`` refuses it where it does not)."""
+    from censusdp.postprocess.least_squares import SolverPath, check_solver
+
+    if solver == SolverPath.FIRST_ORDER:
+        raise ConfigError(source, "postprocess.solver", "first_order needs a parent level and serves the batches "
+                          "below the root that \"auto\" gives it; use auto")
+    if solver == SolverPath.FAST:
+        for level in levels:
+            if any(q.query.name != DETAILED for q in strategy[level.name]) or any(
+                    level.name in i.levels for i in invariants):
+                raise ConfigError(source, "postprocess.solver", f"fast needs only the detailed query and no "
+                                  f"invariant at every level ({level.name} has others); use auto")
+    try:
+        check_solver(solver)
+    except ValueError as error:
+        raise ConfigError(source, "postprocess.solver", str(error)) from None
+
+
 def parse_reconciliation(table: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema,
                          measured: dict[str, set[str]]) -> Reconciliation:
-    """The ``[postprocess]`` keys of this module; ``measured`` is each level's measured query names.  A forced
+    """The reconciliation keys of ``[postprocess]``; ``measured`` is each level's measured query names.  A forced
     ``solver = "fast"`` (closed forms: the detailed cells alone, one pass, cell-wise rounding) needs
-    ``level_by_level``, one pass and no rounding marginal: refused here, before any budget is charged."""
+    ``level_by_level``, one pass and no rounding marginal."""
     try:
         method = ReconciliationMethod(table.get("reconciliation", ReconciliationMethod.FULL_INFORMATION))
     except ValueError:

@@ -1,14 +1,9 @@
 """Attributes, the detailed histogram they span, and queries as marginals of it.
 
-The detailed histogram of a node is a dense count vector over the cross product of every attribute's
-domain, flattened in C order (the first attribute varies slowest).  A query is named by the attributes it
-keeps: ``total`` keeps none, ``detailed`` keeps all, ``votingage * hispanic * cenrace`` keeps three, in that
-order; its cells are the flattened cross product of the kept attributes, in the order named.
-
-A recode is an attribute defined as a grouping of another's values (``hhinstlevels``: household, institutional
-and non-institutional group quarters, from the eight ``hhgq`` values).  It spans no axis of the histogram of its
-own: a query may name it like an attribute, and its cells are then the groups (each the sum of its values'
-cells).  A query names each axis once, so not an attribute together with a recode of it.
+A node's detailed histogram is a dense count vector over the cross product of every attribute's domain, in C
+order (the first attribute varies slowest).  A query keeps some attributes (``total`` none, ``detailed`` all,
+``votingage * hispanic * cenrace`` three); its cells are their cross product, in the order named.  A recode spans
+no axis of its own: a query names it like an attribute, and its cells are the groups of its attribute's values.
 """
 
 from __future__ import annotations
@@ -155,7 +150,6 @@ class Schema:
     def query_matrix(self, query: Query) -> sp.csr_matrix:
         """The 0/1 matrix Q with ``Q @ detailed == marginal``: (q_cells, n_cells)."""
         n_cells = self.n_cells
-        # map every detailed cell to its query cell by unravelling its multi-index
         multi = np.unravel_index(np.arange(n_cells), self.shape)
         factors = [self.factor(a) for a in query.attributes]
         if factors:

@@ -1,24 +1,8 @@
-"""The housing-unit universe: the optional ``[units]`` table of a release configuration (docs/units.md).
+"""The housing-unit universe: the optional ``[units]`` table of a release configuration (keys: docs/units.md).
 
-    [units]
-    path = "units.parquet"              # relative to the configuration file, like input.path
-    format = "parquet"                  # parquet | csv | mdf-units (the Census 2020 MDF unit layout)
-    geocode_column = "geocode"          # or geocode_columns = [...]; ignored for mdf-units, which builds it
-    rho = "0.075"                       # the units' zCDP budget (exact); a release is charged persons' + 4 units'
-    level_shares = { us = "1/6", ... }  # optional: by default the persons' [budget.level_shares]
-    [[units.attributes]]                # the units' schema, as [[attributes]] (mapping tables included)
-    [[units.recodes]]                   # optional, as [[recodes]]
-    [units.strategy.<level>]            # as [strategy.<level>]: every level, shares summing to 1
-    [[units.invariants]]                # optional, as [[invariants]]
-    [[units.structural_zeros]]          # optional, as [[structural_zeros]]
-    [units.postprocess]                 # optional: reconciliation, rounding, passes, as in [postprocess]
-
-The universe shares what belongs to the release rather than to a schema: the levels, the geography file, the
-ledger (one dataset, one cap), the output folder, delta and the neighbouring relation, and the solver, runner and
-chunk size.  So that nothing is parsed by a second set of rules, ``units_raw`` builds a whole configuration table
-for the universe (the persons' shared tables plus the ``[units]`` values, under the persons' key names) and the
-loader runs the same ``parse_config`` on it; ``units_keys`` turns the keys its errors name back into the user's
-(``strategy.block`` -> ``units.strategy.block``).
+``units_raw`` builds the universe's whole configuration table (the persons' shared tables plus the ``[units]``
+values, under the persons' key names), so that ``parse_config`` reads it by the same rules; ``units_keys`` turns
+the keys its errors name back into the user's (``strategy.block`` -> ``units.strategy.block``).
 """
 
 from __future__ import annotations
@@ -33,9 +17,7 @@ from censusdp.pipeline.config.model import LedgerConfig, Neighbouring, ReleaseCo
 from censusdp.pipeline.dp.accounting import per_person_rho
 from censusdp.pipeline.errors import ConfigError
 
-# [units] keys -> the key of the universe's own configuration table they become (``None``: a table of their own)
-INPUT_KEYS = {"path": "path", "format": "format", "geocode_column": "geocode_column",
-              "geocode_columns": "geocode_columns"}
+INPUT_KEYS = ("path", "format", "geocode_column", "geocode_columns")  # [units] keys the universe's [input] takes
 SCHEMA_KEYS = ("attributes", "recodes", "strategy", "invariants", "structural_zeros")
 POSTPROCESS_KEYS = {"reconciliation", "rounding", "passes"}  # they name the universe's queries
 # the machine's settings: the release's, for both
@@ -77,7 +59,7 @@ def units_raw(raw: dict[str, Any], source: str) -> dict[str, Any]:
     shared = copy.deepcopy({key: raw[key] for key in ("levels", "ledger") if key in raw})
     table: dict[str, Any] = {
         **shared,
-        "input": {INPUT_KEYS[key]: units[key] for key in INPUT_KEYS if key in units},
+        "input": {key: units[key] for key in INPUT_KEYS if key in units},
         # the summary tables are written from the persons' run; H1 joins them from the units' counts
         "output": {key: value for key, value in raw.get("output", {}).items() if key != "tables"},
         "budget": {"rho": units["rho"], "level_shares": units.get("level_shares", budget.get("level_shares")),
