@@ -1,8 +1,6 @@
-"""The release as a Prefect flow: the same stages as ``pipeline.release.stages.run_release``, one task per
-stage and level.
-
-Parameters are paths and budgets only.  Tasks share one in-memory ``Release`` (whose repr is public) and
-never return data; results are not persisted and inputs are never hashed for caching (NO_CACHE).
+"""The release as a Prefect flow: the same stages as ``pipeline.release.stages.run_release``, one task per stage and
+level.  Parameters are paths and budgets only; tasks share one in-memory ``Release`` (whose repr is public), never
+return data, and are never cached or persisted (NO_CACHE).
 """
 
 from __future__ import annotations
@@ -50,13 +48,9 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
                  geography: str | None = None, fmt: str | None = None, rho: str | int | float | None = None,
                  runner: str | None = None, insecure_seed: int | None = None, units: str | None = None,
                  no_units: bool = False) -> str:
-    """Release one dataset: returns the path of the published run directory.
-
-    With a Dask runner, the validate and measure tasks run the input's group tasks on the workers (they read the
-    confidential records there, unless ``postprocess.measure_on = "driver"``: docs/dask.md) and each reconcile task
-    maps its chunks on the same client; workers import no Prefect, so no ephemeral server is started per worker.
-    ``rho`` may be a number as `prefect deployment run ... -p rho=1.5` sends it (read as the decimal written).
-    """
+    """Release one dataset: returns the path of the published run directory.  With a Dask runner the stages'
+    tasks map their work on its workers, which import no Prefect.  ``rho`` may be a number as
+    `prefect deployment run ... -p rho=1.5` sends it (read as the decimal written)."""
     if insecure_seed is not None and not insecure_seed_is_allowed():
         # a deployment parameter alone must not switch off the CSPRNG: only the CLI's --insecure-seed flag
         raise CensusDPError("insecure_seed is for tests only: pass --insecure-seed on the censusdp command line")

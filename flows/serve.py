@@ -1,9 +1,6 @@
-"""Serving the release flow as a Prefect deployment on a schedule (``censusdp serve``).
-
-Every scheduled run is a release like any other: it is charged to the ledger before any noise is drawn,
-and a run the ledger refuses raises, so Prefect shows it as Failed with the one-line reason.  Schedules
-need a Prefect server that outlives this process (``prefect server start``, PREFECT_API_URL set); the
-deployment's default parameters are the config path and the run folder only.
+"""Serving the release flow as a Prefect deployment on a schedule (``censusdp serve``): every scheduled run is a
+release like any other (charged before any noise; a refused run shows as Failed).  Schedules need a Prefect server
+that outlives this process; the deployment's default parameters are the config path and the run folder only.
 """
 
 from __future__ import annotations

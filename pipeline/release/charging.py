@@ -18,17 +18,11 @@ log = logging.getLogger("censusdp")
 
 
 def charge(release: Release, runner: LocalRunner | DaskRunner | None = None) -> None:
-    """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn.
+    """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn (docs/ledger.md).
 
-    The dataset is found by the data's keyed content fingerprints (``pipeline.io.fingerprint``): the same data
-    under another path, name, format or row order is charged to the dataset it was first charged to, whatever
-    ``ledger.dataset`` says.  Refused (BudgetExceededError, nothing drawn, nothing published) if it would pass
-    the dataset's lifetime cap.  Once charged it is never refunded, even if the run fails later: composition
-    (Thm 19.37(i)) counts every noisy measurement drawn, and noise may already have been drawn when a failure
-    happens.
-
-    When the run's records are read on a Dask runner's workers (``postprocess.measure_on``), so are its
-    fingerprints, part by part (the workers then hold the ledger's fingerprint key: docs/dask.md).
+    The dataset is found by the data's keyed content fingerprints, whatever ``ledger.dataset`` says (computed on
+    the Dask workers where they read the records: docs/dask.md).  Refused past the dataset's lifetime cap; never
+    refunded, even if the run fails later: composition (Thm 19.37(i)) counts every noisy measurement drawn.
     """
     config = release.config
     prepare_location(config.ledger.location)

@@ -1,9 +1,7 @@
 """Splitting a level into chunks of nodes that never split a parent's children.
 
-Nodes are sorted by geoid, so the children of consecutive parents are consecutive: a chunk is a node range
-[start, stop) whose ends fall on parent boundaries.  Measurement and reconciliation of a level use the same
-chunks; memory is bounded by the chunk size (about ``max_cells`` detailed cells), not by the level's size,
-and chunks of one level are independent once the level above is fixed, so they can run in parallel.
+Nodes are sorted by geoid, so a chunk is a node range [start, stop) whose ends fall on parent boundaries.  Memory is
+bounded by the chunk size, and chunks of one level are independent once the level above is fixed.
 """
 
 from __future__ import annotations
@@ -16,11 +14,8 @@ from censusdp.pipeline.config.model import DEFAULT_CHUNK_CELLS
 
 def level_chunks(tree: GeoTree, level: int, n_cells: int,
                  max_cells: int = DEFAULT_CHUNK_CELLS) -> list[tuple[int, int]]:
-    """Node ranges of about ``max_cells`` detailed cells each, aligned to parent boundaries.
-
-    A single parent whose children alone exceed ``max_cells`` forms one chunk of its own (its problem is
-    split further into bounded solver batches by postprocess).
-    """
+    """Node ranges of about ``max_cells`` detailed cells each, aligned to parent boundaries; a parent whose
+    children alone exceed ``max_cells`` is one chunk of its own."""
     n_nodes = tree.n_nodes(level)
     if level == 0:
         return [(0, n_nodes)]

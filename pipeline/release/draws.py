@@ -1,19 +1,10 @@
-"""Each measurement's draw: the stream it comes from and the claim that lets it happen once per run.
+"""Each measurement's draw: the stream it comes from and the claim that lets it happen once per run (docs/dask.md).
 
-Guarantee.  A release is charged for one noisy measurement of each (level, query, node) (Thm 19.37(i)); a second,
-independent draw of the same counts would be a second measurement, uncharged.  So:
-
-- every measurement task (a group of subtrees, or the levels above them) claims its draw before it reads a record
-  or draws a value (``claim_draw``): an ``O_EXCL`` file in the run's parts folder, one per task and run.  Dask
-  re-runs a task whose worker, or whose result's worker, was lost; that attempt finds the claim and fails
-  without drawing.  The parts folder is made once by the driver and no task creates a folder, so an attempt
-  that starts after the run failed or was published creates nothing;
-- a task's part files carry the claiming attempt's id (``part_name``), and the driver adopts a part only if the
-  claim names its attempt (``check_claimed``): exactly one attempt's parts are published;
-- under a test seed each chunk's stream is keyed by a label naming what decides the counts its draws land on
-  (``chunk_label``), so that two layouts of one input, which cut a level into other chunks, never put one
-  stream on different counts (subtracting the two releases would cancel the noise).  In production every
-  chunk draws from fresh OS entropy and the label only names it.
+A release is charged for one noisy measurement of each (level, query, node) (Thm 19.37(i)); a second, independent
+draw of the same counts would be a second measurement, uncharged.  So every measurement task claims its draw
+before it reads a record or draws a value (``claim_draw``), and the driver adopts only the parts of the attempt
+that holds the claim (``check_claimed``).  The parts folder is made once by the driver and no task creates a
+folder, so an attempt that starts after the run failed or was published creates nothing.
 """
 
 from __future__ import annotations
@@ -81,6 +72,8 @@ def check_claimed(out_dir: str | None, index: int, part: Path) -> Path:
 
 def chunk_label(universe: str, level: str, allocations: Sequence[QueryAllocation], start: int, stop: int) -> str:
     """A chunk's stream label: nodes [start, stop) of ``level`` (numbered in the whole tree) and its queries in
-    drawing order, with their mechanisms."""
+    drawing order, with their mechanisms.  Under a test seed it keys the chunk's stream: two layouts of one input
+    cut a level into other chunks, and a label shared by chunks of different nodes would put one stream on two sets
+    of counts (subtracting the two releases would cancel the noise).  In production it only names the chunk."""
     queries = ",".join(f"{a.query}/{a.mechanism}" for a in allocations)
     return f"{universe}:{level}:{start}-{stop}:{queries}"

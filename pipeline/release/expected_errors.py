@@ -1,12 +1,10 @@
 """The expected error of the main P.L. 94-171 counts at every summary level, for the report (public values only).
 
-For each level and each of ``MAIN_VARIABLES``, the root mean square over the level's nodes of the exact standard
-error of the node's GLS estimate (``postprocess.gls_areas``: a node is the area of the blocks below it).  It
-depends on the design only (the tree, every query's σ², which queries are invariant), not on the data or the
-noise, so it is known before anyone reads the tables.  It is the error of the GLS estimate, the linear unbiased
-fit of every measurement (``estimates/``), not of the published counts: with full-information reconciliation
-those are at least as accurate above and at the blocks (BENCHMARKS.md); with
-``level_by_level`` each level fits its own measurements only and may be less accurate (the report says which).
+For each level and each of ``MAIN_VARIABLES``: the root mean square over the level's nodes of the exact standard
+error of the node's GLS estimate (``postprocess.gls_areas``).  It depends on the design only (the tree, every
+query's σ², which queries are invariant), not on the data or the noise.  It is the GLS estimate's error, not the
+published counts': with full-information reconciliation those are at least as accurate (BENCHMARKS.md); with
+``level_by_level`` they may be less (the report says which).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Finishing from saved measurements: ``censusdp postprocess RUN_DIR`` and ``censusdp release --resume RUN_ID``.
 
-Both read the noisy measurements, the invariants and the configuration — never the microdata — and draw no
-noise: everything they compute is post-processing of published measurements (Thm 19.25), so they spend no
-budget.  ``postprocess`` writes a new run folder whose manifest points to the measurements it used (and
-records a zero-rho entry in the ledger); ``resume`` finishes a run that died after its measurements were
-saved, under the run's own id and its one charge.
+Both read the noisy measurements, the invariants and the configuration, never the microdata, and draw no noise:
+post-processing of published measurements (Thm 19.25), so they spend no budget.  ``postprocess`` writes a new run
+folder (a zero-rho ledger entry); ``resume`` finishes a run that died after its measurements were saved, under the
+run's own id and its one charge.
 """
 
 from __future__ import annotations
@@ -91,13 +90,9 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
                     write_estimates: stages.EstimatesWriter | None = None, reconciliation: str | None = None
                     ) -> Path:
     """Re-run reconciliation and rounding on ``run_dir``'s measurements; returns the new run folder.
-    ``reconciliation`` replaces the recorded ``postprocess.reconciliation`` (post-processing: any is free).
-
-    The ledger is ``ledger`` (``--ledger``), else the installation's (``$CENSUSDP_LEDGER`` or the user data
-    directory): never one a run's files name.  If it holds the run's charge, the run's recorded configuration
-    must be the one charged (an edited manifest would state a false guarantee); without it the new run is
-    not publishable.
-    """
+    ``reconciliation`` replaces the recorded one (post-processing: any is free).  The ledger is ``ledger``, else
+    the installation's, never one a run's files name; without the run's charge there the new run is not
+    publishable."""
     run_dir = run_dir.resolve()
     manifest = read_record(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
     config, book, charge = _recorded(manifest["config_raw"], manifest["run_id"], str(run_dir / "manifest.json"),
@@ -150,12 +145,9 @@ def _record_free_run(ledger: PrivacyLedger, config: ReleaseConfig, dataset: str,
 
 def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: str | None = None,
                    runner: str | None = None, *, write_estimates: stages.EstimatesWriter | None = None) -> Path:
-    """Finish run ``run_id`` from its saved measurements, under its existing charge (no new charge).
-
-    The configuration is the one the measurements were drawn with (saved beside them); only the solver and
-    the runner may change.  The ledger is the one the user's own configuration resolves to (``ledger_location``),
-    never one the run's files name; its charge must match the rho those measurements spent.
-    """
+    """Finish run ``run_id`` from its saved measurements, under its existing charge (no new charge), with the
+    configuration they were drawn with (only the solver and the runner may change).  The ledger is the user's own
+    (``ledger_location``), never one the run's files name; its charge must match the rho those measurements spent."""
     work_dir = out_root / f".{run_id}.partial"
     marker = read_record(work_dir / "measurements" / stages.COMPLETE_MARKER,
                    f"cannot resume run {run_id}: its measurements were not all saved; start a new release")

@@ -1,19 +1,10 @@
 """Full-information reconciliation: every level is fitted to the tree's GLS estimates, not to its own measurements.
 
-Top-down reconciliation of a level against its own noisy measurements ignores everything measured below it
-(and, for an only child, the measurements of its chain).  Here the exact GLS of the whole tree
-(``postprocess.gls``: every measurement of every level, the invariants, x_parent = Σ x_children; computed out of
-core by ``postprocess.gls_stream``, chunk by chunk from the level files) comes first;
-each level's least squares then fits, for every query of the level's strategy plus the total and the detailed
-cells, the GLS estimate of that query with weight 1/v, v the mean variance of the estimate's cells over the
-level's nodes (nodes pinned by an invariant left out; at the lowest level a measured query keeps its own σ²).
-The constraints are those of every path —
-non-negativity, structural zeros, invariants, children adding up to the already-rounded parent — and the
-chunks, fast paths and Dask runner are unchanged.  A node that is its parent's only child (wholly or for some
-nodes of a level) is handled by the GLS itself, which ties the two nodes' measurements together.
-
-Everything is a function of the noisy measurements, their public σ² and the published invariants:
-post-processing, no privacy cost (Thm 19.25).  Design and measured accuracy: docs/reconciliation.md.
+The exact GLS of the whole tree (``postprocess.gls``, streamed out of core by ``postprocess.gls_stream``) comes
+first; each level's least squares then fits, for every query of the level's strategy plus the total and the
+detailed cells, the GLS estimate of that query with weight 1/v, v the mean variance of the estimate's free cells
+over the level's nodes, under the usual constraints.  Everything is a function of the noisy measurements, their
+public σ² and the published invariants: post-processing, no privacy cost (Thm 19.25).  Design: docs/reconciliation.md.
 """
 
 from __future__ import annotations
@@ -40,9 +31,6 @@ from censusdp.postprocess.gls_stream_chunk import LowestChunk
 
 PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (no weight: the constraint holds it)
 GLS_SCRATCH = "gls_scratch"  # under the run's work_dir: the streamed GLS's intermediates, removed before publish
-
-__all__ = ["LevelTargets", "ReconciliationMethod", "discard_targets", "estimate", "gls_problem", "level_targets",
-           "solve_tree", "spec_of", "stream_problem", "target_queries", "target_weight", "TargetTerm", "tree_targets"]
 
 Measured = Sequence[tuple[Query, Fraction, np.ndarray]]  # (query, σ², noisy answers (n_nodes, q_cells))
 
@@ -136,11 +124,9 @@ def stream_problem(schema: Schema, parents: Sequence[np.ndarray], allocated: All
 
 
 def estimate(release: Release, run: UniverseRun, runner: LocalRunner | DaskRunner | None = None) -> None:
-    """Stage: the tree's GLS from the run's saved noisy measurements (``postprocess.gls_stream``: chunk by chunk,
-    intermediates in ``work_dir/gls_scratch``), kept as every level's targets (``run.targets``), which the
-    reconciliation's chunk tasks evaluate chunk by chunk.  The lowest level's up pass runs as jobs on ``runner``
-    (on Dask, workers read the level's measurements; only its parents' sums come back).  Nothing to do with
-    ``postprocess.reconciliation = "level_by_level"``."""
+    """Stage: the tree's GLS from the run's saved noisy measurements (streamed, intermediates in ``GLS_SCRATCH``),
+    kept as every level's targets (``run.targets``); the lowest level's up pass runs as jobs on ``runner``.
+    Nothing to do with ``level_by_level`` reconciliation."""
     config = run.config
     if config.reconciliation_method is not ReconciliationMethod.FULL_INFORMATION:
         return
@@ -190,10 +176,8 @@ def discard_targets(run: UniverseRun) -> None:
 
 def tree_targets(config: ReleaseConfig, result: GlsResult, measured: Sequence[Measured]
                  ) -> list[list[QueryMeasurement]]:
-    """Every level's targets.  At the lowest level each measured query keeps its own measurement's weight: nothing
-    lies below, so its GLS estimate is that measurement shrunk by the parents' information only, and the
-    marginals' GLS variances, all drawn from the same detailed cells, would count that information several
-    times over (measured on ri2010, pl94-2020: block totals 5.85 with GLS weights, 5.33 with their own)."""
+    """Every level's targets.  At the lowest level each measured query keeps its own measurement's weight (why:
+    docs/reconciliation.md)."""
     schema, last = config.schema, len(config.levels) - 1
     out = []
     for level, spec in enumerate(config.levels):

@@ -1,23 +1,17 @@
-"""Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers.
+"""Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers (docs/dask.md).
 
-The input is read group by group: a group is the nodes of one *partition level* whose records sit in their own files
-(a Parquet dataset partitioned by state: ``microdata/state=01/...``, one group per state), or, for a single file or
-a dataset without partition folders, the whole tree (one group at the root). A group's task reads only its files,
-batch by batch (``pipeline.io.microdata.encoded_rows``: every value check), keeps one int64 key per record (unit x
-cells + cell, in sorted runs of one batch each), and measures every level from the partition level down, chunk by
-chunk (chunks of whole parents inside the group): histogram, exact noise (``release.noisy_measurements.measure_level``),
-written at once. What the levels above the partition level need from a group is its total histogram (confidential):
-it is summed into those levels' nodes by ``measure_upper``, which runs where the groups ran (on Dask, worker to
-worker: the driver never holds it). Memory per task: 8 bytes per record of the group, plus one chunk's dense
-histograms and noise and a bounded slice of keys counted at a time (``SLICE_KEYS``).
+A group is the nodes of the *partition level* whose records sit in their own files (``microdata/state=01/...``),
+or the whole tree for a single file.  Its task reads only its files, batch by batch (``encoded_rows``: every value
+check), keeps one int64 key per record, and measures every level from the partition level down, chunk by chunk:
+histogram, exact noise (``release.noisy_measurements``), written at once.  The levels above get each group's total
+histogram (confidential), summed by ``measure_upper`` where the groups ran (on Dask, worker to worker).  Memory per
+task: 8 bytes per record of the group, plus one chunk's histograms and noise and ``SLICE_KEYS`` keys at a time.
 
-Every chunk draws from its own stream (``pipeline.dp.random_source.substream_key``): in production the OS CSPRNG
-of the process that measures it; with a test seed, a stream keyed from the run's seeded source and the chunk's
-label, so a driver-only and a Dask run of the same seeded release publish the same tables, bit for bit.
-
-Guarantee: unchanged from ``release.noisy_measurements`` (Thm 19.37(iii) with CKS20 Thm 4 per query and level; nodes are
-disjoint, Prop. 19.30).  Which process draws a chunk's noise does not change its distribution; the streams are
-independent (fresh OS keys, or distinct HMAC labels under one test key).
+Every chunk draws from its own stream (``substream_key``): the OS CSPRNG of the process that measures it, or under
+a test seed a stream keyed from the run's source and the chunk's label, so a driver-only and a Dask run of one
+seeded release publish the same tables.  Guarantee: that of ``release.noisy_measurements`` (Thm 19.37(iii) with
+CKS20 Thm 4 per query and level; nodes are disjoint, Prop. 19.30); which process draws a chunk's noise does not
+change its distribution, and the streams are independent.
 """
 
 from __future__ import annotations

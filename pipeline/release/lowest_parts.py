@@ -1,30 +1,15 @@
-"""The lowest level's published outputs, written by its reconciliation tasks, one part file per chunk.
-
-The lowest level (the blocks) is most of a release's nodes and its outputs most of its bytes: its table, the
-protected microdata (one row per person) and each summary table set's lowest level.  Encoding them on the driver
-made it the bottleneck of a Dask run (9 s of driver CPU at 10M persons: ≈ 5 min at 330M, more than the block
-level's work on 32 workers).  So each chunk's task writes its own part of each, where it reconciled the chunk, and
-sends back only its report and its count of blocks where persons and units disagree:
+"""The lowest level's published outputs, written by its reconciliation tasks, one part file per chunk (docs/dask.md):
 
     tables/<lowest>.parquet/part-NNNNNN.parquet           the level's table (long form)
     microdata.parquet/part-NNNNNN.parquet                 the protected microdata
     tables/<set>/<lowest>.parquet/part-NNNNNN.parquet     each summary table set's lowest level
 
-``NNNNNN`` is the chunk's index, so name order is node order, and each output is a Parquet dataset that pyarrow,
-polars, pandas and Spark read as one table from its folder's path (DuckDB: ``read_parquet('…/*.parquet')``).
-
-A chunk's parts are written under names of their own (a fresh token per attempt) in the level's staging folder,
-and renamed into place once all are complete: a task run twice (a lost worker) leaves one part of each, and a task
-that fails before its renames leaves none.  The staging folder is the attempt's own (``.lowest-parts-<token>``),
-and no part's writer creates a folder: a task of an abandoned attempt still running on a worker (Dask cannot stop
-a running task) fails once a new attempt (``--resume``) has removed its staging folder, or once its run folder is
-gone, instead of writing a part the new attempt would publish.  The driver checks every output holds exactly one
-part per chunk once the level is done (a failure between a chunk's renames leaves some of its parts: the run
-fails).  The housing columns (H1) come from the units universe's counts of the same blocks,
-reconciled in the same task, after the persons (``release.persons_units``).
-
-Post-processing of published counts only (Thm 19.25): a task carries public values.  The workers that write the
-parts are trusted with the published files' integrity, as with the counts they compute (docs/dask.md).
+``NNNNNN`` is the chunk's index, so name order is node order.  A chunk's parts are written under names of their own
+(a fresh token per attempt) in the attempt's staging folder, and renamed into place once all are complete; no part's
+writer creates a folder.  So a task run twice (a lost worker) leaves one part of each, and a task of an abandoned
+attempt still running fails once its staging or run folder is gone, instead of writing a part a new attempt would
+publish.  With a units universe its lowest tasks write the summary tables (H1 is theirs, ``release.persons_units``).
+Post-processing of published counts only (Thm 19.25); the workers are trusted with the files' integrity.
 """
 
 from __future__ import annotations
@@ -45,7 +30,7 @@ from censusdp.pipeline.config.schema import Schema
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io.summary_tables import SummaryTableWriter, TableColumns, summary_path, table_columns
 from censusdp.pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
-from censusdp.pipeline.release.run import Release, UniverseRun, stage_output
+from censusdp.pipeline.release.run import Release
 from censusdp.pipeline.release.universes import check_same_blocks, disagreements, disagreements_apply
 
 PART_FILE = "part-{:06d}.parquet"  # a chunk's part of each lowest output: name order is node order
@@ -112,11 +97,6 @@ def prepare(outputs: LowestOutputs) -> None:
         shutil.rmtree(folder, ignore_errors=True) if folder.is_dir() else folder.unlink(missing_ok=True)
         folder.mkdir(parents=True)
     staging.mkdir(parents=True)
-
-
-def lowest_part(run: UniverseRun, outputs: LowestOutputs, index: int, start: int, stop: int) -> LowestPart:
-    tree = stage_output(run.tree, "the geography")
-    return LowestPart(outputs, index, tree.geoids[-1][start:stop])
 
 
 PERSONS_COUNTS = "persons-{:06d}.npz"  # in the staging folder: a chunk's persons, for its units' task (H1)

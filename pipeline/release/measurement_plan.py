@@ -1,16 +1,9 @@
-"""The measure stage's plan and its two places: the driver (in process) or the Dask workers.
+"""The measure stage's plan and where it runs: in the driver's process, or on the Dask workers
+(``postprocess.measure_on``; what each place reads and holds, and the trust boundary it moves: docs/dask.md).
 
 ``plan_measurement`` turns the tree and the input files into group tasks (``release.group_tasks``) and the task
 of the levels above the partition level; ``run_measurement`` runs them and lays out every level's measurements in
 node order (row groups per chunk and query, ``io.measurements``), returning each level's chunk plan and invariants.
-
-Where the noise is drawn (``postprocess.measure_on``, effective with a Dask runner):
-- ``workers`` (the default with Dask): a group's task reads its records on a worker, histograms and draws noise there
-  from the worker's own OS CSPRNG, writes its measurements to a part file in the run folder and returns public values
-  only; the groups' total histograms go worker to worker into the upper levels' task.  The driver plans, moves each
-  part into its level's folder (a rename: nothing is decoded on the driver) and publishes.  The trust boundary
-  moves: every worker reads confidential records (docs/dask.md).
-- ``driver``: the same tasks run in the driver's process, one after another; workers only reconcile.
 """
 
 from __future__ import annotations
@@ -58,22 +51,18 @@ class MeasurementPlan:
     upper: UpperTask | None
 
 
-def partition_level(tree: GeoTree, files: InputFiles) -> int:
-    """The level whose nodes the input's partition folders name (``state=01``: the level of width 2), or 0 (one
-    group: the whole tree) for a single file, a dataset without partition folders, or partition values of mixed or
-    unknown widths."""
-    return partition_of(tree.levels, files)
-
-
 def shared_partition(levels: Sequence[Level], files: Sequence[InputFiles]) -> int:
     """The partition level both universes are measured at, so that they are measured, and reconciled, in the same
     chunks (the units' lowest tasks read the persons' by chunk index): their own when it is the same, else 0 (one
     group: any input can be read whole)."""
-    found = {partition_of(levels, f) for f in files}
+    found = {partition_level(levels, f) for f in files}
     return found.pop() if len(found) == 1 else 0
 
 
-def partition_of(levels: Sequence[Level], files: InputFiles) -> int:
+def partition_level(levels: Sequence[Level], files: InputFiles) -> int:
+    """The level whose nodes the input's partition folders name (``state=01``: the level of width 2), or 0 (one
+    group: the whole tree) for a single file, a dataset without partition folders, or partition values of mixed or
+    unknown widths."""
     values = [part.partition for part in files.parts]
     if not values or any(v is None for v in values):
         return 0
@@ -91,7 +80,7 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
     order, so the plan is the same wherever the tasks run; ``rng`` None: no keys, a plan for validation only).
     ``partition``: the partition level to use (``shared_partition``), by default the input's own; ``limits``: the
     persons-per-unit bounds of every lowest node, checked by the groups (``GroupTask.limits``)."""
-    p = partition_level(tree, files) if partition is None else partition
+    p = partition_level(tree.levels, files) if partition is None else partition
     n_cells = files.config.schema.n_cells
     if parts_dir is not None:  # the tasks' claims and parts; made once, here: no task creates a folder
         parts_dir.mkdir()
@@ -133,11 +122,8 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
 
 def _keys(rng: RandomSource | None, universe: str, levels: Sequence[LevelPlan],
           chunks: Sequence[Sequence[tuple[int, int]]], first: Sequence[int]) -> tuple[tuple[bytes | None, ...], ...]:
-    """Each chunk's stream key, labelled by everything that decides which counts its draws land on: the universe,
-    the level, the chunk's first and last node in the whole tree and its queries in drawing order.  Two layouts of
-    one input (a flat file, partition folders) cut a level into other chunks: under a test seed a label shared
-    by chunks of different nodes would put one stream on two sets of counts, and the difference of the two
-    releases would cancel the noise."""
+    """Each chunk's stream key, labelled by everything that decides which counts its draws land on
+    (``chunk_label``)."""
     return tuple(tuple(substream_key(rng, chunk_label(universe, name, allocations, offset + start, offset + stop))
                        if rng is not None else None for start, stop in level_chunks)
                  for (name, allocations, _), level_chunks, offset in zip(levels, chunks, first, strict=True))
@@ -224,13 +210,9 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
 
 
 def _on_driver(plan: MeasurementPlan, writers: dict[str, LevelMeasurementWriter]) -> tuple[list[GroupMeasured], Any]:
-    results, totals = [], []
-    for task in plan.groups:
-        measured, total = measure_group(task, writers)
-        results.append(measured)
-        totals.append(total)
-    upper = plan.upper
-    return results, (lambda: measure_upper(upper, totals)) if upper is not None else None
+    results = [measure_group(task, writers) for task in plan.groups]
+    upper, totals = plan.upper, [total for _, total in results]
+    return [measured for measured, _ in results], (lambda: measure_upper(upper, totals)) if upper is not None else None
 
 
 def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | None, window: int

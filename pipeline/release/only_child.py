@@ -1,13 +1,7 @@
-"""Only-child chains: a level whose every node is the only child of a node above measures the same people again.
-
-In a single-state run the state is the nation's only child (and in the District of Columbia the county is the
-state's): its table must equal its parent's, so top-down reconciliation copies it and would never use the
-measurements it paid for (35% of the ``pl94`` budget at the state level).  Those measurements are unbiased
-answers about the parent node's own histogram, so they join the parent's reconciliation as further terms of its
-weighted least squares, each with its own σ² (``release.stages.chunk_tasks``): the same estimator GLS uses, and
-post-processing of public values only (Thm 19.25).  The deeper level's own reconciliation then still copies the
-parent, which now reflects both.  Handled level-wide (every node of the deeper level is an only child); a chain
-that holds for some nodes of a level only is not used yet.
+"""Only-child chains (``level_by_level`` reconciliation): a level whose every node is the only child of a node above
+measures the same people again.  Those measurements are unbiased answers about the parent's own histogram, so they
+join the parent's reconciliation as further least-squares terms, each with its own σ²: post-processing of public
+values only (Thm 19.25).  Handled level-wide only (docs/reconciliation.md).
 """
 
 from __future__ import annotations

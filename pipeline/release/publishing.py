@@ -16,7 +16,7 @@ from censusdp.pipeline.io.verify import require_promises_kept
 from censusdp.pipeline.release.draws import claim_path
 from censusdp.pipeline.release.full_information import discard_targets
 from censusdp.pipeline.release.run import Published, Release, stage_output
-from censusdp.pipeline.release.universes import units_markdown, units_section, with_disagreements
+from censusdp.pipeline.release.universes import units_markdown, units_section
 
 log = logging.getLogger("censusdp")
 COMPLETE_MARKER = "complete.json"  # written last by the measure stage: every measurement is saved
@@ -50,7 +50,7 @@ def publish(run: Release) -> Path:
         "summary_tables": run.summary_tables,
         "expected_errors": run.expected_errors or {},
         "reconciliation": persons.diagnostics,
-        **({"units": with_disagreements(units_section(run), run)} if run.units is not None else {}),
+        **({"units": units_section(run)} if run.units is not None else {}),
         "ledger": ledger_section(run),
         **run.manifest_extra,
     }

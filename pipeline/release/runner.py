@@ -1,11 +1,6 @@
-"""Where reconciliation chunks run: in this process, or on Dask (a local cluster or an existing scheduler).
-
-    runner = "local"              # in-process, one chunk after another
-    runner = "dask-local:N"       # a local Dask cluster of N worker processes, started for the run
-    runner = "tcp://host:8786"    # an existing Dask scheduler; workers must see the run's folder
-
-Chunks of one level are independent once the level above is fixed, so they are mapped in parallel; results
-come back in submission order, with a bounded number in flight so driver memory stays bounded.
+"""Where reconciliation chunks run: ``"local"`` (in process), ``"dask-local:N"`` (a local Dask cluster of N worker
+processes, started for the run) or ``"tcp://host:8786"`` (an existing scheduler; workers must see the run's
+folder).  Results come back in submission order, with a bounded number in flight so driver memory stays bounded.
 """
 
 from __future__ import annotations
@@ -88,12 +83,8 @@ class DaskRunner:
 
 
 def driver_blas_single() -> Any:
-    """Limit this process's BLAS to one thread until the returned limiter's ``restore_original_limits``.
-
-    With ``dask-local`` the workers share this machine's cores.  OpenBLAS's idle threads spin for a while after
-    each call, so the driver's matrix products between tasks (the GLS targets above the blocks) kept every core
-    busy and slowed the workers' levels (docs/dask.md).  Dask's nannies
-    already start the workers with one BLAS thread each."""
+    """Limit this process's BLAS to one thread until the returned limiter's ``restore_original_limits``: with
+    ``dask-local`` OpenBLAS's spinning idle threads take the cores the workers share (docs/dask.md)."""
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")

@@ -1,24 +1,10 @@
-"""One release as plain function calls, stage by stage (the Prefect flow calls the same stages).
-
-    release = start_release(config, out_root, rng)  # budget allocated and checked, temp folder made
-    read_files(release, universe)                   # file-level checks only: may refuse without a charge
-    charge(release, runner)                         # fingerprint the data, charge its dataset in the ledger
-    validate_inputs(release, universe, runner)      # value checks (after the charge), where the records are read
-    measure(release, universe, runner)              # group tasks: noise drawn once per chunk of nodes, written at once
-    estimate(release, universe, runner)             # the tree's GLS (full-information reconciliation)
-    reconcile(release, universe, level, runner)     # post-processing from measurements only (Thm 19.25)
-    tabulate(release)                               # summary tables (P.L. 94-171) of the levels above the lowest
-    publish(release)                                # manifest, report; temp folder renamed into place
-
-A per-universe stage is called on each of the release's universes (``Release.universes``: persons, units).
+"""One release as plain function calls, stage by stage (``STAGES``; the Prefect flow calls the same stages, and
+ARCHITECTURE.md describes each).
 
 Whether a release is charged never depends on a confidential value: everything before ``charge`` looks at the
 files' structure and the configuration only; every check of a value runs after it, and a failure there is a
 charged, failed run whose error names a category only (``InputRejectedError``; ``censusdp check`` shows where).
-
-Every level is processed in chunks of nodes aligned to parent boundaries (``pipeline.release.chunks``), so memory is
-bounded by the chunk size plus the sparse counts of the level above, and reconciliation chunks can run in
-parallel (``pipeline.release.runner``).  A failure anywhere removes the temporary folder: nothing is published.
+A failure anywhere removes the temporary folder: nothing is published.
 """
 
 from __future__ import annotations
@@ -49,10 +35,7 @@ from censusdp.pipeline.release.expected_errors import (
     expected_errors_job,
     record_expected_errors,
 )
-from censusdp.pipeline.release.full_information import (
-    ReconciliationMethod,
-    estimate,
-)
+from censusdp.pipeline.release.full_information import ReconciliationMethod, estimate
 from censusdp.pipeline.release.lowest_parts import finish_lowest_outputs, lowest_outputs
 from censusdp.pipeline.release.measurement_plan import (
     PARTS_DIR,
@@ -92,12 +75,9 @@ log = logging.getLogger("censusdp")
 
 
 def read_files(release: Release, universe: UniverseRun) -> None:
-    """File-level checks (files exist and are readable, required columns present with usable types).
-
-    Their outcome depends on the files' structure and the configuration only, so a failure here refuses the
-    release without a charge.  No value is looked at.  Once every universe's are read (the persons' last), the
-    level they are all measured in parts at is chosen.
-    """
+    """File-level checks (files readable, required columns of usable types): no value is looked at, so a failure
+    refuses the release without a charge.  Once every universe's are read (the persons' last), the level they are
+    all measured in parts at is chosen."""
     universe.input_files = read_input_files(universe.config)
     read = [u.input_files for u in release.universes]
     if universe is release.persons and all(files is not None for files in read):
@@ -106,12 +86,9 @@ def read_files(release: Release, universe: UniverseRun) -> None:
 
 def validate_inputs(release: Release, universe: UniverseRun, runner: Any = None) -> None:
     """Value-level checks, after the charge and before any noise: build the tree, then check every record, group by
-    group where the measurement will run (``release.measurement_plan``), nothing kept.
-
-    A value-level failure is a charged failure (``InputRejectedError``): the message and the ledger record
-    its category only, so nobody who may start releases learns a row or a value, and a refusal is never free.
-    Every group is checked even after a failure, so how long a failing run takes does not say where the failure is.
-    """
+    group where the measurement will run, nothing kept.  A failure is charged and names its category only, so
+    nobody who may start releases learns a row or a value.  Every group is checked even after a failure, so how
+    long a failing run takes does not say where the failure is."""
     stage_output(release.ledger, "the ledger charge (charge)")
     config, files = universe.config, stage_output(universe.input_files, "the input files (read_files)")
     problem: InputProblem | None = None
@@ -271,16 +248,12 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
             universe.disagreements = disagreements
         universe.lowest_outputs = None
     if not lowest:
-        universe.counts[level] = _stacked(parts)
+        universe.counts[level] = sp.vstack(parts, format="csr")
     _record_level(universe, level, reports)
     if lowest and not (persons and release.config.output.estimates):
         # only publish's GLS estimates (the persons', where configured) read the invariants from here on, and
         # their file keeps them; the units' hold a value per block and query, on the driver until publish
         universe.invariants.clear()
-
-
-def _stacked(parts: list[sp.csr_matrix]) -> sp.csr_matrix:
-    return sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
 
 
 def _record_level(universe: UniverseRun, level: int, reports: list[dict[str, Any]]) -> None:
@@ -329,8 +302,7 @@ STAGES = (
     Stage("publish", publish),
 )
 # a re-run or a resume from saved measurements: no data read, no noise drawn
-RERUN_STAGES = ("estimate", "reconcile", "tabulate", "publish")
-FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in RERUN_STAGES)
+FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in ("estimate", "reconcile", "tabulate", "publish"))
 
 StageCall = Callable[[Stage, Callable[..., Any], tuple[Any, ...]], Any]
 

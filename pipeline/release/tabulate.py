@@ -13,12 +13,9 @@ log = logging.getLogger("censusdp")
 
 
 def tabulate(run: Release) -> None:
-    """Write ``tables/<set>/<level>.parquet`` and the set's dictionary for every configured set.
-
-    Reads only the published integer tables this run has just reconciled (each universe's ``counts``), so the summary
-    tables are post-processing of public values (Thm 19.25) and consistent with the detailed tables.  The lowest
-    level's were written by its reconciliation tasks (``release.lowest_parts``).
-    """
+    """Write ``tables/<set>/<level>.parquet`` and the set's dictionary for every configured set, from the published
+    integer tables just reconciled (post-processing, Thm 19.25); the lowest level's were written by its
+    reconciliation tasks (``release.lowest_parts``)."""
     persons = run.persons
     tree = stage_output(persons.tree, "the geography (validate_inputs, or a re-run's measurements)")
     names = [lv.name for lv in run.config.levels]

@@ -1,8 +1,5 @@
 """A level's full-information targets, made chunk by chunk from the streamed GLS (``release.full_information``
-builds them).  Above the lowest level ``release.tasks`` evaluates one chunk per reconciliation task from the stored
-estimates; the lowest level's (the largest, never stored) are computed inside its reconciliation tasks, where the
-chunk's measurements are read (``lowest_targets``), and its up pass runs as jobs of a runner too
-(``LowestSumsJob``).  Public values only (post-processing of noisy measurements, Thm 19.25)."""
+builds them; docs/dask.md says where each is computed).  Public values only (post-processing, Thm 19.25)."""
 
 from __future__ import annotations
 

@@ -19,10 +19,11 @@ from censusdp.pipeline.release.run import UNITS_DIR, Release, stage_output
 
 def units_section(run: Release) -> dict[str, Any]:
     """The units universe's own guarantee, allocation, invariants (not protected), files and diagnostics; ``run``
-    is the persons' (main) run, whose invariants the units' guarantee is conditional on too."""
+    is the persons' (main) run, whose invariants the units' guarantee is conditional on too.  ``disagreements``:
+    the blocks where the published universes disagree, counted as the lowest level was written (empty when the
+    schemas are not P.L.'s)."""
     units = stage_output(run.units, "the units universe")
     config = units.config
-    levels = [lv.name for lv in config.levels]
     return {
         "privacy": run.privacy[config.universe],
         "allocation": mf.allocation_section(units.allocations, sensitivity1=config.budget.sensitivity1),
@@ -30,19 +31,13 @@ def units_section(run: Release) -> dict[str, Any]:
         "not_protected": mf.not_protected(config, other=run.config),
         "warnings": units.warnings,
         "measurements": units.measurement_entries(f"{UNITS_DIR}/measurements"),
-        "tables": {name: f"{UNITS_DIR}/tables/{name}.parquet" for name in levels},
+        "tables": {lv.name: f"{UNITS_DIR}/tables/{lv.name}.parquet" for lv in config.levels},
         "reconciliation": units.diagnostics,
         "combined": mf.per_person_statement(run.config),
         "persons_per_unit": persons_per_unit_section(run.config),
         "per_person_rho": str(run.charged_rho),
+        "disagreements": dict(units.disagreements),
     }
-
-
-def with_disagreements(section: dict[str, Any], run: Release) -> dict[str, Any]:
-    """The units section with the count of blocks where the published universes disagree (the units run's
-    ``disagreements``, counted as its lowest level was written; empty when the schemas are not P.L.'s)."""
-    units = stage_output(run.units, "the units universe")
-    return {**section, "disagreements": dict(units.disagreements)}
 
 
 RULES_ORDER = ("the persons are reconciled first, every level, within the bounds the units' invariants imply; then "
@@ -97,10 +92,9 @@ def disagreements(schema: Schema, units_schema: Schema, counts: sp.spmatrix, uni
     occupied_units = [v for v in h1_variables() if v.name == OCCUPIED_VARIABLE]
     occupied = summary_counts(units_counts, variable_matrix(units_schema, occupied_units))[:, 0]
     households = people[:, 0]
-    return {"blocks with household persons and no occupied housing unit": int(((households > 0) & (occupied == 0))
-                                                                              .sum()),
-            "blocks with occupied housing units and no household persons": int(((occupied > 0) & (households == 0))
-                                                                               .sum()),
+    with_persons, with_units = households > 0, occupied > 0
+    return {"blocks with household persons and no occupied housing unit": int(np.sum(with_persons & (occupied == 0))),
+            "blocks with occupied housing units and no household persons": int(np.sum(with_units & (households == 0))),
             "blocks with more occupied housing units than household persons": int((occupied > households).sum()),
             "blocks with persons of a group-quarters type and no facility of that type":
                 int(((people[:, 1:] > 0) & (facilities[:, 1:] == 0)).any(axis=1).sum())}
