@@ -35,11 +35,9 @@ def claim_path(out_dir: str | Path, name: str) -> Path:
 
 
 def claim_draw(out_dir: str, name: str) -> str:
-    """Claim the one draw of task ``name`` in this run, atomically, before anything is read or drawn; returns a
-    fresh attempt id, written into the claim and into the names of the attempt's part files.
-
-    A second attempt finds the claim (``FileExistsError``) and an attempt after the run ended finds no folder
-    (``FileNotFoundError``, nothing created): both raise ``MeasurementRepeatedError`` without drawing."""
+    """Claim the one draw of task ``name`` in this run, atomically (``O_EXCL``), before anything is read or drawn;
+    returns a fresh attempt id, written into the claim and the attempt's part names.  A second attempt, or one
+    after the run ended (no folder: nothing created), raises ``MeasurementRepeatedError`` without drawing."""
     attempt = secrets.token_hex(8)
     try:
         descriptor = os.open(claim_path(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

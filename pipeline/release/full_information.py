@@ -37,8 +37,7 @@ Measured = Sequence[tuple[Query, Fraction, np.ndarray]]  # (query, σ², noisy a
 
 def spec_of(schema: Schema, query: Query) -> QuerySpec:
     """A query as the GLS sees it: the histogram axes it keeps, in its cell order, and the grouping of each
-    recoded one — the cells of ``Schema.query_matrix``.  The exact algebra (``postprocess.gls_algebra``) covers
-    marginals and recodes alike."""
+    recoded one (the cells of ``Schema.query_matrix``)."""
     factors = [schema.factor(a) for a in query.attributes]
     return QuerySpec(tuple(f.axis for f in factors), tuple(f.group_of for f in factors))
 
@@ -80,9 +79,8 @@ def target_weight(mean_variance: float) -> Fraction:
 
 def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequence[Query],
                   own_sigma2: Mapping[str, Fraction] | None = None) -> list[QueryMeasurement]:
-    """The GLS estimates of ``queries`` at every node of a level, as least-squares terms weighted by the inverse
-    of their mean variance over the level (a query fixed everywhere by invariants is left out).  ``own_sigma2``:
-    queries weighted by their own measurement's σ² instead (the lowest level, see ``estimate``)."""
+    """The GLS estimates of ``queries`` at every node of a level, as least-squares terms weighted by ``target_weight``
+    (a query fixed everywhere by invariants is left out), or by ``own_sigma2`` where it names the query."""
     out = []
     for query in queries:
         spec = spec_of(schema, query)

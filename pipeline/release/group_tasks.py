@@ -105,33 +105,28 @@ SLICE_KEYS = 1 << 20  # keys histogrammed at a time: a chunk of an upper level c
 def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ancestors: np.ndarray, start: int,
                      stop: int, n_cells: int, *, slice_keys: int = SLICE_KEYS) -> np.ndarray:
     """Dense detailed histograms (stop - start, n_cells) of nodes [start, stop) of a level (confidential), from
-    ``group_keys``' sorted runs.  ``unit_offsets`` and ``ancestors`` are that level's ``unit_offsets`` and
-    ``ancestor_of_units`` in the subtree.  The chunk's keys are counted ``slice_keys`` at a time, so the
-    transient is bounded by that and the chunk's cells, whatever the group's size."""
+    ``group_keys``' sorted runs, counted ``slice_keys`` at a time: the transient is bounded by that and the chunk's
+    cells, whatever the group's size."""
     lo_key, hi_key = unit_offsets[start] * n_cells, unit_offsets[stop] * n_cells
     size = (stop - start) * n_cells
     flat: np.ndarray | None = None  # the first slice's counts, the others added in place: one chunk-sized array
     pending: list[np.ndarray] = []
-    held = 0  # keys in pending
 
     def count() -> None:
-        nonlocal flat, held
+        nonlocal flat
         units, cells = np.divmod(np.concatenate(pending), n_cells)
-        counted = np.bincount((ancestors[units] - start) * n_cells + cells, minlength=size).astype(np.int64,
-                                                                                                  copy=False)
+        counted = np.bincount((ancestors[units] - start) * n_cells + cells, minlength=size)
+        pending.clear()
         if flat is None:
-            flat = counted
+            flat = counted.astype(np.int64, copy=False)
         else:
             flat += counted
-        pending.clear()
-        held = 0
 
     for run in runs:
         lo, hi = (int(i) for i in np.searchsorted(run, [lo_key, hi_key]))
         for a in range(lo, hi, slice_keys):
             pending.append(run[a:min(hi, a + slice_keys)])
-            held += len(pending[-1])
-            if held >= slice_keys:
+            if sum(map(len, pending)) >= slice_keys:
                 count()
     if pending:
         count()
@@ -142,10 +137,9 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
 
 def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | None = None
                   ) -> tuple[GroupMeasured, np.ndarray]:
-    """Measure every level of one group (see the module docstring); returns the public result and the group's
-    total detailed histogram (confidential: for ``measure_upper`` only).  A failed value check raises
-    ``InputCategoryError`` (its category only).  A task that writes its own parts (``out_dir``) first claims
-    its draw (``claim_draw``): at most one attempt per run draws, and its parts carry its attempt id."""
+    """Measure every level of one group; returns the public result and the group's total detailed histogram
+    (confidential: for ``measure_upper`` only).  A task that writes its own parts (``out_dir``) first claims its
+    draw: at most one attempt per run draws, and its parts carry its attempt id."""
     attempt = claim_draw(task.out_dir, group_name(task.index)) if task.out_dir is not None else None
     files, schema = task.files, task.files.config.schema
     try:
@@ -183,15 +177,14 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
             offset = task.first[level]
             plan.append((offset + start, offset + stop, row_group))
             del noisy
-        if part is not None and writer is not None:
+        if part is not None:  # the task's own part file
             writer.close()
         plans.append(tuple(plan))
         invariants.append(tuple(joined_invariants(level_invariants_parts)))
     total = np.zeros(n_cells, dtype=np.int64)
     for run in runs:
         total += np.bincount(run % n_cells, minlength=n_cells)
-    top_joined = tuple(QueryMeasurement(name=q[0].name, matrix=q[0].matrix, sigma2=q[0].sigma2,
-                                        noisy=np.concatenate([m.noisy for m in q])) for q in zip(*top, strict=True))
+    top_joined = tuple(replace(q[0], noisy=np.concatenate([m.noisy for m in q])) for q in zip(*top, strict=True))
     return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants), top_joined, broken), total
 
 
@@ -230,9 +223,8 @@ UpperChunk = tuple[list[QueryMeasurement], list[QueryInvariant]]
 
 
 def measure_upper(task: UpperTask, totals: Sequence[np.ndarray]) -> list[list[UpperChunk]]:
-    """Noisy measurements of every level above the partition level from the groups' total histograms; returns per
-    level and chunk (noisy answers per query, their σ², the chunk's invariants).  Public output only.  On a worker
-    (``out_dir``) it first claims its draw, as a group does."""
+    """Noisy measurements of every level above the partition level from the groups' total histograms, per level and
+    chunk with the chunk's invariants (public).  On a worker (``out_dir``) it first claims its draw, as a group does."""
     if task.out_dir is not None:
         claim_draw(task.out_dir, UPPER)
     schema = task.schema

@@ -46,10 +46,8 @@ def local_cluster(workers: int) -> SpecCluster:
 
 
 class SchedulerProcess(ProcessInterface):
-    """A ``distributed.Scheduler`` in a child process (``python -P -m dask spec``: the working directory is not
-    searched for modules), killed with the cluster, and ending by itself if the driver dies first.  Its log goes
-    to a file in a folder only this user can read (Dask's log names tasks and addresses, no value), shown when the
-    scheduler fails to start or ends before the run does."""
+    """A ``distributed.Scheduler`` in a child process (``python -P``: no module from the working directory), killed
+    with the cluster.  Its log goes to a folder only this user can read, shown if the scheduler fails or ends early."""
 
     def __init__(self) -> None:
         self._folder = Path(tempfile.mkdtemp(prefix="censusdp-scheduler-"))

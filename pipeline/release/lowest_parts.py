@@ -51,8 +51,9 @@ class LowestOutputs:
     units_schema: Schema | None  # the units universe's, when its disagreements with the persons are counted
     with_units: bool = False  # a units universe: its lowest tasks write the summary tables (H1 is theirs)
 
-    def folders(self) -> list[Path]:
-        return [Path(f) for f in (self.level_table, self.microdata, *(f for f, _ in self.summary_tables)) if f]
+    def folders(self, summaries: bool = True) -> list[Path]:
+        names = (self.level_table, self.microdata, *(f for f, _ in self.summary_tables if summaries))
+        return [Path(f) for f in names if f]
 
 
 @dataclass(frozen=True)
@@ -162,15 +163,16 @@ def _write_summaries(part: LowestPart, staged: Callable[..., Path], sources: lis
 
 
 def finish_lowest_outputs(outputs: LowestOutputs, n_chunks: int, found: Iterable[Mapping[str, int]],
-                          folders: Iterable[Path] | None = None) -> dict[str, int] | None:
+                          persons_only: bool = False) -> dict[str, int] | None:
     """Once every task is back: check every output holds one part per chunk (else the run fails), remove the
     staging folder, and return the disagreements summed over the chunks (None without a units universe whose
-    disagreements are counted)."""
+    disagreements are counted).  ``persons_only``: the persons' outputs, before the units' tasks write the summary
+    tables from the staged persons (nothing removed)."""
     expected = {PART_FILE.format(i) for i in range(n_chunks)}
-    for folder in outputs.folders() if folders is None else folders:
+    for folder in outputs.folders(summaries=not persons_only):
         if {p.name for p in folder.iterdir()} != expected:
             raise CensusDPError(f"internal error: {folder.name} does not hold one part per chunk of the lowest level")
-    if folders is not None:  # the persons' outputs: the units' tasks still read the staged persons
+    if persons_only:
         return None
     shutil.rmtree(outputs.staging, ignore_errors=True)
     total: Counter[str] = Counter()

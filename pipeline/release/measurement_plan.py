@@ -52,9 +52,8 @@ class MeasurementPlan:
 
 
 def shared_partition(levels: Sequence[Level], files: Sequence[InputFiles]) -> int:
-    """The partition level both universes are measured at, so that they are measured, and reconciled, in the same
-    chunks (the units' lowest tasks read the persons' by chunk index): their own when it is the same, else 0 (one
-    group: any input can be read whole)."""
+    """The partition level both universes are measured at, so that they share chunks (the units' lowest tasks read
+    the persons' by chunk index): their own when it is the same, else 0 (one group: any input can be read whole)."""
     found = {partition_level(levels, f) for f in files}
     return found.pop() if len(found) == 1 else 0
 
@@ -63,11 +62,8 @@ def partition_level(levels: Sequence[Level], files: InputFiles) -> int:
     """The level whose nodes the input's partition folders name (``state=01``: the level of width 2), or 0 (one
     group: the whole tree) for a single file, a dataset without partition folders, or partition values of mixed or
     unknown widths."""
-    values = [part.partition for part in files.parts]
-    if not values or any(v is None for v in values):
-        return 0
-    widths = {len(v) for v in values if v is not None}
-    if len(widths) != 1:
+    widths = {None if part.partition is None else len(part.partition) for part in files.parts}
+    if len(widths) != 1 or None in widths:
         return 0
     width = widths.pop()
     return next((i for i, level in enumerate(levels) if i > 0 and level.width == width), 0)
@@ -77,9 +73,8 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
                      universe: str, chunk_cells: int, parts_dir: Path | None, partition: int | None = None,
                      limits: tuple[Any, np.ndarray, np.ndarray] | None = None) -> MeasurementPlan:
     """Every group's task and the upper levels' task, with each chunk's noise stream key (drawn here, in one fixed
-    order, so the plan is the same wherever the tasks run; ``rng`` None: no keys, a plan for validation only).
-    ``partition``: the partition level to use (``shared_partition``), by default the input's own; ``limits``: the
-    persons-per-unit bounds of every lowest node, checked by the groups (``GroupTask.limits``)."""
+    order, so the plan is the same wherever the tasks run; ``rng`` None: a plan for validation only).  ``limits``:
+    the persons-per-unit bounds of every lowest node (``GroupTask.limits``)."""
     p = partition_level(tree.levels, files) if partition is None else partition
     n_cells = files.config.schema.n_cells
     if parts_dir is not None:  # the tasks' claims and parts; made once, here: no task creates a folder
@@ -109,10 +104,8 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
     for index, node in enumerate(range(tree.n_nodes(p)) if p > 0 else [0]):
         subtree, first = tree.subtree(p, node, node + 1) if p > 0 else tree.subtree(0, 0, tree.n_nodes(0))
         chunks = subtree_chunks(subtree, n_cells, chunk_cells)
-        low = first[-1]
-        group_limits = (None if limits is None else
-                        (limits[0], limits[1][low:low + subtree.n_nodes(subtree.depth - 1)],
-                         limits[2][low:low + subtree.n_nodes(subtree.depth - 1)]))
+        lowest = slice(first[-1], first[-1] + subtree.n_nodes(subtree.depth - 1))
+        group_limits = None if limits is None else (limits[0], limits[1][lowest], limits[2][lowest])
         groups.append(GroupTask(index=index, level=p, subtree=subtree, first=first, files=files, limits=group_limits,
                                 parts=tuple(by_node.get(node, [])), levels=tuple(level_plans[p:]), chunks=chunks,
                                 keys=_keys(rng, universe, level_plans[p:], chunks, first),
@@ -217,11 +210,9 @@ def _on_driver(plan: MeasurementPlan, writers: dict[str, LevelMeasurementWriter]
 
 def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | None, window: int
                  ) -> tuple[Iterator[GroupMeasured], Callable[[], Any] | None]:
-    """The groups' tasks on the workers, at most ``window`` submitted and not yet collected (a task carries its
-    subtree's geography, O(its blocks), and a local cluster's scheduler lives in the driver); the public half of
-    each result comes back in group order as each is done (the driver adopts a group's files while the workers
-    measure the next ones); the total histograms stay on the workers and go straight into the upper levels' task,
-    submitted once every group is."""
+    """The groups' tasks on the workers, at most ``window`` submitted and not yet collected; the public half of each
+    result comes back in group order, and the total histograms stay on the workers, straight into the upper
+    levels' task."""
     totals: list[Any] = []
     upper_future: list[Any] = []
 

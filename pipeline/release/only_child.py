@@ -32,15 +32,11 @@ def only_child_levels(tree: GeoTree, level: int) -> list[int]:
 def level_measurements(directory: Path, plan: list[tuple[int, int, ChunkLocation]], schema: Schema,
                        queries: list[tuple[str, Fraction]]) -> list[np.ndarray]:
     """Every node's noisy answers of every query of a level, read chunk by chunk: (n_nodes, q_cells) per query."""
-    parsed = [schema.parse_query(name) for name, _ in queries]
-    parts: list[list[np.ndarray]] = [[] for _ in queries]
-    for start, stop, where in plan:
-        shapes = [(stop - start, schema.query_cells(q)) for q in parsed]
-        chunk = read_chunk(directory / where.file, where.row_group, shapes)
-        for part, values in zip(parts, chunk, strict=True):
-            part.append(values)
-    return [np.concatenate(part) if part else np.zeros((0, schema.query_cells(q)), dtype=np.int64)
-            for part, q in zip(parts, parsed, strict=True)]
+    cells = [schema.query_cells(schema.parse_query(name)) for name, _ in queries]
+    chunks = [read_chunk(directory / where.file, where.row_group, [(stop - start, c) for c in cells])
+              for start, stop, where in plan]
+    return [np.concatenate([chunk[i] for chunk in chunks]) if chunks else np.zeros((0, c), dtype=np.int64)
+            for i, c in enumerate(cells)]
 
 
 def chain_measurements(run: UniverseRun, level: int) -> list[tuple[str, str, Fraction, np.ndarray]]:

@@ -56,7 +56,10 @@ class DaskRunner:
             self.close()
             raise
         if self._cluster is not None:  # the last step: nothing after it can fail and leave the limit set
-            self._blas = driver_blas_single()
+            from threadpoolctl import threadpool_limits
+
+            # the workers share this machine's cores, which OpenBLAS's spinning idle threads take (docs/dask.md)
+            self._blas = threadpool_limits(limits=1, user_api="blas")
 
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         pending: deque[Any] = deque()
@@ -80,14 +83,6 @@ class DaskRunner:
             if self._blas is not None:
                 self._blas.restore_original_limits()
                 self._blas = None
-
-
-def driver_blas_single() -> Any:
-    """Limit this process's BLAS to one thread until the returned limiter's ``restore_original_limits``: with
-    ``dask-local`` OpenBLAS's spinning idle threads take the cores the workers share (docs/dask.md)."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
 
 
 def make_runner(spec: str) -> LocalRunner | DaskRunner:

@@ -12,9 +12,8 @@ from censusdp.pipeline.release.run import Release, UniverseRun
 
 
 def geography_tree(release: Release, run: UniverseRun, files: InputFiles) -> GeoTree:
-    """The universe's tree: the units universe's (validated first) where it is this geography's, so the two
-    universes share one copy — the same levels and either the same geography file (not read again: its codes would
-    add to this stage's peak) or the same lowest-level units — else built from the codes."""
+    """The universe's tree: the units universe's (validated first) where it has the same levels and either the same
+    geography file (not read again) or the same lowest-level units, so the two share one copy; else built."""
     units = release.units if run is release.persons else None
     theirs = units.input_files if units is not None and units.config.levels == run.config.levels else None
     if units is None or units.tree is None or theirs is None:

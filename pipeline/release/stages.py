@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -54,7 +53,7 @@ from censusdp.pipeline.release.publishing import (  # noqa: F401 - COMPLETE_MARK
     abandon,
     publish,
 )
-from censusdp.pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWERS, ChunkTask, reconcile_chunk
+from censusdp.pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWERS, reconcile_chunk
 from censusdp.pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
     Published,
@@ -119,8 +118,7 @@ def validate_inputs(release: Release, universe: UniverseRun, runner: Any = None)
 
 
 def _reject(release: Release, problem: InputProblem) -> None:
-    """A value-level refusal: the ledger's category, and the ``censusdp check`` command that shows where (it reads
-    every universe's files together)."""
+    """A value-level refusal: the ledger's category, and the ``censusdp check`` command that shows where."""
     config = release.config
     release.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
     geography = f" --geography {config.input.geography}" if config.input.geography else ""
@@ -146,10 +144,9 @@ def _warn_delta(universe: UniverseRun) -> None:
 
 
 def measure(release: Release, universe: UniverseRun, runner: Any = None) -> None:
-    """Draw every level's noisy measurements, group by group and chunk by chunk (``release.measurement_plan``: on the
-    driver, or on the Dask workers), and write them with the invariants.  The stage claims the universe's draw
-    first (``release.draws.claim_draw``): it runs once per run, whatever calls it again.  The persons, measured
-    last, record the measurements in the ledger and mark them complete."""
+    """Draw every level's noisy measurements (``release.measurement_plan``) and write them with the invariants; the
+    universe's draw is claimed first, so it runs once per run.  The persons, measured last, record the measurements
+    in the ledger and mark them complete."""
     claim_draw(str(universe.work_dir), MEASURE_CLAIM)
     tree = stage_output(universe.tree, "the geography (validate_inputs, or a re-run's measurements)")
     files = stage_output(universe.input_files, "the input files (read_files)")
@@ -188,11 +185,9 @@ def measure(release: Release, universe: UniverseRun, runner: Any = None) -> None
 
 
 def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any = None) -> None:
-    """Reconcile one level against its (already fixed) parent level, round, and write its table.  With a units
-    universe the persons come first, within the bounds the units' invariants imply, then the units within those
-    the published persons imply (``release.persons_units``).  The persons' lowest level is written by its tasks,
-    part by part, and not kept (``release.lowest_parts``); with units, the units' lowest tasks write its summary
-    tables (H1 is theirs)."""
+    """Reconcile one level against its (already fixed) parent level, round, and write its table; with units, within
+    the bounds of ``release.persons_units``.  The lowest level is written by its tasks, part by part, and not kept
+    (``release.lowest_parts``)."""
     tree = stage_output(universe.tree, "the geography (validate_inputs, or a re-run's measurements)")
     name = universe.config.levels[level].name
     lowest = level == tree.depth - 1
@@ -211,23 +206,16 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
     writer = (LevelTableWriter(universe.work_dir / "tables" / f"{name}.parquet", universe.schema)
               if outputs is None else None)
     parts, reports, found, answers = [], [], [], []
-    spans: deque[tuple[int, int]] = deque()  # the nodes of the tasks handed to the runner, whose results are due
-
-    def handed(walk: Iterator[ChunkTask]) -> Iterator[ChunkTask]:  # one walk: a task is dropped once handed on
-        for task in walk:
-            spans.append((task.start, task.stop))
-            yield task
-
     try:
-        for counts, report in runner.map(reconcile_chunk, handed(iter(tasks))):
-            start, stop = spans.popleft()  # results come back in submission order
+        results = runner.map(reconcile_chunk, tasks)  # in submission order: the chunk plan's
+        for (start, stop, _), (counts, report) in zip(universe.chunk_plan[level], results, strict=False):
             if writer is not None:
                 writer.write_chunk(tree.geoids[level][start:stop], counts)
             parts.append(counts)
             found.append(report.pop(DISAGREEMENTS, {}))
             answers.append(report.pop(RULE_ANSWERS, None))
             reports.append(report)
-        if spans or len(parts) != len(tasks):
+        if len(parts) != len(tasks):
             raise CensusDPError("internal error: a chunk's reconciliation did not come back")
     finally:
         if writer is not None:
@@ -236,13 +224,11 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
             runner.close()
     if pending is not None:
         release.expected_errors = record_expected_errors(release.persons, pending())
-    if outputs is not None and units is not None:  # the units' lowest tasks write the summary tables
-        finish_lowest_outputs(outputs, len(parts), found, [Path(outputs.level_table),
-                                                           *([Path(outputs.microdata)] if outputs.microdata else [])])
-        units.lowest_outputs = outputs
-        units.bounds = units_bounds_of(release, [a for a in answers if a is not None])
-    elif outputs is not None:
-        finish_lowest_outputs(outputs, len(parts), found)
+    if outputs is not None:  # with units, their lowest tasks write the summary tables
+        finish_lowest_outputs(outputs, len(parts), found, persons_only=units is not None)
+        if units is not None:
+            units.lowest_outputs = outputs
+            units.bounds = units_bounds_of(release, [a for a in answers if a is not None])
     elif lowest and universe.lowest_outputs is not None:  # the units' lowest level: every lowest output is written
         if (disagreements := finish_lowest_outputs(universe.lowest_outputs, len(parts), found)) is not None:
             universe.disagreements = disagreements
@@ -308,8 +294,8 @@ StageCall = Callable[[Stage, Callable[..., Any], tuple[Any, ...]], Any]
 
 
 def replaced(stages: tuple[Stage, ...], **functions: Callable[..., Any]) -> tuple[Stage, ...]:
-    """``stages`` with the named stages' functions replaced (by the stage's name, with ``_`` for ``-``): how a
-    caller or a test changes what a stage does, e.g. ``replaced(STAGES, reconcile=crash)``."""
+    """``stages`` with the named stages' functions replaced (``-`` spelled ``_``), e.g.
+    ``replaced(STAGES, reconcile=crash)``."""
     names = {stage.name.replace("-", "_") for stage in stages}
     if unknown := set(functions) - names:
         raise ValueError(f"no such stage: {', '.join(sorted(unknown))}")

@@ -31,10 +31,8 @@ class TargetTerm:
 
 @dataclass(frozen=True)
 class StoredTargets:
-    """A chunk's targets above the lowest level, as its task computes them where it runs: the rows of the level's
-    GLS estimates x̂ (rotated) in the streamed GLS's scratch file, the axes' bases and the target queries.  A task
-    carries this, not the chunk's (nodes, cells) float64 answers (a chunk-sized array on the driver for each task, a
-    window of them at once); the run's folder is readable by the workers (as for the lowest level's measurements)."""
+    """A chunk's targets above the lowest level, computed by its task where it runs (not a dense array sent by the
+    driver): where the rows of the level's rotated GLS estimates are, the axes' bases and the target queries."""
 
     path: str
     start: int
@@ -54,8 +52,8 @@ class StoredTargets:
 
 @dataclass(frozen=True)
 class LevelTargets:
-    """A level's GLS targets, made chunk by chunk: the streamed GLS and each target query with its weight σ²
-    (as ``tree_targets`` weighs them); ``store``: the stream's scratch files, where its estimates are."""
+    """A level's GLS targets, made chunk by chunk: the streamed GLS, each target query with its weight σ² (as
+    ``tree_targets`` weighs them) and the stream's scratch files."""
 
     stream: StreamedGls
     level: int
@@ -94,7 +92,7 @@ def lowest_targets(chunk: LowestChunk, terms: Sequence[TargetTerm], noisy: Seque
 @dataclass(frozen=True)
 class LowestSumsJob:
     """One chunk of the lowest level's GLS up pass, self-contained for a runner: the chunk's job, where its
-    measurements are (the level's file, its first row group, each query's (nodes, cells)) and its invariant values."""
+    measurements are and its invariant values."""
 
     chunk: LowestChunk
     measurements_path: str

@@ -18,10 +18,8 @@ from censusdp.pipeline.release.run import UNITS_DIR, Release, stage_output
 
 
 def units_section(run: Release) -> dict[str, Any]:
-    """The units universe's own guarantee, allocation, invariants (not protected), files and diagnostics; ``run``
-    is the persons' (main) run, whose invariants the units' guarantee is conditional on too.  ``disagreements``:
-    the blocks where the published universes disagree, counted as the lowest level was written (empty when the
-    schemas are not P.L.'s)."""
+    """The units universe's own guarantee (conditional on the persons' invariants too), allocation, invariants,
+    files, diagnostics and the blocks where the published universes disagree (empty unless both are P.L.'s)."""
     units = stage_output(run.units, "the units universe")
     config = units.config
     return {
@@ -84,9 +82,8 @@ def disagreements_apply(schema: Schema, units_schema: Schema) -> bool:
 
 def disagreements(schema: Schema, units_schema: Schema, counts: sp.spmatrix, units_counts: sp.spmatrix
                   ) -> dict[str, int]:
-    """How many of these blocks' published persons (``counts``) and units (``units_counts``, the same blocks)
-    disagree: public counts of public tables, summed over the lowest level's chunks as they are written.  With the
-    presets' [[units.persons_per_unit]] rules every count is 0 (release.persons_units); the manifest shows it."""
+    """How many of these blocks' published persons (``counts``) and units (``units_counts``) disagree: public counts
+    of public tables; 0 under the presets' [[units.persons_per_unit]] rules (release.persons_units)."""
     people = _by_type(schema, counts)  # persons per GQ type (0: households)
     facilities = _by_type(units_schema, units_counts)  # units per type (0: housing units)
     occupied_units = [v for v in h1_variables() if v.name == OCCUPIED_VARIABLE]
