@@ -105,8 +105,10 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
                                    write_estimates=write_estimates)
     release.manifest_extra = {"postprocess_of": manifest["run_id"], "charged_rho": "0", "note":
                               "post-processing of the measurements named above: no noise drawn, no budget spent"}
-    if charge is not None:  # without the run's charge there is nothing to record it against
-        _record_free_run(book, config, charge.dataset, release.run_id, source.publishable)
+    if charge is not None:  # a zero-rho entry, so the ledger shows every run on the dataset
+        book.charge(charge.dataset, release.run_id, 0, config.budget.delta, config_digest(config.raw),
+                    source.publishable)
+        book.set_status(release.run_id, ChargeStatus.POSTPROCESS)
     return _reconcile_and_publish(release, run_dir / "measurements", rerun=True)
 
 
@@ -134,13 +136,6 @@ def _vouched(charge: Charge | None, measurements: Path) -> bool:
     or a flag edited in a manifest vouches for nothing."""
     return (charge is not None and charge.publishable and charge.measurements is not None
             and charge.measurements == measurements_digest(measurements))
-
-
-def _record_free_run(ledger: PrivacyLedger, config: ReleaseConfig, dataset: str, run_id: str,
-                     publishable: bool) -> None:
-    """A zero-rho ledger entry with status 'postprocess', so the ledger shows every run on the dataset."""
-    ledger.charge(dataset, run_id, 0, config.budget.delta, config_digest(config.raw), publishable)
-    ledger.set_status(run_id, ChargeStatus.POSTPROCESS)
 
 
 def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: str | None = None,

@@ -1,17 +1,14 @@
 """Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers (docs/dask.md).
 
-A group is the nodes of the *partition level* whose records sit in their own files (``microdata/state=01/...``),
-or the whole tree for a single file.  Its task reads only its files, batch by batch (``encoded_rows``: every value
-check), keeps one int64 key per record, and measures every level from the partition level down, chunk by chunk:
-histogram, exact noise (``release.noisy_measurements``), written at once.  The levels above get each group's total
-histogram (confidential), summed by ``measure_upper`` where the groups ran (on Dask, worker to worker).  Memory per
-task: 8 bytes per record of the group, plus one chunk's histograms and noise and ``SLICE_KEYS`` keys at a time.
+A group's task reads its files batch by batch (``encoded_rows``: every value check), keeps one int64 key per record
+and measures every level from the partition level down, chunk by chunk: histogram, exact noise, written at once.
+The levels above sum the groups' total histograms (confidential) where the groups ran (``measure_upper``).  Memory
+per task: 8 bytes per record of the group, plus one chunk's histograms and noise and ``SLICE_KEYS`` keys at a time.
 
-Every chunk draws from its own stream (``substream_key``): the OS CSPRNG of the process that measures it, or under
-a test seed a stream keyed from the run's source and the chunk's label, so a driver-only and a Dask run of one
-seeded release publish the same tables.  Guarantee: that of ``release.noisy_measurements`` (Thm 19.37(iii) with
-CKS20 Thm 4 per query and level; nodes are disjoint, Prop. 19.30); which process draws a chunk's noise does not
-change its distribution, and the streams are independent.
+Every chunk draws from its own stream (``substream_key``): the measuring process's OS CSPRNG, or a stream keyed from
+a test seed and the chunk's label.  Guarantee: that of ``release.noisy_measurements`` (Thm 19.37(iii) with CKS20
+Thm 4 per query and level; nodes are disjoint, Prop. 19.30); which process draws a chunk's noise does not change
+its distribution.
 """
 
 from __future__ import annotations

@@ -87,10 +87,8 @@ def units_range(rules: LevelRules, schema: Schema, zeros: np.ndarray | None,
         for i in range(r):
             holds = np.all(cells >= wanted[i], axis=1)
             within = np.all(~(cells & open_cells) | wanted[i], axis=1) & (cells & open_cells).any(axis=1)
-            for c in np.flatnonzero(holds):
-                upper[:, i] = np.minimum(upper[:, i], values[:, c])
-            for c in np.flatnonzero(within):
-                lower[:, i] = np.maximum(lower[:, i], values[:, c])
+            upper[:, i] = np.minimum(upper[:, i], values[:, holds].min(axis=1, initial=UNBOUNDED))
+            lower[:, i] = np.maximum(lower[:, i], values[:, within].max(axis=1, initial=0))
     return lower, upper
 
 

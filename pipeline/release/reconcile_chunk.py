@@ -71,7 +71,22 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix | None, dict[str, An
     """Read the chunk's measurements, reconcile them against the fixed parents (within ``task.bound``), return
     sparse counts and the chunk's report.  A lowest-level task writes its part of the level's outputs instead, and
     returns no counts (its report adds ``DISAGREEMENTS``, and for the persons' ``RULE_ANSWERS``)."""
-    counts, report = _reconcile(task, [task.bound] if task.bound is not None else [])
+    schema = task.schema
+
+    def matrix(name: str) -> sp.csr_matrix:
+        return schema.query_matrix(schema.parse_query(name))
+
+    chain = [QueryMeasurement(name=label, matrix=matrix(query), noisy=values, sigma2=sigma2)
+             for label, query, sigma2, values in task.chain_measurements]
+    invariants = [QueryInvariant(name=name, matrix=matrix(name), values=values) for name, values in task.invariants]
+    parent = task.parent_counts.toarray().astype(np.int64) if task.parent_counts is not None else None
+    result = reconcile_level(fitted_measurements(task) + chain, n_cells=schema.n_cells, parent_counts=parent,
+                             parent_index=task.parent_index, invariants=invariants,
+                             structural_zeros=task.structural_zeros, solver=task.solver,
+                             rng=seeded_random_source(task.tie_seed), passes=task.passes, tolerance=task.tolerance,
+                             rounding=[RoundingMarginal(name, matrix(name)) for name in task.rounding],
+                             bounds=[task.bound] if task.bound is not None else [])
+    counts, report = sp.csr_matrix(result.counts), result.report
     if task.units_part is not None:  # the units' table is the driver's to write, as above the lowest level
         return counts, {**report, DISAGREEMENTS: write_units_part(task.units_part, counts)}
     if task.lowest_part is None:
@@ -79,24 +94,6 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix | None, dict[str, An
     if task.rules is not None:
         report[RULE_ANSWERS] = task.rules.persons_answers(counts)
     return None, {**report, DISAGREEMENTS: write_lowest_part(task.lowest_part, counts)}
-
-
-def _reconcile(task: ChunkTask, bounds: list[QueryBound]) -> tuple[sp.csr_matrix, dict[str, Any]]:
-    schema = task.schema
-    measurements = fitted_measurements(task)
-    measurements += [QueryMeasurement(name=label, matrix=schema.query_matrix(schema.parse_query(query)), noisy=values,
-                                      sigma2=sigma2) for label, query, sigma2, values in task.chain_measurements]
-    invariants = [QueryInvariant(name=name, matrix=schema.query_matrix(schema.parse_query(name)), values=values)
-                  for name, values in task.invariants]
-    parent = task.parent_counts.toarray().astype(np.int64) if task.parent_counts is not None else None
-    result = reconcile_level(measurements, n_cells=schema.n_cells, parent_counts=parent,
-                             parent_index=task.parent_index, invariants=invariants,
-                             structural_zeros=task.structural_zeros, solver=task.solver,
-                             rng=seeded_random_source(task.tie_seed), passes=task.passes,
-                             tolerance=task.tolerance,
-                             rounding=[RoundingMarginal(name, schema.query_matrix(schema.parse_query(name)))
-                                       for name in task.rounding], bounds=bounds)
-    return sp.csr_matrix(result.counts), result.report
 
 
 def fitted_measurements(task: ChunkTask) -> list[QueryMeasurement]:

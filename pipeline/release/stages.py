@@ -99,8 +99,7 @@ def validate_inputs(release: Release, universe: UniverseRun, runner: Any = None)
         problem = InputProblem.GEOGRAPHY
     if problem is None:
         try:
-            tree = stage_output(universe.tree, "the geography (build_tree)")
-            plan = plan_measurement(tree, files, level_plans_of(config, universe.allocations), None,
+            plan = plan_measurement(universe.tree, files, level_plans_of(config, universe.allocations), None,
                                     config.universe.value, config.chunk_cells, None, release.partition)
         except InputError as error:
             problem = error.category
@@ -177,10 +176,9 @@ def measure(release: Release, universe: UniverseRun, runner: Any = None) -> None
     if release.ledger is not None:  # the charge now names what it bought
         release.ledger.record_measurements(release.run_id, measurements_digest(measurements))
     # from here on the run can be finished with --resume without drawing noise again
-    rng = release.rng
     marker = {"run_id": release.run_id, "started_at": release.started_at, "config_source": config.source,
               "config_raw": public_config_raw(config.raw), "rho_exact": str(release.charged_rho),
-              "random_source": {"name": rng.name, "publishable": rng.publishable}}
+              "random_source": {"name": release.rng.name, "publishable": release.rng.publishable}}
     (measurements / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
 
@@ -230,28 +228,18 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
             units.lowest_outputs = outputs
             units.bounds = units_bounds_of(release, [a for a in answers if a is not None])
     elif lowest and universe.lowest_outputs is not None:  # the units' lowest level: every lowest output is written
-        if (disagreements := finish_lowest_outputs(universe.lowest_outputs, len(parts), found)) is not None:
-            universe.disagreements = disagreements
+        universe.disagreements = finish_lowest_outputs(universe.lowest_outputs, len(parts), found) or {}
         universe.lowest_outputs = None
     if not lowest:
         universe.counts[level] = sp.vstack(parts, format="csr")
-    _record_level(universe, level, reports)
+    config = universe.config  # the diagnostics name the levels whose measurements the fit used
+    used = ([lv.name for lv in config.levels] if config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
+            else [name, *(config.levels[d].name for d in only_child_levels(tree, level))])
+    universe.diagnostics[name] = {**merge_reports(reports), "measurements_of": used}
     if lowest and not (persons and release.config.output.estimates):
         # only publish's GLS estimates (the persons', where configured) read the invariants from here on, and
         # their file keeps them; the units' hold a value per block and query, on the driver until publish
         universe.invariants.clear()
-
-
-def _record_level(universe: UniverseRun, level: int, reports: list[dict[str, Any]]) -> None:
-    """The level's reconciliation diagnostics, with the levels whose measurements its fit used."""
-    tree = stage_output(universe.tree, "the geography")
-    config = universe.config
-    name = config.levels[level].name
-    universe.diagnostics[name] = merge_reports(reports)
-    full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION  # the GLS of the whole tree
-    used = ([spec.name for spec in config.levels] if full
-            else [name, *(config.levels[d].name for d in only_child_levels(tree, level))])
-    universe.diagnostics[name]["measurements_of"] = used
 
 
 @dataclass(frozen=True)

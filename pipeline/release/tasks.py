@@ -1,10 +1,6 @@
-"""A level's reconciliation as chunk tasks: what each task carries (public values only) and how it is made.
-
-With full-information reconciliation (the default) a task computes its nodes' GLS targets where it runs: above the
-lowest level from the GLS's scratch files (``StoredTargets``), at the lowest from the measurements it reads
-(``gls_chunk``); with ``level_by_level`` it reads the level's own noisy measurements, plus those of the only-child
-levels below (``release.only_child``).  Tasks are made lazily, in chunk order, so only the runner's window of them
-is ever in memory.
+"""A level's reconciliation as chunk tasks (public values only), made lazily in chunk order so only the runner's
+window of them is ever in memory.  With full information a task computes its nodes' GLS targets where it runs;
+with ``level_by_level`` it reads the level's own measurements and those of the only-child levels below.
 """
 
 from __future__ import annotations
