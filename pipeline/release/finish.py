@@ -53,8 +53,7 @@ class RecordedSource:
 
 
 def load_measured(run: UniverseRun, measurements: Path) -> None:
-    """Rebuild a universe's tree, each level's chunks (one Parquet row group per chunk x query, in allocation order)
-    and the invariants from a measurements folder."""
+    """Rebuild a universe's tree, each level's chunk plan and the invariants from a measurements folder."""
     schema, config, allocations = run.schema, run.config, run.allocations
     n_queries = len(allocations_of(allocations, config.levels[-1].name))
     run.tree = build_tree(config.levels, read_lowest_geoids(measurements, config.levels[-1].name, n_queries))
@@ -70,8 +69,7 @@ def load_measured(run: UniverseRun, measurements: Path) -> None:
 
 
 def _reconcile_and_publish(release: Release, measurements: Path, rerun: bool) -> Path:
-    """The stages from the GLS on, for every universe: the units' measurements lie in ``units/measurements``
-    beside the persons' folder.  A re-run (``rerun``) reads them where they are and names that folder."""
+    """The stages from the GLS on, for every universe; a re-run (``rerun``) reads the measurements where they are."""
     folders = {id(u): measurements if u is release.persons else measurements.parent / UNITS_DIR / "measurements"
                for u in release.universes}
     if rerun:

@@ -36,8 +36,7 @@ Measured = Sequence[tuple[Query, Fraction, np.ndarray]]  # (query, σ², noisy a
 
 
 def spec_of(schema: Schema, query: Query) -> QuerySpec:
-    """A query as the GLS sees it: the histogram axes it keeps, in its cell order, and the grouping of each
-    recoded one (the cells of ``Schema.query_matrix``)."""
+    """A query as the GLS sees it: the axes it keeps, in its cell order, and the grouping of each recoded one."""
     factors = [schema.factor(a) for a in query.attributes]
     return QuerySpec(tuple(f.axis for f in factors), tuple(f.group_of for f in factors))
 
@@ -174,8 +173,7 @@ def discard_targets(run: UniverseRun) -> None:
 
 def tree_targets(config: ReleaseConfig, result: GlsResult, measured: Sequence[Measured]
                  ) -> list[list[QueryMeasurement]]:
-    """Every level's targets.  At the lowest level each measured query keeps its own measurement's weight (why:
-    docs/reconciliation.md)."""
+    """Every level's targets; at the lowest, measured queries keep their own σ² (docs/reconciliation.md)."""
     schema, last = config.schema, len(config.levels) - 1
     out = []
     for level, spec in enumerate(config.levels):

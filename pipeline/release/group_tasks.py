@@ -74,8 +74,7 @@ class GroupMeasured:
 
 
 class InputCategoryError(InputError):
-    """A value check failed inside a measurement task: only the category leaves the task (the row and file stay
-    with the curator's ``censusdp check``)."""
+    """A value check failed inside a measurement task: only the category leaves the task."""
 
     def __init__(self, category: InputProblem) -> None:
         super().__init__("(input)", "a value check failed", category=category)
@@ -204,8 +203,7 @@ def joined_invariants(parts: Sequence[Sequence[QueryInvariant]]) -> list[QueryIn
 
 @dataclass(frozen=True)
 class UpperTask:
-    """The levels above the partition level: their tree (levels 0..p-1 of the whole tree), each group's ancestor
-    node at every one of those levels, chunks and keys as ``GroupTask``'s."""
+    """The levels above the partition level: their tree, each group's ancestor node in each, chunks and keys."""
 
     tree: GeoTree
     group_ancestors: tuple[np.ndarray, ...]  # per upper level: each group's node

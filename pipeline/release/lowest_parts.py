@@ -4,12 +4,10 @@
     microdata.parquet/part-NNNNNN.parquet                 the protected microdata
     tables/<set>/<lowest>.parquet/part-NNNNNN.parquet     each summary table set's lowest level
 
-``NNNNNN`` is the chunk's index, so name order is node order.  A chunk's parts are written under names of their own
-(a fresh token per attempt) in the attempt's staging folder, and renamed into place once all are complete; no part's
-writer creates a folder.  So a task run twice (a lost worker) leaves one part of each, and a task of an abandoned
-attempt still running fails once its staging or run folder is gone, instead of writing a part a new attempt would
-publish.  With a units universe its lowest tasks write the summary tables (H1 is theirs, ``release.persons_units``).
-Post-processing of published counts only (Thm 19.25); the workers are trusted with the files' integrity.
+``NNNNNN`` is the chunk's index: name order is node order.  A chunk's parts are staged under names of their own and
+renamed into place once all are complete, and no part's writer creates a folder: a task run twice leaves one part of
+each, and an abandoned attempt's task cannot publish one.  With a units universe its lowest tasks write the summary
+tables (H1 is theirs).  Post-processing of published counts only (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -127,8 +125,8 @@ def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]
 
 
 def write_units_part(part: LowestPart, units_counts: sp.csr_matrix) -> dict[str, int]:
-    """The units' lowest task: the chunk's summary tables from its persons (staged by their task) and its units;
-    returns the chunk's disagreement counts (empty when the schemas are not P.L.'s)."""
+    """The units' lowest task: the chunk's summary tables from its staged persons and its units; returns the
+    chunk's disagreement counts."""
     outputs = part.outputs
     counts = sp.load_npz(Path(outputs.staging) / PERSONS_COUNTS.format(part.index)).tocsr()
     with _staged_parts(part) as staged:

@@ -115,8 +115,7 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
 
 def _keys(rng: RandomSource | None, universe: str, levels: Sequence[LevelPlan],
           chunks: Sequence[Sequence[tuple[int, int]]], first: Sequence[int]) -> tuple[tuple[bytes | None, ...], ...]:
-    """Each chunk's stream key, labelled by everything that decides which counts its draws land on
-    (``chunk_label``)."""
+    """Each chunk's stream key, labelled by what decides which counts its draws land on (``chunk_label``)."""
     return tuple(tuple(substream_key(rng, chunk_label(universe, name, allocations, offset + start, offset + stop))
                        if rng is not None else None for start, stop in level_chunks)
                  for (name, allocations, _), level_chunks, offset in zip(levels, chunks, first, strict=True))
@@ -146,8 +145,7 @@ class Measured:
 
 def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tree: GeoTree, directory: Path,
                     runner: Any, on_workers: bool, n_cells: int, chunk_cells: int) -> Measured:
-    """Run the plan's tasks (on the runner's workers, or here) and lay out every level's measurements in node
-    order: the driver's writers' files, the workers' parts moved into their levels' folders."""
+    """Run the plan's tasks and lay out every level's measurements in node order (workers' parts moved in place)."""
     for name, _, _ in level_plans:  # a failed attempt's leftovers (a resumable run never measures again)
         shutil.rmtree(directory / name, ignore_errors=True)
         (directory / f"{name}.parquet").unlink(missing_ok=True)

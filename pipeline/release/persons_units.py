@@ -1,14 +1,9 @@
 """Persons and the units they live in, reconciled so that they agree (``[[units.persons_per_unit]]``, docs/units.md).
 
-Rule i: every unit of its units cells holds ``min_i`` to ``max_i`` of its persons cells' persons, so at every node
-``min_i U_i <= P_i <= max_i U_i``.  A level's chunk is reconciled twice, in this order:
-
-1. the persons, within the bounds the units' invariants imply: ``min_i lo(U_i) <= P_i <= max_i hi(U_i)``, where
-   the persons' total is invariant shared out as production's ``hhgq_total_lb`` / ``hhgq_total_ub``;
-2. the units, within the bounds the published persons imply: ``ceil(P_i / max_i) <= U_i <= floor(P_i / min_i)``.
-
-Every bound is computed from published values, so both reconciliations remain post-processing (Thm 19.25): no
-privacy cost.  Data that break a rule are refused (``rules_broken``), else no table could keep them.
+Rule i: every unit of its units cells holds ``min_i`` to ``max_i`` of its persons cells' persons.  A level's chunk is
+reconciled twice: step 1, the persons within the bounds the units' invariants imply; step 2, the units within the
+bounds the published persons imply.  Every bound is computed from published values, so both remain post-processing
+(Thm 19.25): no privacy cost.  Data that break a rule are refused (``rules_broken``): no table could keep them.
 """
 
 from __future__ import annotations
@@ -94,7 +89,8 @@ def units_range(rules: LevelRules, schema: Schema, zeros: np.ndarray | None,
 
 def persons_bound(rules: LevelRules, units_lower: np.ndarray, units_upper: np.ndarray,
                   total: np.ndarray | None) -> QueryBound:
-    """The persons' bounds of step 1 (``total``: the nodes' invariant total, (nodes,), or None)."""
+    """The persons' bounds of step 1, ``min_i lo(U_i) <= P_i <= max_i hi(U_i)``, tightened where the persons' total
+    is invariant (``total``, (nodes,), or None) as production's ``hhgq_total_lb`` / ``hhgq_total_ub``."""
     lower = rules.min_persons * units_lower
     unbounded = units_upper >= UNBOUNDED
     upper = np.where(unbounded, UNBOUNDED, rules.max_persons * np.where(unbounded, 0, units_upper))
@@ -168,8 +164,7 @@ def persons_bounds_of(release: Release, level: int) -> LevelBounds | None:
 
 
 def units_bounds_of(release: Release, answers: list[np.ndarray]) -> dict[int, LevelBounds]:
-    """Step 2 for every level, from the persons' published blocks (``answers``, their tasks' ``RULE_ANSWERS`` in
-    node order): the units' bounds."""
+    """Step 2 for every level: the units' bounds from the persons' published blocks (``RULE_ANSWERS``, in order)."""
     run, units = release.persons, stage_output(release.units, "the units universe")
     tree = stage_output(run.tree, "the geography")
     rules = level_rules(run.config, None, structural_zero_mask(run.config))

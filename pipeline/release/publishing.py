@@ -25,8 +25,7 @@ MEASURE_CLAIM = ".measure"  # the measure stage's claim in the run's temporary f
 
 
 def publish(run: Release) -> Path:
-    """Write the manifest and report (the protected microdata was written as the lowest level was reconciled),
-    then move the run into place atomically."""
+    """Write the manifest and report, check every promise on the files, then move the run into place atomically."""
     persons = run.persons
     tree = stage_output(persons.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config

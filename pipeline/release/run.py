@@ -192,8 +192,7 @@ def start_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_
 
 def new_release(config: ReleaseConfig, rng: RandomSource, run_id: str, final_dir: Path, work_dir: Path,
                 started_at: str, write_estimates: EstimatesWriter | None = None) -> Release:
-    """A release's state with its universes: the persons in ``work_dir``, the units (``[units]``) in its
-    ``units/`` folder."""
+    """A release's state with its universes: the persons in ``work_dir``, the units in its ``units/`` folder."""
     universes = [UniverseRun(config, allocate(config), work_dir)]
     if config.units is not None:
         (work_dir / UNITS_DIR).mkdir(exist_ok=True)

@@ -91,6 +91,5 @@ def make_runner(spec: str) -> LocalRunner | DaskRunner:
 
 
 def records_on_workers(config: ReleaseConfig, runner: LocalRunner | DaskRunner | None) -> bool:
-    """Whether a run's records are read (fingerprinted, validated, measured) and its noise drawn on the runner's
-    Dask workers (``postprocess.measure_on``), not on the driver."""
+    """Whether a run's records are read, and its noise drawn, on the runner's Dask workers (``measure_on``)."""
     return runner is not None and runner.name != "local" and config.measure_on is MeasureOn.WORKERS

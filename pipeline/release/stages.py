@@ -26,11 +26,13 @@ from censusdp.pipeline.dp.random_source import RandomSource
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from censusdp.pipeline.io.measurements import measurements_digest, write_invariants
 from censusdp.pipeline.io.microdata import read_input_files
+from censusdp.pipeline.io.summary_tables import write_summary_tables
 from censusdp.pipeline.io.tables import LevelTableWriter
 from censusdp.pipeline.release.charging import charge
 from censusdp.pipeline.release.draws import claim_draw
 from censusdp.pipeline.release.expected_errors import (
     compute_expected_errors,
+    expected_errors,
     expected_errors_job,
     record_expected_errors,
 )
@@ -67,8 +69,8 @@ from censusdp.pipeline.release.run import (  # noqa: F401 - part of this module'
 from censusdp.pipeline.release.runner import make_runner, records_on_workers
 from censusdp.pipeline.release.shared_tree import geography_tree
 from censusdp.pipeline.release.support import merge_reports
-from censusdp.pipeline.release.tabulate import tabulate
 from censusdp.pipeline.release.tasks import chunk_tasks
+from censusdp.pipeline.release.universes import check_same_blocks
 
 log = logging.getLogger("censusdp")
 
@@ -242,6 +244,26 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
         universe.invariants.clear()
 
 
+def tabulate(run: Release) -> None:
+    """Write ``tables/<set>/<level>.parquet`` and the set's dictionary for every configured set, from the published
+    integer tables just reconciled (post-processing, Thm 19.25); the lowest level's were written by its
+    reconciliation tasks (``release.lowest_parts``)."""
+    persons = run.persons
+    tree = stage_output(persons.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    names = [lv.name for lv in run.config.levels]
+    counts = [persons.counts.get(level) for level in range(len(names))]  # the lowest's: written as it was reconciled
+    units = None
+    if run.units is not None:  # the same tree: the units universe's housing tables (H1) join the same files
+        check_same_blocks(run)
+        units = (run.units.schema, [run.units.counts.get(level) for level in range(len(names))])
+    for tables in run.config.output.tables:
+        run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, persons.schema,
+                                                                names, tree.geoids, counts, units)
+        log.info("summary tables %s written for %d levels", tables.value, len(names))
+    if run.expected_errors is None:  # not computed beside the lowest level's tasks (reconcile)
+        run.expected_errors = expected_errors(persons)
+
+
 @dataclass(frozen=True)
 class Stage:
     """One step of a release: ``name`` is its task name in Prefect (per-level runs are ``name-LEVEL``),
@@ -282,8 +304,7 @@ StageCall = Callable[[Stage, Callable[..., Any], tuple[Any, ...]], Any]
 
 
 def replaced(stages: tuple[Stage, ...], **functions: Callable[..., Any]) -> tuple[Stage, ...]:
-    """``stages`` with the named stages' functions replaced (``-`` spelled ``_``), e.g.
-    ``replaced(STAGES, reconcile=crash)``."""
+    """``stages`` with the named stages' functions replaced: ``replaced(STAGES, reconcile=crash)``."""
     names = {stage.name.replace("-", "_") for stage in stages}
     if unknown := set(functions) - names:
         raise ValueError(f"no such stage: {', '.join(sorted(unknown))}")

@@ -52,8 +52,7 @@ class StoredTargets:
 
 @dataclass(frozen=True)
 class LevelTargets:
-    """A level's GLS targets, made chunk by chunk: the streamed GLS, each target query with its weight σ² (as
-    ``tree_targets`` weighs them) and the stream's scratch files."""
+    """A level's GLS targets, made chunk by chunk: the streamed GLS and each target query with its weight σ²."""
 
     stream: StreamedGls
     level: int
@@ -66,8 +65,7 @@ class LevelTargets:
         return _answers(self.stream.estimate(self.level, start, stop), self.shape, self.terms)
 
     def stored(self, start: int, stop: int) -> StoredTargets:
-        """The same targets, to be read and computed by the chunk's task (a level above the lowest, the GLS
-        solved into ``store``)."""
+        """The same targets, computed by the chunk's task from ``store`` (a level above the lowest)."""
         if self.store is None or self.level >= self.stream.depth - 1:
             raise ValueError("stored targets: a level above the lowest, of a GLS solved into scratch files")
         if stop > self.store.written(FINAL, self.level):
@@ -91,8 +89,7 @@ def lowest_targets(chunk: LowestChunk, terms: Sequence[TargetTerm], noisy: Seque
 
 @dataclass(frozen=True)
 class LowestSumsJob:
-    """One chunk of the lowest level's GLS up pass, self-contained for a runner: the chunk's job, where its
-    measurements are and its invariant values."""
+    """One chunk of the lowest level's GLS up pass, self-contained for a runner (its measurements read there)."""
 
     chunk: LowestChunk
     measurements_path: str
