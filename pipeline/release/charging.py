@@ -19,11 +19,8 @@ log = logging.getLogger("censusdp")
 
 def charge(release: Release, runner: LocalRunner | DaskRunner | None = None) -> None:
     """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn (docs/ledger.md).
-
-    The dataset is found by the data's keyed content fingerprints, whatever ``ledger.dataset`` says (computed on
-    the Dask workers where they read the records: docs/dask.md).  Refused past the dataset's lifetime cap; never
-    refunded, even if the run fails later: composition (Thm 19.37(i)) counts every noisy measurement drawn.
-    """
+    The dataset is found by the data's keyed content fingerprints, whatever ``ledger.dataset`` says.  Refused past
+    its lifetime cap; never refunded: composition (Thm 19.37(i)) counts every noisy measurement drawn."""
     config = release.config
     prepare_location(config.ledger.location)
     ledger = PrivacyLedger(config.ledger.location)

@@ -1,8 +1,6 @@
-"""Splitting a level into chunks of nodes that never split a parent's children.
-
-Nodes are sorted by geoid, so a chunk is a node range [start, stop) whose ends fall on parent boundaries.  Memory is
-bounded by the chunk size, and chunks of one level are independent once the level above is fixed.
-"""
+"""Splitting a level into chunks of nodes that never split a parent's children: nodes are sorted by geoid, so a
+chunk is a node range whose ends fall on parent boundaries, and a level's chunks are independent once its parents'
+level is fixed."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""The expected error of the main P.L. 94-171 counts at every summary level, for the report (public values only).
-
-For each level and each of ``MAIN_VARIABLES``: the root mean square over the level's nodes of the exact standard
-error of the node's GLS estimate (``postprocess.gls_areas``).  It depends on the design only (the tree, every
-query's σ², which queries are invariant), not on the data or the noise.  It is the GLS estimate's error, not the
-published counts': with full-information reconciliation those are at least as accurate (BENCHMARKS.md); with
-``level_by_level`` they may be less (the report says which).
+"""The expected error of the main P.L. 94-171 counts at every summary level, for the report (public values only):
+per level and variable, the root mean square over the level's nodes of the exact standard error of the node's GLS
+estimate (``postprocess.gls_areas``), which depends on the design only, not on the data or the noise.  The published
+counts are at least as accurate with full-information reconciliation (BENCHMARKS.md), and may be less with
+``level_by_level`` (the report says which).
 """
 
 from __future__ import annotations

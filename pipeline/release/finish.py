@@ -1,9 +1,6 @@
-"""Finishing from saved measurements: ``censusdp postprocess RUN_DIR`` and ``censusdp release --resume RUN_ID``.
-
-Both read the noisy measurements, the invariants and the configuration, never the microdata, and draw no noise:
-post-processing of published measurements (Thm 19.25), so they spend no budget.  ``postprocess`` writes a new run
-folder (a zero-rho ledger entry); ``resume`` finishes a run that died after its measurements were saved, under the
-run's own id and its one charge.
+"""Finishing from saved measurements: ``censusdp postprocess RUN_DIR`` (a new run folder, a zero-rho ledger entry)
+and ``censusdp release --resume RUN_ID`` (the run's own id and its one charge).  Both read the noisy measurements,
+the invariants and the configuration, never the microdata, and draw no noise: post-processing (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -87,10 +84,8 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
                     runner: str | None = None, ledger: str | None = None, *,
                     write_estimates: stages.EstimatesWriter | None = None, reconciliation: str | None = None
                     ) -> Path:
-    """Re-run reconciliation and rounding on ``run_dir``'s measurements; returns the new run folder.
-    ``reconciliation`` replaces the recorded one (post-processing: any is free).  The ledger is ``ledger``, else
-    the installation's, never one a run's files name; without the run's charge there the new run is not
-    publishable."""
+    """Re-run reconciliation and rounding on ``run_dir``'s measurements (any ``reconciliation`` is free); returns the
+    new run folder.  The ledger is never one a run's files name; without the run's charge there, not publishable."""
     run_dir = run_dir.resolve()
     manifest = read_record(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
     config, book, charge = _recorded(manifest["config_raw"], manifest["run_id"], str(run_dir / "manifest.json"),

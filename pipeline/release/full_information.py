@@ -1,10 +1,7 @@
-"""Full-information reconciliation: every level is fitted to the tree's GLS estimates, not to its own measurements.
-
-The exact GLS of the whole tree (``postprocess.gls``, streamed out of core by ``postprocess.gls_stream``) comes
-first; each level's least squares then fits, for every query of the level's strategy plus the total and the
-detailed cells, the GLS estimate of that query with weight 1/v, v the mean variance of the estimate's free cells
-over the level's nodes, under the usual constraints.  Everything is a function of the noisy measurements, their
-public σ² and the published invariants: post-processing, no privacy cost (Thm 19.25).  Design: docs/reconciliation.md.
+"""Full-information reconciliation: every level is fitted to the tree's GLS estimates, not to its own measurements
+(docs/reconciliation.md).  The exact GLS of the whole tree is streamed first (``postprocess.gls_stream``); each
+level then fits the GLS estimate of every target query with weight 1/v, v the mean variance of its free cells.
+A function of the noisy measurements, their public σ² and the published invariants: post-processing (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -121,9 +118,8 @@ def stream_problem(schema: Schema, parents: Sequence[np.ndarray], allocated: All
 
 
 def estimate(release: Release, run: UniverseRun, runner: LocalRunner | DaskRunner | None = None) -> None:
-    """Stage: the tree's GLS from the run's saved noisy measurements (streamed, intermediates in ``GLS_SCRATCH``),
-    kept as every level's targets (``run.targets``); the lowest level's up pass runs as jobs on ``runner``.
-    Nothing to do with ``level_by_level`` reconciliation."""
+    """Stage: the tree's GLS from the run's saved noisy measurements, kept as every level's targets (``run.targets``);
+    the lowest level's up pass runs as jobs on ``runner``.  Nothing to do with ``level_by_level``."""
     config = run.config
     if config.reconciliation_method is not ReconciliationMethod.FULL_INFORMATION:
         return

@@ -82,8 +82,7 @@ class InputCategoryError(InputError):
 
 def group_keys(files: InputFiles, task: GroupTask) -> list[np.ndarray]:
     """Every record of the group as an int64 key (unit index in the subtree x cells + cell), in sorted runs of one
-    input batch each (confidential).  8 bytes a record: the runs are never joined into one array, which would hold
-    the group twice while it was built (``chunk_histograms`` searches every run)."""
+    input batch each (confidential), never joined: that would hold the group twice while it was built."""
     n_cells = files.config.schema.n_cells
     lowest = task.subtree.geoids[-1]
     runs = []
@@ -154,7 +153,6 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
         returned = level == 0 and task.level > 0  # the partition level below the root: handed back, not written
         writer, part = (None, None) if returned else _writer(task, name, writers, attempt)
         parts.append(part)
-        rhos = [a.rho for a in allocations]
         ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
         plan, level_invariants_parts = [], []
         for (start, stop), key in zip(task.chunks[level], task.keys[level], strict=True):
@@ -168,10 +166,9 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
             del histograms
             if writer is None:
                 top.append(noisy)
-                continue
-            row_group = writer.write_chunk(tree.geoids[level][start:stop], noisy, rhos)
-            offset = task.first[level]
-            plan.append((offset + start, offset + stop, row_group))
+            else:
+                row_group = writer.write_chunk(tree.geoids[level][start:stop], noisy, [a.rho for a in allocations])
+                plan.append((task.first[level] + start, task.first[level] + stop, row_group))
             del noisy
         if part is not None:  # the task's own part file
             writer.close()

@@ -1,7 +1,5 @@
 """The ``dask-local:N`` runner's cluster: N worker processes on this machine, and the scheduler in a process of its
-own, not the driver's (its memory grows with the run, and its event loop would share the driver's GIL; docs/dask.md).
-The nannies stay here, as ``LocalCluster``'s do.  The scheduler ends with the driver, however it ends
-(``scheduler_watch``).
+own, which ends with the driver however it ends (``scheduler_watch``; why not in the driver's process: docs/dask.md).
 """
 
 from __future__ import annotations

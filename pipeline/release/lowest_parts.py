@@ -102,9 +102,8 @@ PERSONS_COUNTS = "persons-{:06d}.npz"  # in the staging folder: a chunk's person
 
 
 def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]:
-    """Write the chunk's part of every lowest output.  With a units universe, the summary tables (which hold H1)
-    are written by the units' task of the same chunk, after the units are reconciled within the bounds these
-    persons imply: the persons' counts wait for it in the staging folder."""
+    """Write the chunk's part of every lowest output; with a units universe the summary tables (H1) are the units'
+    task's, so the persons' counts wait for it in the staging folder."""
     outputs = part.outputs
     with _staged_parts(part) as staged:
         table = LevelTableWriter(staged(outputs.level_table), outputs.schema, make_folder=False)
@@ -162,10 +161,9 @@ def _write_summaries(part: LowestPart, staged: Callable[..., Path], sources: lis
 
 def finish_lowest_outputs(outputs: LowestOutputs, n_chunks: int, found: Iterable[Mapping[str, int]],
                           persons_only: bool = False) -> dict[str, int] | None:
-    """Once every task is back: check every output holds one part per chunk (else the run fails), remove the
-    staging folder, and return the disagreements summed over the chunks (None without a units universe whose
-    disagreements are counted).  ``persons_only``: the persons' outputs, before the units' tasks write the summary
-    tables from the staged persons (nothing removed)."""
+    """Once every task is back: check every output holds one part per chunk, remove the staging folder, and return
+    the disagreements summed over the chunks (None where not counted).  ``persons_only``: the persons' outputs,
+    before the units' tasks write the summary tables from the staged persons (nothing removed)."""
     expected = {PART_FILE.format(i) for i in range(n_chunks)}
     for folder in outputs.folders(summaries=not persons_only):
         if {p.name for p in folder.iterdir()} != expected:

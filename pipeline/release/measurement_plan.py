@@ -1,9 +1,6 @@
-"""The measure stage's plan and where it runs: in the driver's process, or on the Dask workers
-(``postprocess.measure_on``; what each place reads and holds, and the trust boundary it moves: docs/dask.md).
-
-``plan_measurement`` turns the tree and the input files into group tasks (``release.group_tasks``) and the task
-of the levels above the partition level; ``run_measurement`` runs them and lays out every level's measurements in
-node order (row groups per chunk and query, ``io.measurements``), returning each level's chunk plan and invariants.
+"""The measure stage's plan and where it runs (``postprocess.measure_on``; the trust boundary: docs/dask.md).
+``plan_measurement`` turns the tree and the input files into group tasks and the upper levels' task;
+``run_measurement`` runs them and lays out every level's measurements in node order.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Only-child chains (``level_by_level`` reconciliation): a level whose every node is the only child of a node above
-measures the same people again.  Those measurements are unbiased answers about the parent's own histogram, so they
-join the parent's reconciliation as further least-squares terms, each with its own σ²: post-processing of public
-values only (Thm 19.25).  Handled level-wide only (docs/reconciliation.md).
+"""Only-child chains (``level_by_level``): a level whose every node is its parent's only child measures the same
+people again, so its measurements join the parent's least squares as further terms with their own σ²
+(post-processing of public values, Thm 19.25; docs/reconciliation.md).
 """
 
 from __future__ import annotations

@@ -118,10 +118,9 @@ class LevelBounds:
 
 def units_level_bounds(config: ReleaseConfig, rules: LevelRules, answers: np.ndarray, block_lower: np.ndarray,
                        block_upper: np.ndarray, tree: GeoTree) -> dict[int, LevelBounds]:
-    """Step 2 for every level: each block's units bounds from its published persons (``answers``, every rule) and
-    what the units' invariants allow (``block_lower``/``block_upper``), summed up the tree.  Sums of the blocks'
-    intervals, so that every parent's value can be shared out among its children within theirs: a node's own
-    ``ceil(P / max)`` would not be (it is superadditive), nor ``min(P, housing units)``."""
+    """Step 2 for every level: each block's units bounds from its published persons and the units' invariants,
+    summed up the tree so a parent's value can be shared out among its children (a node's own ``ceil(P / max)`` is
+    superadditive: it could leave them no feasible share)."""
     lower = np.maximum(-(-answers // rules.max_persons), block_lower)  # ceil(P / max)
     upper = np.minimum(np.where(rules.min_persons > 0, answers // np.maximum(rules.min_persons, 1), UNBOUNDED),
                        block_upper)  # floor(P / min), UNBOUNDED where neither bounds it
@@ -177,8 +176,8 @@ def units_bounds_of(release: Release, answers: list[np.ndarray]) -> dict[int, Le
 
 
 def record_limits(release: Release, universe: UniverseRun) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None:
-    """The persons' bounds every block's records must keep (the units, measured first, give their invariants): the
-    groups check them as they measure, and the run is refused by category if one is broken."""
+    """The persons' bounds every block's records must keep, checked as the groups measure (the units, measured
+    first, give their invariants)."""
     if universe is not release.persons or release.units is None:
         return None
     bounds = persons_bounds_of(release, len(release.config.levels) - 1)

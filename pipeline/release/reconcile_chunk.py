@@ -1,8 +1,5 @@
-"""One chunk of one level's reconciliation, as a self-contained task a Dask worker can run.
-
-A task carries public values only (where the chunk's measurements are, the parents' published counts, the
-invariants, the schema); the worker reads the measurements itself, so no large array passes through the driver.
-Post-processing of DP outputs is free (Thm 19.25).
+"""One chunk of one level's reconciliation, as a self-contained task a Dask worker can run: public values only, the
+measurements read where it runs.  Post-processing of DP outputs is free (Thm 19.25).
 """
 
 from __future__ import annotations

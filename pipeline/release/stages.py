@@ -1,10 +1,7 @@
 """One release as plain function calls, stage by stage (``STAGES``; the Prefect flow calls the same stages, and
-ARCHITECTURE.md describes each).
-
-Whether a release is charged never depends on a confidential value: everything before ``charge`` looks at the
-files' structure and the configuration only; every check of a value runs after it, and a failure there is a
-charged, failed run whose error names a category only (``InputRejectedError``; ``censusdp check`` shows where).
-A failure anywhere removes the temporary folder: nothing is published.
+ARCHITECTURE.md describes each).  Whether a release is charged never depends on a confidential value: everything
+before ``charge`` looks at the files' structure and the configuration only, and a value check failing after it is a
+charged, failed run whose error names a category only (``InputRejectedError``).  A failed run publishes nothing.
 """
 
 from __future__ import annotations
@@ -17,15 +14,17 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import scipy.sparse as sp
 
+from censusdp.geography.tree import GeoTree, build_tree
 from censusdp.pipeline.budget.ledger.charges import FailureReason
 from censusdp.pipeline.config.ledger_location import public_config_raw
 from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.dp.random_source import RandomSource
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from censusdp.pipeline.io.measurements import measurements_digest, write_invariants
-from censusdp.pipeline.io.microdata import read_input_files
+from censusdp.pipeline.io.microdata import InputFiles, geography_units, read_input_files
 from censusdp.pipeline.io.summary_tables import write_summary_tables
 from censusdp.pipeline.io.tables import LevelTableWriter
 from censusdp.pipeline.release.charging import charge
@@ -67,7 +66,6 @@ from censusdp.pipeline.release.run import (  # noqa: F401 - part of this module'
     start_release,
 )
 from censusdp.pipeline.release.runner import make_runner, records_on_workers
-from censusdp.pipeline.release.shared_tree import geography_tree
 from censusdp.pipeline.release.support import merge_reports
 from censusdp.pipeline.release.tasks import chunk_tasks
 from censusdp.pipeline.release.universes import check_same_blocks
@@ -83,6 +81,26 @@ def read_files(release: Release, universe: UniverseRun) -> None:
     read = [u.input_files for u in release.universes]
     if universe is release.persons and all(files is not None for files in read):
         release.partition = shared_partition(release.config.levels, read)
+
+
+def geography_tree(release: Release, run: UniverseRun, files: InputFiles) -> GeoTree:
+    """The universe's tree: the units universe's (validated first) where it has the same levels and either the same
+    geography file (not read again) or the same lowest-level units, so the two share one copy; else built."""
+    units = release.units if run is release.persons else None
+    theirs = units.input_files if units is not None and units.config.levels == run.config.levels else None
+    if units is None or units.tree is None or theirs is None:
+        return build_tree(run.config.levels, geography_units(files))
+    if files.geography_format == theirs.geography_format and _same_file(files.geography, theirs.geography):
+        return units.tree
+    codes = geography_units(files)
+    return units.tree if np.array_equal(units.tree.geoids[-1], codes) else build_tree(run.config.levels, codes)
+
+
+def _same_file(path: Path | None, other: Path | None) -> bool:
+    try:
+        return path is not None and other is not None and path.samefile(other)
+    except OSError:
+        return False
 
 
 def validate_inputs(release: Release, universe: UniverseRun, runner: Any = None) -> None:
@@ -245,9 +263,8 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
 
 
 def tabulate(run: Release) -> None:
-    """Write ``tables/<set>/<level>.parquet`` and the set's dictionary for every configured set, from the published
-    integer tables just reconciled (post-processing, Thm 19.25); the lowest level's were written by its
-    reconciliation tasks (``release.lowest_parts``)."""
+    """Write every configured summary table set, from the published integer tables just reconciled (post-processing,
+    Thm 19.25); the lowest level's were written by its reconciliation tasks (``release.lowest_parts``)."""
     persons = run.persons
     tree = stage_output(persons.tree, "the geography (validate_inputs, or a re-run's measurements)")
     names = [lv.name for lv in run.config.levels]
@@ -318,9 +335,8 @@ def call_directly(stage: Stage, function: Callable[..., Any], args: tuple[Any, .
 
 def run_stages(release: Release, stages: tuple[Stage, ...] = STAGES, *, call: StageCall = call_directly,
                prepare: Callable[[Release], None] | None = None) -> Path:
-    """Run ``stages`` in order on ``release`` (each call through ``call``: the flow makes it a Prefect task) and
-    return what the last one (publish) returns.  ``prepare`` runs first (a re-run loads its measurements).
-    Any failure abandons the release (nothing published; the charge stays); the chunk runner is always closed."""
+    """Run ``stages`` in order on ``release``, each call through ``call`` (the flow's: a Prefect task), after
+    ``prepare``; return what publish returns.  Any failure abandons the release; the runner is always closed."""
     runner, result = None, None
     try:
         if prepare is not None:
