@@ -47,8 +47,7 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
                  geography: str | None = None, fmt: str | None = None, rho: str | int | float | None = None,
                  runner: str | None = None, insecure_seed: int | None = None, units: str | None = None,
                  no_units: bool = False) -> str:
-    """Release one dataset: returns the path of the published run directory.  With a Dask runner the stages'
-    tasks map their work on its workers, which import no Prefect.  ``rho`` may be a number as
+    """Release one dataset; returns the published run directory.  ``rho`` may be a number as
     `prefect deployment run ... -p rho=1.5` sends it (read as the decimal written)."""
     if insecure_seed is not None and not insecure_seed_is_allowed():
         # a deployment parameter alone must not switch off the CSPRNG: only the CLI's --insecure-seed flag

@@ -32,8 +32,7 @@ def charge(release: Release, runner: LocalRunner | DaskRunner | None = None) -> 
         prefix = "" if universe is release.persons else f"{universe.config.universe.value}-"
         fingerprints |= {f"{prefix}{kind}": digest
                          for kind, digest in data_fingerprints(files, key, map_parts=map_parts).items()}
-    # the guarantee is stated (every accountant run) before anything is spent, and the charge is the per-person
-    # bound it states: an accountant that failed after the charge would leave budget spent and nothing published
+    # the guarantee is stated before anything is spent (an accountant failing later would waste the charge)
     stated = release.privacy[config.universe]
     rho = Fraction(stated.get("per_person", stated)["rho_exact"])
     release.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict noise

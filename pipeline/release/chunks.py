@@ -12,8 +12,7 @@ from censusdp.pipeline.config.model import DEFAULT_CHUNK_CELLS
 
 def level_chunks(tree: GeoTree, level: int, n_cells: int,
                  max_cells: int = DEFAULT_CHUNK_CELLS) -> list[tuple[int, int]]:
-    """Node ranges of about ``max_cells`` detailed cells each, aligned to parent boundaries; a parent whose
-    children alone exceed ``max_cells`` is one chunk of its own."""
+    """Node ranges of about ``max_cells`` detailed cells each, on parent boundaries (a larger family: one chunk)."""
     n_nodes = tree.n_nodes(level)
     if level == 0:
         return [(0, n_nodes)]

@@ -75,8 +75,7 @@ def record_expected_errors(run: UniverseRun, computed: tuple[dict[str, Any], str
 
 
 def compute_expected_errors(job: ExpectedErrorsJob) -> tuple[dict[str, Any], str | None]:
-    """The job's expected errors (empty, with the reason, when the GLS is not defined).  Runs anywhere: on the
-    driver, or on a worker while the lowest level is reconciled (``release.stages.reconcile``)."""
+    """The job's expected errors (empty, with the reason, where the GLS is not defined), on the driver or a worker."""
     schema = job.schema
     variables = [v for v in table_variables(SummaryTables.PL94) if v.name in MAIN_VARIABLES]
     weights = variable_matrix(schema, variables).T.toarray().astype(float)

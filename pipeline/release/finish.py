@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from censusdp.geography.tree import build_tree
-from censusdp.pipeline.budget.allocation import allocations_of
 from censusdp.pipeline.budget.ledger.charges import Charge, ChargeStatus, PrivacyLedger, config_digest
 from censusdp.pipeline.config.ledger_location import default_ledger_location
 from censusdp.pipeline.config.load import apply_overrides, parse_recorded_config
@@ -51,13 +50,12 @@ class RecordedSource:
 
 def load_measured(run: UniverseRun, measurements: Path) -> None:
     """Rebuild a universe's tree, each level's chunk plan and the invariants from a measurements folder."""
-    schema, config, allocations = run.schema, run.config, run.allocations
-    n_queries = len(allocations_of(allocations, config.levels[-1].name))
+    schema, config = run.schema, run.config
+    n_queries = len(run.level_allocations(-1))
     run.tree = build_tree(config.levels, read_lowest_geoids(measurements, config.levels[-1].name, n_queries))
     for level, spec in enumerate(config.levels):
-        queries = [a.query for a in allocations_of(allocations, spec.name)]
-        first_cells = schema.query_cells(schema.parse_query(queries[0]))
-        plan = read_chunk_plan(measurements, spec.name, len(queries), first_cells)
+        queries = [schema.parse_query(a.query) for a in run.level_allocations(level)]
+        plan = read_chunk_plan(measurements, spec.name, len(queries), schema.query_cells(queries[0]))
         if not plan or plan[-1][1] != run.tree.n_nodes(level):
             raise CensusDPError(f"{measurements / level_location(measurements, spec.name)}: does not match the run's "
                                 "geography")
@@ -108,9 +106,8 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
 def _recorded(raw: dict[str, Any], run_id: str, source: str, base: Path, ledger_location: str,
               solver: str | None, runner: str | None, reconciliation: str | None = None
               ) -> tuple[ReleaseConfig, PrivacyLedger, Charge | None]:
-    """A run's recorded configuration (only the solver and runner may change), the user's ledger and the run's
-    charge there.  With a charge, the recorded configuration must be the one charged: an edited manifest or
-    ``complete.json`` would state a relation, budget or invariants that the measurements do not have."""
+    """A run's recorded configuration (only the solver and runner may change), the user's ledger and the run's charge
+    there, which must be of that configuration: an edited manifest would state a guarantee the measurements lack."""
     recorded_digest = config_digest(raw)
     apply_overrides(raw, {f"postprocess.{key}": value for key, value in (
         ("solver", solver), ("runner", runner), ("reconciliation", reconciliation)) if value is not None})
@@ -133,9 +130,8 @@ def _vouched(charge: Charge | None, measurements: Path) -> bool:
 
 def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: str | None = None,
                    runner: str | None = None, *, write_estimates: stages.EstimatesWriter | None = None) -> Path:
-    """Finish run ``run_id`` from its saved measurements, under its existing charge (no new charge), with the
-    configuration they were drawn with (only the solver and the runner may change).  The ledger is the user's own
-    (``ledger_location``), never one the run's files name; its charge must match the rho those measurements spent."""
+    """Finish run ``run_id`` from its saved measurements, under its existing charge and with the configuration they
+    were drawn with; the ledger (the user's, never one the run's files name) must have charged the rho they spent."""
     work_dir = out_root / f".{run_id}.partial"
     marker = read_record(work_dir / "measurements" / stages.COMPLETE_MARKER,
                    f"cannot resume run {run_id}: its measurements were not all saved; start a new release")

@@ -75,8 +75,7 @@ def target_weight(mean_variance: float) -> Fraction:
 
 def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequence[Query],
                   own_sigma2: Mapping[str, Fraction] | None = None) -> list[QueryMeasurement]:
-    """The GLS estimates of ``queries`` at every node of a level, as least-squares terms weighted by ``target_weight``
-    (a query fixed everywhere by invariants is left out), or by ``own_sigma2`` where it names the query."""
+    """The GLS estimates of ``queries`` at a level's nodes as weighted least-squares terms (``own_sigma2``: own σ²)."""
     out = []
     for query in queries:
         spec = spec_of(schema, query)
@@ -99,8 +98,7 @@ Plan = Sequence[Sequence[tuple[int, int, ChunkLocation]]]  # per level, its chun
 def stream_problem(schema: Schema, parents: Sequence[np.ndarray], allocated: Allocated,
                    invariants: Mapping[int, Sequence[QueryInvariant]], plan: Plan, directory: Path
                    ) -> tuple[list[StreamLevel], Reader]:
-    """A run's GLS problem as the engine streams it: every level's queries, invariants and chunks, and a reader
-    of a chunk's noisy answers from the measurement files in ``directory`` (and its invariants' values)."""
+    """A run's GLS problem as the engine streams it: each level's queries, invariants and chunks, and a chunk reader."""
     located = [{(start, stop): where for start, stop, where in chunks} for chunks in plan]
 
     def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], tuple[np.ndarray, ...]]:

@@ -1,14 +1,11 @@
-"""Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers (docs/dask.md).
+"""Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers (docs/dask.md, with what
+bounds a task's memory).  A group's task reads its files batch by batch (``encoded_rows``: every value check), keeps
+one int64 key per record and measures every level from the partition level down, chunk by chunk; the levels above
+sum the groups' total histograms (confidential) where the groups ran (``measure_upper``).
 
-A group's task reads its files batch by batch (``encoded_rows``: every value check), keeps one int64 key per record
-and measures every level from the partition level down, chunk by chunk: histogram, exact noise, written at once.
-The levels above sum the groups' total histograms (confidential) where the groups ran (``measure_upper``).  Memory
-per task: 8 bytes per record of the group, plus one chunk's histograms and noise and ``SLICE_KEYS`` keys at a time.
-
-Every chunk draws from its own stream (``substream_key``): the measuring process's OS CSPRNG, or a stream keyed from
-a test seed and the chunk's label.  Guarantee: that of ``release.noisy_measurements`` (Thm 19.37(iii) with CKS20
-Thm 4 per query and level; nodes are disjoint, Prop. 19.30); which process draws a chunk's noise does not change
-its distribution.
+Every chunk draws from its own stream (``substream_key``): the measuring process's OS CSPRNG, or one keyed from a test
+seed and the chunk's label.  Guarantee: that of ``release.noisy_measurements`` (Thm 19.37(iii) with CKS20 Thm 4 per
+query and level; nodes are disjoint, Prop. 19.30), whichever process draws a chunk's noise.
 """
 
 from __future__ import annotations
@@ -38,8 +35,7 @@ LevelPlan = tuple[str, tuple[QueryAllocation, ...], tuple[str, ...]]  # level na
 
 @dataclass(frozen=True)
 class GroupTask:
-    """One group: nodes [start, stop) of level ``level`` (the partition level) and their subtrees.  Public values
-    only (file paths, the subtree, the allocation, chunk keys of a test source); the worker reads the records."""
+    """One group: a node of the partition level (or the root) and its subtree; public values only."""
 
     index: int
     level: int
@@ -51,8 +47,8 @@ class GroupTask:
     chunks: tuple[tuple[tuple[int, int], ...], ...]  # per subtree level: node ranges (subtree indices)
     keys: tuple[tuple[bytes | None, ...], ...]  # per subtree level and chunk: its noise stream (None: OS CSPRNG)
     out_dir: str | None  # where a worker writes its measurement parts; None: the caller's writers (the driver)
-    # the persons-per-unit rules' bounds on the group's lowest nodes (release.persons_units, from published values):
-    # (rules' matrix, lower, upper); data that break one are refused, by category, once every group is measured
+    # the persons-per-unit bounds (matrix, lower, upper) of its lowest nodes, from published values: data that break
+    # one are refused, by category, once every group is measured
     limits: tuple[Any, np.ndarray, np.ndarray] | None = None
 
     def __repr__(self) -> str:
@@ -67,8 +63,7 @@ class GroupMeasured:
     parts: tuple[str | None, ...]  # per subtree level: the part file written (None: written to the caller's writers)
     plans: tuple[tuple[tuple[int, int, int], ...], ...]  # per subtree level: (start, stop, row group), whole-tree nodes
     invariants: tuple[tuple[QueryInvariant, ...], ...]  # per subtree level: values of the group's nodes, published
-    # below the root, the partition level's noisy answers: its parents' families span groups, so the caller writes
-    # that level in chunks of whole families (``plans[0]`` and ``parts[0]`` are then empty)
+    # below the root, the partition level's noisy answers, written by the caller in whole families (not in plans)
     top: tuple[QueryMeasurement, ...] = ()
     rules_broken: bool = False  # a lowest node's records break a persons-per-unit rule (GroupTask.limits)
 
@@ -99,9 +94,8 @@ SLICE_KEYS = 1 << 20  # keys histogrammed at a time: a chunk of an upper level c
 
 def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ancestors: np.ndarray, start: int,
                      stop: int, n_cells: int, *, slice_keys: int = SLICE_KEYS) -> np.ndarray:
-    """Dense detailed histograms (stop - start, n_cells) of nodes [start, stop) of a level (confidential), from
-    ``group_keys``' sorted runs, counted ``slice_keys`` at a time: the transient is bounded by that and the chunk's
-    cells, whatever the group's size."""
+    """Dense detailed histograms (stop - start, n_cells) of nodes [start, stop) of a level (confidential), counted
+    ``slice_keys`` at a time from ``group_keys``' runs: the transient is bounded whatever the group's size."""
     lo_key, hi_key = unit_offsets[start] * n_cells, unit_offsets[stop] * n_cells
     size = (stop - start) * n_cells
     flat: np.ndarray | None = None  # the first slice's counts, the others added in place: one chunk-sized array
@@ -132,9 +126,8 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
 
 def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | None = None
                   ) -> tuple[GroupMeasured, np.ndarray]:
-    """Measure every level of one group; returns the public result and the group's total detailed histogram
-    (confidential: for ``measure_upper`` only).  A task that writes its own parts (``out_dir``) first claims its
-    draw: at most one attempt per run draws, and its parts carry its attempt id."""
+    """Measure every level of one group; returns the public result and the group's total histogram (confidential,
+    for ``measure_upper``).  Writing its own parts, the task first claims its draw: one attempt per run draws."""
     attempt = claim_draw(task.out_dir, group_name(task.index)) if task.out_dir is not None else None
     files, schema = task.files, task.files.config.schema
     try:
@@ -215,8 +208,7 @@ UpperChunk = tuple[list[QueryMeasurement], list[QueryInvariant]]
 
 
 def measure_upper(task: UpperTask, totals: Sequence[np.ndarray]) -> list[list[UpperChunk]]:
-    """Noisy measurements of every level above the partition level from the groups' total histograms, per level and
-    chunk with the chunk's invariants (public).  On a worker (``out_dir``) it first claims its draw, as a group does."""
+    """Every level above the partition level measured from the groups' totals (a worker first claims its draw)."""
     if task.out_dir is not None:
         claim_draw(task.out_dir, UPPER)
     schema = task.schema

@@ -31,9 +31,8 @@ QUIET_DASK = {"distributed.admin.low-level-log-length": 0}
 
 
 def local_cluster(workers: int) -> SpecCluster:
-    """``workers`` worker processes of one thread each (the solvers are single-threaded and hold the GIL in
-    places) and a scheduler process, all on the loopback interface.  Dask's nannies' MALLOC_TRIM_THRESHOLD_ slows
-    the workers (docs/dask.md); a nanny reads it when it is made, so it is cleared around the cluster's start."""
+    """``workers`` one-thread worker processes and a scheduler process, on the loopback interface only; the nannies'
+    MALLOC_TRIM_THRESHOLD_, which slows the workers (docs/dask.md), is cleared around the cluster's start."""
     worker = {"cls": Nanny, "options": {
         "host": LOOPBACK, "nthreads": 1, "dashboard": False, "silence_logs": logging.ERROR,
         "memory_limit": parse_memory_limit("auto", 1, workers, logger=_log)}}

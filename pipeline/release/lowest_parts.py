@@ -124,8 +124,7 @@ def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]
 
 
 def write_units_part(part: LowestPart, units_counts: sp.csr_matrix) -> dict[str, int]:
-    """The units' lowest task: the chunk's summary tables from its staged persons and its units; returns the
-    chunk's disagreement counts."""
+    """The units' lowest task: the chunk's summary tables from its staged persons and its units; its disagreements."""
     outputs = part.outputs
     counts = sp.load_npz(Path(outputs.staging) / PERSONS_COUNTS.format(part.index)).tocsr()
     with _staged_parts(part) as staged:

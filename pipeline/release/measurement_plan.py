@@ -56,9 +56,8 @@ def shared_partition(levels: Sequence[Level], files: Sequence[InputFiles]) -> in
 
 
 def partition_level(levels: Sequence[Level], files: InputFiles) -> int:
-    """The level whose nodes the input's partition folders name (``state=01``: the level of width 2), or 0 (one
-    group: the whole tree) for a single file, a dataset without partition folders, or partition values of mixed or
-    unknown widths."""
+    """The level whose nodes the input's partition folders name (``state=01``: the level of width 2), else 0 (one
+    group: the whole tree)."""
     widths = {None if part.partition is None else len(part.partition) for part in files.parts}
     if len(widths) != 1 or None in widths:
         return 0
@@ -91,11 +90,9 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
         upper_tree = GeoTree(levels=tree.levels[:p], geoids=tree.geoids[:p], parent=tree.parent[:p])
         chunks = subtree_chunks(upper_tree, n_cells, chunk_cells)
         keys = _keys(rng, universe, level_plans[:p], chunks, (0,) * p)
-        ancestors, node = [], np.arange(tree.n_nodes(p))
-        for level in range(p - 1, -1, -1):
-            node = tree.parent[level + 1][node]
-            ancestors.insert(0, node)
-        upper = UpperTask(tree=upper_tree, group_ancestors=tuple(ancestors), schema=files.config.schema,
+        to_groups = GeoTree(levels=tree.levels[:p + 1], geoids=tree.geoids[:p + 1], parent=tree.parent[:p + 1])
+        ancestors = tuple(to_groups.ancestor_of_units(level) for level in range(p))  # each group's, per upper level
+        upper = UpperTask(tree=upper_tree, group_ancestors=ancestors, schema=files.config.schema,
                           levels=tuple(level_plans[:p]), chunks=chunks, keys=keys, out_dir=out_dir)
     groups = []
     for index, node in enumerate(range(tree.n_nodes(p)) if p > 0 else [0]):
@@ -119,8 +116,7 @@ def _keys(rng: RandomSource | None, universe: str, levels: Sequence[LevelPlan],
 
 
 def validate_group(task: GroupTask) -> tuple[InputProblem | None, bool]:
-    """Every value check of a group's records, nothing kept: the category of the first failure (or None), and
-    whether the group has any record.  Runs before any noise, where the group's measurement will run."""
+    """Every value check of a group's records, nothing kept: the first failure's category (or None), any record seen."""
     seen = False
     try:
         for part in task.parts:
@@ -163,10 +159,8 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
             broken |= measured.rules_broken
             if measured.top:
                 tops.append(measured.top)
-            for offset, level_plan in enumerate(measured.plans):
-                level = p + offset
-                name = level_plans[level][0]
-                part = measured.parts[offset]
+            for offset, (level_plan, part) in enumerate(zip(measured.plans, measured.parts, strict=True)):
+                level, name = p + offset, level_plans[p + offset][0]
                 if level_plan:  # a worker's part file joins its level's folder; else the driver's writer has them
                     file = (adopt_part(directory, name, measured.index,
                                        check_claimed(parts_dir, measured.index, Path(part)))
@@ -205,9 +199,8 @@ def _on_driver(plan: MeasurementPlan, writers: dict[str, LevelMeasurementWriter]
 
 def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | None, window: int
                  ) -> tuple[Iterator[GroupMeasured], Callable[[], Any] | None]:
-    """The groups' tasks on the workers, at most ``window`` submitted and not yet collected; the public half of each
-    result comes back in group order, and the total histograms stay on the workers, straight into the upper
-    levels' task."""
+    """The groups' tasks on the workers, at most ``window`` uncollected; the public half of each result comes back in
+    group order, and the total histograms go from the workers straight into the upper levels' task."""
     totals: list[Any] = []
     upper_future: list[Any] = []
 

@@ -6,19 +6,16 @@ people again, so its measurements join the parent's least squares as further ter
 from __future__ import annotations
 
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 
 from censusdp.geography.tree import GeoTree
-from censusdp.pipeline.config.schema import Schema
-from censusdp.pipeline.io.measurements import ChunkLocation, read_chunk
+from censusdp.pipeline.io.measurements import read_chunk
 from censusdp.pipeline.release.run import UniverseRun, stage_output
 
 
 def only_child_levels(tree: GeoTree, level: int) -> list[int]:
-    """The deeper levels, in order, whose node i is the only child of node i of the level above, from ``level``
-    down: their nodes hold exactly the people of ``level``'s nodes."""
+    """The deeper levels, in order from ``level`` down, whose node i is the only child of the node i above."""
     n = tree.n_nodes(level)
     out = []
     for deeper in range(level + 1, tree.depth):
@@ -28,25 +25,16 @@ def only_child_levels(tree: GeoTree, level: int) -> list[int]:
     return out
 
 
-def level_measurements(directory: Path, plan: list[tuple[int, int, ChunkLocation]], schema: Schema,
-                       queries: list[tuple[str, Fraction]]) -> list[np.ndarray]:
-    """Every node's noisy answers of every query of a level, read chunk by chunk: (n_nodes, q_cells) per query."""
-    cells = [schema.query_cells(schema.parse_query(name)) for name, _ in queries]
-    chunks = [read_chunk(directory / where.file, where.row_group, [(stop - start, c) for c in cells])
-              for start, stop, where in plan]
-    return [np.concatenate([chunk[i] for chunk in chunks]) if chunks else np.zeros((0, c), dtype=np.int64)
-            for i, c in enumerate(cells)]
-
-
 def chain_measurements(run: UniverseRun, level: int) -> list[tuple[str, str, Fraction, np.ndarray]]:
-    """The measurements of the only-child levels below ``level``, as (label, query, σ², noisy answers of every
-    node of ``level``): further least-squares terms of ``level``'s reconciliation."""
+    """The only-child levels' measurements as further terms of ``level``'s: (label, query, σ², noisy answers)."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
-    directory = run.measurements
     out = []
-    for deeper in only_child_levels(tree, level):
-        name = run.config.levels[deeper].name
+    for deeper in only_child_levels(tree, level):  # every node's answers, read chunk by chunk
         queries = [(a.query, a.sigma2) for a in run.level_allocations(deeper)]
-        values = level_measurements(directory, run.chunk_plan[deeper], run.schema, queries)
-        out += [(f"{name}: {query}", query, sigma2, v) for (query, sigma2), v in zip(queries, values, strict=True)]
+        cells = [run.schema.query_cells(run.schema.parse_query(query)) for query, _ in queries]
+        chunks = [read_chunk(run.measurements / where.file, where.row_group, [(stop - start, c) for c in cells])
+                  for start, stop, where in run.chunk_plan[deeper]]
+        name = run.config.levels[deeper].name
+        out += [(f"{name}: {query}", query, sigma2, np.concatenate([chunk[i] for chunk in chunks]))
+                for i, (query, sigma2) in enumerate(queries)]
     return out

@@ -131,17 +131,9 @@ def units_level_bounds(config: ReleaseConfig, rules: LevelRules, answers: np.nda
         if active:
             out[level] = LevelBounds(rules.units[active], lower[:, active], upper[:, active])
         if level > 0:
-            n_parents = tree.n_nodes(level - 1)
-            unbounded = _summed((upper >= UNBOUNDED).astype(np.int64), tree.parent[level], n_parents) > 0
-            lower = _summed(lower, tree.parent[level], n_parents)
-            upper = np.where(unbounded, UNBOUNDED,
-                             _summed(np.where(upper >= UNBOUNDED, 0, upper), tree.parent[level], n_parents))
-    return out
-
-
-def _summed(values: np.ndarray, parent: np.ndarray, n_parents: int) -> np.ndarray:
-    out = np.zeros((n_parents, values.shape[1]), dtype=np.int64)
-    np.add.at(out, parent, values)
+            unbounded = tree.aggregate_up(level, (upper >= UNBOUNDED).astype(np.int64)) > 0
+            lower = tree.aggregate_up(level, lower)
+            upper = np.where(unbounded, UNBOUNDED, tree.aggregate_up(level, np.where(upper >= UNBOUNDED, 0, upper)))
     return out
 
 
@@ -176,8 +168,7 @@ def units_bounds_of(release: Release, answers: list[np.ndarray]) -> dict[int, Le
 
 
 def record_limits(release: Release, universe: UniverseRun) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None:
-    """The persons' bounds every block's records must keep, checked as the groups measure (the units, measured
-    first, give their invariants)."""
+    """The persons' bounds every block's records must keep (from the units' invariants), checked as groups measure."""
     if universe is not release.persons or release.units is None:
         return None
     bounds = persons_bounds_of(release, len(release.config.levels) - 1)

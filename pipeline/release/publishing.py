@@ -90,9 +90,8 @@ def ledger_section(run: Release) -> dict[str, Any] | None:
 
 
 def abandon(run: Release) -> None:
-    """A failed run publishes nothing.  Its charge stays (never refunded) and is marked failed; if every
-    measurement was saved, the temporary folder is kept so ``release --resume RUN_ID`` can finish it without
-    drawing noise again; otherwise it is removed."""
+    """A failed run publishes nothing; its charge stays and is marked failed.  If every measurement was saved, the
+    temporary folder is kept for ``release --resume RUN_ID`` (no new noise); otherwise it is removed."""
     if run.ledger is not None:
         run.ledger.set_status(run.run_id, ChargeStatus.FAILED, run.failure_reason or FailureReason.RUN_ERROR.value)
     for universe in run.universes:

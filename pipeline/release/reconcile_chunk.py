@@ -42,8 +42,7 @@ class ChunkTask:
     tie_seed: int  # rounding ties are broken at random from a stream keyed by this (drawn from the run's CSPRNG)
     # measurements of the same nodes at only-child levels below (release.only_child): (label, query, σ², answers)
     chain_measurements: tuple[tuple[str, str, Fraction, np.ndarray], ...] = ()
-    # full information: the GLS targets replace the measurements, from the GLS's scratch file (above the lowest
-    # level) or from the chunk's own measurements (gls_chunk's estimate of each target term)
+    # full information: the GLS targets replace the measurements (scratch file, or the lowest level's gls_chunk)
     stored_targets: StoredTargets | None = None
     gls_chunk: LowestChunk | None = None
     target_terms: tuple[TargetTerm, ...] = ()
@@ -65,9 +64,8 @@ RULE_ANSWERS = "rule answers"  # a persons' lowest task's report: (nodes, rules)
 
 
 def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix | None, dict[str, Any]]:
-    """Read the chunk's measurements, reconcile them against the fixed parents (within ``task.bound``), return
-    sparse counts and the chunk's report.  A lowest-level task writes its part of the level's outputs instead, and
-    returns no counts (its report adds ``DISAGREEMENTS``, and for the persons' ``RULE_ANSWERS``)."""
+    """Reconcile the chunk against its fixed parents (within ``task.bound``): sparse counts and its report.  A lowest
+    task writes its part of the outputs instead (no counts; its report adds ``DISAGREEMENTS``, ``RULE_ANSWERS``)."""
     schema = task.schema
 
     def matrix(name: str) -> sp.csr_matrix:
@@ -94,8 +92,7 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix | None, dict[str, An
 
 
 def fitted_measurements(task: ChunkTask) -> list[QueryMeasurement]:
-    """What the chunk's least squares fits (besides the only-child chain): its GLS targets (read from the GLS's
-    scratch file, or at the lowest level computed from its measurements), else its own noisy measurements."""
+    """What the chunk's least squares fits besides the only-child chain: its GLS targets, else its own measurements."""
     if task.stored_targets is not None:
         return list(task.stored_targets.answers())
     schema = task.schema

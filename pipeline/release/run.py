@@ -74,8 +74,7 @@ class UniverseRun:
     targets: dict[int, LevelTargets] = field(default_factory=dict)  # GLS targets, made per chunk (full information)
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    # the units': each level's bounds on its rule answers, set once the persons' blocks are published
-    # (release.persons_units), and the lowest outputs whose summary tables its lowest tasks write
+    # the units': bounds on their rule answers once the persons' blocks are published, and the lowest outputs
     bounds: dict[int, Any] = field(default_factory=dict)
     lowest_outputs: Any = None
     disagreements: dict[str, int] = field(default_factory=dict)  # the units': blocks where the universes disagree
@@ -152,9 +151,8 @@ class Release:
 
     @cached_property
     def privacy(self) -> dict[Universe, dict[str, Any]]:
-        """The manifest's privacy section of each universe: public, from the configuration alone.  The charge stage
-        reads it before it charges, so an accountant that cannot state the guarantee stops the release before
-        anything is spent; publish writes the same sections."""
+        """The manifest's privacy section of each universe, from the configuration alone: stated before the charge,
+        so an accountant that cannot state the guarantee stops the release before anything is spent."""
         persons, units = self.persons, self.units
         sections = {self.config.universe: mf.privacy_section(
             self.config, persons.spent_rho, persons.allocations, per_person=self.charged_rho if units else None)}

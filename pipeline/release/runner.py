@@ -49,8 +49,7 @@ class DaskRunner:
             else:
                 self.client = Client(spec)
         try:
-            # two tasks per worker thread in flight: enough to keep every worker busy, and the driver holds no more
-            # than that many tasks (MBs each: a lowest chunk's GLS pieces, a chunk's invariants and parents' counts)
+            # two tasks per worker thread in flight: every worker kept busy, and the driver holds no more (MBs each)
             self.window = window or max(4, 2 * sum(self.client.nthreads().values()))
         except BaseException:
             self.close()

@@ -74,9 +74,8 @@ log = logging.getLogger("censusdp")
 
 
 def read_files(release: Release, universe: UniverseRun) -> None:
-    """File-level checks (files readable, required columns of usable types): no value is looked at, so a failure
-    refuses the release without a charge.  Once every universe's are read (the persons' last), the level they are
-    all measured in parts at is chosen."""
+    """File-level checks (files readable, required columns of usable types): no value is looked at, so a failure is
+    free.  Once every universe's are read, the level all are measured in parts at is chosen."""
     universe.input_files = read_input_files(universe.config)
     read = [u.input_files for u in release.universes]
     if universe is release.persons and all(files is not None for files in read):
@@ -104,10 +103,9 @@ def _same_file(path: Path | None, other: Path | None) -> bool:
 
 
 def validate_inputs(release: Release, universe: UniverseRun, runner: Any = None) -> None:
-    """Value-level checks, after the charge and before any noise: build the tree, then check every record, group by
-    group where the measurement will run, nothing kept.  A failure is charged and names its category only, so
-    nobody who may start releases learns a row or a value.  Every group is checked even after a failure, so how
-    long a failing run takes does not say where the failure is."""
+    """Value-level checks, after the charge and before any noise: the tree, then every record, group by group where
+    it will be measured, nothing kept.  A failure is charged and names its category only; every group is checked
+    even after one, so how long a failing run takes does not say where."""
     stage_output(release.ledger, "the ledger charge (charge)")
     config, files = universe.config, stage_output(universe.input_files, "the input files (read_files)")
     problem: InputProblem | None = None
@@ -163,9 +161,8 @@ def _warn_delta(universe: UniverseRun) -> None:
 
 
 def measure(release: Release, universe: UniverseRun, runner: Any = None) -> None:
-    """Draw every level's noisy measurements (``release.measurement_plan``) and write them with the invariants; the
-    universe's draw is claimed first, so it runs once per run.  The persons, measured last, record the measurements
-    in the ledger and mark them complete."""
+    """Draw every level's noisy measurements and write them with the invariants, once per run (the draw is claimed
+    first); the persons, measured last, record them in the ledger and mark them complete."""
     claim_draw(str(universe.work_dir), MEASURE_CLAIM)
     tree = stage_output(universe.tree, "the geography (validate_inputs, or a re-run's measurements)")
     files = stage_output(universe.input_files, "the input files (read_files)")
@@ -203,9 +200,8 @@ def measure(release: Release, universe: UniverseRun, runner: Any = None) -> None
 
 
 def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any = None) -> None:
-    """Reconcile one level against its (already fixed) parent level, round, and write its table; with units, within
-    the bounds of ``release.persons_units``.  The lowest level is written by its tasks, part by part, and not kept
-    (``release.lowest_parts``)."""
+    """Reconcile one level against its (already fixed) parent level, round, and write its table (the lowest level's
+    by its tasks, part by part); with units, within the bounds of ``release.persons_units``."""
     tree = stage_output(universe.tree, "the geography (validate_inputs, or a re-run's measurements)")
     name = universe.config.levels[level].name
     lowest = level == tree.depth - 1
@@ -257,8 +253,7 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
             else [name, *(config.levels[d].name for d in only_child_levels(tree, level))])
     universe.diagnostics[name] = {**merge_reports(reports), "measurements_of": used}
     if lowest and not (persons and release.config.output.estimates):
-        # only publish's GLS estimates (the persons', where configured) read the invariants from here on, and
-        # their file keeps them; the units' hold a value per block and query, on the driver until publish
+        # only the persons' GLS estimates (where configured) read them from here on; the units' are a value per block
         universe.invariants.clear()
 
 

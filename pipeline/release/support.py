@@ -28,9 +28,8 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 counts = merged.setdefault(key, {})
                 counts[str(value)] = counts.get(str(value), 0) + 1
             elif key.startswith(("max_", "min_")):
-                previous = merged.get(key)
                 pick = max if key.startswith("max_") else min
-                merged[key] = value if previous is None else pick(previous, value)
+                merged[key] = value if merged.get(key) is None else pick(merged[key], value)
             elif isinstance(value, int | float):
                 merged[key] = merged.get(key, 0) + value
             elif isinstance(value, dict):

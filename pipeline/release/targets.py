@@ -82,8 +82,7 @@ def _answers(detailed: np.ndarray, shape: tuple[int, ...], terms: Sequence[Targe
 
 def lowest_targets(chunk: LowestChunk, terms: Sequence[TargetTerm], noisy: Sequence[np.ndarray],
                    values: Sequence[np.ndarray]) -> tuple[QueryMeasurement, ...]:
-    """A lowest chunk's targets from its own noisy measurements (the level's queries in allocation order) and
-    invariant values: what ``LevelTargets.chunk`` gives, computed where the measurements are read."""
+    """A lowest chunk's targets from its own noisy measurements and invariant values, where they are read."""
     return _answers(chunk.estimate(noisy, values), tuple(len(b.group) for b in chunk.bases), terms)
 
 

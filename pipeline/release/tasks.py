@@ -21,8 +21,7 @@ from censusdp.pipeline.release.targets import LevelTargets
 
 
 class ChunkTasks:
-    """A level's tasks, made one at a time as they are walked (once: a lowest task's GLS pieces are MBs, so none
-    is kept after it is handed on).  ``len`` is the number of chunks."""
+    """A level's tasks, made as they are walked, once (a lowest task's GLS pieces are MBs); ``len``: the chunks."""
 
     def __init__(self, count: int, tasks: Iterator[ChunkTask]) -> None:
         self._count = count
@@ -56,8 +55,7 @@ def _make_tasks(release: Release, run: UniverseRun, level: int, tree: GeoTree, t
     name = config.levels[level].name
     queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
     zeros = structural_zero_mask(config)
-    # ties in rounding are broken at random (post-processing, so any source is private enough); the keys come
-    # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
+    # rounding ties are broken at random (post-processing: any source will do), from the run's CSPRNG or the OS's
     tie_source = release.rng if release.rng.can_draw else system_random_source()
     # level_by_level: the only-child levels below measured the same nodes again
     chain = [] if targets is not None else chain_measurements(run, level)
