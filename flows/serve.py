@@ -18,10 +18,7 @@ def deployment_parameters(config_path: str, out_dir: str | None) -> dict[str, An
     """Validate the config now (a broken config should fail at serve time, not at 2 a.m.)."""
     path = Path(config_path).resolve()
     load_config(path)
-    parameters: dict[str, Any] = {"config_path": str(path)}
-    if out_dir is not None:
-        parameters["out_dir"] = str(Path(out_dir).resolve())
-    return parameters
+    return {"config_path": str(path), **({"out_dir": str(Path(out_dir).resolve())} if out_dir is not None else {})}
 
 
 def make_deployment(config_path: str, cron: str, name: str = DEPLOYMENT_NAME, out_dir: str | None = None) -> Any:

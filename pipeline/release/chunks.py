@@ -18,12 +18,10 @@ def level_chunks(tree: GeoTree, level: int, n_cells: int,
         return [(0, n_nodes)]
     boundaries = tree.child_offsets(level)  # parent p's children: boundaries[p]:boundaries[p+1]
     per_chunk = max(1, max_cells // max(1, n_cells))
-    chunks = []
-    start = 0
+    chunks, start = [], 0
     while start < n_nodes:
         # the last parent boundary at or below start + per_chunk, but at least one parent past start
-        target = start + per_chunk
-        index = int(np.searchsorted(boundaries, target, side="right")) - 1
+        index = int(np.searchsorted(boundaries, start + per_chunk, side="right")) - 1
         stop = int(boundaries[index])
         if stop <= start:
             stop = int(boundaries[np.searchsorted(boundaries, start, side="right")])

@@ -43,15 +43,10 @@ def gls_problem(schema: Schema, parents: Sequence[np.ndarray], measured: Sequenc
     """The GLS problem of a tree: every level's noisy measurements and its invariants (published exactly)."""
     levels = []
     for level, parent in enumerate(parents):
-        queries = []
-        for query, sigma2, values in measured[level]:
-            spec = spec_of(schema, query)
-            queries.append(GlsQuery(spec.axes, float(sigma2), values, spec.groups))
-        fixed = []
-        for invariant in invariants.get(level, []):
-            spec = spec_of(schema, schema.parse_query(invariant.name))
-            fixed.append(GlsInvariant(spec.axes, invariant.values, spec.groups))
-        levels.append(GlsLevel(parent=parent, queries=queries, invariants=fixed))
+        queries = [(spec_of(schema, query), float(sigma2), values) for query, sigma2, values in measured[level]]
+        fixed = [(spec_of(schema, schema.parse_query(i.name)), i.values) for i in invariants.get(level, [])]
+        levels.append(GlsLevel(parent=parent, queries=[GlsQuery(s.axes, s2, v, s.groups) for s, s2, v in queries],
+                               invariants=[GlsInvariant(s.axes, v, s.groups) for s, v in fixed]))
     return levels
 
 
@@ -83,9 +78,7 @@ def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequen
         free = variance[variance > PINNED]
         if free.size == 0:
             continue
-        sigma2 = target_weight(float(free.mean()))
-        if own_sigma2 and query.name in own_sigma2:
-            sigma2 = own_sigma2[query.name]
+        sigma2 = (own_sigma2 or {}).get(query.name, target_weight(float(free.mean())))
         out.append(QueryMeasurement(name=query.name, matrix=schema.query_matrix(query),
                                     noisy=result.estimate(level, spec), sigma2=sigma2))
     return out
@@ -116,8 +109,8 @@ def stream_problem(schema: Schema, parents: Sequence[np.ndarray], allocated: All
 
 
 def estimate(release: Release, run: UniverseRun, runner: LocalRunner | DaskRunner | None = None) -> None:
-    """Stage: the tree's GLS from the run's saved noisy measurements, kept as every level's targets (``run.targets``);
-    the lowest level's up pass runs as jobs on ``runner``.  Nothing to do with ``level_by_level``."""
+    """Stage: the tree's GLS from the saved measurements, kept as every level's targets; its lowest level's up pass
+    runs as jobs on ``runner``.  Nothing to do with ``level_by_level``."""
     config = run.config
     if config.reconciliation_method is not ReconciliationMethod.FULL_INFORMATION:
         return

@@ -79,14 +79,8 @@ def group_keys(files: InputFiles, task: GroupTask) -> list[np.ndarray]:
     """Every record of the group as an int64 key (unit index in the subtree x cells + cell), in sorted runs of one
     input batch each (confidential), never joined: that would hold the group twice while it was built."""
     n_cells = files.config.schema.n_cells
-    lowest = task.subtree.geoids[-1]
-    runs = []
-    for part in task.parts:
-        for batch in encoded_rows(files, part, lowest):
-            run = batch.units.astype(np.int64) * n_cells + batch.cells
-            run.sort()
-            runs.append(run)
-    return runs
+    return [np.sort(batch.units.astype(np.int64) * n_cells + batch.cells)
+            for part in task.parts for batch in encoded_rows(files, part, task.subtree.geoids[-1])]
 
 
 SLICE_KEYS = 1 << 20  # keys histogrammed at a time: a chunk of an upper level can hold the whole group's records
@@ -167,9 +161,7 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
             writer.close()
         plans.append(tuple(plan))
         invariants.append(tuple(joined_invariants(level_invariants_parts)))
-    total = np.zeros(n_cells, dtype=np.int64)
-    for run in runs:
-        total += np.bincount(run % n_cells, minlength=n_cells)
+    total = sum((np.bincount(run % n_cells, minlength=n_cells) for run in runs), np.zeros(n_cells, dtype=np.int64))
     top_joined = tuple(replace(q[0], noisy=np.concatenate([m.noisy for m in q])) for q in zip(*top, strict=True))
     return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants), top_joined, broken), total
 

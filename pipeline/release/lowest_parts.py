@@ -87,8 +87,7 @@ def lowest_outputs(release: Release) -> LowestOutputs:
 
 
 def prepare(outputs: LowestOutputs) -> None:
-    """Empty output folders and this attempt's staging folder; an earlier attempt's parts and staging folders go
-    (a resumed run's leftovers, and what its tasks still running would rename into place)."""
+    """Empty output folders and this attempt's staging folder; earlier attempts' staging folders (and parts) go."""
     staging = Path(outputs.staging)
     for earlier in staging.parent.glob(f"{STAGING}*"):
         shutil.rmtree(earlier, ignore_errors=True)
@@ -106,14 +105,13 @@ def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]
     task's, so the persons' counts wait for it in the staging folder."""
     outputs = part.outputs
     with _staged_parts(part) as staged:
-        table = LevelTableWriter(staged(outputs.level_table), outputs.schema, make_folder=False)
-        table.write_chunk(part.geoids, counts)
-        table.close()
+        writers = [LevelTableWriter(staged(outputs.level_table), outputs.schema, make_folder=False)]
         if outputs.microdata is not None:
-            microdata = ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts,
-                                                 make_folder=False)
-            microdata.write_chunk(part.geoids, counts)
-            microdata.close()
+            writers.append(ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts,
+                                                    make_folder=False))
+        for writer in writers:
+            writer.write_chunk(part.geoids, counts)
+            writer.close()
         if outputs.with_units:
             pending = staged(outputs.staging, PERSONS_COUNTS.format(part.index))
             with open(pending, "wb") as handle:  # a file object: np.savez would add its own suffix
@@ -160,9 +158,8 @@ def _write_summaries(part: LowestPart, staged: Callable[..., Path], sources: lis
 
 def finish_lowest_outputs(outputs: LowestOutputs, n_chunks: int, found: Iterable[Mapping[str, int]],
                           persons_only: bool = False) -> dict[str, int] | None:
-    """Once every task is back: check every output holds one part per chunk, remove the staging folder, and return
-    the disagreements summed over the chunks (None where not counted).  ``persons_only``: the persons' outputs,
-    before the units' tasks write the summary tables from the staged persons (nothing removed)."""
+    """Once every task is back: check every output holds one part per chunk, remove the staging folder and return
+    the summed disagreements (None if not counted); ``persons_only``: before the units' tasks, nothing removed."""
     expected = {PART_FILE.format(i) for i in range(n_chunks)}
     for folder in outputs.folders(summaries=not persons_only):
         if {p.name for p in folder.iterdir()} != expected:

@@ -49,8 +49,7 @@ class MeasurementPlan:
 
 
 def shared_partition(levels: Sequence[Level], files: Sequence[InputFiles]) -> int:
-    """The partition level both universes are measured at, so that they share chunks (the units' lowest tasks read
-    the persons' by chunk index): their own when it is the same, else 0 (one group: any input can be read whole)."""
+    """The partition level every universe is measured at, so they share chunks: their own if the same, else 0."""
     found = {partition_level(levels, f) for f in files}
     return found.pop() if len(found) == 1 else 0
 
@@ -95,12 +94,12 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
         upper = UpperTask(tree=upper_tree, group_ancestors=ancestors, schema=files.config.schema,
                           levels=tuple(level_plans[:p]), chunks=chunks, keys=keys, out_dir=out_dir)
     groups = []
-    for index, node in enumerate(range(tree.n_nodes(p)) if p > 0 else [0]):
-        subtree, first = tree.subtree(p, node, node + 1) if p > 0 else tree.subtree(0, 0, tree.n_nodes(0))
+    for node in range(tree.n_nodes(p)):  # the root level is one node
+        subtree, first = tree.subtree(p, node, node + 1)
         chunks = subtree_chunks(subtree, n_cells, chunk_cells)
         lowest = slice(first[-1], first[-1] + subtree.n_nodes(subtree.depth - 1))
         group_limits = None if limits is None else (limits[0], limits[1][lowest], limits[2][lowest])
-        groups.append(GroupTask(index=index, level=p, subtree=subtree, first=first, files=files, limits=group_limits,
+        groups.append(GroupTask(index=node, level=p, subtree=subtree, first=first, files=files, limits=group_limits,
                                 parts=tuple(by_node.get(node, [])), levels=tuple(level_plans[p:]), chunks=chunks,
                                 keys=_keys(rng, universe, level_plans[p:], chunks, first),
                                 out_dir=out_dir))
@@ -149,10 +148,8 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
     invariant_parts: dict[int, list[tuple[QueryInvariant, ...]]] = {level: [] for level in range(tree.depth)}
     broken = False
     try:
-        if on_workers:
-            results, upper = dask_measure(runner.client, plan.groups, plan.upper, runner.window)
-        else:
-            results, upper = _on_driver(plan, writers)
+        results, upper = (dask_measure(runner.client, plan.groups, plan.upper, runner.window) if on_workers
+                          else _on_driver(plan, writers))
         tops = []
         parts_dir = plan.groups[0].out_dir if plan.groups else None
         for measured in results:

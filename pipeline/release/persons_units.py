@@ -58,12 +58,11 @@ def level_rules(config: ReleaseConfig, level: str | None, persons_zeros: np.ndar
     if not rules:
         return None
     persons = rules_matrix(config.schema, [r.persons for r in rules])
-    covered = np.asarray(persons.sum(axis=0)).ravel() > 0
-    free = ~persons_zeros if persons_zeros is not None else np.ones(config.schema.n_cells, dtype=bool)
+    covered = (np.asarray(persons.sum(axis=0)).ravel() > 0) | (False if persons_zeros is None else persons_zeros)
     units = rules_matrix(config.units.schema, [r.units for r in rules])
     return LevelRules(tuple(r.name for r in rules), persons, units,
                       np.array([r.min_persons for r in rules], dtype=np.int64),
-                      np.array([r.max_persons for r in rules], dtype=np.int64), bool(np.all(covered | ~free)))
+                      np.array([r.max_persons for r in rules], dtype=np.int64), bool(np.all(covered)))
 
 
 def units_range(rules: LevelRules, schema: Schema, zeros: np.ndarray | None,
@@ -118,9 +117,8 @@ class LevelBounds:
 
 def units_level_bounds(config: ReleaseConfig, rules: LevelRules, answers: np.ndarray, block_lower: np.ndarray,
                        block_upper: np.ndarray, tree: GeoTree) -> dict[int, LevelBounds]:
-    """Step 2 for every level: each block's units bounds from its published persons and the units' invariants,
-    summed up the tree so a parent's value can be shared out among its children (a node's own ``ceil(P / max)`` is
-    superadditive: it could leave them no feasible share)."""
+    """Step 2 for every level: each block's units bounds (its published persons, the units' invariants) summed up the
+    tree, so a parent's value can be shared among its children (a node's own ``ceil(P / max)`` is superadditive)."""
     lower = np.maximum(-(-answers // rules.max_persons), block_lower)  # ceil(P / max)
     upper = np.minimum(np.where(rules.min_persons > 0, answers // np.maximum(rules.min_persons, 1), UNBOUNDED),
                        block_upper)  # floor(P / min), UNBOUNDED where neither bounds it

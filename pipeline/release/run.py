@@ -111,8 +111,7 @@ class UniverseRun:
 
 @dataclass
 class Release:
-    """One release in progress: its identity and folders, the random source, the charge, and its universes (the
-    persons first).  Its repr shows public facts only."""
+    """One release in progress: identity, folders, random source, charge and universes (persons first); public repr."""
 
     config: ReleaseConfig  # the persons' (main) configuration, which holds the units' ([units])
     rng: RandomSource
@@ -144,8 +143,7 @@ class Release:
 
     @property
     def charged_rho(self) -> Fraction:
-        """What the ledger charges and caps for the release: its per-person bound (``per_person_rho``: the persons'
-        rho plus four times the units'), the figure the manifest states."""
+        """The per-person bound the ledger charges, caps and the manifest states: persons' rho + 4 x the units'."""
         units = self.units
         return per_person_rho(self.persons.spent_rho, units.spent_rho if units is not None else None)
 

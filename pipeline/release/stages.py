@@ -221,8 +221,8 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
               if outputs is None else None)
     parts, reports, found, answers = [], [], [], []
     try:
-        results = runner.map(reconcile_chunk, tasks)  # in submission order: the chunk plan's
-        for (start, stop, _), (counts, report) in zip(universe.chunk_plan[level], results, strict=False):
+        for index, (counts, report) in enumerate(runner.map(reconcile_chunk, tasks)):
+            start, stop, _ = universe.chunk_plan[level][index]  # results come in submission order: the plan's
             if writer is not None:
                 writer.write_chunk(tree.geoids[level][start:stop], counts)
             parts.append(counts)
@@ -258,8 +258,7 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
 
 
 def tabulate(run: Release) -> None:
-    """Write every configured summary table set, from the published integer tables just reconciled (post-processing,
-    Thm 19.25); the lowest level's were written by its reconciliation tasks (``release.lowest_parts``)."""
+    """Write every configured summary table set from the published tables just reconciled (Thm 19.25: free)."""
     persons = run.persons
     tree = stage_output(persons.tree, "the geography (validate_inputs, or a re-run's measurements)")
     names = [lv.name for lv in run.config.levels]

@@ -31,8 +31,7 @@ class TargetTerm:
 
 @dataclass(frozen=True)
 class StoredTargets:
-    """A chunk's targets above the lowest level, computed by its task where it runs (not a dense array sent by the
-    driver): where the rows of the level's rotated GLS estimates are, the axes' bases and the target queries."""
+    """A chunk's targets above the lowest level, computed by its task from the GLS's scratch file (not sent dense)."""
 
     path: str
     start: int

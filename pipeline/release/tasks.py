@@ -72,17 +72,15 @@ def _make_tasks(release: Release, run: UniverseRun, level: int, tree: GeoTree, t
             parent_index = parents - parents[0]
         geoids = tree.geoids[level][start:stop]
         yield ChunkTask(level=name, start=start, stop=stop, measurements_path=str(run.measurements / located.file),
-                        first_row_group=located.row_group,
-                        queries=queries, schema=run.schema, parent_counts=parent_counts,
-                        parent_index=parent_index, invariants=tuple((i.name, i.values[start:stop])
-                                                                    for i in run.invariants.get(level, [])),
+                        first_row_group=located.row_group, queries=queries, schema=run.schema,
+                        parent_counts=parent_counts, parent_index=parent_index,
+                        invariants=tuple((i.name, i.values[start:stop]) for i in run.invariants.get(level, [])),
                         structural_zeros=zeros, solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),
                         chain_measurements=tuple((label, q, s2, v[start:stop]) for label, q, s2, v in chain),
                         stored_targets=targets.stored(start, stop) if targets is not None and not lowest else None,
                         gls_chunk=targets.stream.lowest_chunk(start, stop) if lowest_targets else None,
-                        target_terms=targets.terms if lowest_targets else (),
-                        passes=passes.l2, tolerance=float(passes.tolerance),
-                        rounding=tuple(q.name for q in passes.rounding),
+                        target_terms=targets.terms if lowest_targets else (), passes=passes.l2,
+                        tolerance=float(passes.tolerance), rounding=tuple(q.name for q in passes.rounding),
                         lowest_part=LowestPart(outputs, index, geoids) if outputs is not None else None,
                         bound=bounds.chunk(start, stop) if bounds is not None else None, rules=rules,
                         units_part=LowestPart(units_outputs, index, geoids) if units_outputs is not None else None)

@@ -57,11 +57,7 @@ OCCUPIED_VARIABLE = "H1_002N"  # occupied housing units
 
 def _by_type(schema: Schema, counts: sp.spmatrix) -> np.ndarray:
     """(nodes, GQ types) sums of a level's published (sparse) counts over everything but ``hhgq``."""
-    cells = np.arange(schema.n_cells)
-    kind = np.unravel_index(cells, schema.shape)[schema.names.index(GQ_TYPE)]
-    by_type = sp.csr_matrix((np.ones(schema.n_cells, dtype=np.int64), (cells, kind)),
-                            shape=(schema.n_cells, schema.shape[schema.names.index(GQ_TYPE)]))
-    return np.asarray((counts @ by_type).toarray())
+    return np.asarray((counts @ schema.query_matrix(schema.parse_query(GQ_TYPE)).T).toarray())
 
 
 def check_same_blocks(run: Release) -> None:
