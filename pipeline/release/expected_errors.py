@@ -54,8 +54,7 @@ def expected_errors_job(run: UniverseRun) -> ExpectedErrorsJob | None:
                     for level in range(tree.depth))
     return ExpectedErrorsJob(schema, tuple(tree.parent), tuple(tree.n_nodes(i) for i in range(tree.depth)), queries,
                              {level: tuple(i.name for i in found) for level, found in run.invariants.items()},
-                             tuple(lv.name for lv in run.config.levels),
-                             str(run.config.reconciliation_method))
+                             tuple(lv.name for lv in run.config.levels), str(run.config.reconciliation_method))
 
 
 def expected_errors(run: UniverseRun) -> dict[str, Any]:

@@ -94,12 +94,14 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
     size = (stop - start) * n_cells
     flat: np.ndarray | None = None  # the first slice's counts, the others added in place: one chunk-sized array
     pending: list[np.ndarray] = []
+    held = 0  # keys in pending
 
     def count() -> None:
-        nonlocal flat
+        nonlocal flat, held
         units, cells = np.divmod(np.concatenate(pending), n_cells)
         counted = np.bincount((ancestors[units] - start) * n_cells + cells, minlength=size)
         pending.clear()
+        held = 0
         if flat is None:
             flat = counted.astype(np.int64, copy=False)
         else:
@@ -109,7 +111,8 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
         lo, hi = (int(i) for i in np.searchsorted(run, [lo_key, hi_key]))
         for a in range(lo, hi, slice_keys):
             pending.append(run[a:min(hi, a + slice_keys)])
-            if sum(map(len, pending)) >= slice_keys:
+            held += len(pending[-1])
+            if held >= slice_keys:
                 count()
     if pending:
         count()

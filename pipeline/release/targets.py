@@ -73,8 +73,7 @@ class LevelTargets:
                              tuple(self.stream.bases), self.terms)
 
 
-def _answers(detailed: np.ndarray, shape: tuple[int, ...], terms: Sequence[TargetTerm]
-             ) -> tuple[QueryMeasurement, ...]:
+def _answers(detailed: np.ndarray, shape: tuple[int, ...], terms: Sequence[TargetTerm]) -> tuple[QueryMeasurement, ...]:
     return tuple(QueryMeasurement(name=t.name, matrix=t.matrix, sigma2=t.sigma2, noisy=answer(detailed, shape, t.spec))
                  for t in terms)
 

@@ -39,8 +39,7 @@ class ChunkTasks:
 
 def chunk_tasks(release: Release, run: UniverseRun, level: int, outputs: LowestOutputs | None = None,
                 bounds: LevelBounds | None = None) -> ChunkTasks:
-    """The level's reconciliation tasks, made as they are walked; once the lowest level's last is made, the GLS's
-    scratch files are removed.  ``outputs``: the persons' lowest level, whose tasks write their parts of it."""
+    """The level's reconciliation tasks, made as they are walked (``outputs``: the lowest outputs its tasks write)."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     full = run.config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
     targets = run.targets.get(level) if full else None
