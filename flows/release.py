@@ -1,8 +1,6 @@
-"""The release as a Prefect flow: the same stages as ``pipeline.release.stages.run_release``, one task per
-stage and level.
-
-Parameters are paths and budgets only.  Tasks share one in-memory ``Release`` (whose repr is public) and
-never return data; results are not persisted and inputs are never hashed for caching (NO_CACHE).
+"""The release as a Prefect flow: the same stages as ``pipeline.release.stages.run_release``, one task per stage and
+level.  Parameters are paths and budgets only; tasks share one in-memory ``Release`` (whose repr is public), never
+return data, and are never cached or persisted (NO_CACHE).
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from censusdp.flows.settings import hardened_prefect
-from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.config.options import insecure_seed_is_allowed, load_release_config, random_source
 from censusdp.pipeline.errors import CensusDPError, type_only_errors
 from censusdp.pipeline.release import stages
@@ -50,29 +47,20 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
                  geography: str | None = None, fmt: str | None = None, rho: str | int | float | None = None,
                  runner: str | None = None, insecure_seed: int | None = None, units: str | None = None,
                  no_units: bool = False) -> str:
-    """Release one dataset: returns the path of the published run directory.
-
-    With a Dask runner, the validate and measure tasks run the input's group tasks on the workers (they read the
-    confidential records there, unless ``postprocess.measure_on = "driver"``: docs/dask.md) and each reconcile task
-    maps its chunks on the same client; workers import no Prefect, so no ephemeral server is started per worker.
-    ``rho`` may be a number as `prefect deployment run ... -p rho=1.5` sends it (read as the decimal written).
-    """
+    """Release one dataset; returns the published run directory.  ``rho`` may be a number as
+    `prefect deployment run ... -p rho=1.5` sends it (read as the decimal written)."""
     if insecure_seed is not None and not insecure_seed_is_allowed():
         # a deployment parameter alone must not switch off the CSPRNG: only the CLI's --insecure-seed flag
         raise CensusDPError("insecure_seed is for tests only: pass --insecure-seed on the censusdp command line")
     with hardened_prefect():  # again here: a deployment run may come from a worker that never entered them
-        return _release(load_release_config(config_path, microdata, geography, fmt, rho, runner, units, no_units),
-                        out_dir, insecure_seed)
-
-
-def _release(config: ReleaseConfig, out_dir: str | None, insecure_seed: int | None) -> str:
-    out_root = Path(out_dir).resolve() if out_dir else config.output.dir
-    run = start_task(config, out_root, random_source(insecure_seed), write_estimates=write_release_estimates)
-    final_dir = stages.run_stages(run, call=call_as_task)
-    if run.published is None:  # publish sets it before returning
-        raise CensusDPError("internal error: the run was published without its report")
-    plot = base64.b64encode(run.published.shares_png).decode()
-    report = run.published.report_markdown.replace(f"({stages.SHARES_PLOT})", f"(data:image/png;base64,{plot})")
-    create_markdown_artifact(key="censusdp-budget", markdown=report,
-                             description="Budget, (epsilon, delta) and reconciliation summary (public values)")
-    return str(final_dir)
+        config = load_release_config(config_path, microdata, geography, fmt, rho, runner, units, no_units)
+        out_root = Path(out_dir).resolve() if out_dir else config.output.dir
+        run = start_task(config, out_root, random_source(insecure_seed), write_estimates=write_release_estimates)
+        final_dir = stages.run_stages(run, call=call_as_task)
+        if run.published is None:  # publish sets it before returning
+            raise CensusDPError("internal error: the run was published without its report")
+        plot = base64.b64encode(run.published.shares_png).decode()
+        report = run.published.report_markdown.replace(f"({stages.SHARES_PLOT})", f"(data:image/png;base64,{plot})")
+        create_markdown_artifact(key="censusdp-budget", markdown=report,
+                                 description="Budget, (epsilon, delta) and reconciliation summary (public values)")
+        return str(final_dir)

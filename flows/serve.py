@@ -1,9 +1,6 @@
-"""Serving the release flow as a Prefect deployment on a schedule (``censusdp serve``).
-
-Every scheduled run is a release like any other: it is charged to the ledger before any noise is drawn,
-and a run the ledger refuses raises, so Prefect shows it as Failed with the one-line reason.  Schedules
-need a Prefect server that outlives this process (``prefect server start``, PREFECT_API_URL set); the
-deployment's default parameters are the config path and the run folder only.
+"""Serving the release flow as a Prefect deployment on a schedule (``censusdp serve``): every scheduled run is a
+release like any other (charged before any noise; a refused run shows as Failed).  Schedules need a Prefect server
+that outlives this process; the deployment's default parameters are the config path and the run folder only.
 """
 
 from __future__ import annotations
@@ -21,10 +18,7 @@ def deployment_parameters(config_path: str, out_dir: str | None) -> dict[str, An
     """Validate the config now (a broken config should fail at serve time, not at 2 a.m.)."""
     path = Path(config_path).resolve()
     load_config(path)
-    parameters: dict[str, Any] = {"config_path": str(path)}
-    if out_dir is not None:
-        parameters["out_dir"] = str(Path(out_dir).resolve())
-    return parameters
+    return {"config_path": str(path), **({"out_dir": str(Path(out_dir).resolve())} if out_dir is not None else {})}
 
 
 def make_deployment(config_path: str, cron: str, name: str = DEPLOYMENT_NAME, out_dir: str | None = None) -> Any:

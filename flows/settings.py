@@ -1,11 +1,7 @@
-"""The hardened Prefect settings (flows/prefect.toml), entered as a Prefect settings context.
-
-The privacy-relevant settings are forced, not defaulted: a user's profile or environment cannot turn result
-persistence back on for censusdp flows.  They are applied with ``prefect.settings.temporary_settings`` around
-every flow call (CLI and ``serve``) and again inside the flow body, so a deployment run started by any worker
-gets them too; nothing is written to ``os.environ`` (importing ``flows`` changes nothing in the process).
-Where Prefect runs (API URL, home folder) stays the user's choice; without an API URL Prefect starts its
-embedded local server on SQLite under PREFECT_HOME, and that server inherits these settings.
+"""The hardened Prefect settings (flows/prefect.toml), entered as a Prefect settings context: the privacy-relevant
+ones forced, not defaulted, so a user's profile or environment cannot turn result persistence back on.  Applied
+around every flow call (CLI and ``serve``) and again inside the flow body, so a deployment run started by any worker
+gets them too; nothing is written to ``os.environ``, and where Prefect runs stays the user's choice.
 """
 
 from __future__ import annotations

@@ -18,18 +18,9 @@ log = logging.getLogger("censusdp")
 
 
 def charge(release: Release, runner: LocalRunner | DaskRunner | None = None) -> None:
-    """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn.
-
-    The dataset is found by the data's keyed content fingerprints (``pipeline.io.fingerprint``): the same data
-    under another path, name, format or row order is charged to the dataset it was first charged to, whatever
-    ``ledger.dataset`` says.  Refused (BudgetExceededError, nothing drawn, nothing published) if it would pass
-    the dataset's lifetime cap.  Once charged it is never refunded, even if the run fails later: composition
-    (Thm 19.37(i)) counts every noisy measurement drawn, and noise may already have been drawn when a failure
-    happens.
-
-    When the run's records are read on a Dask runner's workers (``postprocess.measure_on``), so are its
-    fingerprints, part by part (the workers then hold the ledger's fingerprint key: docs/dask.md).
-    """
+    """Charge the release's total rho to its data's dataset, atomically, before any noise is drawn (docs/ledger.md).
+    The dataset is found by the data's keyed content fingerprints, whatever ``ledger.dataset`` says.  Refused past
+    its lifetime cap; never refunded: composition (Thm 19.37(i)) counts every noisy measurement drawn."""
     config = release.config
     prepare_location(config.ledger.location)
     ledger = PrivacyLedger(config.ledger.location)
@@ -41,8 +32,7 @@ def charge(release: Release, runner: LocalRunner | DaskRunner | None = None) -> 
         prefix = "" if universe is release.persons else f"{universe.config.universe.value}-"
         fingerprints |= {f"{prefix}{kind}": digest
                          for kind, digest in data_fingerprints(files, key, map_parts=map_parts).items()}
-    # the guarantee is stated (every accountant run) before anything is spent, and the charge is the per-person
-    # bound it states: an accountant that failed after the charge would leave budget spent and nothing published
+    # the guarantee is stated before anything is spent (an accountant failing later would waste the charge)
     stated = release.privacy[config.universe]
     rho = Fraction(stated.get("per_person", stated)["rho_exact"])
     release.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict noise

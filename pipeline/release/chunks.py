@@ -1,10 +1,6 @@
-"""Splitting a level into chunks of nodes that never split a parent's children.
-
-Nodes are sorted by geoid, so the children of consecutive parents are consecutive: a chunk is a node range
-[start, stop) whose ends fall on parent boundaries.  Measurement and reconciliation of a level use the same
-chunks; memory is bounded by the chunk size (about ``max_cells`` detailed cells), not by the level's size,
-and chunks of one level are independent once the level above is fixed, so they can run in parallel.
-"""
+"""Splitting a level into chunks of nodes that never split a parent's children: nodes are sorted by geoid, so a
+chunk is a node range whose ends fall on parent boundaries, and a level's chunks are independent once its parents'
+level is fixed."""
 
 from __future__ import annotations
 
@@ -16,22 +12,16 @@ from censusdp.pipeline.config.model import DEFAULT_CHUNK_CELLS
 
 def level_chunks(tree: GeoTree, level: int, n_cells: int,
                  max_cells: int = DEFAULT_CHUNK_CELLS) -> list[tuple[int, int]]:
-    """Node ranges of about ``max_cells`` detailed cells each, aligned to parent boundaries.
-
-    A single parent whose children alone exceed ``max_cells`` forms one chunk of its own (its problem is
-    split further into bounded solver batches by postprocess).
-    """
+    """Node ranges of about ``max_cells`` detailed cells each, on parent boundaries (a larger family: one chunk)."""
     n_nodes = tree.n_nodes(level)
     if level == 0:
         return [(0, n_nodes)]
     boundaries = tree.child_offsets(level)  # parent p's children: boundaries[p]:boundaries[p+1]
     per_chunk = max(1, max_cells // max(1, n_cells))
-    chunks = []
-    start = 0
+    chunks, start = [], 0
     while start < n_nodes:
         # the last parent boundary at or below start + per_chunk, but at least one parent past start
-        target = start + per_chunk
-        index = int(np.searchsorted(boundaries, target, side="right")) - 1
+        index = int(np.searchsorted(boundaries, start + per_chunk, side="right")) - 1
         stop = int(boundaries[index])
         if stop <= start:
             stop = int(boundaries[np.searchsorted(boundaries, start, side="right")])

@@ -1,19 +1,10 @@
-"""Each measurement's draw: the stream it comes from and the claim that lets it happen once per run.
+"""Each measurement's draw: the stream it comes from and the claim that lets it happen once per run (docs/dask.md).
 
-Guarantee.  A release is charged for one noisy measurement of each (level, query, node) (Thm 19.37(i)); a second,
-independent draw of the same counts would be a second measurement, uncharged.  So:
-
-- every measurement task (a group of subtrees, or the levels above them) claims its draw before it reads a record
-  or draws a value (``claim_draw``): an ``O_EXCL`` file in the run's parts folder, one per task and run.  Dask
-  re-runs a task whose worker, or whose result's worker, was lost; that attempt finds the claim and fails
-  without drawing.  The parts folder is made once by the driver and no task creates a folder, so an attempt
-  that starts after the run failed or was published creates nothing;
-- a task's part files carry the claiming attempt's id (``part_name``), and the driver adopts a part only if the
-  claim names its attempt (``check_claimed``): exactly one attempt's parts are published;
-- under a test seed each chunk's stream is keyed by a label naming what decides the counts its draws land on
-  (``chunk_label``), so that two layouts of one input, which cut a level into other chunks, never put one
-  stream on different counts (subtracting the two releases would cancel the noise).  In production every
-  chunk draws from fresh OS entropy and the label only names it.
+A release is charged for one noisy measurement of each (level, query, node) (Thm 19.37(i)); a second, independent
+draw of the same counts would be a second measurement, uncharged.  So every measurement task claims its draw
+before it reads a record or draws a value (``claim_draw``), and the driver adopts only the parts of the attempt
+that holds the claim (``check_claimed``).  The parts folder is made once by the driver and no task creates a
+folder, so an attempt that starts after the run failed or was published creates nothing.
 """
 
 from __future__ import annotations
@@ -44,11 +35,9 @@ def claim_path(out_dir: str | Path, name: str) -> Path:
 
 
 def claim_draw(out_dir: str, name: str) -> str:
-    """Claim the one draw of task ``name`` in this run, atomically, before anything is read or drawn; returns a
-    fresh attempt id, written into the claim and into the names of the attempt's part files.
-
-    A second attempt finds the claim (``FileExistsError``) and an attempt after the run ended finds no folder
-    (``FileNotFoundError``, nothing created): both raise ``MeasurementRepeatedError`` without drawing."""
+    """Claim the one draw of task ``name`` in this run, atomically (``O_EXCL``), before anything is read or drawn;
+    returns a fresh attempt id, written into the claim and the attempt's part names.  A second attempt, or one
+    after the run ended (no folder: nothing created), raises ``MeasurementRepeatedError`` without drawing."""
     attempt = secrets.token_hex(8)
     try:
         descriptor = os.open(claim_path(out_dir, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -81,6 +70,8 @@ def check_claimed(out_dir: str | None, index: int, part: Path) -> Path:
 
 def chunk_label(universe: str, level: str, allocations: Sequence[QueryAllocation], start: int, stop: int) -> str:
     """A chunk's stream label: nodes [start, stop) of ``level`` (numbered in the whole tree) and its queries in
-    drawing order, with their mechanisms."""
+    drawing order, with their mechanisms.  Under a test seed it keys the chunk's stream: two layouts of one input
+    cut a level into other chunks, and a label shared by chunks of different nodes would put one stream on two sets
+    of counts (subtracting the two releases would cancel the noise).  In production it only names the chunk."""
     queries = ",".join(f"{a.query}/{a.mechanism}" for a in allocations)
     return f"{universe}:{level}:{start}-{stop}:{queries}"

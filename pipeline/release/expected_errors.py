@@ -1,12 +1,8 @@
-"""The expected error of the main P.L. 94-171 counts at every summary level, for the report (public values only).
-
-For each level and each of ``MAIN_VARIABLES``, the root mean square over the level's nodes of the exact standard
-error of the node's GLS estimate (``postprocess.gls_areas``: a node is the area of the blocks below it).  It
-depends on the design only (the tree, every query's σ², which queries are invariant), not on the data or the
-noise, so it is known before anyone reads the tables.  It is the error of the GLS estimate, the linear unbiased
-fit of every measurement (``estimates/``), not of the published counts: with full-information reconciliation
-those are at least as accurate above and at the blocks (BENCHMARKS.md); with
-``level_by_level`` each level fits its own measurements only and may be less accurate (the report says which).
+"""The expected error of the main P.L. 94-171 counts at every summary level, for the report (public values only):
+per level and variable, the root mean square over the level's nodes of the exact standard error of the node's GLS
+estimate (``postprocess.gls_areas``), which depends on the design only, not on the data or the noise.  The published
+counts are at least as accurate with full-information reconciliation (BENCHMARKS.md), and may be less with
+``level_by_level`` (the report says which).
 """
 
 from __future__ import annotations
@@ -58,8 +54,7 @@ def expected_errors_job(run: UniverseRun) -> ExpectedErrorsJob | None:
                     for level in range(tree.depth))
     return ExpectedErrorsJob(schema, tuple(tree.parent), tuple(tree.n_nodes(i) for i in range(tree.depth)), queries,
                              {level: tuple(i.name for i in found) for level, found in run.invariants.items()},
-                             tuple(lv.name for lv in run.config.levels),
-                             str(run.config.reconciliation_method))
+                             tuple(lv.name for lv in run.config.levels), str(run.config.reconciliation_method))
 
 
 def expected_errors(run: UniverseRun) -> dict[str, Any]:
@@ -79,8 +74,7 @@ def record_expected_errors(run: UniverseRun, computed: tuple[dict[str, Any], str
 
 
 def compute_expected_errors(job: ExpectedErrorsJob) -> tuple[dict[str, Any], str | None]:
-    """The job's expected errors (empty, with the reason, when the GLS is not defined).  Runs anywhere: on the
-    driver, or on a worker while the lowest level is reconciled (``release.stages.reconcile``)."""
+    """The job's expected errors (empty, with the reason, where the GLS is not defined), on the driver or a worker."""
     schema = job.schema
     variables = [v for v in table_variables(SummaryTables.PL94) if v.name in MAIN_VARIABLES]
     weights = variable_matrix(schema, variables).T.toarray().astype(float)

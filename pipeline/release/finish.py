@@ -1,10 +1,6 @@
-"""Finishing from saved measurements: ``censusdp postprocess RUN_DIR`` and ``censusdp release --resume RUN_ID``.
-
-Both read the noisy measurements, the invariants and the configuration — never the microdata — and draw no
-noise: everything they compute is post-processing of published measurements (Thm 19.25), so they spend no
-budget.  ``postprocess`` writes a new run folder whose manifest points to the measurements it used (and
-records a zero-rho entry in the ledger); ``resume`` finishes a run that died after its measurements were
-saved, under the run's own id and its one charge.
+"""Finishing from saved measurements: ``censusdp postprocess RUN_DIR`` (a new run folder, a zero-rho ledger entry)
+and ``censusdp release --resume RUN_ID`` (the run's own id and its one charge).  Both read the noisy measurements,
+the invariants and the configuration, never the microdata, and draw no noise: post-processing (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from censusdp.geography.tree import build_tree
-from censusdp.pipeline.budget.allocation import allocations_of
 from censusdp.pipeline.budget.ledger.charges import Charge, ChargeStatus, PrivacyLedger, config_digest
 from censusdp.pipeline.config.ledger_location import default_ledger_location
 from censusdp.pipeline.config.load import apply_overrides, parse_recorded_config
@@ -54,15 +49,13 @@ class RecordedSource:
 
 
 def load_measured(run: UniverseRun, measurements: Path) -> None:
-    """Rebuild a universe's tree, each level's chunks (one Parquet row group per chunk x query, in allocation order)
-    and the invariants from a measurements folder."""
-    schema, config, allocations = run.schema, run.config, run.allocations
-    n_queries = len(allocations_of(allocations, config.levels[-1].name))
+    """Rebuild a universe's tree, each level's chunk plan and the invariants from a measurements folder."""
+    schema, config = run.schema, run.config
+    n_queries = len(run.level_allocations(-1))
     run.tree = build_tree(config.levels, read_lowest_geoids(measurements, config.levels[-1].name, n_queries))
     for level, spec in enumerate(config.levels):
-        queries = [a.query for a in allocations_of(allocations, spec.name)]
-        first_cells = schema.query_cells(schema.parse_query(queries[0]))
-        plan = read_chunk_plan(measurements, spec.name, len(queries), first_cells)
+        queries = [schema.parse_query(a.query) for a in run.level_allocations(level)]
+        plan = read_chunk_plan(measurements, spec.name, len(queries), schema.query_cells(queries[0]))
         if not plan or plan[-1][1] != run.tree.n_nodes(level):
             raise CensusDPError(f"{measurements / level_location(measurements, spec.name)}: does not match the run's "
                                 "geography")
@@ -71,8 +64,7 @@ def load_measured(run: UniverseRun, measurements: Path) -> None:
 
 
 def _reconcile_and_publish(release: Release, measurements: Path, rerun: bool) -> Path:
-    """The stages from the GLS on, for every universe: the units' measurements lie in ``units/measurements``
-    beside the persons' folder.  A re-run (``rerun``) reads them where they are and names that folder."""
+    """The stages from the GLS on, for every universe; a re-run (``rerun``) reads the measurements where they are."""
     folders = {id(u): measurements if u is release.persons else measurements.parent / UNITS_DIR / "measurements"
                for u in release.universes}
     if rerun:
@@ -90,14 +82,8 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
                     runner: str | None = None, ledger: str | None = None, *,
                     write_estimates: stages.EstimatesWriter | None = None, reconciliation: str | None = None
                     ) -> Path:
-    """Re-run reconciliation and rounding on ``run_dir``'s measurements; returns the new run folder.
-    ``reconciliation`` replaces the recorded ``postprocess.reconciliation`` (post-processing: any is free).
-
-    The ledger is ``ledger`` (``--ledger``), else the installation's (``$CENSUSDP_LEDGER`` or the user data
-    directory): never one a run's files name.  If it holds the run's charge, the run's recorded configuration
-    must be the one charged (an edited manifest would state a false guarantee); without it the new run is
-    not publishable.
-    """
+    """Re-run reconciliation and rounding on ``run_dir``'s measurements (any ``reconciliation`` is free); returns the
+    new run folder.  The ledger is never one a run's files name; without the run's charge there, not publishable."""
     run_dir = run_dir.resolve()
     manifest = read_record(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
     config, book, charge = _recorded(manifest["config_raw"], manifest["run_id"], str(run_dir / "manifest.json"),
@@ -110,17 +96,18 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
                                    write_estimates=write_estimates)
     release.manifest_extra = {"postprocess_of": manifest["run_id"], "charged_rho": "0", "note":
                               "post-processing of the measurements named above: no noise drawn, no budget spent"}
-    if charge is not None:  # without the run's charge there is nothing to record it against
-        _record_free_run(book, config, charge.dataset, release.run_id, source.publishable)
+    if charge is not None:  # a zero-rho entry, so the ledger shows every run on the dataset
+        book.charge(charge.dataset, release.run_id, 0, config.budget.delta, config_digest(config.raw),
+                    source.publishable)
+        book.set_status(release.run_id, ChargeStatus.POSTPROCESS)
     return _reconcile_and_publish(release, run_dir / "measurements", rerun=True)
 
 
 def _recorded(raw: dict[str, Any], run_id: str, source: str, base: Path, ledger_location: str,
               solver: str | None, runner: str | None, reconciliation: str | None = None
               ) -> tuple[ReleaseConfig, PrivacyLedger, Charge | None]:
-    """A run's recorded configuration (only the solver and runner may change), the user's ledger and the run's
-    charge there.  With a charge, the recorded configuration must be the one charged: an edited manifest or
-    ``complete.json`` would state a relation, budget or invariants that the measurements do not have."""
+    """A run's recorded configuration (only the solver and runner may change), the user's ledger and the run's charge
+    there, which must be of that configuration: an edited manifest would state a guarantee the measurements lack."""
     recorded_digest = config_digest(raw)
     apply_overrides(raw, {f"postprocess.{key}": value for key, value in (
         ("solver", solver), ("runner", runner), ("reconciliation", reconciliation)) if value is not None})
@@ -141,21 +128,10 @@ def _vouched(charge: Charge | None, measurements: Path) -> bool:
             and charge.measurements == measurements_digest(measurements))
 
 
-def _record_free_run(ledger: PrivacyLedger, config: ReleaseConfig, dataset: str, run_id: str,
-                     publishable: bool) -> None:
-    """A zero-rho ledger entry with status 'postprocess', so the ledger shows every run on the dataset."""
-    ledger.charge(dataset, run_id, 0, config.budget.delta, config_digest(config.raw), publishable)
-    ledger.set_status(run_id, ChargeStatus.POSTPROCESS)
-
-
 def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: str | None = None,
                    runner: str | None = None, *, write_estimates: stages.EstimatesWriter | None = None) -> Path:
-    """Finish run ``run_id`` from its saved measurements, under its existing charge (no new charge).
-
-    The configuration is the one the measurements were drawn with (saved beside them); only the solver and
-    the runner may change.  The ledger is the one the user's own configuration resolves to (``ledger_location``),
-    never one the run's files name; its charge must match the rho those measurements spent.
-    """
+    """Finish run ``run_id`` from its saved measurements, under its existing charge and with the configuration they
+    were drawn with; the ledger (the user's, never one the run's files name) must have charged the rho they spent."""
     work_dir = out_root / f".{run_id}.partial"
     marker = read_record(work_dir / "measurements" / stages.COMPLETE_MARKER,
                    f"cannot resume run {run_id}: its measurements were not all saved; start a new release")

@@ -1,19 +1,7 @@
-"""Full-information reconciliation: every level is fitted to the tree's GLS estimates, not to its own measurements.
-
-Top-down reconciliation of a level against its own noisy measurements ignores everything measured below it
-(and, for an only child, the measurements of its chain).  Here the exact GLS of the whole tree
-(``postprocess.gls``: every measurement of every level, the invariants, x_parent = Σ x_children; computed out of
-core by ``postprocess.gls_stream``, chunk by chunk from the level files) comes first;
-each level's least squares then fits, for every query of the level's strategy plus the total and the detailed
-cells, the GLS estimate of that query with weight 1/v, v the mean variance of the estimate's cells over the
-level's nodes (nodes pinned by an invariant left out; at the lowest level a measured query keeps its own σ²).
-The constraints are those of every path —
-non-negativity, structural zeros, invariants, children adding up to the already-rounded parent — and the
-chunks, fast paths and Dask runner are unchanged.  A node that is its parent's only child (wholly or for some
-nodes of a level) is handled by the GLS itself, which ties the two nodes' measurements together.
-
-Everything is a function of the noisy measurements, their public σ² and the published invariants:
-post-processing, no privacy cost (Thm 19.25).  Design and measured accuracy: docs/reconciliation.md.
+"""Full-information reconciliation: every level is fitted to the tree's GLS estimates, not to its own measurements
+(docs/reconciliation.md).  The exact GLS of the whole tree is streamed first (``postprocess.gls_stream``); each
+level then fits the GLS estimate of every target query with weight 1/v, v the mean variance of its free cells.
+A function of the noisy measurements, their public σ² and the published invariants: post-processing (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -41,16 +29,11 @@ from censusdp.postprocess.gls_stream_chunk import LowestChunk
 PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (no weight: the constraint holds it)
 GLS_SCRATCH = "gls_scratch"  # under the run's work_dir: the streamed GLS's intermediates, removed before publish
 
-__all__ = ["LevelTargets", "ReconciliationMethod", "discard_targets", "estimate", "gls_problem", "level_targets",
-           "solve_tree", "spec_of", "stream_problem", "target_queries", "target_weight", "TargetTerm", "tree_targets"]
-
 Measured = Sequence[tuple[Query, Fraction, np.ndarray]]  # (query, σ², noisy answers (n_nodes, q_cells))
 
 
 def spec_of(schema: Schema, query: Query) -> QuerySpec:
-    """A query as the GLS sees it: the histogram axes it keeps, in its cell order, and the grouping of each
-    recoded one — the cells of ``Schema.query_matrix``.  The exact algebra (``postprocess.gls_algebra``) covers
-    marginals and recodes alike."""
+    """A query as the GLS sees it: the axes it keeps, in its cell order, and the grouping of each recoded one."""
     factors = [schema.factor(a) for a in query.attributes]
     return QuerySpec(tuple(f.axis for f in factors), tuple(f.group_of for f in factors))
 
@@ -60,15 +43,10 @@ def gls_problem(schema: Schema, parents: Sequence[np.ndarray], measured: Sequenc
     """The GLS problem of a tree: every level's noisy measurements and its invariants (published exactly)."""
     levels = []
     for level, parent in enumerate(parents):
-        queries = []
-        for query, sigma2, values in measured[level]:
-            spec = spec_of(schema, query)
-            queries.append(GlsQuery(spec.axes, float(sigma2), values, spec.groups))
-        fixed = []
-        for invariant in invariants.get(level, []):
-            spec = spec_of(schema, schema.parse_query(invariant.name))
-            fixed.append(GlsInvariant(spec.axes, invariant.values, spec.groups))
-        levels.append(GlsLevel(parent=parent, queries=queries, invariants=fixed))
+        queries = [(spec_of(schema, query), float(sigma2), values) for query, sigma2, values in measured[level]]
+        fixed = [(spec_of(schema, schema.parse_query(i.name)), i.values) for i in invariants.get(level, [])]
+        levels.append(GlsLevel(parent=parent, queries=[GlsQuery(s.axes, s2, v, s.groups) for s, s2, v in queries],
+                               invariants=[GlsInvariant(s.axes, v, s.groups) for s, v in fixed]))
     return levels
 
 
@@ -92,9 +70,7 @@ def target_weight(mean_variance: float) -> Fraction:
 
 def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequence[Query],
                   own_sigma2: Mapping[str, Fraction] | None = None) -> list[QueryMeasurement]:
-    """The GLS estimates of ``queries`` at every node of a level, as least-squares terms weighted by the inverse
-    of their mean variance over the level (a query fixed everywhere by invariants is left out).  ``own_sigma2``:
-    queries weighted by their own measurement's σ² instead (the lowest level, see ``estimate``)."""
+    """The GLS estimates of ``queries`` at a level's nodes as weighted least-squares terms (``own_sigma2``: own σ²)."""
     out = []
     for query in queries:
         spec = spec_of(schema, query)
@@ -102,9 +78,7 @@ def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequen
         free = variance[variance > PINNED]
         if free.size == 0:
             continue
-        sigma2 = target_weight(float(free.mean()))
-        if own_sigma2 and query.name in own_sigma2:
-            sigma2 = own_sigma2[query.name]
+        sigma2 = (own_sigma2 or {}).get(query.name, target_weight(float(free.mean())))
         out.append(QueryMeasurement(name=query.name, matrix=schema.query_matrix(query),
                                     noisy=result.estimate(level, spec), sigma2=sigma2))
     return out
@@ -117,8 +91,7 @@ Plan = Sequence[Sequence[tuple[int, int, ChunkLocation]]]  # per level, its chun
 def stream_problem(schema: Schema, parents: Sequence[np.ndarray], allocated: Allocated,
                    invariants: Mapping[int, Sequence[QueryInvariant]], plan: Plan, directory: Path
                    ) -> tuple[list[StreamLevel], Reader]:
-    """A run's GLS problem as the engine streams it: every level's queries, invariants and chunks, and a reader
-    of a chunk's noisy answers from the measurement files in ``directory`` (and its invariants' values)."""
+    """A run's GLS problem as the engine streams it: each level's queries, invariants and chunks, and a chunk reader."""
     located = [{(start, stop): where for start, stop, where in chunks} for chunks in plan]
 
     def read(level: int, start: int, stop: int) -> tuple[list[np.ndarray], tuple[np.ndarray, ...]]:
@@ -136,11 +109,8 @@ def stream_problem(schema: Schema, parents: Sequence[np.ndarray], allocated: All
 
 
 def estimate(release: Release, run: UniverseRun, runner: LocalRunner | DaskRunner | None = None) -> None:
-    """Stage: the tree's GLS from the run's saved noisy measurements (``postprocess.gls_stream``: chunk by chunk,
-    intermediates in ``work_dir/gls_scratch``), kept as every level's targets (``run.targets``), which the
-    reconciliation's chunk tasks evaluate chunk by chunk.  The lowest level's up pass runs as jobs on ``runner``
-    (on Dask, workers read the level's measurements; only its parents' sums come back).  Nothing to do with
-    ``postprocess.reconciliation = "level_by_level"``."""
+    """Stage: the tree's GLS from the saved measurements, kept as every level's targets; its lowest level's up pass
+    runs as jobs on ``runner``.  Nothing to do with ``level_by_level``."""
     config = run.config
     if config.reconciliation_method is not ReconciliationMethod.FULL_INFORMATION:
         return
@@ -190,10 +160,7 @@ def discard_targets(run: UniverseRun) -> None:
 
 def tree_targets(config: ReleaseConfig, result: GlsResult, measured: Sequence[Measured]
                  ) -> list[list[QueryMeasurement]]:
-    """Every level's targets.  At the lowest level each measured query keeps its own measurement's weight: nothing
-    lies below, so its GLS estimate is that measurement shrunk by the parents' information only, and the
-    marginals' GLS variances, all drawn from the same detailed cells, would count that information several
-    times over (measured on ri2010, pl94-2020: block totals 5.85 with GLS weights, 5.33 with their own)."""
+    """Every level's targets; at the lowest, measured queries keep their own σ² (docs/reconciliation.md)."""
     schema, last = config.schema, len(config.levels) - 1
     out = []
     for level, spec in enumerate(config.levels):

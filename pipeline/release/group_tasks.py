@@ -1,23 +1,11 @@
-"""Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers.
+"""Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers (docs/dask.md, with what
+bounds a task's memory).  A group's task reads its files batch by batch (``encoded_rows``: every value check), keeps
+one int64 key per record and measures every level from the partition level down, chunk by chunk; the levels above
+sum the groups' total histograms (confidential) where the groups ran (``measure_upper``).
 
-The input is read group by group: a group is the nodes of one *partition level* whose records sit in their own files
-(a Parquet dataset partitioned by state: ``microdata/state=01/...``, one group per state), or, for a single file or
-a dataset without partition folders, the whole tree (one group at the root). A group's task reads only its files,
-batch by batch (``pipeline.io.microdata.encoded_rows``: every value check), keeps one int64 key per record (unit x
-cells + cell, in sorted runs of one batch each), and measures every level from the partition level down, chunk by
-chunk (chunks of whole parents inside the group): histogram, exact noise (``release.noisy_measurements.measure_level``),
-written at once. What the levels above the partition level need from a group is its total histogram (confidential):
-it is summed into those levels' nodes by ``measure_upper``, which runs where the groups ran (on Dask, worker to
-worker: the driver never holds it). Memory per task: 8 bytes per record of the group, plus one chunk's dense
-histograms and noise and a bounded slice of keys counted at a time (``SLICE_KEYS``).
-
-Every chunk draws from its own stream (``pipeline.dp.random_source.substream_key``): in production the OS CSPRNG
-of the process that measures it; with a test seed, a stream keyed from the run's seeded source and the chunk's
-label, so a driver-only and a Dask run of the same seeded release publish the same tables, bit for bit.
-
-Guarantee: unchanged from ``release.noisy_measurements`` (Thm 19.37(iii) with CKS20 Thm 4 per query and level; nodes are
-disjoint, Prop. 19.30).  Which process draws a chunk's noise does not change its distribution; the streams are
-independent (fresh OS keys, or distinct HMAC labels under one test key).
+Every chunk draws from its own stream (``substream_key``): the measuring process's OS CSPRNG, or one keyed from a test
+seed and the chunk's label.  Guarantee: that of ``release.noisy_measurements`` (Thm 19.37(iii) with CKS20 Thm 4 per
+query and level; nodes are disjoint, Prop. 19.30), whichever process draws a chunk's noise.
 """
 
 from __future__ import annotations
@@ -47,8 +35,7 @@ LevelPlan = tuple[str, tuple[QueryAllocation, ...], tuple[str, ...]]  # level na
 
 @dataclass(frozen=True)
 class GroupTask:
-    """One group: nodes [start, stop) of level ``level`` (the partition level) and their subtrees.  Public values
-    only (file paths, the subtree, the allocation, chunk keys of a test source); the worker reads the records."""
+    """One group: a node of the partition level (or the root) and its subtree; public values only."""
 
     index: int
     level: int
@@ -60,8 +47,8 @@ class GroupTask:
     chunks: tuple[tuple[tuple[int, int], ...], ...]  # per subtree level: node ranges (subtree indices)
     keys: tuple[tuple[bytes | None, ...], ...]  # per subtree level and chunk: its noise stream (None: OS CSPRNG)
     out_dir: str | None  # where a worker writes its measurement parts; None: the caller's writers (the driver)
-    # the persons-per-unit rules' bounds on the group's lowest nodes (release.persons_units, from published values):
-    # (rules' matrix, lower, upper); data that break one are refused, by category, once every group is measured
+    # the persons-per-unit bounds (matrix, lower, upper) of its lowest nodes, from published values: data that break
+    # one are refused, by category, once every group is measured
     limits: tuple[Any, np.ndarray, np.ndarray] | None = None
 
     def __repr__(self) -> str:
@@ -76,15 +63,13 @@ class GroupMeasured:
     parts: tuple[str | None, ...]  # per subtree level: the part file written (None: written to the caller's writers)
     plans: tuple[tuple[tuple[int, int, int], ...], ...]  # per subtree level: (start, stop, row group), whole-tree nodes
     invariants: tuple[tuple[QueryInvariant, ...], ...]  # per subtree level: values of the group's nodes, published
-    # below the root, the partition level's noisy answers: its parents' families span groups, so the caller writes
-    # that level in chunks of whole families (``plans[0]`` and ``parts[0]`` are then empty)
+    # below the root, the partition level's noisy answers, written by the caller in whole families (not in plans)
     top: tuple[QueryMeasurement, ...] = ()
     rules_broken: bool = False  # a lowest node's records break a persons-per-unit rule (GroupTask.limits)
 
 
 class InputCategoryError(InputError):
-    """A value check failed inside a measurement task: only the category leaves the task (the row and file stay
-    with the curator's ``censusdp check``)."""
+    """A value check failed inside a measurement task: only the category leaves the task."""
 
     def __init__(self, category: InputProblem) -> None:
         super().__init__("(input)", "a value check failed", category=category)
@@ -92,17 +77,10 @@ class InputCategoryError(InputError):
 
 def group_keys(files: InputFiles, task: GroupTask) -> list[np.ndarray]:
     """Every record of the group as an int64 key (unit index in the subtree x cells + cell), in sorted runs of one
-    input batch each (confidential).  8 bytes a record: the runs are never joined into one array, which would hold
-    the group twice while it was built (``chunk_histograms`` searches every run)."""
+    input batch each (confidential), never joined: that would hold the group twice while it was built."""
     n_cells = files.config.schema.n_cells
-    lowest = task.subtree.geoids[-1]
-    runs = []
-    for part in task.parts:
-        for batch in encoded_rows(files, part, lowest):
-            run = batch.units.astype(np.int64) * n_cells + batch.cells
-            run.sort()
-            runs.append(run)
-    return runs
+    return [np.sort(batch.units.astype(np.int64) * n_cells + batch.cells)
+            for part in task.parts for batch in encoded_rows(files, part, task.subtree.geoids[-1])]
 
 
 SLICE_KEYS = 1 << 20  # keys histogrammed at a time: a chunk of an upper level can hold the whole group's records
@@ -110,10 +88,8 @@ SLICE_KEYS = 1 << 20  # keys histogrammed at a time: a chunk of an upper level c
 
 def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ancestors: np.ndarray, start: int,
                      stop: int, n_cells: int, *, slice_keys: int = SLICE_KEYS) -> np.ndarray:
-    """Dense detailed histograms (stop - start, n_cells) of nodes [start, stop) of a level (confidential), from
-    ``group_keys``' sorted runs.  ``unit_offsets`` and ``ancestors`` are that level's ``unit_offsets`` and
-    ``ancestor_of_units`` in the subtree.  The chunk's keys are counted ``slice_keys`` at a time, so the
-    transient is bounded by that and the chunk's cells, whatever the group's size."""
+    """Dense detailed histograms (stop - start, n_cells) of nodes [start, stop) of a level (confidential), counted
+    ``slice_keys`` at a time from ``group_keys``' runs: the transient is bounded whatever the group's size."""
     lo_key, hi_key = unit_offsets[start] * n_cells, unit_offsets[stop] * n_cells
     size = (stop - start) * n_cells
     flat: np.ndarray | None = None  # the first slice's counts, the others added in place: one chunk-sized array
@@ -123,14 +99,13 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
     def count() -> None:
         nonlocal flat, held
         units, cells = np.divmod(np.concatenate(pending), n_cells)
-        counted = np.bincount((ancestors[units] - start) * n_cells + cells, minlength=size).astype(np.int64,
-                                                                                                  copy=False)
-        if flat is None:
-            flat = counted
-        else:
-            flat += counted
+        counted = np.bincount((ancestors[units] - start) * n_cells + cells, minlength=size)
         pending.clear()
         held = 0
+        if flat is None:
+            flat = counted.astype(np.int64, copy=False)
+        else:
+            flat += counted
 
     for run in runs:
         lo, hi = (int(i) for i in np.searchsorted(run, [lo_key, hi_key]))
@@ -148,10 +123,8 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
 
 def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | None = None
                   ) -> tuple[GroupMeasured, np.ndarray]:
-    """Measure every level of one group (see the module docstring); returns the public result and the group's
-    total detailed histogram (confidential: for ``measure_upper`` only).  A failed value check raises
-    ``InputCategoryError`` (its category only).  A task that writes its own parts (``out_dir``) first claims
-    its draw (``claim_draw``): at most one attempt per run draws, and its parts carry its attempt id."""
+    """Measure every level of one group; returns the public result and the group's total histogram (confidential,
+    for ``measure_upper``).  Writing its own parts, the task first claims its draw: one attempt per run draws."""
     attempt = claim_draw(task.out_dir, group_name(task.index)) if task.out_dir is not None else None
     files, schema = task.files, task.files.config.schema
     try:
@@ -170,7 +143,6 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
         returned = level == 0 and task.level > 0  # the partition level below the root: handed back, not written
         writer, part = (None, None) if returned else _writer(task, name, writers, attempt)
         parts.append(part)
-        rhos = [a.rho for a in allocations]
         ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
         plan, level_invariants_parts = [], []
         for (start, stop), key in zip(task.chunks[level], task.keys[level], strict=True):
@@ -184,20 +156,16 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
             del histograms
             if writer is None:
                 top.append(noisy)
-                continue
-            row_group = writer.write_chunk(tree.geoids[level][start:stop], noisy, rhos)
-            offset = task.first[level]
-            plan.append((offset + start, offset + stop, row_group))
+            else:
+                row_group = writer.write_chunk(tree.geoids[level][start:stop], noisy, [a.rho for a in allocations])
+                plan.append((task.first[level] + start, task.first[level] + stop, row_group))
             del noisy
-        if part is not None and writer is not None:
+        if part is not None:  # the task's own part file
             writer.close()
         plans.append(tuple(plan))
         invariants.append(tuple(joined_invariants(level_invariants_parts)))
-    total = np.zeros(n_cells, dtype=np.int64)
-    for run in runs:
-        total += np.bincount(run % n_cells, minlength=n_cells)
-    top_joined = tuple(QueryMeasurement(name=q[0].name, matrix=q[0].matrix, sigma2=q[0].sigma2,
-                                        noisy=np.concatenate([m.noisy for m in q])) for q in zip(*top, strict=True))
+    total = sum((np.bincount(run % n_cells, minlength=n_cells) for run in runs), np.zeros(n_cells, dtype=np.int64))
+    top_joined = tuple(replace(q[0], noisy=np.concatenate([m.noisy for m in q])) for q in zip(*top, strict=True))
     return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants), top_joined, broken), total
 
 
@@ -220,8 +188,7 @@ def joined_invariants(parts: Sequence[Sequence[QueryInvariant]]) -> list[QueryIn
 
 @dataclass(frozen=True)
 class UpperTask:
-    """The levels above the partition level: their tree (levels 0..p-1 of the whole tree), each group's ancestor
-    node at every one of those levels, chunks and keys as ``GroupTask``'s."""
+    """The levels above the partition level: their tree, each group's ancestor node in each, chunks and keys."""
 
     tree: GeoTree
     group_ancestors: tuple[np.ndarray, ...]  # per upper level: each group's node
@@ -236,9 +203,7 @@ UpperChunk = tuple[list[QueryMeasurement], list[QueryInvariant]]
 
 
 def measure_upper(task: UpperTask, totals: Sequence[np.ndarray]) -> list[list[UpperChunk]]:
-    """Noisy measurements of every level above the partition level from the groups' total histograms; returns per
-    level and chunk (noisy answers per query, their σ², the chunk's invariants).  Public output only.  On a worker
-    (``out_dir``) it first claims its draw, as a group does."""
+    """Every level above the partition level measured from the groups' totals (a worker first claims its draw)."""
     if task.out_dir is not None:
         claim_draw(task.out_dir, UPPER)
     schema = task.schema

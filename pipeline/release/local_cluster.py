@@ -1,10 +1,5 @@
-"""The ``dask-local:N`` runner's cluster: N worker processes on this machine, and the scheduler in a process of
-its own.
-
-Not in the driver's process, where ``distributed.LocalCluster`` puts it: the scheduler keeps state for every task
-it was sent and its memory grows with the run (docs/dask.md), and its event loop would share the driver's GIL.
-The nannies stay here, as ``LocalCluster``'s do: they are small, and they read their settings from this process.
-The scheduler's process ends with the driver's, however the driver ends (``scheduler_watch``).
+"""The ``dask-local:N`` runner's cluster: N worker processes on this machine, and the scheduler in a process of its
+own, which ends with the driver however it ends (``scheduler_watch``; why not in the driver's process: docs/dask.md).
 """
 
 from __future__ import annotations
@@ -30,21 +25,14 @@ from censusdp.pipeline.release.scheduler_watch import DRIVER_PID_ENV
 _log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"  # nothing off this machine may join
 STARTUP_S = 120.0  # a loaded machine or a network-mounted environment imports slowly
-# distributed keeps, for its developers, the last 1,000 messages under 1 MB that each connection sent
-# (``distributed.admin.low-level-log-length``): the driver's are its tasks, arrays included (a block chunk's GLS
-# terms), held after the block level and growing with the chunks' size.  The
-# driver's client (any runner's) and a local cluster's scheduler and workers keep none.
+# distributed keeps the last messages each connection sent, for its developers: the driver's are its tasks, arrays
+# included (docs/dask.md).  The driver's client (any runner's) and a local cluster's processes keep none.
 QUIET_DASK = {"distributed.admin.low-level-log-length": 0}
 
 
 def local_cluster(workers: int) -> SpecCluster:
-    """``workers`` worker processes of one thread each (the solvers are single-threaded and hold the GIL in
-    places) and a scheduler process, all on the loopback interface.
-
-    Dask's nannies set MALLOC_TRIM_THRESHOLD_=65536, which also fixes glibc's mmap threshold: every array over
-    128 KiB is then mapped and unmapped afresh, and the page faults slowed the block level's reconciliation
-    markedly (docs/dask.md).  A nanny reads
-    that setting when it is made, so it is cleared around the cluster's start."""
+    """``workers`` one-thread worker processes and a scheduler process, on the loopback interface only; the nannies'
+    MALLOC_TRIM_THRESHOLD_, which slows the workers (docs/dask.md), is cleared around the cluster's start."""
     worker = {"cls": Nanny, "options": {
         "host": LOOPBACK, "nthreads": 1, "dashboard": False, "silence_logs": logging.ERROR,
         "memory_limit": parse_memory_limit("auto", 1, workers, logger=_log)}}
@@ -55,10 +43,8 @@ def local_cluster(workers: int) -> SpecCluster:
 
 
 class SchedulerProcess(ProcessInterface):
-    """A ``distributed.Scheduler`` in a child process (``python -P -m dask spec``: the working directory is not
-    searched for modules), killed with the cluster, and ending by itself if the driver dies first.  Its log goes
-    to a file in a folder only this user can read (Dask's log names tasks and addresses, no value), shown when the
-    scheduler fails to start or ends before the run does."""
+    """A ``distributed.Scheduler`` in a child process (``python -P``: no module from the working directory), killed
+    with the cluster.  Its log goes to a folder only this user can read, shown if the scheduler fails or ends early."""
 
     def __init__(self) -> None:
         self._folder = Path(tempfile.mkdtemp(prefix="censusdp-scheduler-"))

@@ -1,30 +1,13 @@
-"""The lowest level's published outputs, written by its reconciliation tasks, one part file per chunk.
-
-The lowest level (the blocks) is most of a release's nodes and its outputs most of its bytes: its table, the
-protected microdata (one row per person) and each summary table set's lowest level.  Encoding them on the driver
-made it the bottleneck of a Dask run (9 s of driver CPU at 10M persons: ≈ 5 min at 330M, more than the block
-level's work on 32 workers).  So each chunk's task writes its own part of each, where it reconciled the chunk, and
-sends back only its report and its count of blocks where persons and units disagree:
+"""The lowest level's published outputs, written by its reconciliation tasks, one part file per chunk (docs/dask.md):
 
     tables/<lowest>.parquet/part-NNNNNN.parquet           the level's table (long form)
     microdata.parquet/part-NNNNNN.parquet                 the protected microdata
     tables/<set>/<lowest>.parquet/part-NNNNNN.parquet     each summary table set's lowest level
 
-``NNNNNN`` is the chunk's index, so name order is node order, and each output is a Parquet dataset that pyarrow,
-polars, pandas and Spark read as one table from its folder's path (DuckDB: ``read_parquet('…/*.parquet')``).
-
-A chunk's parts are written under names of their own (a fresh token per attempt) in the level's staging folder,
-and renamed into place once all are complete: a task run twice (a lost worker) leaves one part of each, and a task
-that fails before its renames leaves none.  The staging folder is the attempt's own (``.lowest-parts-<token>``),
-and no part's writer creates a folder: a task of an abandoned attempt still running on a worker (Dask cannot stop
-a running task) fails once a new attempt (``--resume``) has removed its staging folder, or once its run folder is
-gone, instead of writing a part the new attempt would publish.  The driver checks every output holds exactly one
-part per chunk once the level is done (a failure between a chunk's renames leaves some of its parts: the run
-fails).  The housing columns (H1) come from the units universe's counts of the same blocks,
-reconciled in the same task, after the persons (``release.persons_units``).
-
-Post-processing of published counts only (Thm 19.25): a task carries public values.  The workers that write the
-parts are trusted with the published files' integrity, as with the counts they compute (docs/dask.md).
+``NNNNNN`` is the chunk's index: name order is node order.  A chunk's parts are staged under names of their own and
+renamed into place once all are complete, and no part's writer creates a folder: a task run twice leaves one part of
+each, and an abandoned attempt's task cannot publish one.  With a units universe its lowest tasks write the summary
+tables (H1 is theirs).  Post-processing of published counts only (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -45,7 +28,7 @@ from censusdp.pipeline.config.schema import Schema
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io.summary_tables import SummaryTableWriter, TableColumns, summary_path, table_columns
 from censusdp.pipeline.io.tables import LevelTableWriter, ProtectedMicrodataWriter
-from censusdp.pipeline.release.run import Release, UniverseRun, stage_output
+from censusdp.pipeline.release.run import Release
 from censusdp.pipeline.release.universes import check_same_blocks, disagreements, disagreements_apply
 
 PART_FILE = "part-{:06d}.parquet"  # a chunk's part of each lowest output: name order is node order
@@ -66,8 +49,9 @@ class LowestOutputs:
     units_schema: Schema | None  # the units universe's, when its disagreements with the persons are counted
     with_units: bool = False  # a units universe: its lowest tasks write the summary tables (H1 is theirs)
 
-    def folders(self) -> list[Path]:
-        return [Path(f) for f in (self.level_table, self.microdata, *(f for f, _ in self.summary_tables)) if f]
+    def folders(self, summaries: bool = True) -> list[Path]:
+        names = (self.level_table, self.microdata, *(f for f, _ in self.summary_tables if summaries))
+        return [Path(f) for f in names if f]
 
 
 @dataclass(frozen=True)
@@ -103,8 +87,7 @@ def lowest_outputs(release: Release) -> LowestOutputs:
 
 
 def prepare(outputs: LowestOutputs) -> None:
-    """Empty output folders and this attempt's staging folder; an earlier attempt's parts and staging folders go
-    (a resumed run's leftovers, and what its tasks still running would rename into place)."""
+    """Empty output folders and this attempt's staging folder; earlier attempts' staging folders (and parts) go."""
     staging = Path(outputs.staging)
     for earlier in staging.parent.glob(f"{STAGING}*"):
         shutil.rmtree(earlier, ignore_errors=True)
@@ -114,28 +97,21 @@ def prepare(outputs: LowestOutputs) -> None:
     staging.mkdir(parents=True)
 
 
-def lowest_part(run: UniverseRun, outputs: LowestOutputs, index: int, start: int, stop: int) -> LowestPart:
-    tree = stage_output(run.tree, "the geography")
-    return LowestPart(outputs, index, tree.geoids[-1][start:stop])
-
-
 PERSONS_COUNTS = "persons-{:06d}.npz"  # in the staging folder: a chunk's persons, for its units' task (H1)
 
 
 def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]:
-    """Write the chunk's part of every lowest output.  With a units universe, the summary tables (which hold H1)
-    are written by the units' task of the same chunk, after the units are reconciled within the bounds these
-    persons imply: the persons' counts wait for it in the staging folder."""
+    """Write the chunk's part of every lowest output; with a units universe the summary tables (H1) are the units'
+    task's, so the persons' counts wait for it in the staging folder."""
     outputs = part.outputs
     with _staged_parts(part) as staged:
-        table = LevelTableWriter(staged(outputs.level_table), outputs.schema, make_folder=False)
-        table.write_chunk(part.geoids, counts)
-        table.close()
+        writers = [LevelTableWriter(staged(outputs.level_table), outputs.schema, make_folder=False)]
         if outputs.microdata is not None:
-            microdata = ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts,
-                                                 make_folder=False)
-            microdata.write_chunk(part.geoids, counts)
-            microdata.close()
+            writers.append(ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts,
+                                                    make_folder=False))
+        for writer in writers:
+            writer.write_chunk(part.geoids, counts)
+            writer.close()
         if outputs.with_units:
             pending = staged(outputs.staging, PERSONS_COUNTS.format(part.index))
             with open(pending, "wb") as handle:  # a file object: np.savez would add its own suffix
@@ -146,8 +122,7 @@ def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]
 
 
 def write_units_part(part: LowestPart, units_counts: sp.csr_matrix) -> dict[str, int]:
-    """The units' lowest task: the chunk's summary tables from its persons (staged by their task) and its units;
-    returns the chunk's disagreement counts (empty when the schemas are not P.L.'s)."""
+    """The units' lowest task: the chunk's summary tables from its staged persons and its units; its disagreements."""
     outputs = part.outputs
     counts = sp.load_npz(Path(outputs.staging) / PERSONS_COUNTS.format(part.index)).tocsr()
     with _staged_parts(part) as staged:
@@ -182,15 +157,14 @@ def _write_summaries(part: LowestPart, staged: Callable[..., Path], sources: lis
 
 
 def finish_lowest_outputs(outputs: LowestOutputs, n_chunks: int, found: Iterable[Mapping[str, int]],
-                          folders: Iterable[Path] | None = None) -> dict[str, int] | None:
-    """Once every task is back: check every output holds one part per chunk (else the run fails), remove the
-    staging folder, and return the disagreements summed over the chunks (None without a units universe whose
-    disagreements are counted)."""
+                          persons_only: bool = False) -> dict[str, int] | None:
+    """Once every task is back: check every output holds one part per chunk, remove the staging folder and return
+    the summed disagreements (None if not counted); ``persons_only``: before the units' tasks, nothing removed."""
     expected = {PART_FILE.format(i) for i in range(n_chunks)}
-    for folder in outputs.folders() if folders is None else folders:
+    for folder in outputs.folders(summaries=not persons_only):
         if {p.name for p in folder.iterdir()} != expected:
             raise CensusDPError(f"internal error: {folder.name} does not hold one part per chunk of the lowest level")
-    if folders is not None:  # the persons' outputs: the units' tasks still read the staged persons
+    if persons_only:
         return None
     shutil.rmtree(outputs.staging, ignore_errors=True)
     total: Counter[str] = Counter()

@@ -1,16 +1,6 @@
-"""The measure stage's plan and its two places: the driver (in process) or the Dask workers.
-
-``plan_measurement`` turns the tree and the input files into group tasks (``release.group_tasks``) and the task
-of the levels above the partition level; ``run_measurement`` runs them and lays out every level's measurements in
-node order (row groups per chunk and query, ``io.measurements``), returning each level's chunk plan and invariants.
-
-Where the noise is drawn (``postprocess.measure_on``, effective with a Dask runner):
-- ``workers`` (the default with Dask): a group's task reads its records on a worker, histograms and draws noise there
-  from the worker's own OS CSPRNG, writes its measurements to a part file in the run folder and returns public values
-  only; the groups' total histograms go worker to worker into the upper levels' task.  The driver plans, moves each
-  part into its level's folder (a rename: nothing is decoded on the driver) and publishes.  The trust boundary
-  moves: every worker reads confidential records (docs/dask.md).
-- ``driver``: the same tasks run in the driver's process, one after another; workers only reconcile.
+"""The measure stage's plan and where it runs (``postprocess.measure_on``; the trust boundary: docs/dask.md).
+``plan_measurement`` turns the tree and the input files into group tasks and the upper levels' task;
+``run_measurement`` runs them and lays out every level's measurements in node order.
 """
 
 from __future__ import annotations
@@ -58,27 +48,17 @@ class MeasurementPlan:
     upper: UpperTask | None
 
 
-def partition_level(tree: GeoTree, files: InputFiles) -> int:
-    """The level whose nodes the input's partition folders name (``state=01``: the level of width 2), or 0 (one
-    group: the whole tree) for a single file, a dataset without partition folders, or partition values of mixed or
-    unknown widths."""
-    return partition_of(tree.levels, files)
-
-
 def shared_partition(levels: Sequence[Level], files: Sequence[InputFiles]) -> int:
-    """The partition level both universes are measured at, so that they are measured, and reconciled, in the same
-    chunks (the units' lowest tasks read the persons' by chunk index): their own when it is the same, else 0 (one
-    group: any input can be read whole)."""
-    found = {partition_of(levels, f) for f in files}
+    """The partition level every universe is measured at, so they share chunks: their own if the same, else 0."""
+    found = {partition_level(levels, f) for f in files}
     return found.pop() if len(found) == 1 else 0
 
 
-def partition_of(levels: Sequence[Level], files: InputFiles) -> int:
-    values = [part.partition for part in files.parts]
-    if not values or any(v is None for v in values):
-        return 0
-    widths = {len(v) for v in values if v is not None}
-    if len(widths) != 1:
+def partition_level(levels: Sequence[Level], files: InputFiles) -> int:
+    """The level whose nodes the input's partition folders name (``state=01``: the level of width 2), else 0 (one
+    group: the whole tree)."""
+    widths = {None if part.partition is None else len(part.partition) for part in files.parts}
+    if len(widths) != 1 or None in widths:
         return 0
     width = widths.pop()
     return next((i for i, level in enumerate(levels) if i > 0 and level.width == width), 0)
@@ -88,10 +68,9 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
                      universe: str, chunk_cells: int, parts_dir: Path | None, partition: int | None = None,
                      limits: tuple[Any, np.ndarray, np.ndarray] | None = None) -> MeasurementPlan:
     """Every group's task and the upper levels' task, with each chunk's noise stream key (drawn here, in one fixed
-    order, so the plan is the same wherever the tasks run; ``rng`` None: no keys, a plan for validation only).
-    ``partition``: the partition level to use (``shared_partition``), by default the input's own; ``limits``: the
-    persons-per-unit bounds of every lowest node, checked by the groups (``GroupTask.limits``)."""
-    p = partition_level(tree, files) if partition is None else partition
+    order, so the plan is the same wherever the tasks run; ``rng`` None: a plan for validation only).  ``limits``:
+    the persons-per-unit bounds of every lowest node (``GroupTask.limits``)."""
+    p = partition_level(tree.levels, files) if partition is None else partition
     n_cells = files.config.schema.n_cells
     if parts_dir is not None:  # the tasks' claims and parts; made once, here: no task creates a folder
         parts_dir.mkdir()
@@ -110,21 +89,17 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
         upper_tree = GeoTree(levels=tree.levels[:p], geoids=tree.geoids[:p], parent=tree.parent[:p])
         chunks = subtree_chunks(upper_tree, n_cells, chunk_cells)
         keys = _keys(rng, universe, level_plans[:p], chunks, (0,) * p)
-        ancestors, node = [], np.arange(tree.n_nodes(p))
-        for level in range(p - 1, -1, -1):
-            node = tree.parent[level + 1][node]
-            ancestors.insert(0, node)
-        upper = UpperTask(tree=upper_tree, group_ancestors=tuple(ancestors), schema=files.config.schema,
+        to_groups = GeoTree(levels=tree.levels[:p + 1], geoids=tree.geoids[:p + 1], parent=tree.parent[:p + 1])
+        ancestors = tuple(to_groups.ancestor_of_units(level) for level in range(p))  # each group's, per upper level
+        upper = UpperTask(tree=upper_tree, group_ancestors=ancestors, schema=files.config.schema,
                           levels=tuple(level_plans[:p]), chunks=chunks, keys=keys, out_dir=out_dir)
     groups = []
-    for index, node in enumerate(range(tree.n_nodes(p)) if p > 0 else [0]):
-        subtree, first = tree.subtree(p, node, node + 1) if p > 0 else tree.subtree(0, 0, tree.n_nodes(0))
+    for node in range(tree.n_nodes(p)):  # the root level is one node
+        subtree, first = tree.subtree(p, node, node + 1)
         chunks = subtree_chunks(subtree, n_cells, chunk_cells)
-        low = first[-1]
-        group_limits = (None if limits is None else
-                        (limits[0], limits[1][low:low + subtree.n_nodes(subtree.depth - 1)],
-                         limits[2][low:low + subtree.n_nodes(subtree.depth - 1)]))
-        groups.append(GroupTask(index=index, level=p, subtree=subtree, first=first, files=files, limits=group_limits,
+        lowest = slice(first[-1], first[-1] + subtree.n_nodes(subtree.depth - 1))
+        group_limits = None if limits is None else (limits[0], limits[1][lowest], limits[2][lowest])
+        groups.append(GroupTask(index=node, level=p, subtree=subtree, first=first, files=files, limits=group_limits,
                                 parts=tuple(by_node.get(node, [])), levels=tuple(level_plans[p:]), chunks=chunks,
                                 keys=_keys(rng, universe, level_plans[p:], chunks, first),
                                 out_dir=out_dir))
@@ -133,19 +108,14 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
 
 def _keys(rng: RandomSource | None, universe: str, levels: Sequence[LevelPlan],
           chunks: Sequence[Sequence[tuple[int, int]]], first: Sequence[int]) -> tuple[tuple[bytes | None, ...], ...]:
-    """Each chunk's stream key, labelled by everything that decides which counts its draws land on: the universe,
-    the level, the chunk's first and last node in the whole tree and its queries in drawing order.  Two layouts of
-    one input (a flat file, partition folders) cut a level into other chunks: under a test seed a label shared
-    by chunks of different nodes would put one stream on two sets of counts, and the difference of the two
-    releases would cancel the noise."""
+    """Each chunk's stream key, labelled by what decides which counts its draws land on (``chunk_label``)."""
     return tuple(tuple(substream_key(rng, chunk_label(universe, name, allocations, offset + start, offset + stop))
                        if rng is not None else None for start, stop in level_chunks)
                  for (name, allocations, _), level_chunks, offset in zip(levels, chunks, first, strict=True))
 
 
 def validate_group(task: GroupTask) -> tuple[InputProblem | None, bool]:
-    """Every value check of a group's records, nothing kept: the category of the first failure (or None), and
-    whether the group has any record.  Runs before any noise, where the group's measurement will run."""
+    """Every value check of a group's records, nothing kept: the first failure's category (or None), any record seen."""
     seen = False
     try:
         for part in task.parts:
@@ -167,8 +137,7 @@ class Measured:
 
 def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tree: GeoTree, directory: Path,
                     runner: Any, on_workers: bool, n_cells: int, chunk_cells: int) -> Measured:
-    """Run the plan's tasks (on the runner's workers, or here) and lay out every level's measurements in node
-    order: the driver's writers' files, the workers' parts moved into their levels' folders."""
+    """Run the plan's tasks and lay out every level's measurements in node order (workers' parts moved in place)."""
     for name, _, _ in level_plans:  # a failed attempt's leftovers (a resumable run never measures again)
         shutil.rmtree(directory / name, ignore_errors=True)
         (directory / f"{name}.parquet").unlink(missing_ok=True)
@@ -179,20 +148,16 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
     invariant_parts: dict[int, list[tuple[QueryInvariant, ...]]] = {level: [] for level in range(tree.depth)}
     broken = False
     try:
-        if on_workers:
-            results, upper = dask_measure(runner.client, plan.groups, plan.upper, runner.window)
-        else:
-            results, upper = _on_driver(plan, writers)
+        results, upper = (dask_measure(runner.client, plan.groups, plan.upper, runner.window) if on_workers
+                          else _on_driver(plan, writers))
         tops = []
         parts_dir = plan.groups[0].out_dir if plan.groups else None
         for measured in results:
             broken |= measured.rules_broken
             if measured.top:
                 tops.append(measured.top)
-            for offset, level_plan in enumerate(measured.plans):
-                level = p + offset
-                name = level_plans[level][0]
-                part = measured.parts[offset]
+            for offset, (level_plan, part) in enumerate(zip(measured.plans, measured.parts, strict=True)):
+                level, name = p + offset, level_plans[p + offset][0]
                 if level_plan:  # a worker's part file joins its level's folder; else the driver's writer has them
                     file = (adopt_part(directory, name, measured.index,
                                        check_claimed(parts_dir, measured.index, Path(part)))
@@ -224,22 +189,15 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
 
 
 def _on_driver(plan: MeasurementPlan, writers: dict[str, LevelMeasurementWriter]) -> tuple[list[GroupMeasured], Any]:
-    results, totals = [], []
-    for task in plan.groups:
-        measured, total = measure_group(task, writers)
-        results.append(measured)
-        totals.append(total)
-    upper = plan.upper
-    return results, (lambda: measure_upper(upper, totals)) if upper is not None else None
+    results = [measure_group(task, writers) for task in plan.groups]
+    upper, totals = plan.upper, [total for _, total in results]
+    return [measured for measured, _ in results], (lambda: measure_upper(upper, totals)) if upper is not None else None
 
 
 def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | None, window: int
                  ) -> tuple[Iterator[GroupMeasured], Callable[[], Any] | None]:
-    """The groups' tasks on the workers, at most ``window`` submitted and not yet collected (a task carries its
-    subtree's geography, O(its blocks), and a local cluster's scheduler lives in the driver); the public half of
-    each result comes back in group order as each is done (the driver adopts a group's files while the workers
-    measure the next ones); the total histograms stay on the workers and go straight into the upper levels' task,
-    submitted once every group is."""
+    """The groups' tasks on the workers, at most ``window`` uncollected; the public half of each result comes back in
+    group order, and the total histograms go from the workers straight into the upper levels' task."""
     totals: list[Any] = []
     upper_future: list[Any] = []
 

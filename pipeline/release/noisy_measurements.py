@@ -1,10 +1,6 @@
-"""Drawing the noisy measurements: the only step that spends privacy budget.
+"""Drawing the noisy measurements: the only step that spends privacy budget (the guarantee: ``noisy_answers``).
 
-For one level and one query with allocation (rho_q, sigma²_q), every node's marginal gets independent exact
-discrete Gaussian noise N_Z(0, sigma²_q) on every cell: rho_q-zCDP for the level under the configured
-neighbouring relation (Thm 19.37(iii) with CKS20 Thm 4).  A Laplace query gets exact discrete Laplace noise
-of its scale b: (Δ₁/b)-DP, i.e. (Δ₁/b)²/2-zCDP.  Nodes are disjoint, so Prop. 19.30 applies across them.
-Noise is drawn once per charge and never retried or cached.
+Nodes are disjoint, so Prop. 19.30 applies across them.  Noise is drawn once per charge and never retried or cached.
 """
 
 from __future__ import annotations
@@ -41,8 +37,9 @@ def noisy_answers(answers: np.ndarray, mechanism: Mechanism, sigma2: Fraction, s
     """``answers`` with independent noise of ``mechanism`` on every cell: the one place noise meets answers.
 
     The release draws its measurements here and the bootstrap its replicates (with the release's recorded
-    mechanism and public parameters), so the two cannot drift apart.  Gaussian: N_Z(0, sigma2), rho-zCDP for
-    rho = Δ₂²/(2 sigma2) (CKS20 Thm 4; Thm 19.37(iii)); Laplace: scale b, (Δ₁/b)-DP (Thm 19.14, on Z).
+    mechanism and public parameters), so the two cannot drift apart.  Under the configured neighbouring relation,
+    Gaussian: N_Z(0, sigma2), rho-zCDP for rho = Δ₂²/(2 sigma2) (CKS20 Thm 4; Thm 19.37(iii)); Laplace: scale b,
+    (Δ₁/b)-DP (Thm 19.14, on Z), i.e. (Δ₁/b)²/2-zCDP.
     """
     if mechanism == Mechanism.LAPLACE:
         if scale is None:

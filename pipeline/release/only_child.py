@@ -1,31 +1,21 @@
-"""Only-child chains: a level whose every node is the only child of a node above measures the same people again.
-
-In a single-state run the state is the nation's only child (and in the District of Columbia the county is the
-state's): its table must equal its parent's, so top-down reconciliation copies it and would never use the
-measurements it paid for (35% of the ``pl94`` budget at the state level).  Those measurements are unbiased
-answers about the parent node's own histogram, so they join the parent's reconciliation as further terms of its
-weighted least squares, each with its own σ² (``release.stages.chunk_tasks``): the same estimator GLS uses, and
-post-processing of public values only (Thm 19.25).  The deeper level's own reconciliation then still copies the
-parent, which now reflects both.  Handled level-wide (every node of the deeper level is an only child); a chain
-that holds for some nodes of a level only is not used yet.
+"""Only-child chains (``level_by_level``): a level whose every node is its parent's only child measures the same
+people again, so its measurements join the parent's least squares as further terms with their own σ²
+(post-processing of public values, Thm 19.25; docs/reconciliation.md).
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 
 from censusdp.geography.tree import GeoTree
-from censusdp.pipeline.config.schema import Schema
-from censusdp.pipeline.io.measurements import ChunkLocation, read_chunk
+from censusdp.pipeline.io.measurements import read_chunk
 from censusdp.pipeline.release.run import UniverseRun, stage_output
 
 
 def only_child_levels(tree: GeoTree, level: int) -> list[int]:
-    """The deeper levels, in order, whose node i is the only child of node i of the level above, from ``level``
-    down: their nodes hold exactly the people of ``level``'s nodes."""
+    """The deeper levels, in order from ``level`` down, whose node i is the only child of the node i above."""
     n = tree.n_nodes(level)
     out = []
     for deeper in range(level + 1, tree.depth):
@@ -35,29 +25,16 @@ def only_child_levels(tree: GeoTree, level: int) -> list[int]:
     return out
 
 
-def level_measurements(directory: Path, plan: list[tuple[int, int, ChunkLocation]], schema: Schema,
-                       queries: list[tuple[str, Fraction]]) -> list[np.ndarray]:
-    """Every node's noisy answers of every query of a level, read chunk by chunk: (n_nodes, q_cells) per query."""
-    parsed = [schema.parse_query(name) for name, _ in queries]
-    parts: list[list[np.ndarray]] = [[] for _ in queries]
-    for start, stop, where in plan:
-        shapes = [(stop - start, schema.query_cells(q)) for q in parsed]
-        chunk = read_chunk(directory / where.file, where.row_group, shapes)
-        for part, values in zip(parts, chunk, strict=True):
-            part.append(values)
-    return [np.concatenate(part) if part else np.zeros((0, schema.query_cells(q)), dtype=np.int64)
-            for part, q in zip(parts, parsed, strict=True)]
-
-
 def chain_measurements(run: UniverseRun, level: int) -> list[tuple[str, str, Fraction, np.ndarray]]:
-    """The measurements of the only-child levels below ``level``, as (label, query, σ², noisy answers of every
-    node of ``level``): further least-squares terms of ``level``'s reconciliation."""
+    """The only-child levels' measurements as further terms of ``level``'s: (label, query, σ², noisy answers)."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
-    directory = run.measurements
     out = []
-    for deeper in only_child_levels(tree, level):
-        name = run.config.levels[deeper].name
+    for deeper in only_child_levels(tree, level):  # every node's answers, read chunk by chunk
         queries = [(a.query, a.sigma2) for a in run.level_allocations(deeper)]
-        values = level_measurements(directory, run.chunk_plan[deeper], run.schema, queries)
-        out += [(f"{name}: {query}", query, sigma2, v) for (query, sigma2), v in zip(queries, values, strict=True)]
+        cells = [run.schema.query_cells(run.schema.parse_query(query)) for query, _ in queries]
+        chunks = [read_chunk(run.measurements / where.file, where.row_group, [(stop - start, c) for c in cells])
+                  for start, stop, where in run.chunk_plan[deeper]]
+        name = run.config.levels[deeper].name
+        out += [(f"{name}: {query}", query, sigma2, np.concatenate([chunk[i] for chunk in chunks]))
+                for i, (query, sigma2) in enumerate(queries)]
     return out

@@ -1,21 +1,9 @@
 """Persons and the units they live in, reconciled so that they agree (``[[units.persons_per_unit]]``, docs/units.md).
 
-Each rule i says: every unit of its units cells holds between ``min_i`` and ``max_i`` of its persons cells' persons,
-so at every node ``min_i U_i <= P_i <= max_i U_i``.  A level's chunk is reconciled twice, in this order:
-
-1. **The persons, within the bounds the units' invariants imply.**  The invariants (published exactly) bound U_i:
-   an invariant cell holding every cell of the rule's units bounds it above (the housing units bound the occupied
-   ones), one whose cells that are not structural zeros are all the rule's bounds it below (a facility count,
-   never vacant, is exact).  So ``min_i lo(U_i) <= P_i <= max_i hi(U_i)``: no persons where there is no unit.  Where
-   the persons' total is invariant and the rules' persons cover every cell, the total is shared out among them:
-   ``P_i >= total - sum_{j != i} upper_j`` and ``P_i <= total - sum_{j != i} lower_j`` (production's
-   ``hhgq_total_lb`` / ``hhgq_total_ub``, ``querybase_constraints.calculateRightHandSideHhgqTotal``).
-2. **The units, within the bounds the published persons imply:** ``ceil(P_i / max_i) <= U_i <= floor(P_i / min_i)``
-   (with min 1: occupied units <= household persons, >= 1 where there are any, 0 where there are none).
-
-Every bound is computed from published values (the units' invariants, the persons' published counts), so both
-reconciliations remain post-processing (Thm 19.25 of the seed): no privacy cost.  The data must keep the rules
-(``censusdp check``; a release refuses data that break one, ``rules_broken``), else no table may keep them.
+Rule i: every unit of its units cells holds ``min_i`` to ``max_i`` of its persons cells' persons.  A level's chunk is
+reconciled twice: step 1, the persons within the bounds the units' invariants imply; step 2, the units within the
+bounds the published persons imply.  Every bound is computed from published values, so both remain post-processing
+(Thm 19.25): no privacy cost.  Data that break a rule are refused (``rules_broken``): no table could keep them.
 """
 
 from __future__ import annotations
@@ -70,18 +58,18 @@ def level_rules(config: ReleaseConfig, level: str | None, persons_zeros: np.ndar
     if not rules:
         return None
     persons = rules_matrix(config.schema, [r.persons for r in rules])
-    covered = np.asarray(persons.sum(axis=0)).ravel() > 0
-    free = ~persons_zeros if persons_zeros is not None else np.ones(config.schema.n_cells, dtype=bool)
+    covered = (np.asarray(persons.sum(axis=0)).ravel() > 0) | (False if persons_zeros is None else persons_zeros)
     units = rules_matrix(config.units.schema, [r.units for r in rules])
     return LevelRules(tuple(r.name for r in rules), persons, units,
                       np.array([r.min_persons for r in rules], dtype=np.int64),
-                      np.array([r.max_persons for r in rules], dtype=np.int64), bool(np.all(covered | ~free)))
+                      np.array([r.max_persons for r in rules], dtype=np.int64), bool(np.all(covered)))
 
 
 def units_range(rules: LevelRules, schema: Schema, zeros: np.ndarray | None,
                 invariants: Sequence[tuple[str, np.ndarray]], n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper), each (nodes, rules) int64: what the units' invariants say of each rule's units (upper
-    ``UNBOUNDED`` where no invariant holds them)."""
+    """(lower, upper), each (nodes, rules) int64: what the units' invariants say of each rule's units.  An invariant
+    cell holding every cell of the rule's units bounds them above (the housing units bound the occupied ones;
+    ``UNBOUNDED`` where none does), one whose open cells are all the rule's bounds them below (a facility count)."""
     r = rules.units.shape[0]
     lower = np.zeros((n_nodes, r), dtype=np.int64)
     upper = np.full((n_nodes, r), UNBOUNDED, dtype=np.int64)
@@ -91,18 +79,17 @@ def units_range(rules: LevelRules, schema: Schema, zeros: np.ndarray | None,
         cells = schema.query_matrix(schema.parse_query(name)).toarray() > 0  # (query cells, cells)
         values = np.asarray(values, dtype=np.int64)
         for i in range(r):
-            holds = np.all(cells >= wanted[i], axis=1)  # the invariant cell holds every unit of the rule
+            holds = np.all(cells >= wanted[i], axis=1)
             within = np.all(~(cells & open_cells) | wanted[i], axis=1) & (cells & open_cells).any(axis=1)
-            for c in np.flatnonzero(holds):
-                upper[:, i] = np.minimum(upper[:, i], values[:, c])
-            for c in np.flatnonzero(within):
-                lower[:, i] = np.maximum(lower[:, i], values[:, c])
+            upper[:, i] = np.minimum(upper[:, i], values[:, holds].min(axis=1, initial=UNBOUNDED))
+            lower[:, i] = np.maximum(lower[:, i], values[:, within].max(axis=1, initial=0))
     return lower, upper
 
 
 def persons_bound(rules: LevelRules, units_lower: np.ndarray, units_upper: np.ndarray,
                   total: np.ndarray | None) -> QueryBound:
-    """The persons' bounds of step 1 (``total``: the nodes' invariant total, (nodes,), or None)."""
+    """The persons' bounds of step 1, ``min_i lo(U_i) <= P_i <= max_i hi(U_i)``, tightened where the persons' total
+    is invariant (``total``, (nodes,), or None) as production's ``hhgq_total_lb`` / ``hhgq_total_ub``."""
     lower = rules.min_persons * units_lower
     unbounded = units_upper >= UNBOUNDED
     upper = np.where(unbounded, UNBOUNDED, rules.max_persons * np.where(unbounded, 0, units_upper))
@@ -114,13 +101,6 @@ def persons_bound(rules: LevelRules, units_lower: np.ndarray, units_upper: np.nd
         lower, upper = (np.maximum(lower, total - others_upper),
                         np.minimum(upper, np.maximum(total - others_lower, 0)))
     return QueryBound(PERSONS_BOUND, rules.persons, np.maximum(lower, 0), upper)
-
-
-def units_bound(rules: LevelRules, persons: np.ndarray) -> QueryBound:
-    """The units' bounds of step 2, from the nodes' published persons in each rule's cells (nodes, rules)."""
-    lower = -(-persons // rules.max_persons)  # ceil
-    upper = np.where(rules.min_persons > 0, persons // np.maximum(rules.min_persons, 1), UNBOUNDED)
-    return QueryBound(PERSONS_BOUND, rules.units, lower, upper)
 
 
 @dataclass(frozen=True)
@@ -135,24 +115,13 @@ class LevelBounds:
         return QueryBound(PERSONS_BOUND, self.matrix, self.lower[start:stop], self.upper[start:stop])
 
 
-def persons_level_bounds(rules: LevelRules, units_schema: Schema, units_zeros: np.ndarray | None,
-                         units_invariants: Sequence[tuple[str, np.ndarray]], total: np.ndarray | None,
-                         n_nodes: int) -> LevelBounds:
-    """Step 1 for a whole level: the persons' bounds from the units' invariants (and the persons' total)."""
-    lower, upper = units_range(rules, units_schema, units_zeros, units_invariants, n_nodes)
-    bound = persons_bound(rules, lower, upper, total)
-    return LevelBounds(bound.matrix, bound.lower, bound.upper)
-
-
 def units_level_bounds(config: ReleaseConfig, rules: LevelRules, answers: np.ndarray, block_lower: np.ndarray,
                        block_upper: np.ndarray, tree: GeoTree) -> dict[int, LevelBounds]:
-    """Step 2 for every level: each block's units bounds from its published persons (``answers``, every rule) and
-    what the units' invariants allow (``block_lower``/``block_upper``), summed up the tree.  Sums of the blocks'
-    intervals, so that every parent's value can be shared out among its children within theirs: a node's own
-    ``ceil(P / max)`` would not be (it is superadditive), nor ``min(P, housing units)``."""
-    own = units_bound(rules, answers)
-    lower = np.maximum(own.lower, block_lower)
-    upper = np.minimum(own.upper, block_upper)  # UNBOUNDED where neither bounds it
+    """Step 2 for every level: each block's units bounds (its published persons, the units' invariants) summed up the
+    tree, so a parent's value can be shared among its children (a node's own ``ceil(P / max)`` is superadditive)."""
+    lower = np.maximum(-(-answers // rules.max_persons), block_lower)  # ceil(P / max)
+    upper = np.minimum(np.where(rules.min_persons > 0, answers // np.maximum(rules.min_persons, 1), UNBOUNDED),
+                       block_upper)  # floor(P / min), UNBOUNDED where neither bounds it
     out: dict[int, LevelBounds] = {}
     for level in range(len(config.levels) - 1, -1, -1):
         active = [i for i, name in enumerate(rules.names)
@@ -160,17 +129,9 @@ def units_level_bounds(config: ReleaseConfig, rules: LevelRules, answers: np.nda
         if active:
             out[level] = LevelBounds(rules.units[active], lower[:, active], upper[:, active])
         if level > 0:
-            n_parents = tree.n_nodes(level - 1)
-            unbounded = _summed((upper >= UNBOUNDED).astype(np.int64), tree.parent[level], n_parents) > 0
-            lower = _summed(lower, tree.parent[level], n_parents)
-            upper = np.where(unbounded, UNBOUNDED,
-                             _summed(np.where(upper >= UNBOUNDED, 0, upper), tree.parent[level], n_parents))
-    return out
-
-
-def _summed(values: np.ndarray, parent: np.ndarray, n_parents: int) -> np.ndarray:
-    out = np.zeros((n_parents, values.shape[1]), dtype=np.int64)
-    np.add.at(out, parent, values)
+            unbounded = tree.aggregate_up(level, (upper >= UNBOUNDED).astype(np.int64)) > 0
+            lower = tree.aggregate_up(level, lower)
+            upper = np.where(unbounded, UNBOUNDED, tree.aggregate_up(level, np.where(upper >= UNBOUNDED, 0, upper)))
     return out
 
 
@@ -185,14 +146,14 @@ def persons_bounds_of(release: Release, level: int) -> LevelBounds | None:
     if rules is None:
         return None
     total = next((i.values[:, 0] for i in run.invariants.get(level, []) if i.name == TOTAL), None)
-    return persons_level_bounds(rules, units.schema, structural_zero_mask(units.config),
-                                [(i.name, i.values) for i in units.invariants.get(level, [])], total,
-                                tree.n_nodes(level))
+    lower, upper = units_range(rules, units.schema, structural_zero_mask(units.config),
+                               [(i.name, i.values) for i in units.invariants.get(level, [])], tree.n_nodes(level))
+    bound = persons_bound(rules, lower, upper, total)
+    return LevelBounds(bound.matrix, bound.lower, bound.upper)
 
 
 def units_bounds_of(release: Release, answers: list[np.ndarray]) -> dict[int, LevelBounds]:
-    """Step 2 for every level, from the persons' published blocks (``answers``, their tasks' ``RULE_ANSWERS`` in
-    node order): the units' bounds."""
+    """Step 2 for every level: the units' bounds from the persons' published blocks (``RULE_ANSWERS``, in order)."""
     run, units = release.persons, stage_output(release.units, "the units universe")
     tree = stage_output(run.tree, "the geography")
     rules = level_rules(run.config, None, structural_zero_mask(run.config))
@@ -205,8 +166,7 @@ def units_bounds_of(release: Release, answers: list[np.ndarray]) -> dict[int, Le
 
 
 def record_limits(release: Release, universe: UniverseRun) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None:
-    """The persons' bounds every block's records must keep (the units, measured first, give their invariants): the
-    groups check them as they measure, and the run is refused by category if one is broken."""
+    """The persons' bounds every block's records must keep (from the units' invariants), checked as groups measure."""
     if universe is not release.persons or release.units is None:
         return None
     bounds = persons_bounds_of(release, len(release.config.levels) - 1)

@@ -16,7 +16,7 @@ from censusdp.pipeline.io.verify import require_promises_kept
 from censusdp.pipeline.release.draws import claim_path
 from censusdp.pipeline.release.full_information import discard_targets
 from censusdp.pipeline.release.run import Published, Release, stage_output
-from censusdp.pipeline.release.universes import units_markdown, units_section, with_disagreements
+from censusdp.pipeline.release.universes import units_markdown, units_section
 
 log = logging.getLogger("censusdp")
 COMPLETE_MARKER = "complete.json"  # written last by the measure stage: every measurement is saved
@@ -25,8 +25,7 @@ MEASURE_CLAIM = ".measure"  # the measure stage's claim in the run's temporary f
 
 
 def publish(run: Release) -> Path:
-    """Write the manifest and report (the protected microdata was written as the lowest level was reconciled),
-    then move the run into place atomically."""
+    """Write the manifest and report, check every promise on the files, then move the run into place atomically."""
     persons = run.persons
     tree = stage_output(persons.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
@@ -50,7 +49,7 @@ def publish(run: Release) -> Path:
         "summary_tables": run.summary_tables,
         "expected_errors": run.expected_errors or {},
         "reconciliation": persons.diagnostics,
-        **({"units": with_disagreements(units_section(run), run)} if run.units is not None else {}),
+        **({"units": units_section(run)} if run.units is not None else {}),
         "ledger": ledger_section(run),
         **run.manifest_extra,
     }
@@ -91,9 +90,8 @@ def ledger_section(run: Release) -> dict[str, Any] | None:
 
 
 def abandon(run: Release) -> None:
-    """A failed run publishes nothing.  Its charge stays (never refunded) and is marked failed; if every
-    measurement was saved, the temporary folder is kept so ``release --resume RUN_ID`` can finish it without
-    drawing noise again; otherwise it is removed."""
+    """A failed run publishes nothing; its charge stays and is marked failed.  If every measurement was saved, the
+    temporary folder is kept for ``release --resume RUN_ID`` (no new noise); otherwise it is removed."""
     if run.ledger is not None:
         run.ledger.set_status(run.run_id, ChargeStatus.FAILED, run.failure_reason or FailureReason.RUN_ERROR.value)
     for universe in run.universes:

@@ -1,9 +1,5 @@
-"""One chunk of one level's reconciliation, as a self-contained task a Dask worker can run.
-
-A task carries public values only: where the chunk's noisy measurements are (path and row groups), the
-parent level's already-published counts for the chunk's parents, the chunk's invariant values (published
-exactly) and the schema.  The worker reads the measurements itself, so no large array passes through the
-driver, and nothing confidential leaves the driver: post-processing of DP outputs is free (Thm 19.25).
+"""One chunk of one level's reconciliation, as a self-contained task a Dask worker can run: public values only, the
+measurements read where it runs.  Post-processing of DP outputs is free (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from censusdp.pipeline.config.schema import Query, Schema
+from censusdp.pipeline.config.schema import Schema
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.io.measurements import read_chunk
 from censusdp.pipeline.release.lowest_parts import LowestPart, write_lowest_part, write_units_part
@@ -46,39 +42,46 @@ class ChunkTask:
     tie_seed: int  # rounding ties are broken at random from a stream keyed by this (drawn from the run's CSPRNG)
     # measurements of the same nodes at only-child levels below (release.only_child): (label, query, σ², answers)
     chain_measurements: tuple[tuple[str, str, Fraction, np.ndarray], ...] = ()
-    # full-information reconciliation: the GLS estimates of the chunk's nodes replace the measurements, computed
-    # where the task runs: above the lowest level from the GLS's scratch file (stored_targets), at the lowest from
-    # the chunk's own measurements (gls_chunk's estimate of each target term)
+    # full information: the GLS targets replace the measurements (scratch file, or the lowest level's gls_chunk)
     stored_targets: StoredTargets | None = None
     gls_chunk: LowestChunk | None = None
     target_terms: tuple[TargetTerm, ...] = ()
     passes: tuple[tuple[str, ...], ...] = ()  # least-squares passes (query names), pipeline.config.reconciliation
     tolerance: float = 0.1
     rounding: tuple[str, ...] = ()  # marginals rounded and fixed before the cells, in order
-    # the main universe's lowest level: the task writes its chunk's part of the level's outputs (release.lowest_parts)
-    lowest_part: LowestPart | None = None
-    # persons and units tied together (release.persons_units): the chunk's bounds, computed from published values;
-    # a persons' lowest task also hands back its nodes' persons in each rule's cells (``RULE_ANSWERS``), and a units'
-    # lowest task writes the chunk's summary tables (H1 is the units')
+    lowest_part: LowestPart | None = None  # the persons' lowest level: the part of its outputs the task writes
+    # persons and units tied together (release.persons_units): the chunk's bounds, from published values
     bound: QueryBound | None = None
-    rules: LevelRules | None = None
-    units_part: LowestPart | None = None
+    rules: LevelRules | None = None  # a persons' lowest task hands back its rule answers (``RULE_ANSWERS``)
+    units_part: LowestPart | None = None  # the units' lowest level: the task writes its summary tables (H1)
 
     def __repr__(self) -> str:
         return f"ChunkTask(level={self.level!r}, nodes={self.start}:{self.stop})"
 
 
 DISAGREEMENTS = "disagreements"  # a lowest task's report: its blocks where persons and units disagree
-
-
 RULE_ANSWERS = "rule answers"  # a persons' lowest task's report: (nodes, rules) persons in each rule's cells
 
 
 def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix | None, dict[str, Any]]:
-    """Read the chunk's measurements, reconcile them against the fixed parents (within ``task.bound``), return
-    sparse counts and the chunk's report.  A lowest-level task writes its part of the level's outputs instead, and
-    returns no counts (its report adds ``DISAGREEMENTS``, and for the persons' ``RULE_ANSWERS``)."""
-    counts, report = _reconcile(task, [task.bound] if task.bound is not None else [])
+    """Reconcile the chunk against its fixed parents (within ``task.bound``): sparse counts and its report.  A lowest
+    task writes its part of the outputs instead (no counts; its report adds ``DISAGREEMENTS``, ``RULE_ANSWERS``)."""
+    schema = task.schema
+
+    def matrix(name: str) -> sp.csr_matrix:
+        return schema.query_matrix(schema.parse_query(name))
+
+    chain = [QueryMeasurement(name=label, matrix=matrix(query), noisy=values, sigma2=sigma2)
+             for label, query, sigma2, values in task.chain_measurements]
+    invariants = [QueryInvariant(name=name, matrix=matrix(name), values=values) for name, values in task.invariants]
+    parent = task.parent_counts.toarray().astype(np.int64) if task.parent_counts is not None else None
+    result = reconcile_level(fitted_measurements(task) + chain, n_cells=schema.n_cells, parent_counts=parent,
+                             parent_index=task.parent_index, invariants=invariants,
+                             structural_zeros=task.structural_zeros, solver=task.solver,
+                             rng=seeded_random_source(task.tie_seed), passes=task.passes, tolerance=task.tolerance,
+                             rounding=[RoundingMarginal(name, matrix(name)) for name in task.rounding],
+                             bounds=[task.bound] if task.bound is not None else [])
+    counts, report = sp.csr_matrix(result.counts), result.report
     if task.units_part is not None:  # the units' table is the driver's to write, as above the lowest level
         return counts, {**report, DISAGREEMENTS: write_units_part(task.units_part, counts)}
     if task.lowest_part is None:
@@ -88,46 +91,15 @@ def reconcile_chunk(task: ChunkTask) -> tuple[sp.csr_matrix | None, dict[str, An
     return None, {**report, DISAGREEMENTS: write_lowest_part(task.lowest_part, counts)}
 
 
-def _reconcile(task: ChunkTask, bounds: list[QueryBound]) -> tuple[sp.csr_matrix, dict[str, Any]]:
-    schema = task.schema
-    measurements = fitted_measurements(task)
-    measurements += [QueryMeasurement(name=label, matrix=schema.query_matrix(schema.parse_query(query)), noisy=values,
-                                      sigma2=sigma2) for label, query, sigma2, values in task.chain_measurements]
-    invariants = [QueryInvariant(name=name, matrix=schema.query_matrix(schema.parse_query(name)), values=values)
-                  for name, values in task.invariants]
-    parent = task.parent_counts.toarray().astype(np.int64) if task.parent_counts is not None else None
-    result = reconcile_level(measurements, n_cells=schema.n_cells, parent_counts=parent,
-                             parent_index=task.parent_index, invariants=invariants,
-                             structural_zeros=task.structural_zeros, solver=task.solver,
-                             rng=seeded_random_source(task.tie_seed), passes=task.passes,
-                             tolerance=task.tolerance,
-                             rounding=[RoundingMarginal(name, schema.query_matrix(schema.parse_query(name)))
-                                       for name in task.rounding], bounds=bounds)
-    return sp.csr_matrix(result.counts), result.report
-
-
 def fitted_measurements(task: ChunkTask) -> list[QueryMeasurement]:
-    """What the chunk's least squares fits (besides the only-child chain): its GLS targets (read here from the
-    GLS's scratch file, or at the lowest level computed here from its measurements), else its own noisy
-    measurements."""
-    if task.gls_chunk is not None:
-        _, noisy = _own_answers(task)
-        return list(lowest_targets(task.gls_chunk, task.target_terms, noisy, [values for _, values in task.invariants]))
+    """What the chunk's least squares fits besides the only-child chain: its GLS targets, else its own measurements."""
     if task.stored_targets is not None:
         return list(task.stored_targets.answers())
-    return _own_measurements(task)
-
-
-def _own_answers(task: ChunkTask) -> tuple[list[Query], list[np.ndarray]]:
-    """The chunk's queries and their noisy answers, read from the level's file."""
     schema = task.schema
     parsed = [schema.parse_query(name) for name, _ in task.queries]
     shapes = [(task.stop - task.start, schema.query_cells(q)) for q in parsed]
-    return parsed, read_chunk(Path(task.measurements_path), task.first_row_group, shapes)
-
-
-def _own_measurements(task: ChunkTask) -> list[QueryMeasurement]:
-    """The chunk's noisy measurements, read from the level's file."""
-    parsed, noisy = _own_answers(task)
-    return [QueryMeasurement(name=q.name, matrix=task.schema.query_matrix(q), noisy=values, sigma2=sigma2)
+    noisy = read_chunk(Path(task.measurements_path), task.first_row_group, shapes)
+    if task.gls_chunk is not None:
+        return list(lowest_targets(task.gls_chunk, task.target_terms, noisy, [values for _, values in task.invariants]))
+    return [QueryMeasurement(name=q.name, matrix=schema.query_matrix(q), noisy=values, sigma2=sigma2)
             for q, (_, sigma2), values in zip(parsed, task.queries, noisy, strict=True)]

@@ -74,8 +74,7 @@ class UniverseRun:
     targets: dict[int, LevelTargets] = field(default_factory=dict)  # GLS targets, made per chunk (full information)
     diagnostics: dict[str, dict[str, Any]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    # the units': each level's bounds on its rule answers, set once the persons' blocks are published
-    # (release.persons_units), and the lowest outputs whose summary tables its lowest tasks write
+    # the units': bounds on their rule answers once the persons' blocks are published, and the lowest outputs
     bounds: dict[int, Any] = field(default_factory=dict)
     lowest_outputs: Any = None
     disagreements: dict[str, int] = field(default_factory=dict)  # the units': blocks where the universes disagree
@@ -112,8 +111,7 @@ class UniverseRun:
 
 @dataclass
 class Release:
-    """One release in progress: its identity and folders, the random source, the charge, and its universes (the
-    persons first).  Its repr shows public facts only."""
+    """One release in progress: identity, folders, random source, charge and universes (persons first); public repr."""
 
     config: ReleaseConfig  # the persons' (main) configuration, which holds the units' ([units])
     rng: RandomSource
@@ -145,16 +143,14 @@ class Release:
 
     @property
     def charged_rho(self) -> Fraction:
-        """What the ledger charges and caps for the release: its per-person bound (``per_person_rho``: the persons'
-        rho plus four times the units'), the figure the manifest states."""
+        """The per-person bound the ledger charges, caps and the manifest states: persons' rho + 4 x the units'."""
         units = self.units
         return per_person_rho(self.persons.spent_rho, units.spent_rho if units is not None else None)
 
     @cached_property
     def privacy(self) -> dict[Universe, dict[str, Any]]:
-        """The manifest's privacy section of each universe: public, from the configuration alone.  The charge stage
-        reads it before it charges, so an accountant that cannot state the guarantee stops the release before
-        anything is spent; publish writes the same sections."""
+        """The manifest's privacy section of each universe, from the configuration alone: stated before the charge,
+        so an accountant that cannot state the guarantee stops the release before anything is spent."""
         persons, units = self.persons, self.units
         sections = {self.config.universe: mf.privacy_section(
             self.config, persons.spent_rho, persons.allocations, per_person=self.charged_rho if units else None)}
@@ -192,8 +188,7 @@ def start_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_
 
 def new_release(config: ReleaseConfig, rng: RandomSource, run_id: str, final_dir: Path, work_dir: Path,
                 started_at: str, write_estimates: EstimatesWriter | None = None) -> Release:
-    """A release's state with its universes: the persons in ``work_dir``, the units (``[units]``) in its
-    ``units/`` folder."""
+    """A release's state with its universes: the persons in ``work_dir``, the units in its ``units/`` folder."""
     universes = [UniverseRun(config, allocate(config), work_dir)]
     if config.units is not None:
         (work_dir / UNITS_DIR).mkdir(exist_ok=True)

@@ -1,11 +1,6 @@
-"""Where reconciliation chunks run: in this process, or on Dask (a local cluster or an existing scheduler).
-
-    runner = "local"              # in-process, one chunk after another
-    runner = "dask-local:N"       # a local Dask cluster of N worker processes, started for the run
-    runner = "tcp://host:8786"    # an existing Dask scheduler; workers must see the run's folder
-
-Chunks of one level are independent once the level above is fixed, so they are mapped in parallel; results
-come back in submission order, with a bounded number in flight so driver memory stays bounded.
+"""Where reconciliation chunks run: ``"local"`` (in process), ``"dask-local:N"`` (a local Dask cluster of N worker
+processes, started for the run) or ``"tcp://host:8786"`` (an existing scheduler; workers must see the run's
+folder).  Results come back in submission order, with a bounded number in flight so driver memory stays bounded.
 """
 
 from __future__ import annotations
@@ -54,14 +49,16 @@ class DaskRunner:
             else:
                 self.client = Client(spec)
         try:
-            # two tasks per worker thread in flight: enough to keep every worker busy, and the driver holds no more
-            # than that many tasks (MBs each: a lowest chunk's GLS pieces, a chunk's invariants and parents' counts)
+            # two tasks per worker thread in flight: every worker kept busy, and the driver holds no more (MBs each)
             self.window = window or max(4, 2 * sum(self.client.nthreads().values()))
         except BaseException:
             self.close()
             raise
         if self._cluster is not None:  # the last step: nothing after it can fail and leave the limit set
-            self._blas = driver_blas_single()
+            from threadpoolctl import threadpool_limits
+
+            # the workers share this machine's cores, which OpenBLAS's spinning idle threads take (docs/dask.md)
+            self._blas = threadpool_limits(limits=1, user_api="blas")
 
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         pending: deque[Any] = deque()
@@ -87,24 +84,11 @@ class DaskRunner:
                 self._blas = None
 
 
-def driver_blas_single() -> Any:
-    """Limit this process's BLAS to one thread until the returned limiter's ``restore_original_limits``.
-
-    With ``dask-local`` the workers share this machine's cores.  OpenBLAS's idle threads spin for a while after
-    each call, so the driver's matrix products between tasks (the GLS targets above the blocks) kept every core
-    busy and slowed the workers' levels (docs/dask.md).  Dask's nannies
-    already start the workers with one BLAS thread each."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
-
-
 def make_runner(spec: str) -> LocalRunner | DaskRunner:
     check_runner(spec)
     return LocalRunner() if spec == "local" else DaskRunner(spec)
 
 
 def records_on_workers(config: ReleaseConfig, runner: LocalRunner | DaskRunner | None) -> bool:
-    """Whether a run's records are read (fingerprinted, validated, measured) and its noise drawn on the runner's
-    Dask workers (``postprocess.measure_on``), not on the driver."""
+    """Whether a run's records are read, and its noise drawn, on the runner's Dask workers (``measure_on``)."""
     return runner is not None and runner.name != "local" and config.measure_on is MeasureOn.WORKERS

@@ -1,10 +1,6 @@
 """A Dask preload for the ``dask-local`` scheduler's process (``release.local_cluster``): the process ends as soon
-as the driver that started it does, killed or not.
-
-Without it a driver killed by a signal (SIGKILL, the OOM killer, SIGTERM, which runs no Python clean-up) would
-leave the scheduler running with its loopback port open, and anyone on the machine could submit work through it.
-The driver's process id comes in the environment; the watch compares it with the scheduler's parent, which
-changes (to an init process or subreaper) when the driver dies.
+as the driver that started it does, killed or not, so its loopback port is never left open to the machine's users.
+The watch compares the driver's process id (from the environment) with the scheduler's parent.
 """
 
 from __future__ import annotations

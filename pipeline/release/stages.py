@@ -1,58 +1,41 @@
-"""One release as plain function calls, stage by stage (the Prefect flow calls the same stages).
-
-    release = start_release(config, out_root, rng)  # budget allocated and checked, temp folder made
-    read_files(release, universe)                   # file-level checks only: may refuse without a charge
-    charge(release, runner)                         # fingerprint the data, charge its dataset in the ledger
-    validate_inputs(release, universe, runner)      # value checks (after the charge), where the records are read
-    measure(release, universe, runner)              # group tasks: noise drawn once per chunk of nodes, written at once
-    estimate(release, universe, runner)             # the tree's GLS (full-information reconciliation)
-    reconcile(release, universe, level, runner)     # post-processing from measurements only (Thm 19.25)
-    tabulate(release)                               # summary tables (P.L. 94-171) of the levels above the lowest
-    publish(release)                                # manifest, report; temp folder renamed into place
-
-A per-universe stage is called on each of the release's universes (``Release.universes``: persons, units).
-
-Whether a release is charged never depends on a confidential value: everything before ``charge`` looks at the
-files' structure and the configuration only; every check of a value runs after it, and a failure there is a
-charged, failed run whose error names a category only (``InputRejectedError``; ``censusdp check`` shows where).
-
-Every level is processed in chunks of nodes aligned to parent boundaries (``pipeline.release.chunks``), so memory is
-bounded by the chunk size plus the sparse counts of the level above, and reconciliation chunks can run in
-parallel (``pipeline.release.runner``).  A failure anywhere removes the temporary folder: nothing is published.
+"""One release as plain function calls, stage by stage (``STAGES``; the Prefect flow calls the same stages, and
+ARCHITECTURE.md describes each).  Whether a release is charged never depends on a confidential value: everything
+before ``charge`` looks at the files' structure and the configuration only, and a value check failing after it is a
+charged, failed run whose error names a category only (``InputRejectedError``).  A failed run publishes nothing.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import scipy.sparse as sp
 
+from censusdp.geography.tree import GeoTree, build_tree
 from censusdp.pipeline.budget.ledger.charges import FailureReason
 from censusdp.pipeline.config.ledger_location import public_config_raw
 from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.dp.random_source import RandomSource
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from censusdp.pipeline.io.measurements import measurements_digest, write_invariants
-from censusdp.pipeline.io.microdata import read_input_files
+from censusdp.pipeline.io.microdata import InputFiles, geography_units, read_input_files
+from censusdp.pipeline.io.summary_tables import write_summary_tables
 from censusdp.pipeline.io.tables import LevelTableWriter
 from censusdp.pipeline.release.charging import charge
 from censusdp.pipeline.release.draws import claim_draw
 from censusdp.pipeline.release.expected_errors import (
     compute_expected_errors,
+    expected_errors,
     expected_errors_job,
     record_expected_errors,
 )
-from censusdp.pipeline.release.full_information import (
-    ReconciliationMethod,
-    estimate,
-)
+from censusdp.pipeline.release.full_information import ReconciliationMethod, estimate
 from censusdp.pipeline.release.lowest_parts import finish_lowest_outputs, lowest_outputs
 from censusdp.pipeline.release.measurement_plan import (
     PARTS_DIR,
@@ -71,7 +54,7 @@ from censusdp.pipeline.release.publishing import (  # noqa: F401 - COMPLETE_MARK
     abandon,
     publish,
 )
-from censusdp.pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWERS, ChunkTask, reconcile_chunk
+from censusdp.pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWERS, reconcile_chunk
 from censusdp.pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
     EstimatesWriter,
     Published,
@@ -83,35 +66,46 @@ from censusdp.pipeline.release.run import (  # noqa: F401 - part of this module'
     start_release,
 )
 from censusdp.pipeline.release.runner import make_runner, records_on_workers
-from censusdp.pipeline.release.shared_tree import geography_tree
 from censusdp.pipeline.release.support import merge_reports
-from censusdp.pipeline.release.tabulate import tabulate
 from censusdp.pipeline.release.tasks import chunk_tasks
+from censusdp.pipeline.release.universes import check_same_blocks
 
 log = logging.getLogger("censusdp")
 
 
 def read_files(release: Release, universe: UniverseRun) -> None:
-    """File-level checks (files exist and are readable, required columns present with usable types).
-
-    Their outcome depends on the files' structure and the configuration only, so a failure here refuses the
-    release without a charge.  No value is looked at.  Once every universe's are read (the persons' last), the
-    level they are all measured in parts at is chosen.
-    """
+    """File-level checks (files readable, required columns of usable types): no value is looked at, so a failure is
+    free.  Once every universe's are read, the level all are measured in parts at is chosen."""
     universe.input_files = read_input_files(universe.config)
     read = [u.input_files for u in release.universes]
     if universe is release.persons and all(files is not None for files in read):
         release.partition = shared_partition(release.config.levels, read)
 
 
-def validate_inputs(release: Release, universe: UniverseRun, runner: Any = None) -> None:
-    """Value-level checks, after the charge and before any noise: build the tree, then check every record, group by
-    group where the measurement will run (``release.measurement_plan``), nothing kept.
+def geography_tree(release: Release, run: UniverseRun, files: InputFiles) -> GeoTree:
+    """The universe's tree: the units universe's (validated first) where it has the same levels and either the same
+    geography file (not read again) or the same lowest-level units, so the two share one copy; else built."""
+    units = release.units if run is release.persons else None
+    theirs = units.input_files if units is not None and units.config.levels == run.config.levels else None
+    if units is None or units.tree is None or theirs is None:
+        return build_tree(run.config.levels, geography_units(files))
+    if files.geography_format == theirs.geography_format and _same_file(files.geography, theirs.geography):
+        return units.tree
+    codes = geography_units(files)
+    return units.tree if np.array_equal(units.tree.geoids[-1], codes) else build_tree(run.config.levels, codes)
 
-    A value-level failure is a charged failure (``InputRejectedError``): the message and the ledger record
-    its category only, so nobody who may start releases learns a row or a value, and a refusal is never free.
-    Every group is checked even after a failure, so how long a failing run takes does not say where the failure is.
-    """
+
+def _same_file(path: Path | None, other: Path | None) -> bool:
+    try:
+        return path is not None and other is not None and path.samefile(other)
+    except OSError:
+        return False
+
+
+def validate_inputs(release: Release, universe: UniverseRun, runner: Any = None) -> None:
+    """Value-level checks, after the charge and before any noise: the tree, then every record, group by group where
+    it will be measured, nothing kept.  A failure is charged and names its category only; every group is checked
+    even after one, so how long a failing run takes does not say where."""
     stage_output(release.ledger, "the ledger charge (charge)")
     config, files = universe.config, stage_output(universe.input_files, "the input files (read_files)")
     problem: InputProblem | None = None
@@ -123,8 +117,7 @@ def validate_inputs(release: Release, universe: UniverseRun, runner: Any = None)
         problem = InputProblem.GEOGRAPHY
     if problem is None:
         try:
-            tree = stage_output(universe.tree, "the geography (build_tree)")
-            plan = plan_measurement(tree, files, level_plans_of(config, universe.allocations), None,
+            plan = plan_measurement(universe.tree, files, level_plans_of(config, universe.allocations), None,
                                     config.universe.value, config.chunk_cells, None, release.partition)
         except InputError as error:
             problem = error.category
@@ -142,8 +135,7 @@ def validate_inputs(release: Release, universe: UniverseRun, runner: Any = None)
 
 
 def _reject(release: Release, problem: InputProblem) -> None:
-    """A value-level refusal: the ledger's category, and the ``censusdp check`` command that shows where (it reads
-    every universe's files together)."""
+    """A value-level refusal: the ledger's category, and the ``censusdp check`` command that shows where."""
     config = release.config
     release.failure_reason = f"{FailureReason.INPUT_VALIDATION.value}:{problem.value}"
     geography = f" --geography {config.input.geography}" if config.input.geography else ""
@@ -169,10 +161,8 @@ def _warn_delta(universe: UniverseRun) -> None:
 
 
 def measure(release: Release, universe: UniverseRun, runner: Any = None) -> None:
-    """Draw every level's noisy measurements, group by group and chunk by chunk (``release.measurement_plan``: on the
-    driver, or on the Dask workers), and write them with the invariants.  The stage claims the universe's draw
-    first (``release.draws.claim_draw``): it runs once per run, whatever calls it again.  The persons, measured
-    last, record the measurements in the ledger and mark them complete."""
+    """Draw every level's noisy measurements and write them with the invariants, once per run (the draw is claimed
+    first); the persons, measured last, record them in the ledger and mark them complete."""
     claim_draw(str(universe.work_dir), MEASURE_CLAIM)
     tree = stage_output(universe.tree, "the geography (validate_inputs, or a re-run's measurements)")
     files = stage_output(universe.input_files, "the input files (read_files)")
@@ -203,19 +193,15 @@ def measure(release: Release, universe: UniverseRun, runner: Any = None) -> None
     if release.ledger is not None:  # the charge now names what it bought
         release.ledger.record_measurements(release.run_id, measurements_digest(measurements))
     # from here on the run can be finished with --resume without drawing noise again
-    rng = release.rng
     marker = {"run_id": release.run_id, "started_at": release.started_at, "config_source": config.source,
               "config_raw": public_config_raw(config.raw), "rho_exact": str(release.charged_rho),
-              "random_source": {"name": rng.name, "publishable": rng.publishable}}
+              "random_source": {"name": release.rng.name, "publishable": release.rng.publishable}}
     (measurements / COMPLETE_MARKER).write_text(json.dumps(marker) + "\n")
 
 
 def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any = None) -> None:
-    """Reconcile one level against its (already fixed) parent level, round, and write its table.  With a units
-    universe the persons come first, within the bounds the units' invariants imply, then the units within those
-    the published persons imply (``release.persons_units``).  The persons' lowest level is written by its tasks,
-    part by part, and not kept (``release.lowest_parts``); with units, the units' lowest tasks write its summary
-    tables (H1 is theirs)."""
+    """Reconcile one level against its (already fixed) parent level, round, and write its table (the lowest level's
+    by its tasks, part by part); with units, within the bounds of ``release.persons_units``."""
     tree = stage_output(universe.tree, "the geography (validate_inputs, or a re-run's measurements)")
     name = universe.config.levels[level].name
     lowest = level == tree.depth - 1
@@ -234,23 +220,16 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
     writer = (LevelTableWriter(universe.work_dir / "tables" / f"{name}.parquet", universe.schema)
               if outputs is None else None)
     parts, reports, found, answers = [], [], [], []
-    spans: deque[tuple[int, int]] = deque()  # the nodes of the tasks handed to the runner, whose results are due
-
-    def handed(walk: Iterator[ChunkTask]) -> Iterator[ChunkTask]:  # one walk: a task is dropped once handed on
-        for task in walk:
-            spans.append((task.start, task.stop))
-            yield task
-
     try:
-        for counts, report in runner.map(reconcile_chunk, handed(iter(tasks))):
-            start, stop = spans.popleft()  # results come back in submission order
+        for index, (counts, report) in enumerate(runner.map(reconcile_chunk, tasks)):
+            start, stop, _ = universe.chunk_plan[level][index]  # results come in submission order: the plan's
             if writer is not None:
                 writer.write_chunk(tree.geoids[level][start:stop], counts)
             parts.append(counts)
             found.append(report.pop(DISAGREEMENTS, {}))
             answers.append(report.pop(RULE_ANSWERS, None))
             reports.append(report)
-        if spans or len(parts) != len(tasks):
+        if len(parts) != len(tasks):
             raise CensusDPError("internal error: a chunk's reconciliation did not come back")
     finally:
         if writer is not None:
@@ -259,40 +238,41 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
             runner.close()
     if pending is not None:
         release.expected_errors = record_expected_errors(release.persons, pending())
-    if outputs is not None and units is not None:  # the units' lowest tasks write the summary tables
-        finish_lowest_outputs(outputs, len(parts), found, [Path(outputs.level_table),
-                                                           *([Path(outputs.microdata)] if outputs.microdata else [])])
-        units.lowest_outputs = outputs
-        units.bounds = units_bounds_of(release, [a for a in answers if a is not None])
-    elif outputs is not None:
-        finish_lowest_outputs(outputs, len(parts), found)
+    if outputs is not None:  # with units, their lowest tasks write the summary tables
+        finish_lowest_outputs(outputs, len(parts), found, persons_only=units is not None)
+        if units is not None:
+            units.lowest_outputs = outputs
+            units.bounds = units_bounds_of(release, [a for a in answers if a is not None])
     elif lowest and universe.lowest_outputs is not None:  # the units' lowest level: every lowest output is written
-        if (disagreements := finish_lowest_outputs(universe.lowest_outputs, len(parts), found)) is not None:
-            universe.disagreements = disagreements
+        universe.disagreements = finish_lowest_outputs(universe.lowest_outputs, len(parts), found) or {}
         universe.lowest_outputs = None
     if not lowest:
-        universe.counts[level] = _stacked(parts)
-    _record_level(universe, level, reports)
+        universe.counts[level] = sp.vstack(parts, format="csr")
+    config = universe.config  # the diagnostics name the levels whose measurements the fit used
+    used = ([lv.name for lv in config.levels] if config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
+            else [name, *(config.levels[d].name for d in only_child_levels(tree, level))])
+    universe.diagnostics[name] = {**merge_reports(reports), "measurements_of": used}
     if lowest and not (persons and release.config.output.estimates):
-        # only publish's GLS estimates (the persons', where configured) read the invariants from here on, and
-        # their file keeps them; the units' hold a value per block and query, on the driver until publish
+        # only the persons' GLS estimates (where configured) read them from here on; the units' are a value per block
         universe.invariants.clear()
 
 
-def _stacked(parts: list[sp.csr_matrix]) -> sp.csr_matrix:
-    return sp.vstack(parts, format="csr") if len(parts) > 1 else parts[0]
-
-
-def _record_level(universe: UniverseRun, level: int, reports: list[dict[str, Any]]) -> None:
-    """The level's reconciliation diagnostics, with the levels whose measurements its fit used."""
-    tree = stage_output(universe.tree, "the geography")
-    config = universe.config
-    name = config.levels[level].name
-    universe.diagnostics[name] = merge_reports(reports)
-    full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION  # the GLS of the whole tree
-    used = ([spec.name for spec in config.levels] if full
-            else [name, *(config.levels[d].name for d in only_child_levels(tree, level))])
-    universe.diagnostics[name]["measurements_of"] = used
+def tabulate(run: Release) -> None:
+    """Write every configured summary table set from the published tables just reconciled (Thm 19.25: free)."""
+    persons = run.persons
+    tree = stage_output(persons.tree, "the geography (validate_inputs, or a re-run's measurements)")
+    names = [lv.name for lv in run.config.levels]
+    counts = [persons.counts.get(level) for level in range(len(names))]  # the lowest's: written as it was reconciled
+    units = None
+    if run.units is not None:  # the same tree: the units universe's housing tables (H1) join the same files
+        check_same_blocks(run)
+        units = (run.units.schema, [run.units.counts.get(level) for level in range(len(names))])
+    for tables in run.config.output.tables:
+        run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, persons.schema,
+                                                                names, tree.geoids, counts, units)
+        log.info("summary tables %s written for %d levels", tables.value, len(names))
+    if run.expected_errors is None:  # not computed beside the lowest level's tasks (reconcile)
+        run.expected_errors = expected_errors(persons)
 
 
 @dataclass(frozen=True)
@@ -329,15 +309,13 @@ STAGES = (
     Stage("publish", publish),
 )
 # a re-run or a resume from saved measurements: no data read, no noise drawn
-RERUN_STAGES = ("estimate", "reconcile", "tabulate", "publish")
-FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in RERUN_STAGES)
+FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in ("estimate", "reconcile", "tabulate", "publish"))
 
 StageCall = Callable[[Stage, Callable[..., Any], tuple[Any, ...]], Any]
 
 
 def replaced(stages: tuple[Stage, ...], **functions: Callable[..., Any]) -> tuple[Stage, ...]:
-    """``stages`` with the named stages' functions replaced (by the stage's name, with ``_`` for ``-``): how a
-    caller or a test changes what a stage does, e.g. ``replaced(STAGES, reconcile=crash)``."""
+    """``stages`` with the named stages' functions replaced: ``replaced(STAGES, reconcile=crash)``."""
     names = {stage.name.replace("-", "_") for stage in stages}
     if unknown := set(functions) - names:
         raise ValueError(f"no such stage: {', '.join(sorted(unknown))}")
@@ -351,9 +329,8 @@ def call_directly(stage: Stage, function: Callable[..., Any], args: tuple[Any, .
 
 def run_stages(release: Release, stages: tuple[Stage, ...] = STAGES, *, call: StageCall = call_directly,
                prepare: Callable[[Release], None] | None = None) -> Path:
-    """Run ``stages`` in order on ``release`` (each call through ``call``: the flow makes it a Prefect task) and
-    return what the last one (publish) returns.  ``prepare`` runs first (a re-run loads its measurements).
-    Any failure abandons the release (nothing published; the charge stays); the chunk runner is always closed."""
+    """Run ``stages`` in order on ``release``, each call through ``call`` (the flow's: a Prefect task), after
+    ``prepare``; return what publish returns.  Any failure abandons the release; the runner is always closed."""
     runner, result = None, None
     try:
         if prepare is not None:

@@ -7,22 +7,14 @@ from typing import Any
 import numpy as np
 
 from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.config.persons_per_unit import selection_mask
 
 
 def structural_zero_mask(config: ReleaseConfig) -> np.ndarray | None:
     """Cells fixed at zero: those matching every attribute condition of any declared structural zero."""
     if not config.structural_zeros:
         return None
-    schema = config.schema
-    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
-    mask = np.zeros(schema.n_cells, dtype=bool)
-    for zero in config.structural_zeros:
-        hit = np.ones(schema.n_cells, dtype=bool)
-        for name, values in zero.items():
-            allowed = [schema.attribute(name).values.index(v) for v in values]
-            hit &= np.isin(multi[schema.names.index(name)], allowed)
-        mask |= hit
-    return mask
+    return np.any([selection_mask(config.schema, tuple(zero.items())) for zero in config.structural_zeros], axis=0)
 
 
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -36,9 +28,8 @@ def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
                 counts = merged.setdefault(key, {})
                 counts[str(value)] = counts.get(str(value), 0) + 1
             elif key.startswith(("max_", "min_")):
-                previous = merged.get(key)
                 pick = max if key.startswith("max_") else min
-                merged[key] = value if previous is None else pick(previous, value)
+                merged[key] = value if merged.get(key) is None else pick(merged[key], value)
             elif isinstance(value, int | float):
                 merged[key] = merged.get(key, 0) + value
             elif isinstance(value, dict):

@@ -1,8 +1,5 @@
 """A level's full-information targets, made chunk by chunk from the streamed GLS (``release.full_information``
-builds them).  Above the lowest level ``release.tasks`` evaluates one chunk per reconciliation task from the stored
-estimates; the lowest level's (the largest, never stored) are computed inside its reconciliation tasks, where the
-chunk's measurements are read (``lowest_targets``), and its up pass runs as jobs of a runner too
-(``LowestSumsJob``).  Public values only (post-processing of noisy measurements, Thm 19.25)."""
+builds them; docs/dask.md says where each is computed).  Public values only (post-processing, Thm 19.25)."""
 
 from __future__ import annotations
 
@@ -34,10 +31,7 @@ class TargetTerm:
 
 @dataclass(frozen=True)
 class StoredTargets:
-    """A chunk's targets above the lowest level, as its task computes them where it runs: the rows of the level's
-    GLS estimates x̂ (rotated) in the streamed GLS's scratch file, the axes' bases and the target queries.  A task
-    carries this, not the chunk's (nodes, cells) float64 answers (a chunk-sized array on the driver for each task, a
-    window of them at once); the run's folder is readable by the workers (as for the lowest level's measurements)."""
+    """A chunk's targets above the lowest level, computed by its task from the GLS's scratch file (not sent dense)."""
 
     path: str
     start: int
@@ -57,8 +51,7 @@ class StoredTargets:
 
 @dataclass(frozen=True)
 class LevelTargets:
-    """A level's GLS targets, made chunk by chunk: the streamed GLS and each target query with its weight σ²
-    (as ``tree_targets`` weighs them); ``store``: the stream's scratch files, where its estimates are."""
+    """A level's GLS targets, made chunk by chunk: the streamed GLS and each target query with its weight σ²."""
 
     stream: StreamedGls
     level: int
@@ -71,8 +64,7 @@ class LevelTargets:
         return _answers(self.stream.estimate(self.level, start, stop), self.shape, self.terms)
 
     def stored(self, start: int, stop: int) -> StoredTargets:
-        """The same targets, to be read and computed by the chunk's task (a level above the lowest, the GLS
-        solved into ``store``)."""
+        """The same targets, computed by the chunk's task from ``store`` (a level above the lowest)."""
         if self.store is None or self.level >= self.stream.depth - 1:
             raise ValueError("stored targets: a level above the lowest, of a GLS solved into scratch files")
         if stop > self.store.written(FINAL, self.level):
@@ -81,23 +73,20 @@ class LevelTargets:
                              tuple(self.stream.bases), self.terms)
 
 
-def _answers(detailed: np.ndarray, shape: tuple[int, ...], terms: Sequence[TargetTerm]
-             ) -> tuple[QueryMeasurement, ...]:
+def _answers(detailed: np.ndarray, shape: tuple[int, ...], terms: Sequence[TargetTerm]) -> tuple[QueryMeasurement, ...]:
     return tuple(QueryMeasurement(name=t.name, matrix=t.matrix, sigma2=t.sigma2, noisy=answer(detailed, shape, t.spec))
                  for t in terms)
 
 
 def lowest_targets(chunk: LowestChunk, terms: Sequence[TargetTerm], noisy: Sequence[np.ndarray],
                    values: Sequence[np.ndarray]) -> tuple[QueryMeasurement, ...]:
-    """A lowest chunk's targets from its own noisy measurements (the level's queries in allocation order) and
-    invariant values: what ``LevelTargets.chunk`` gives, computed where the measurements are read."""
+    """A lowest chunk's targets from its own noisy measurements and invariant values, where they are read."""
     return _answers(chunk.estimate(noisy, values), tuple(len(b.group) for b in chunk.bases), terms)
 
 
 @dataclass(frozen=True)
 class LowestSumsJob:
-    """One chunk of the lowest level's GLS up pass, self-contained for a runner: the chunk's job, where its
-    measurements are (the level's file, its first row group, each query's (nodes, cells)) and its invariant values."""
+    """One chunk of the lowest level's GLS up pass, self-contained for a runner (its measurements read there)."""
 
     chunk: LowestChunk
     measurements_path: str

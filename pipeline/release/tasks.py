@@ -1,34 +1,27 @@
-"""A level's reconciliation as chunk tasks: what each task carries (public values only) and how it is made.
-
-With full-information reconciliation (the default) a task computes the GLS targets of its nodes
-(``release.full_information``) where it runs: above the lowest level from the GLS's estimates in its scratch files
-(``StoredTargets``: the driver sends where they are, not the chunk's dense answers), at the lowest level from the
-measurements it reads (``gls_chunk``); with
-``level_by_level`` it reads the level's own noisy measurements from their file, plus those of the only-child
-levels below (``release.only_child``).  Either way, it also carries the level's least-squares passes and the
-marginals rounded first (``pipeline.config.reconciliation``).
-
-Tasks are made lazily, in chunk order, so only the runner's window of them is ever in memory.
+"""A level's reconciliation as chunk tasks (public values only), made lazily in chunk order so only the runner's
+window of them is ever in memory.  With full information a task computes its nodes' GLS targets where it runs;
+with ``level_by_level`` it reads the level's own measurements and those of the only-child levels below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from censusdp.geography.tree import GeoTree
 from censusdp.pipeline.config.reconciliation import ReconciliationMethod
 from censusdp.pipeline.dp.random_source import system_random_source
 from censusdp.pipeline.release.full_information import discard_targets
-from censusdp.pipeline.release.lowest_parts import LowestOutputs, lowest_part
+from censusdp.pipeline.release.lowest_parts import LowestOutputs, LowestPart
 from censusdp.pipeline.release.only_child import chain_measurements
 from censusdp.pipeline.release.persons_units import LevelBounds, level_rules
 from censusdp.pipeline.release.reconcile_chunk import ChunkTask
 from censusdp.pipeline.release.run import Release, UniverseRun, stage_output
 from censusdp.pipeline.release.support import structural_zero_mask
+from censusdp.pipeline.release.targets import LevelTargets
 
 
 class ChunkTasks:
-    """A level's tasks, made one at a time as they are walked (once: a lowest task's GLS pieces are MBs, so none
-    is kept after it is handed on).  ``len`` is the number of chunks."""
+    """A level's tasks, made as they are walked, once (a lowest task's GLS pieces are MBs); ``len``: the chunks."""
 
     def __init__(self, count: int, tasks: Iterator[ChunkTask]) -> None:
         self._count = count
@@ -46,59 +39,49 @@ class ChunkTasks:
 
 def chunk_tasks(release: Release, run: UniverseRun, level: int, outputs: LowestOutputs | None = None,
                 bounds: LevelBounds | None = None) -> ChunkTasks:
-    """The level's reconciliation tasks: public values and file locations only, made as they are walked.  With
-    full information, once the lowest level's last task is made the GLS's scratch files are removed.  ``outputs``:
-    the persons' lowest level, whose tasks write their parts of its outputs (``release.lowest_parts``)."""
+    """The level's reconciliation tasks, made as they are walked (``outputs``: the lowest outputs its tasks write)."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
-    config = run.config
-    name = config.levels[level].name
-    full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
+    full = run.config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
     targets = run.targets.get(level) if full else None
     if full and not (targets and targets.terms):
-        raise stage_output(None, f"the GLS targets of level {name} (the estimate stage)")
-    return ChunkTasks(len(run.chunk_plan[level]), _make_tasks(release, run, level, tree.depth - 1, outputs, bounds))
+        raise stage_output(None, f"the GLS targets of level {run.config.levels[level].name} (the estimate stage)")
+    return ChunkTasks(len(run.chunk_plan[level]), _make_tasks(release, run, level, tree, targets, outputs, bounds))
 
 
-def _make_tasks(release: Release, run: UniverseRun, level: int, lowest: int, outputs: LowestOutputs | None,
-                bounds: LevelBounds | None) -> Iterator[ChunkTask]:
-    tree = stage_output(run.tree, "the geography")
+def _make_tasks(release: Release, run: UniverseRun, level: int, tree: GeoTree, targets: LevelTargets | None,
+                outputs: LowestOutputs | None, bounds: LevelBounds | None) -> Iterator[ChunkTask]:
     config = run.config
     name = config.levels[level].name
     queries = tuple((a.query, a.sigma2) for a in run.level_allocations(level))
-    directory = run.measurements
     zeros = structural_zero_mask(config)
-    # ties in rounding are broken at random (post-processing, so any source is private enough); the keys come
-    # from the run's CSPRNG, or from the OS when the run only post-processes saved measurements
+    # rounding ties are broken at random (post-processing: any source will do), from the run's CSPRNG or the OS's
     tie_source = release.rng if release.rng.can_draw else system_random_source()
-    full = config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
-    targets = run.targets.get(level) if full else None
     # level_by_level: the only-child levels below measured the same nodes again
-    chain = [] if full else chain_measurements(run, level)
+    chain = [] if targets is not None else chain_measurements(run, level)
     passes = config.level_passes(name)
-    lowest_targets = targets is not None and level == lowest
+    lowest = level == tree.depth - 1
+    lowest_targets = targets is not None and lowest
     rules = level_rules(config, None, zeros) if outputs is not None and release.units is not None else None
-    units_outputs = run.lowest_outputs if run is not release.persons and level == lowest else None
+    units_outputs = run.lowest_outputs if run is not release.persons and lowest else None
     for index, (start, stop, located) in enumerate(run.chunk_plan[level]):
         parent_counts = parent_index = None
         if level > 0:
             parents = tree.parent[level][start:stop]
             parent_counts = run.counts[level - 1][int(parents[0]): int(parents[-1]) + 1]
             parent_index = parents - parents[0]
-        invariants = tuple((i.name, i.values[start:stop]) for i in run.invariants.get(level, []))
-        yield ChunkTask(level=name, start=start, stop=stop, measurements_path=str(directory / located.file),
-                        first_row_group=located.row_group,
-                        queries=queries, schema=run.schema, parent_counts=parent_counts,
-                        parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
-                        solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),
+        geoids = tree.geoids[level][start:stop]
+        yield ChunkTask(level=name, start=start, stop=stop, measurements_path=str(run.measurements / located.file),
+                        first_row_group=located.row_group, queries=queries, schema=run.schema,
+                        parent_counts=parent_counts, parent_index=parent_index,
+                        invariants=tuple((i.name, i.values[start:stop]) for i in run.invariants.get(level, [])),
+                        structural_zeros=zeros, solver=config.solver, tie_seed=int(tie_source.uniform_uint64(1)[0]),
                         chain_measurements=tuple((label, q, s2, v[start:stop]) for label, q, s2, v in chain),
-                        stored_targets=targets.stored(start, stop) if targets is not None and level != lowest else None,
+                        stored_targets=targets.stored(start, stop) if targets is not None and not lowest else None,
                         gls_chunk=targets.stream.lowest_chunk(start, stop) if lowest_targets else None,
-                        target_terms=targets.terms if lowest_targets else (),
-                        passes=passes.l2, tolerance=float(passes.tolerance),
-                        rounding=tuple(q.name for q in passes.rounding),
-                        lowest_part=lowest_part(run, outputs, index, start, stop) if outputs is not None else None,
+                        target_terms=targets.terms if lowest_targets else (), passes=passes.l2,
+                        tolerance=float(passes.tolerance), rounding=tuple(q.name for q in passes.rounding),
+                        lowest_part=LowestPart(outputs, index, geoids) if outputs is not None else None,
                         bound=bounds.chunk(start, stop) if bounds is not None else None, rules=rules,
-                        units_part=(lowest_part(run, units_outputs, index, start, stop) if units_outputs is not None
-                                    else None))
-    if full and level == lowest:  # every level's targets are made: the scratch files go before publish
+                        units_part=LowestPart(units_outputs, index, geoids) if units_outputs is not None else None)
+    if targets is not None and lowest:  # every level's targets are made: the scratch files go before publish
         discard_targets(run)

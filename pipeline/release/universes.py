@@ -18,11 +18,10 @@ from censusdp.pipeline.release.run import UNITS_DIR, Release, stage_output
 
 
 def units_section(run: Release) -> dict[str, Any]:
-    """The units universe's own guarantee, allocation, invariants (not protected), files and diagnostics; ``run``
-    is the persons' (main) run, whose invariants the units' guarantee is conditional on too."""
+    """The units universe's own guarantee (conditional on the persons' invariants too), allocation, invariants,
+    files, diagnostics and the blocks where the published universes disagree (empty unless both are P.L.'s)."""
     units = stage_output(run.units, "the units universe")
     config = units.config
-    levels = [lv.name for lv in config.levels]
     return {
         "privacy": run.privacy[config.universe],
         "allocation": mf.allocation_section(units.allocations, sensitivity1=config.budget.sensitivity1),
@@ -30,19 +29,13 @@ def units_section(run: Release) -> dict[str, Any]:
         "not_protected": mf.not_protected(config, other=run.config),
         "warnings": units.warnings,
         "measurements": units.measurement_entries(f"{UNITS_DIR}/measurements"),
-        "tables": {name: f"{UNITS_DIR}/tables/{name}.parquet" for name in levels},
+        "tables": {lv.name: f"{UNITS_DIR}/tables/{lv.name}.parquet" for lv in config.levels},
         "reconciliation": units.diagnostics,
         "combined": mf.per_person_statement(run.config),
         "persons_per_unit": persons_per_unit_section(run.config),
         "per_person_rho": str(run.charged_rho),
+        "disagreements": dict(units.disagreements),
     }
-
-
-def with_disagreements(section: dict[str, Any], run: Release) -> dict[str, Any]:
-    """The units section with the count of blocks where the published universes disagree (the units run's
-    ``disagreements``, counted as its lowest level was written; empty when the schemas are not P.L.'s)."""
-    units = stage_output(run.units, "the units universe")
-    return {**section, "disagreements": dict(units.disagreements)}
 
 
 RULES_ORDER = ("the persons are reconciled first, every level, within the bounds the units' invariants imply; then "
@@ -64,11 +57,7 @@ OCCUPIED_VARIABLE = "H1_002N"  # occupied housing units
 
 def _by_type(schema: Schema, counts: sp.spmatrix) -> np.ndarray:
     """(nodes, GQ types) sums of a level's published (sparse) counts over everything but ``hhgq``."""
-    cells = np.arange(schema.n_cells)
-    kind = np.unravel_index(cells, schema.shape)[schema.names.index(GQ_TYPE)]
-    by_type = sp.csr_matrix((np.ones(schema.n_cells, dtype=np.int64), (cells, kind)),
-                            shape=(schema.n_cells, schema.shape[schema.names.index(GQ_TYPE)]))
-    return np.asarray((counts @ by_type).toarray())
+    return np.asarray((counts @ schema.query_matrix(schema.parse_query(GQ_TYPE)).T).toarray())
 
 
 def check_same_blocks(run: Release) -> None:
@@ -89,18 +78,16 @@ def disagreements_apply(schema: Schema, units_schema: Schema) -> bool:
 
 def disagreements(schema: Schema, units_schema: Schema, counts: sp.spmatrix, units_counts: sp.spmatrix
                   ) -> dict[str, int]:
-    """How many of these blocks' published persons (``counts``) and units (``units_counts``, the same blocks)
-    disagree: public counts of public tables, summed over the lowest level's chunks as they are written.  With the
-    presets' [[units.persons_per_unit]] rules every count is 0 (release.persons_units); the manifest shows it."""
+    """How many of these blocks' published persons (``counts``) and units (``units_counts``) disagree: public counts
+    of public tables; 0 under the presets' [[units.persons_per_unit]] rules (release.persons_units)."""
     people = _by_type(schema, counts)  # persons per GQ type (0: households)
     facilities = _by_type(units_schema, units_counts)  # units per type (0: housing units)
     occupied_units = [v for v in h1_variables() if v.name == OCCUPIED_VARIABLE]
     occupied = summary_counts(units_counts, variable_matrix(units_schema, occupied_units))[:, 0]
     households = people[:, 0]
-    return {"blocks with household persons and no occupied housing unit": int(((households > 0) & (occupied == 0))
-                                                                              .sum()),
-            "blocks with occupied housing units and no household persons": int(((occupied > 0) & (households == 0))
-                                                                               .sum()),
+    with_persons, with_units = households > 0, occupied > 0
+    return {"blocks with household persons and no occupied housing unit": int(np.sum(with_persons & (occupied == 0))),
+            "blocks with occupied housing units and no household persons": int(np.sum(with_units & (households == 0))),
             "blocks with more occupied housing units than household persons": int((occupied > households).sum()),
             "blocks with persons of a group-quarters type and no facility of that type":
                 int(((people[:, 1:] > 0) & (facilities[:, 1:] == 0)).any(axis=1).sum())}

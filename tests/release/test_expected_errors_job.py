@@ -13,7 +13,7 @@ import pytest
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.release import expected_errors as expected_module
-from censusdp.pipeline.release import stages, tabulate
+from censusdp.pipeline.release import stages
 from censusdp.pipeline.release.expected_errors import compute_expected_errors, expected_errors, expected_errors_job
 from censusdp.pipeline.release.runner import LocalRunner
 from censusdp.pipeline.synth.population import write_synthetic
@@ -57,7 +57,7 @@ def test_started_with_the_lowest_level_and_collected_by_tabulate(tmp_path: Path,
         raise AssertionError("tabulate computed the expected errors again")
 
     kept: dict[str, dict[int, Any]] = {}  # the invariants, dropped after each lowest level (the job has them)
-    monkeypatch.setattr(tabulate, "expected_errors", not_here)
+    monkeypatch.setattr(stages, "expected_errors", not_here)
     config = load_config(pl94_config(tmp_path))
     stages.run_release(config, tmp_path / "runs", seeded_random_source(3),
                        stages=stages.replaced(stages.STAGES, tabulate=tabulate_spy, reconcile=keeping_invariants(kept)))

@@ -23,7 +23,6 @@ from censusdp.pipeline.release.full_information import (
     target_queries,
     tree_targets,
 )
-from censusdp.pipeline.release.lowest_parts import LowestOutputs
 from censusdp.pipeline.release.reconcile_chunk import ChunkTask, fitted_measurements
 from censusdp.pipeline.release.run import Release, UniverseRun
 from censusdp.pipeline.uncertainty.estimates import gls_estimates
@@ -119,11 +118,10 @@ def test_chunk_tasks_compute_the_in_memory_gls_targets_and_scratch_is_never_publ
     scratch_seen: list[bool] = []
     real = tasks._make_tasks
 
-    def spy(release: Release, run: UniverseRun, level: int, lowest: int, outputs: LowestOutputs | None,
-            bounds: object = None) -> Iterator[ChunkTask]:
+    def spy(release: Release, run: UniverseRun, level: int, *rest: object) -> Iterator[ChunkTask]:
         scratch_seen.append((run.work_dir / GLS_SCRATCH).is_dir())
         plans[level] = [(a, b) for a, b, _ in run.chunk_plan[level]]
-        for task in real(release, run, level, lowest, outputs, bounds):
+        for task in real(release, run, level, *rest):
             made.setdefault(level, []).append(task)
             if task.stored_targets is not None:
                 read = fitted_measurements(pickle.loads(pickle.dumps(task)))  # as a worker gets it

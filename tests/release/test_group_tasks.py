@@ -31,11 +31,11 @@ def test_the_partition_level_is_the_level_the_labels_name(tiny_release: Path) ->
     single = load_config(tiny_release)
     files = read_input_files(single)
     tree = validated_rows(files)[0]
-    assert partition_level(tree, files) == 0
+    assert partition_level(tree.levels, files) == 0
     by_region = read_input_files(load_config(tiny_release, {"input.path": str(partitioned(tiny_release))}))
-    assert partition_level(tree, by_region) == 1
+    assert partition_level(tree.levels, by_region) == 1
     by_district = read_input_files(load_config(tiny_release, {"input.path": str(partitioned(tiny_release, 2))}))
-    assert partition_level(tree, by_district) == 2
+    assert partition_level(tree.levels, by_district) == 2
 
 
 def test_the_plan_has_a_group_per_partition_node_and_a_stream_per_chunk(tiny_release: Path) -> None:

@@ -48,7 +48,7 @@ def noise_and_truth(config_path: Path, flat: bool) -> tuple[list[int], list[int]
     stages.validate_inputs(release, run)
     assert release.dataset == "tiny" and len(release.ledger.datasets()) == 1  # one dataset: the same fingerprints
     _, units, cells = validated_rows(run.input_files)
-    partitioned = partition_level(run.tree, run.input_files)
+    partitioned = partition_level(run.tree.levels, run.input_files)
     truth = all_level_histograms(run.tree, lowest_histograms(units, cells, run.tree.n_nodes(run.tree.depth - 1),
                                                              config.schema.n_cells))
     stages.measure(release, run)

@@ -11,7 +11,7 @@ import pytest
 
 from censusdp.geography.levels import Level
 from censusdp.geography.tree import GeoTree, build_tree
-from censusdp.pipeline.release import shared_tree
+from censusdp.pipeline.release import stages
 
 LEVELS = (Level("nation", 0), Level("state", 2), Level("block", 4))
 CODES = np.array(["0101", "0102", "0201"])
@@ -37,14 +37,14 @@ def geography(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pa
     first.write_bytes(b"1")
     second.write_bytes(b"2")
     reads: list[int] = []
-    monkeypatch.setattr(shared_tree, "geography_units", lambda files: (reads.append(1), files.codes)[1])
+    monkeypatch.setattr(stages, "geography_units", lambda files: (reads.append(1), files.codes)[1])
     return first, second, reads
 
 
 def _tree(run: SimpleNamespace, path: Path | None, codes: np.ndarray, fmt: str = "parquet") -> GeoTree:
     files = _files(path, fmt)
     files.codes = codes
-    return shared_tree.geography_tree(run, run, files)  # type: ignore[arg-type]
+    return stages.geography_tree(run, run, files)  # type: ignore[arg-type]
 
 
 def test_the_same_geography_file_is_not_read_again(geography: tuple[Path, Path, list[int]], tmp_path: Path) -> None:
