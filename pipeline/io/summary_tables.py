@@ -1,9 +1,7 @@
-"""Summary tables (``tables/<set>/<level>.parquet``): sums of the reconciled detailed cells, one wide row per node.
-
-Columns: ``GEOID`` (the Census form: the level's code, the nation's "US"), then one int64 column per variable in
-publication order (``P1_001N`` ...).  ``dictionary.csv`` beside them gives each variable's table, label and
-universe.  Only the published integer cells are read, so every summary count is post-processing of public
-values (Thm 19.25), integer and non-negative, and the tables agree with each other and with the detailed ones.
+"""Summary tables (``tables/<set>/<level>.parquet``, docs/tables.md): sums of the reconciled detailed cells, one
+wide row per node.  Only the published integer cells are read, so every summary count is post-processing of
+public values (Thm 19.25), integer and non-negative, and the tables agree with each other and with the detailed
+ones.
 """
 
 from __future__ import annotations
@@ -16,12 +14,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from censusdp.pipeline.config.model import SummaryTables
 from censusdp.pipeline.config.pl94_tables import Variable, h1_schema_problem, h1_variables, pl94_variables
 from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.io.tables import ChunkedParquet
 
 ROWS_PER_WRITE = 4_096  # nodes per Parquet row group: bounds the dense (nodes x variables) block (~10 MB)
 DICTIONARY = "dictionary.csv"
@@ -72,7 +70,7 @@ def table_columns(tables: SummaryTables, schema: Schema, units_schema: Schema | 
     return out
 
 
-class SummaryTableWriter:
+class SummaryTableWriter(ChunkedParquet):
     """One level's wide table, written as its nodes' counts arrive: GEOID, then every part's variables summed from
     that part's counts.  ``ROWS_PER_WRITE`` nodes at a time, so memory is a few MB whatever the level's size."""
 
@@ -80,10 +78,7 @@ class SummaryTableWriter:
         names = [v.name for part in columns for v in part.variables]
         self.schema = pa.schema([pa.field("GEOID", pa.string()), *(pa.field(n, pa.int64()) for n in names)])
         self.columns = tuple(columns)
-        if make_folder:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._writer = pq.ParquetWriter(path, self.schema)
+        super().__init__(path, self.schema, make_folder)
 
     def write_rows(self, geoids: np.ndarray, counts: Sequence[sp.spmatrix]) -> None:
         """Rows for ``geoids``, from each part's counts of those nodes (same order, sparse nodes x cells)."""
@@ -94,10 +89,6 @@ class SummaryTableWriter:
                 block = summary_counts(part_counts[start:stop], part.matrix).astype(np.int64, copy=False)
                 arrays += [pa.array(np.ascontiguousarray(block[:, j])) for j in range(block.shape[1])]
             self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
-
-    def close(self) -> Path:
-        self._writer.close()
-        return self.path
 
 
 def summary_path(directory: Path, tables: SummaryTables, level: str) -> Path:
@@ -118,9 +109,9 @@ def write_summary_tables(directory: Path, tables: SummaryTables, schema: Schema,
                          geoids: Sequence[np.ndarray], counts: Sequence[sp.spmatrix | None],
                          units: tuple[Schema, Sequence[sp.spmatrix | None]] | None = None) -> dict[str, Any]:
     """Every level's table of one set and its dictionary under ``directory/<set>/``; returns, for the manifest,
-    ``{"dictionary": path, "levels": {level: path}}``, paths relative to ``directory``'s parent.  ``units``
-    (the units universe's schema and counts per level, same tree) adds the set's housing tables (H1).  A level
-    whose ``counts`` is None was written as it was reconciled (``SummaryTableWriter``): only named here."""
+    ``{"dictionary": path, "levels": {level: path}}`` (relative to ``directory``'s parent).  ``units``: the units
+    universe's schema and counts per level (H1).  A level whose ``counts`` is None was written as it was
+    reconciled (``SummaryTableWriter``): only named here."""
     columns = table_columns(tables, schema, units[0] if units is not None else None)
     levels = {}
     for level, (name, level_geoids) in enumerate(zip(level_names, geoids, strict=True)):

@@ -1,12 +1,8 @@
 """Value-level checks of one batch of microdata rows, and its encoding to (lowest-level unit, detailed cell).
 
-Every check looks at the whole batch before any error is raised, and the error reported is the one of the
-earliest bad row (ties: the first check in the order below, the order the checks were always made in).  So the
-row an error names does not depend on how a file is cut into batches: a streamed read reports exactly what one
-read of the whole file reports.  Checks, in order: missing values of the geocode columns; MDF code widths and the
-block group; the geocode's width and form; per attribute, missing values and the domain; the MDF unit layout
-(record type and the columns that depend on it); the unit listed among the geography's units (when a list is
-given).  Errors name the file, the column and the 1-based row within the file; values are never quoted.
+Every check looks at the whole batch before any error is raised, and the error is the earliest bad row's (ties:
+the first check, in the order docs/input.md lists), so it does not depend on how a file is cut into batches.
+Errors name the file, the column and the 1-based row within the file; values are never quoted.
 """
 
 from __future__ import annotations
@@ -65,21 +61,17 @@ class FirstProblem:
 
     def __init__(self, path: Path, offset: int) -> None:
         self.path, self.offset = path, offset
-        self.row: int | None = None
-        self.error: tuple[str, str | None, InputProblem] | None = None
+        self.first: tuple[int, str, str | None, InputProblem] | None = None  # row in the batch, problem, column
 
     def see(self, bad: pl.Series, problem: str, column: str, category: InputProblem) -> None:
         bad = bad.fill_null(False)  # a missing value is its own check's problem, never another's
-        if bad.any():
-            row = int(bad.arg_max())
-            if self.row is None or row < self.row:
-                self.row, self.error = row, (problem, column, category)
+        if bad.any() and (self.first is None or int(bad.arg_max()) < self.first[0]):
+            self.first = (int(bad.arg_max()), problem, column, category)
 
     def raise_any(self) -> None:
-        if self.row is not None and self.error is not None:
-            problem, column, category = self.error
-            raise InputError(str(self.path), problem, column=column, row=self.offset + self.row + 1,
-                             category=category)
+        if self.first is not None:
+            row, problem, column, category = self.first
+            raise InputError(str(self.path), problem, column=column, row=self.offset + row + 1, category=category)
 
 
 def _text(frame: pl.DataFrame, name: str, path: Path, problems: FirstProblem) -> pl.Series:
@@ -126,8 +118,7 @@ def _indices(frame: pl.DataFrame, config: ReleaseConfig, path: Path, problems: F
 
 
 def _unit_records(frame: pl.DataFrame, path: Path, problems: FirstProblem) -> None:
-    """The MDF unit layout's own rules: every record a housing unit or group quarters, and the columns that
-    depend on which (``MDF_UNIT_RULES``) agreeing with it."""
+    """The MDF unit layout's rules: every record a housing unit or group quarters, ``MDF_UNIT_RULES`` kept."""
     record = _text(frame, MDF_RECORD_TYPE, path, problems)
     problems.see(~record.is_in(list(MDF_RECORD_TYPES)) & record.is_not_null(),
                  "must be 2 (housing unit) or 4 (group quarters)", MDF_RECORD_TYPE, InputProblem.DOMAIN)
@@ -166,8 +157,7 @@ def encode_batch(frame: pl.DataFrame, config: ReleaseConfig, path: Path, offset:
 
 
 def geography_units(frame: pl.DataFrame, path: Path, width: int) -> np.ndarray:
-    """The geography file's list of every lowest-level unit (column ``geocode``), as a sorted unique string
-    array."""
+    """The geography file's lowest-level units (column ``geocode``), as a sorted unique string array."""
     if frame.height == 0:
         raise InputError(str(path), "lists no geography units", category=InputProblem.GEOGRAPHY)
     problems = FirstProblem(path, 0)

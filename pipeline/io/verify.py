@@ -1,12 +1,9 @@
 """``censusdp verify RUN``: every promise a published run makes, recomputed from its published files alone.
 
-Read: ``manifest.json`` (the configuration as recorded, ``config_raw``; the node count of every level), the level
-tables and invariants it names, for the persons and (with ``[units]``) the housing units, and the P.L. 94-171
-tables.  Nothing confidential, no measurement, no ledger.  Every check is a count of the checked items that break a
-rule (docs/verify.md); no published count leaves this module.  Tables are long (geoid, one column per attribute,
-count; zero rows left out, so a missing row is a 0) and each level's nodes are the prefixes of its children's codes
-(``geography.levels``): every comparison is a polars join or group-by over whole levels, but the summary tables'
-definitions, a sparse product of the cells and their (cells x variables) matrix, a block of nodes at a time.
+What is read and the rules: docs/verify.md.  Every check is a count of the checked items that break a rule; no
+published count leaves this module.  Comparisons are polars joins or group-bys over whole levels (a missing row is
+a 0; a node's children are the codes it prefixes), but the summary tables' definitions, a sparse product of the
+cells and their (cells x variables) matrix, a block of nodes at a time.
 """
 
 from __future__ import annotations
@@ -81,8 +78,8 @@ def verify_run(run_dir: Path) -> list[RuleCheck]:
 
 
 def require_promises_kept(run_dir: Path) -> None:
-    """``CensusDPError`` unless every rule of ``verify_run`` holds: publish's last check, on the bytes a user will
-    read rather than the arrays they were written from.  The message names rules and levels, never a count."""
+    """``CensusDPError`` naming the broken rules and levels (never a count) unless every rule of ``verify_run``
+    holds: publish's last check, on the bytes a user will read rather than the arrays they were written from."""
     broken = [check for check in verify_run(run_dir) if check.violations]
     if broken:
         rules = "; ".join(f"{c.rule} [{c.level}]" if c.level else c.rule for c in broken[:5])
@@ -177,8 +174,7 @@ def _universe(name: str, config: ReleaseConfig, run_dir: Path, record: Mapping[s
 
 def _level_table(path: Path, schema: Schema, level: Level, universe: str
                  ) -> tuple[pl.DataFrame, tuple[RuleCheck, RuleCheck]]:
-    """A level table's well-formed rows (geoid, labels, ``_cell``, count), and the checks of every row: its count a
-    non-negative integer; its geoid one of the level's width, its labels the schema's, no (node, cell) twice."""
+    """A level table's well-formed rows (geoid, labels, ``_cell``, count), and rule 1's two checks of every row."""
     raw = read_parquet(path)
     _need(raw, [GEOID, *schema.names, COUNT], path)
     frame, number = _cells(raw, schema), pl.col(COUNT).cast(pl.Float64, strict=False)
@@ -292,8 +288,7 @@ def variable_matrix(schema: Schema, variables: Sequence[Variable]) -> sp.csc_mat
 def _definitions(wide: Iterator[pl.DataFrame], frame: pl.DataFrame, schema: Schema, variables: Sequence[Variable],
                  matrix: sp.csc_matrix, level: str, nodes: int, universe: str) -> list[RuleCheck]:
     """Each table's columns against the sums of the level table's cells they are defined from (``matrix``; a
-    node missing from either side holds zeros there), one check per table: the wide table a batch of rows at a
-    time (``wide``: frames of ``GEOID`` and the variables), never whole."""
+    node missing from either side holds zeros), one check per table; ``wide``: the wide table's row batches."""
     names = [v.name for v in variables]
     keys = frame.select(GEOID).unique().sort(GEOID).with_row_index("_row")
     cells = frame.join(keys, on=GEOID)
@@ -373,12 +368,9 @@ def persons_units_checks(config: ReleaseConfig, persons_tables: Mapping[str, pl.
                          units_tables: Mapping[str, pl.DataFrame], nodes: Mapping[str, int] | None = None
                          ) -> list[RuleCheck]:
     """Rule 6, for every ``[[units.persons_per_unit]]`` rule at every node of its levels: with P the persons'
-    published counts summed over the rule's persons cells and U the units' over its units cells,
-    ``min_persons * U <= P <= max_persons * U``.  Three checks per rule and level, each node counted under one
-    at most: persons and no units; fewer than ``min_persons`` per unit; more than ``max_persons`` per unit (with
-    units).  Tables are the published long form (geoid, attribute labels, count), keyed by level name; a node
-    absent from both holds no such persons and no such units.  ``nodes``: each level's node count (the checked
-    figure; by default the nodes either table lists)."""
+    counts summed over the rule's persons cells and U the units' over its units cells, ``min_persons * U <= P <=
+    max_persons * U``, as three checks that count each node under one at most.  Tables: the published long form,
+    keyed by level name.  ``nodes``: each level's node count (by default the nodes either table lists)."""
     out = []
     for rule in getattr(config, "persons_per_unit", ()):
         for level in (lv.name for lv in config.levels if lv.name in rule.levels):
