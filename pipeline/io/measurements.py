@@ -78,11 +78,10 @@ def _constant(value: float, n: int) -> pa.ChunkedArray:
 
 
 class LevelMeasurementWriter:
-    """Appends one level's measurements chunk by chunk: row group ``chunk_number * n_queries + query_number``
-    holds that query's values for the chunk's nodes, so a chunk is read back without scanning the file
-    (``read_chunk``).  Tables are written by one background thread (Parquet encoding releases the GIL), so drawing
-    the next chunk's noise overlaps writing this one's; a write error is raised by the next ``write_chunk`` or by
-    ``close``."""
+    """Appends one level's measurements chunk by chunk: row group ``chunk_number * n_queries + query_number`` holds
+    that query's values for the chunk's nodes (``read_chunk``).  One background thread writes (Parquet encoding
+    releases the GIL), so drawing the next chunk's noise overlaps writing this one's; a write error is raised by
+    the next ``write_chunk`` or by ``close``."""
 
     # tables waiting: each is one query of one chunk, up to chunk_cells rows of 16 bytes (64 MB at the default 4M
     # cells; the constant columns are shared blocks: ``repeated``); two keep the writer thread busy
@@ -272,9 +271,8 @@ def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> di
 
 
 def measurements_digest(directory: Path) -> str:
-    """SHA-256 of every Parquet file of a measurements folder, level folders' parts included (relative names and
-    bytes, in name order), then of the units universe's beside it (``../units/measurements``), if the run has one:
-    the ledger vouches for both."""
+    """SHA-256 of every Parquet file (relative name, size and bytes, in name order) of a measurements folder, then
+    of the units universe's beside it (``../units/measurements``), if any: the ledger vouches for both."""
     digest = hashlib.sha256()
     units = directory.parent / "units" / "measurements"
     files = sorted((path.relative_to(directory).as_posix(), path) for path in directory.rglob("*.parquet"))

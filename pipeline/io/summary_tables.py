@@ -29,17 +29,22 @@ def table_variables(tables: SummaryTables) -> tuple[Variable, ...]:
     return {SummaryTables.PL94: pl94_variables}[tables]()
 
 
+def selected(schema: Schema, selection: Sequence[tuple[str, Sequence[str]]]) -> np.ndarray:
+    """The flattened cells of ``schema`` where every listed attribute's label is among the listed values."""
+    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
+    mask = np.ones(schema.n_cells, dtype=bool)
+    for name, values in selection:
+        labels = np.asarray(schema.attribute(name).values)
+        mask &= np.isin(labels[multi[schema.names.index(name)]], list(values))
+    return np.flatnonzero(mask)
+
+
 def variable_matrix(schema: Schema, variables: Sequence[Variable]) -> sp.csc_matrix:
     """(detailed cells x variables) 0/1: column j selects the cells that variable j sums."""
-    columns = []
-    for variable in variables:
-        mask = np.ones(schema.shape, dtype=bool)
-        for name, values in variable.cells:
-            axis = schema.names.index(name)
-            chosen = np.isin(np.asarray(schema.attribute(name).values), values)
-            mask &= chosen.reshape([-1 if a == axis else 1 for a in range(len(schema.shape))])
-        columns.append(sp.csc_matrix(mask.reshape(-1, 1).astype(np.int64)))
-    return sp.hstack(columns, format="csc") if columns else sp.csc_matrix((schema.n_cells, 0), dtype=np.int64)
+    columns = [selected(schema, v.cells) for v in variables]
+    rows = np.concatenate([np.zeros(0, dtype=np.int64), *columns])
+    variable = np.repeat(np.arange(len(columns)), [len(c) for c in columns])
+    return sp.csc_matrix((np.ones(len(rows), dtype=np.int64), (rows, variable)), shape=(schema.n_cells, len(columns)))
 
 
 def census_geoid(geoid: str) -> str:
@@ -109,9 +114,8 @@ def write_summary_tables(directory: Path, tables: SummaryTables, schema: Schema,
                          geoids: Sequence[np.ndarray], counts: Sequence[sp.spmatrix | None],
                          units: tuple[Schema, Sequence[sp.spmatrix | None]] | None = None) -> dict[str, Any]:
     """Every level's table of one set and its dictionary under ``directory/<set>/``; returns, for the manifest,
-    ``{"dictionary": path, "levels": {level: path}}`` (relative to ``directory``'s parent).  ``units``: the units
-    universe's schema and counts per level (H1).  A level whose ``counts`` is None was written as it was
-    reconciled (``SummaryTableWriter``): only named here."""
+    ``{"dictionary": path, "levels": {level: path}}`` (relative to ``directory``'s parent).  ``units``: the units'
+    schema and counts per level (H1); a level whose ``counts`` is None was written as reconciled: only named."""
     columns = table_columns(tables, schema, units[0] if units is not None else None)
     levels = {}
     for level, (name, level_geoids) in enumerate(zip(level_names, geoids, strict=True)):

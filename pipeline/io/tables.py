@@ -61,11 +61,8 @@ class LevelTableWriter(ChunkedParquet):
 
 
 class ProtectedMicrodataWriter(ChunkedParquet):
-    """One row per person of the protected lowest-level table, with source column names and values.
-
-    Columns: ``geocode`` (and, if configured, its parts such as TABBLKST/TABBLKCOU/TABTRACTCE/TABBLK), then
-    each attribute under its source column name with the first source value that maps to its label.
-    """
+    """One row per person of the protected lowest-level table: ``geocode`` (and its configured parts, such as
+    TABBLKST), then each attribute under its source column name, as the first source value mapped to its label."""
 
     def __init__(self, path: Path, schema: Schema, geocode_parts: tuple[tuple[str, int], ...],
                  make_folder: bool = True) -> None:

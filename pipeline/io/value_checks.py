@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import scipy.sparse as sp
 
 from censusdp.geography.tree import GeoTree, codes_like
 from censusdp.pipeline.config.model import Format, ReleaseConfig
-from censusdp.pipeline.config.persons_per_unit import selection_mask
+from censusdp.pipeline.config.persons_per_unit import rules_matrix
 from censusdp.pipeline.config.schema import Schema
 from censusdp.pipeline.errors import InputError, InputProblem
 
@@ -197,14 +198,10 @@ def persons_units_problem(config: ReleaseConfig, tree: GeoTree, persons: tuple[n
     n_blocks = tree.n_nodes(tree.depth - 1)
 
     def per_block(schema: Schema, selections: list[Any], records: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        rule_of_cell = np.full(schema.n_cells, -1)
-        for i, selection in enumerate(selections):
-            rule_of_cell[selection_mask(schema, selection)] = i
+        """(blocks, rules) counts of the records in each rule's cells."""
         index, cells = records
-        rule = rule_of_cell[cells]
-        kept = rule >= 0
-        flat = np.bincount(index[kept] * len(selections) + rule[kept], minlength=n_blocks * len(selections))
-        return flat.reshape(n_blocks, len(selections))
+        by_cell = sp.csr_matrix((np.ones(len(cells), dtype=np.int64), (index, cells)), shape=(n_blocks, schema.n_cells))
+        return (by_cell @ rules_matrix(schema, selections).T.astype(np.int64)).toarray()
 
     people = per_block(config.schema, [r.persons for r in rules], persons)
     housing = per_block(config.units.schema, [r.units for r in rules], units)
