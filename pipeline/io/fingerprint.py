@@ -21,13 +21,7 @@ import numpy as np
 import polars as pl
 
 from censusdp.pipeline.io.microdata import BATCH_ROWS, InputFiles
-from censusdp.pipeline.io.parts import (
-    ChangedFileError,
-    check_unchanged,
-    read_batches,
-    read_header,
-    with_hive,
-)
+from censusdp.pipeline.io.parts import ChangedFileError, check_unchanged, read_batches, read_header, with_hive
 
 _NULL = "\x00"  # stands for a missing value; cannot occur in CSV text read by this package
 _FIELD = "\x1f"

@@ -121,10 +121,9 @@ def guarantee(config: ReleaseConfig, rho: Fraction, other: ReleaseConfig | None 
 def privacy_section(config: ReleaseConfig, rho: Fraction,
                     allocations: tuple[QueryAllocation, ...] | None = None, *, other: ReleaseConfig | None = None,
                     per_person: Fraction | None = None) -> dict[str, Any]:
-    """The guarantee of a universe's measurements (the manifest's ``privacy``, docs/accounting.md): relation, rho
-    (exact and rounded up), epsilon at delta, for whom, and with the allocations the epsilon of their privacy
-    curve.  ``other``: the other universe's configuration where ``config`` cannot name it (the units');
-    ``per_person``, with two universes, the release's per-person bound (the ledger's charge)."""
+    """The guarantee of a universe's measurements (the manifest's ``privacy``, docs/accounting.md).  ``other``: the
+    other universe's configuration where ``config`` cannot name it (the units'); ``per_person``, with two
+    universes, the release's per-person bound (the ledger's charge)."""
     budget = config.budget
     delta = budget.delta
     pld: dict[str, Any] = {}

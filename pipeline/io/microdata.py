@@ -118,14 +118,13 @@ def geography_units(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> np.nd
         # the codes alone: the file's other columns (names, areas) are not needed, and at 8M blocks not small
         frame = read_body(files.geography, files.geography_format, ["geocode"])
         return _geography_list(frame, files.geography, width)
-    codes: set[str] = set()
-    rows = 0
+    codes: set[str] = set()  # empty only if no part has a record: a record always has a code ("" if missing)
     for part in files.parts:
-        for frame, offset in _batches(files, part, batch_rows):
-            batch_codes, _ = encode_batch(frame, config, part.path, offset)
-            codes.update(np.unique(batch_codes).tolist())
-            rows += frame.height
-    if rows == 0:
+        offset = 0
+        for frame in read_batches(part, files.format, batch_rows):
+            codes.update(np.unique(encode_batch(frame, config, part.path, offset)[0]).tolist())
+            offset += frame.height
+    if not codes:
         raise _empty(files)
     return np.array(sorted(codes), dtype=np.str_)
 
@@ -143,17 +142,11 @@ def encoded_rows(files: InputFiles, part_index: int, lowest_geoids: np.ndarray, 
     config, part = files.config, files.parts[part_index]
     source = str(files.geography) if files.geography is not None else "(the microdata itself)"
     unit_type, cell_type = _index_dtype(len(lowest_geoids)), _index_dtype(config.schema.n_cells)
-    for frame, offset in _batches(files, part, batch_rows):
-        units, cells = encode_batch(frame, config, part.path, offset, lowest_geoids, source)
-        yield EncodedBatch(units=units.astype(unit_type), cells=cells.astype(cell_type))
-
-
-def _batches(files: InputFiles, part: InputPart, batch_rows: int) -> Iterator[tuple[pl.DataFrame, int]]:
-    """The part's frames and the number of rows before each (rows are counted across batches)."""
-    offset = 0
+    offset = 0  # rows are counted across batches
     for frame in read_batches(part, files.format, batch_rows):
-        yield frame, offset
+        units, cells = encode_batch(frame, config, part.path, offset, lowest_geoids, source)
         offset += frame.height
+        yield EncodedBatch(units=units.astype(unit_type), cells=cells.astype(cell_type))
 
 
 def _empty(files: InputFiles) -> InputError:

@@ -1,7 +1,6 @@
 """Summary tables (``tables/<set>/<level>.parquet``, docs/tables.md): sums of the reconciled detailed cells, one
-wide row per node.  Only the published integer cells are read, so every summary count is post-processing of
-public values (Thm 19.25), integer and non-negative, and the tables agree with each other and with the detailed
-ones.
+wide row per node, so every summary count is post-processing of public values (Thm 19.25), integer and
+non-negative, and the tables agree with each other and with the detailed ones.
 """
 
 from __future__ import annotations

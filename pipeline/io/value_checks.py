@@ -24,9 +24,8 @@ from censusdp.pipeline.errors import InputError, InputProblem
 MDF_GEO_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
 MDF_GROUP_COLUMN = "TABBLKGRPCE"
 MDF_WIDTHS = {"TABBLKST": 2, "TABBLKCOU": 3, "TABTRACTCE": 6, "TABBLKGRPCE": 1, "TABBLK": 4}
-# The 2020 MDF unit layout (docs/units.md; the DAS production code's MDF_Unit validators): RTYPE 2 is a housing unit,
-# 4 a group-quarters facility.  The columns that must agree with it, where the file has them (the full unit file has
-# GQTYPE and VACS, the P.L. 94-171 one HH_STATUS): rows where they disagree, and the rule, as a message.
+# The 2020 MDF unit layout (docs/units.md; the DAS's MDF_Unit validators): RTYPE 2 a housing unit, 4 group quarters;
+# the columns that must agree with it where the file has them: rows where they disagree, and the rule.
 MDF_RECORD_TYPE = "RTYPE"
 MDF_RECORD_TYPES = {"2": "housing unit", "4": "group quarters"}
 MDF_UNIT_RULES: dict[str, tuple[Callable[[pl.Series, pl.Series], pl.Series], str]] = {

@@ -1,9 +1,8 @@
 """``censusdp verify RUN``: every promise a published run makes, recomputed from its published files alone.
 
 What is read and the rules: docs/verify.md.  Every check is a count of the checked items that break a rule; no
-published count leaves this module.  Comparisons are polars joins or group-bys over whole levels (a missing row is
-a 0; a node's children are the codes it prefixes), but the summary tables' definitions, a sparse product of the
-cells and their (cells x variables) matrix, a block of nodes at a time.
+published count leaves this module.  A missing row of a level table is a 0; a node's children are the codes it
+prefixes.
 """
 
 from __future__ import annotations
