@@ -1,10 +1,7 @@
 """A plan's block-assignment file (``censusdp areas --assign FILE``): each block to the id of an area.
 
-CSV (comma- or pipe-separated, as the Census's block assignment files are) or Parquet, read as strings.  The
-block column is ``--block-column``, else the first of ``BLOCK_COLUMNS`` present, else the first of exactly two
-columns; the area column is ``--area-column``, else the other of exactly two columns.  Blocks may be left out
-and an area need not follow the tree.  The file holds public geography only (no confidential value), so its
-errors name the file, the column, the row (1-based, the header not counted) and the code.
+Formats, columns and errors: docs/areas.md.  The file holds public geography only (no confidential value), so
+its errors name the file, the column, the row (1-based, the header not counted) and the code.
 """
 
 from __future__ import annotations
@@ -67,12 +64,9 @@ def _columns(frame: pl.DataFrame, path: Path, block: str | None, area: str | Non
 
 def read_assignment(path: Path, blocks: np.ndarray, *, block_column: str | None = None,
                     area_column: str | None = None, skip_unknown: bool = False) -> Assignment:
-    """The assignment of the release's lowest-level units ``blocks`` (sorted codes) to areas.
-
-    One ``InputError`` naming file, column and row for: an unreadable or empty file, a missing column or value,
-    a code that is not a block of the release (unless ``skip_unknown``: a Census block assignment file lists
-    every block, a release made without a geography file only the populated ones; the skipped rows are
-    counted), a block listed twice, a block in two areas."""
+    """The assignment of the release's lowest-level units ``blocks`` (sorted codes) to areas; ``skip_unknown``
+    skips (and counts) the rows whose code is not a block of the release (a Census block assignment file lists
+    every block, a release made without a geography file only the populated ones)."""
     path = Path(path)
     frame = _read(path)
     if frame.height == 0:
@@ -85,8 +79,7 @@ def read_assignment(path: Path, blocks: np.ndarray, *, block_column: str | None 
         if len(missing):
             raise InputError(str(path), "missing value", column=name, row=int(missing[0]) + 1,
                              category=InputProblem.MISSING_VALUE)
-    codes = codes.astype(str)
-    codes = codes_like(blocks, codes)
+    codes = codes_like(blocks, codes.astype(str))
     index = np.searchsorted(blocks, codes)
     known = (index < len(blocks)) & (blocks[np.minimum(index, len(blocks) - 1)] == codes)
     if not known.all() and not skip_unknown:

@@ -1,7 +1,5 @@
-"""The release's one figure, ``budget_shares.png``: public values from the manifest, drawn with matplotlib.
-
-matplotlib is imported when a figure is drawn, not when a release module is imported: the core release does
-not pay for it (or depend on it) until it publishes.
+"""The release's one figure, ``budget_shares.png``: public values from the manifest, drawn with matplotlib (imported
+when a figure is drawn: the core release does not pay for it, or depend on it, until it publishes).
 """
 
 from __future__ import annotations

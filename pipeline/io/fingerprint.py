@@ -1,33 +1,11 @@
 """Keyed fingerprints of a dataset's content, so that the ledger charges the same data to the same budget.
 
-The budget belongs to the people in the data, not to a file: a copy in another folder, under another name,
-converted between CSV and Parquet, with its rows shuffled, or split into a dataset folder's parts (or one folder's
-parts merged) is the same dataset and must not start a fresh lifetime cap.  A release therefore computes, before
-its charge, keyed digests (key: 32 random bytes kept in the ledger, ``PrivacyLedger.fingerprint_key``) of a
-canonical form of the microdata's rows, every part of a dataset folder together.  A row's canonical text is every
-column of a text, number or date type in name order, ``name=value`` (dates and times as their integer form, a
-missing value as NUL), the columns the files hold: a hive segment of a part's path (``state=01/``) is a label,
-left out, so a dataset and the file it was split into parts from give the same digest.  Where a part's file
-lacks the column a hive segment names (a writer moved the column into the path), a second digest of the same
-kind, ``<kind>-with-paths``, counts the segment as that column: the same rows as a file that has it.  Both are
-recorded, so either layout finds the data.  Kinds:
-
-- ``rows-set`` (streamed, batch by batch, part by part): the sum modulo 2^256 of a keyed 256-bit MAC of every
-  row's text (keyed BLAKE2b, k = HMAC-SHA256(key, the kind's name)): a keyed multiset hash (Clarke et al.,
-  MSet-Add-Hash), then HMAC-SHA256'd once more so that a digest on record is no sum that could be combined with
-  another;
-- ``lines-set`` (only where ``rows-set`` cannot be computed: a CSV body that does not parse, a value with no
-  text form): the same sum over the parts' raw lines, each part's first line left out.
-
-It does not depend on the configuration at all, so no choice of geocode columns, attributes, mappings or levels
-makes the same file look new; and matching needs the whole dataset's content, so a crafted file of one's own
-cannot test a guess about a few people.  Fingerprints are computed before any value is validated, and computing
-them never fails on bad values (which would turn a refusal into a free query): a kind that cannot be computed
-falls back to the next.  Without the key a digest reveals nothing about the content.
-
-What it cannot catch: a subset or a sample of the data, a copy with records added, removed or edited, with
-columns renamed, added or dropped, values re-coded (``01`` written as ``1``), or a ledger other than the
-installation's.  Those are the data curator's responsibility (SECURITY.md).
+What they recognise (any path, name, format, row order or split into parts), what they cannot, and the key:
+SECURITY.md.  Kinds: ``rows-set``, HMAC-SHA256 (under the kind's key) of the sum modulo 2^256 of a keyed
+BLAKE2b-256 of every row's canonical text (``row_texts``; Clarke et al.'s MSet-Add-Hash), with a
+``rows-set-with-paths`` variant that counts a part's path-only hive columns; ``lines-set``, the same sum over the
+raw lines, only where ``rows-set`` cannot be computed.  Computed before any value is validated, and never failing
+on a bad value (which would turn a refusal into a free query): a kind that cannot be computed falls back.
 """
 
 from __future__ import annotations
@@ -43,17 +21,10 @@ import numpy as np
 import polars as pl
 
 from censusdp.pipeline.io.microdata import BATCH_ROWS, InputFiles
-from censusdp.pipeline.io.parts import (
-    ChangedFileError,
-    check_unchanged,
-    read_batches,
-    read_header,
-    with_hive,
-)
+from censusdp.pipeline.io.parts import ChangedFileError, check_unchanged, read_batches, read_header, with_hive
 
 _NULL = "\x00"  # stands for a missing value; cannot occur in CSV text read by this package
-_FIELD, _ROW = "\x1f", "\n"
-_BATCH = 200_000
+_FIELD = "\x1f"
 _MODULUS = 1 << 256
 WITH_PATHS = "-with-paths"  # the variant of a kind that counts a part's path-only hive columns
 
@@ -71,9 +42,34 @@ def data_fingerprints(files: InputFiles, key: bytes, *, batch_rows: int = BATCH_
                       map_parts: PartMap | None = None) -> dict[str, str]:
     """The keyed fingerprints of the microdata (kind -> hex digest), independent of path, parts and row order:
     ``rows-set`` (else ``lines-set``).  ``map_parts(function, part indices)`` computes the parts' digests, in any
-    order and anywhere (a Dask runner's workers: they then hold the key); by default one after another here.
-    An error of ``map_parts`` itself propagates: only a part's content chooses the fallback kind."""
-    return _streamed(files, key, batch_rows, map_parts)
+    order and anywhere (a Dask runner's workers: they then hold the key); by default one after another here."""
+    # Only a part's content may send the digest to its fallback kind, never the machinery that computes it: an
+    # error out of ``map_parts`` itself (a worker lost, a file it cannot see) propagates and the release is not
+    # charged, else killing a worker would give the same data another dataset's fingerprint (a fresh budget)
+    run = map_parts or map
+    try:  # the variant needs every part's rows: decided up front
+        with_paths = any(name not in read_header(part.path, files.format) for part in files.parts
+                         for name, _ in part.hive)
+    except (KeyboardInterrupt, SystemExit, ChangedFileError):
+        raise
+    except BaseException:  # noqa: BLE001 - a header that does not parse: fall back, never refuse
+        with_paths = None
+    if with_paths is not None:
+        parts = list(run(partial(part_digests, files, key=key, with_paths=with_paths, batch_rows=batch_rows),
+                         range(len(files.parts))))
+        if all(part is not None for part in parts):
+            digest = MultisetDigest(key, FingerprintKind.ROWS_SET)
+            variant = MultisetDigest(key, FingerprintKind.ROWS_SET)
+            for part, part_variant in parts:
+                digest.merge(part)
+                if part_variant is not None:
+                    variant.merge(part_variant)
+            return {digest.kind.value: digest.hexdigest()} | (
+                {f"{digest.kind.value}{WITH_PATHS}": variant.hexdigest()} if with_paths else {})
+    lines = MultisetDigest(key, FingerprintKind.LINES_SET)
+    for part in run(partial(part_lines_set, files, key=key), range(len(files.parts))):
+        lines.merge(part)
+    return {lines.kind.value: lines.hexdigest()}
 
 
 class MultisetDigest:
@@ -81,7 +77,8 @@ class MultisetDigest:
 
     def __init__(self, key: bytes, kind: FingerprintKind) -> None:
         self.kind = kind
-        self._key = _mac(key, kind).digest()  # this kind's own key: digests of two kinds never combine
+        # this kind's own key: digests of two kinds never combine
+        self._key = hmac.new(key, f"censusdp-fingerprint-v1:{kind.value}\n".encode(), hashlib.sha256).digest()
         self._total = 0
 
     def add(self, items: Iterable[bytes]) -> None:
@@ -103,8 +100,9 @@ class MultisetDigest:
 
 
 def row_texts(frame: pl.DataFrame) -> pl.Series:
-    """Every row's canonical text (the module docstring); nested or binary columns have no text form: left out
-    (a configuration never reads them)."""
+    """Every row's canonical text: every column of a text, number or date type in name order, ``name=value``
+    (dates and times as their integer form, a missing value as NUL); nested or binary columns have no text form:
+    left out (a configuration never reads them)."""
     names = sorted(c for c, t in frame.schema.items() if not (t.is_nested() or t in (pl.Binary, pl.Object)))
     columns = [pl.col(n).to_physical() if frame.schema[n].is_temporal() else pl.col(n) for n in names]
     fields = [pl.lit(f"{n}=") + c.cast(pl.Utf8).fill_null(_NULL) for n, c in zip(names, columns, strict=True)]
@@ -113,67 +111,26 @@ def row_texts(frame: pl.DataFrame) -> pl.Series:
     return frame.select(pl.concat_str(fields, separator=_FIELD).alias("row")).to_series()
 
 
-def has_path_columns(files: InputFiles) -> bool:
-    """Whether some part's path names a hive column its file lacks (then ``-with-paths`` digests are due)."""
-    return any(name not in read_header(part.path, files.format) for part in files.parts for name, _ in part.hive)
-
-
 def part_digests(files: InputFiles, part_index: int, key: bytes, *, with_paths: bool,
-                 batch_rows: int = BATCH_ROWS) -> tuple[MultisetDigest, MultisetDigest | None]:
+                 batch_rows: int = BATCH_ROWS) -> tuple[MultisetDigest, MultisetDigest | None] | None:
     """One part's ``rows-set`` digest (and, with ``with_paths``, its ``-with-paths`` one), streamed: the parts'
-    digests ``merge`` into the dataset's, in any order (so a worker may compute its partition's).  Raises where
-    the part does not read (``data_fingerprints`` then falls back to ``lines-set``)."""
+    digests ``merge`` into the dataset's, in any order.  None where the part's content does not parse as rows
+    (then the dataset's digest is ``lines-set``); a part changed while read raises."""
     part = files.parts[part_index]
     digest = MultisetDigest(key, FingerprintKind.ROWS_SET)
     variant = MultisetDigest(key, FingerprintKind.ROWS_SET) if with_paths else None
-    for frame in read_batches(part, files.format, batch_rows, hive=False):
-        texts = row_texts(frame).cast(pl.Binary).to_list()
-        digest.add(texts)
-        if variant is not None:
-            full = with_hive(frame, part)
-            variant.add(texts if full.width == frame.width else row_texts(full).cast(pl.Binary).to_list())
-    return digest, variant
-
-
-def _streamed(files: InputFiles, key: bytes, batch_rows: int, map_parts: PartMap | None) -> dict[str, str]:
-    # Only a part's content may send the digest to its fallback kind, never the machinery that computes it: an
-    # error out of ``map_parts`` itself (a worker lost, a file it cannot see) propagates and the release is not
-    # charged, else killing a worker would give the same data another dataset's fingerprint (a fresh budget)
-    run = map_parts or map
     try:
-        with_paths = has_path_columns(files)  # the variant needs every part's rows: decided up front
-    except (KeyboardInterrupt, SystemExit, ChangedFileError):
-        raise
-    except BaseException:  # noqa: BLE001 - a header that does not parse: fall back, never refuse
-        with_paths = None
-    if with_paths is not None:
-        parts = list(run(partial(_part_rows_set, files, key=key, with_paths=with_paths, batch_rows=batch_rows),
-                         range(len(files.parts))))
-        if all(part is not None for part in parts):
-            digest = MultisetDigest(key, FingerprintKind.ROWS_SET)
-            variant = MultisetDigest(key, FingerprintKind.ROWS_SET)
-            for part, part_variant in parts:
-                digest.merge(part)
-                if part_variant is not None:
-                    variant.merge(part_variant)
-            return {digest.kind.value: digest.hexdigest()} | (
-                {f"{digest.kind.value}{WITH_PATHS}": variant.hexdigest()} if with_paths else {})
-    lines = MultisetDigest(key, FingerprintKind.LINES_SET)
-    for part in run(partial(part_lines_set, files, key=key), range(len(files.parts))):
-        lines.merge(part)
-    return {lines.kind.value: lines.hexdigest()}
-
-
-def _part_rows_set(files: InputFiles, part_index: int, key: bytes, *, with_paths: bool,
-                   batch_rows: int) -> tuple[MultisetDigest, MultisetDigest | None] | None:
-    """``part_digests``, or None where the part's content does not parse as rows (then the dataset's digest is
-    ``lines-set``); a part changed while read raises."""
-    try:
-        return part_digests(files, part_index, key, with_paths=with_paths, batch_rows=batch_rows)
+        for frame in read_batches(part, files.format, batch_rows, hive=False):
+            texts = row_texts(frame).cast(pl.Binary).to_list()
+            digest.add(texts)
+            if variant is not None:
+                full = with_hive(frame, part)
+                variant.add(texts if full.width == frame.width else row_texts(full).cast(pl.Binary).to_list())
     except (KeyboardInterrupt, SystemExit, ChangedFileError):
         raise
     except BaseException:  # noqa: BLE001 - a body that does not parse, a polars panic: fall back, never refuse
         return None
+    return digest, variant
 
 
 def part_lines_set(files: InputFiles, part_index: int, key: bytes) -> MultisetDigest:
@@ -187,10 +144,6 @@ def part_lines_set(files: InputFiles, part_index: int, key: bytes) -> MultisetDi
             lines.add(line.rstrip(b"\r\n") for line in block)
     check_unchanged(part)
     return lines
-
-
-def _mac(key: bytes, kind: FingerprintKind) -> hmac.HMAC:
-    return hmac.new(key, f"censusdp-fingerprint-v1:{kind.value}{_ROW}".encode(), hashlib.sha256)
 
 
 def seeded_noise_secret(key: bytes, fingerprints: dict[str, str], release: str) -> bytes:

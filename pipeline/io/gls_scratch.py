@@ -1,8 +1,5 @@
 """The streamed GLS's intermediates as plain files (``postprocess.gls_stream``'s ``CubeStore``): public values
 (post-processing of noisy measurements), under the run's temporary folder, removed before publish.
-
-Each (kind, level) is one file of float64 cubes appended front to back and read back by node range with
-``np.fromfile`` (never memory-mapped: touched pages of a map count in the process's resident memory).
 """
 
 from __future__ import annotations
@@ -16,7 +13,8 @@ import numpy as np
 
 
 class ScratchCubes:
-    """(n, n_1..n_m) float64 cubes per (kind, level) in plain files: appended front to back, read by node range."""
+    """(n, n_1..n_m) float64 cubes per (kind, level) in plain files: appended front to back, read by node range
+    with ``np.fromfile`` (never memory-mapped: touched pages of a map count in the process's resident memory)."""
 
     def __init__(self, directory: Path, shape: tuple[int, ...]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -34,7 +32,7 @@ class ScratchCubes:
         self.rows[kind, level] = self.rows.get((kind, level), 0) + cube.shape[0]
 
     def read(self, kind: str, level: int, start: int, stop: int) -> np.ndarray:
-        if stop > self.rows.get((kind, level), 0):
+        if stop > self.written(kind, level):
             raise ValueError(f"{kind} of level {level}: rows {start}:{stop} not written")
         return read_rows(self.path(kind, level), start, stop, self.shape)
 

@@ -23,14 +23,11 @@ def all_level_histograms(tree: GeoTree, lowest: np.ndarray) -> list[np.ndarray]:
 
 def compact_counts(values: np.ndarray) -> np.ndarray:
     """Integer counts held for a whole level (the invariants the driver keeps through a release) as int32 when
-    they fit, else as they are: half the memory of int64 for a nation's block invariants.
-    Their published file keeps int64; whatever sums them upwards sums in int64 (numpy's ``sum``), and the
-    reconciliation widens them again per chunk (``postprocess.problem``)."""
+    they fit, else as they are: half the memory of int64 for a nation's block invariants.  Whatever sums them
+    sums in int64 (numpy's ``sum``; the reconciliation widens them again per chunk)."""
     if not np.issubdtype(values.dtype, np.integer):
         raise TypeError(f"compact_counts: integer counts expected, not {values.dtype}")
+    if values.dtype == np.int32 or values.size == 0:
+        return values.astype(np.int32, copy=False)
     small = np.iinfo(np.int32)
-    if values.dtype == np.int32:
-        return values
-    if values.size == 0 or (int(values.min()) >= small.min and int(values.max()) <= small.max):
-        return values.astype(np.int32)
-    return values
+    return values.astype(np.int32) if int(values.min()) >= small.min and int(values.max()) <= small.max else values

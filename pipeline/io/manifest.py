@@ -49,8 +49,7 @@ def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
         "attributes": [{"name": a.name, "column": a.column, "values": list(a.values), "mapping": a.mapping}
                        for a in config.schema.attributes],
         "budget": {"rho": str(budget.rho), "delta": budget.delta_text, "neighbouring": budget.neighbouring,
-                   "target_epsilon": budget.target_epsilon,
-                   "accountant": budget.accountant,
+                   "target_epsilon": budget.target_epsilon, "accountant": budget.accountant,
                    "level_shares": {k: str(v) for k, v in budget.level_shares.items()}},
         "strategy": {level: {e.query.name: str(e.share) for e in entries}
                      for level, entries in config.strategy.items()},
@@ -101,14 +100,9 @@ def published_invariants(config: ReleaseConfig, other: ReleaseConfig | None = No
 
 
 def guarantee(config: ReleaseConfig, rho: Fraction, other: ReleaseConfig | None = None) -> str:
-    """One sentence: for which pairs of datasets the rho-zCDP bound of ``config``'s measurements holds.
-
-    An epsilon or rho means nothing without the neighbouring relation (Def 19.1; the seed's pitfall list), and
-    exact invariants shrink the protected set further: two datasets whose invariant values differ are told apart
-    with certainty, so the bound holds only among datasets that share those values -- every invariant the release
-    publishes, the other universe's too (the units' facility counts are facts about persons: a counted facility
-    has residents).
-    """
+    """One sentence: for which pairs of datasets (Def 19.1) the rho-zCDP bound of ``config``'s measurements
+    holds: only among those that share every invariant the release publishes, the other universe's too (datasets
+    whose invariant values differ are told apart with certainty)."""
     record = "person" if config.universe.record == "person" else "housing unit"  # the universe's unit of privacy
     if config.budget.neighbouring == "add-remove":
         pairs = f"datasets that differ by adding or removing one {record}'s record (add-remove)"
@@ -127,13 +121,9 @@ def guarantee(config: ReleaseConfig, rho: Fraction, other: ReleaseConfig | None 
 def privacy_section(config: ReleaseConfig, rho: Fraction,
                     allocations: tuple[QueryAllocation, ...] | None = None, *, other: ReleaseConfig | None = None,
                     per_person: Fraction | None = None) -> dict[str, Any]:
-    """The guarantee of a universe's measurements: relation, rho (exact and rounded up), epsilon at delta, and for
-    whom; with the allocations also the epsilon of their noise by its certified privacy curve (``epsilon_pld``,
-    with ``epsilon_pld_note`` where it is the CKS20 fallback), and always which accountant set rho from an
-    epsilon target (``rho_set_by``: "pld", "cks20", or "rho" when rho was given).  ``other`` is the other
-    universe's configuration where ``config`` cannot name it (the units'); ``per_person``, with two universes,
-    the release's per-person bound (``pipeline.dp.accounting.per_person_rho``, the ledger's charge), stated
-    under ``per_person``."""
+    """The guarantee of a universe's measurements (the manifest's ``privacy``, docs/accounting.md).  ``other``: the
+    other universe's configuration where ``config`` cannot name it (the units'); ``per_person``, with two
+    universes, the release's per-person bound (the ledger's charge)."""
     budget = config.budget
     delta = budget.delta
     pld: dict[str, Any] = {}
@@ -165,11 +155,9 @@ def privacy_section(config: ReleaseConfig, rho: Fraction,
 
 
 def allocation_section(allocations: tuple[QueryAllocation, ...], *, sensitivity1: int) -> list[dict[str, Any]]:
-    """Every query's budget and noise; a Laplace query's pure epsilon is Δ₁/scale (Thm 19.14 on Z), exactly.
-
-    ``sensitivity1`` is the L1 sensitivity under the release's relation (``config.budget.sensitivity1``: 2 under
-    replace-one), passed explicitly: 1/scale would understate a replace-one release's loss by half.
-    """
+    """Every query's budget and noise; a Laplace query's pure epsilon is Δ₁/scale (Thm 19.14 on Z), exactly, with
+    ``sensitivity1`` the L1 sensitivity under the release's relation (2 under replace-one: 1/scale would
+    understate its loss by half)."""
     return [{"level": a.level, "query": a.query, "mechanism": a.mechanism, "rho": float_up(a.rho),
              "rho_exact": str(a.rho), "sigma2": float(a.sigma2), "sigma2_exact": str(a.sigma2),
              **({"scale": str(a.scale), "epsilon_pure": str(laplace_epsilon(a.scale, sensitivity1))}
@@ -205,11 +193,8 @@ def _up(value: Fraction | float, significant: int = 6) -> str:
 
 
 def report_markdown(manifest: dict[str, Any], allocations: tuple[QueryAllocation, ...]) -> str:
-    """A human summary of the manifest (public values only).
-
-    Privacy-loss figures (rho, epsilon, shares, expected errors) are rounded up and sigma² down
-    (``pipeline.exact``): a rounded report never shows the release as more private than it is.
-    """
+    """A human summary of the manifest (public values only).  Privacy-loss figures (rho, epsilon, shares, expected
+    errors) are rounded up and sigma² down: a rounded report never shows the release as more private than it is."""
     privacy = manifest["privacy"]
     lines = [
         f"# censusdp release {manifest['run_id']}",

@@ -1,22 +1,9 @@
-"""The noisy measurements as a public, reloadable product (Parquet).
+"""The noisy measurements as a public, reloadable product (Parquet; columns: docs/run-folder.md).
 
-A level's measurements are ``measurements/<level>.parquet``, or, when several processes measured it (the Dask
-workers, one group of subtrees each), the folder ``measurements/<level>/`` of part files ``part-NNNNNN.parquet`` in
-node order (``level_files``: a worker's part is adopted by a rename, never re-encoded).  Long form, one row per
-node x query x cell:
-
-| column | type | meaning |
-|---|---|---|
-| level | string | level name |
-| geoid | string | the node's code prefix ("" for the root) |
-| query | string | query name, e.g. ``votingage * hispanic * cenrace`` |
-| cell | int32 | flattened index of the query's cell (C order over the query's attributes, in the order named) |
-| noisy_value | int64 | true answer + exact discrete Gaussian noise |
-| rho | float64 | zCDP budget of this query at this level (exact fraction in manifest.json) |
-| sigma2 | float64 | noise variance (exact fraction in manifest.json) |
-
-``measurements/invariants.parquet``: level, geoid, query, cell, value (exact, published, NOT protected).
-Re-running post-processing from these files needs no microdata and spends no budget (Thm 19.25).
+A level's measurements are ``measurements/<level>.parquet``, or, when several processes measured it, the folder
+``measurements/<level>/`` of part files ``part-NNNNNN.parquet`` in node order (``level_files``: a worker's part
+is adopted by a rename, never re-encoded).  Re-running post-processing from these files needs no microdata and
+spends no budget (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -70,8 +57,7 @@ REPEATED_ROWS = 1 << 16  # a column that repeats a pattern is one block of about
 
 def repeated(block: pa.Array, n: int) -> pa.ChunkedArray:
     """The first ``n`` values of ``block`` repeated end to end, as chunks that all share ``block``'s buffers: a
-    constant column (or a cell index that repeats every node) of a 4M-row table takes one block's memory, not 4-8
-    bytes a row.  Parquet writes the same column as from one array; only the table in memory differs."""
+    constant column of a 4M-row table takes one block's memory, not 4-8 bytes a row (the file is the same)."""
     if n == 0 or len(block) == 0:
         return pa.chunked_array([block.slice(0, 0)], type=block.type)
     whole, rest = divmod(n, len(block))
@@ -92,24 +78,17 @@ def _constant(value: float, n: int) -> pa.ChunkedArray:
 
 
 class LevelMeasurementWriter:
-    """Appends one level's measurements chunk by chunk: one Parquet row group per (chunk, query).
+    """Appends one level's measurements chunk by chunk: row group ``chunk_number * n_queries + query_number`` holds
+    that query's values for the chunk's nodes (``read_chunk``).  One background thread writes (Parquet encoding
+    releases the GIL), so drawing the next chunk's noise overlaps writing this one's; a write error is raised by
+    the next ``write_chunk`` or by ``close``."""
 
-    Row group ``chunk_number * n_queries + query_number`` holds that query's values for the chunk's nodes,
-    so a chunk is read back without scanning the file (``read_chunk``).  Tables are built in the caller's thread
-    and written by one background thread (Parquet encoding releases the GIL), so drawing the next chunk's noise
-    overlaps writing this one's; at most ``QUEUED`` tables wait, so memory stays bounded by the chunk size.
-    Row-group numbers are assigned when a chunk is handed over, in order; a write error is raised by the next
-    ``write_chunk`` or by ``close``.
-    """
-
-    # a table is one query of one chunk: up to chunk_cells rows of 16 bytes in Arrow (its node index and noisy
-    # value; the constant columns are shared blocks: ``repeated``), 64 MB at the default 4M cells, so each one
-    # queued is that much memory; two keep the writer thread busy
+    # tables waiting: each is one query of one chunk, up to chunk_cells rows of 16 bytes (64 MB at the default 4M
+    # cells; the constant columns are shared blocks: ``repeated``); two keep the writer thread busy
     QUEUED = 2
 
     def __init__(self, directory: Path, level: str, file_name: str | None = None) -> None:
-        # the folder is the caller's to make: a writer never creates one, so a task still running after its run
-        # failed or was published (its folder removed or renamed) cannot recreate it
+        # never creates the folder: a task still running after its run failed or was published cannot recreate it
         self.path = directory / (file_name or f"{level}.parquet")
         self.file = self.path.name  # relative to the measurements folder (``ChunkLocation.file``)
         self.level = level
@@ -168,8 +147,7 @@ class LevelMeasurementWriter:
 
 def read_chunk(path: Path, first_row_group: int, shapes: Sequence[tuple[int, int]]) -> list[np.ndarray]:
     """The noisy values of consecutive row groups, one (n_nodes, q_cells) int64 array per query, read-only: a view
-    of the column pyarrow read (the file's int64 column without nulls), not a copy of it, so a chunk's read holds
-    one array per query, not two (the driver's estimate stage reads whole chunks of the upper levels)."""
+    of the column pyarrow read, not a copy (the driver's estimate stage reads whole chunks of the upper levels)."""
     parquet = pq.ParquetFile(path)
     out = []
     for offset, shape in enumerate(shapes):
@@ -187,8 +165,8 @@ INVARIANT_NODES = 1 << 16  # nodes per written piece: a level's invariants in bo
 
 
 def write_invariants(directory: Path, per_level: Sequence[tuple[str, np.ndarray, Sequence[QueryInvariant]]]) -> Path:
-    """Write every level's invariant values into one file, piece by piece (``INVARIANT_NODES`` nodes at a time:
-    with an invariant at every block, the units' ``hhgq``, a nation's are 73M rows)."""
+    """Write every level's invariant values into one file, ``INVARIANT_NODES`` nodes at a time (with an invariant
+    at every block, a nation's are 73M rows)."""
     directory.mkdir(parents=True, exist_ok=True)
     schema = pa.schema([("level", pa.dictionary(pa.int32(), pa.string())),
                         ("geoid", pa.dictionary(pa.int32(), pa.string())),
@@ -260,8 +238,8 @@ def read_chunk_plan(directory: Path, level: str, n_queries: int, first_cells: in
 
 
 def read_lowest_geoids(directory: Path, level: str, n_queries: int) -> np.ndarray:
-    """Every geoid of the lowest level's measurements, from each chunk's first row group's dictionary (each
-    chunk lists its nodes there), so no row needs decoding."""
+    """Every geoid of the lowest level's measurements, from each chunk's first row group's dictionary (no row
+    decoded)."""
     codes = []
     for file in level_files(directory, level):
         parquet = pq.ParquetFile(directory / file)
@@ -284,10 +262,7 @@ def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> di
     out: dict[int, list[QueryInvariant]] = {}
     for level, spec in enumerate(config.levels):
         out[level] = []
-        for invariant in config.invariants:
-            if spec.name not in invariant.levels:
-                continue
-            query = invariant.query
+        for query in (i.query for i in config.invariants if spec.name in i.levels):
             rows = table.filter(pc.and_(pc.equal(levels, spec.name), pc.equal(queries, query.name)))
             values = rows.column("value").to_numpy().reshape(tree.n_nodes(level), schema.query_cells(query))
             out[level].append(QueryInvariant(name=query.name, matrix=schema.query_matrix(query),
@@ -296,9 +271,8 @@ def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> di
 
 
 def measurements_digest(directory: Path) -> str:
-    """SHA-256 of every Parquet file of a measurements folder, level folders' parts included (relative names and
-    bytes, in name order), then of the units universe's beside it (``../units/measurements``), if the run has one:
-    the ledger vouches for both."""
+    """SHA-256 of every Parquet file (relative name, size and bytes, in name order) of a measurements folder, then
+    of the units universe's beside it (``../units/measurements``), if any: the ledger vouches for both."""
     digest = hashlib.sha256()
     units = directory.parent / "units" / "measurements"
     files = sorted((path.relative_to(directory).as_posix(), path) for path in directory.rglob("*.parquet"))

@@ -1,24 +1,8 @@
-"""Reading and validating microdata and the geography list, in two steps that a release keeps apart.
-
-1. ``read_input_files`` (file level): each file exists, its header (CSV) or schema (Parquet) is readable, and it
-   has the required columns with usable types; a dataset folder's parts are listed (``pipeline.io.parts``) and
-   each part's schema is checked.  Its outcome depends on the files' structure and the configuration only, not
-   on any record's values, so a release may run it before the ledger charge and refuse without charging.  No
-   body is read: a body that does not parse (a stray quote, an unquoted comma inside a value) depends on values,
-   and is found by step 2, after the charge.
-2. ``geography_units`` and ``encoded_rows`` (value level, streamed): no missing values, geocodes of the right
-   width and form, values inside the configured domains, the MDF unit layout's rules, geography codes unique and
-   of the right width, every record's unit listed (``pipeline.io.value_checks``).  Their outcome depends on
-   confidential values, so a release runs them only after the charge (a failure there is a charged failure,
-   ``pipeline.release.stages``); ``censusdp check`` runs both steps for the data curator.
-
-Memory: step 2 reads one part at a time, ``batch_rows`` rows at a time; it holds one batch's values as text
-(about ``batch_rows`` x the row's width in bytes, plus the reader's buffers: a Parquet row group's pages or a CSV
-block) and yields compact arrays (two int32 per row).  ``validated_rows`` and ``read_microdata`` concatenate the
-arrays of every part (O(records) in int64, no strings kept) for the callers that want the whole file at once.
-
-Errors name the part's file, the column and the row (1-based within that file, counting data rows after any
-header, across batches) and carry an ``InputProblem`` category; values are never quoted.
+"""Reading and validating microdata and the geography list, in two steps that a release keeps apart
+(docs/input.md): ``read_input_files`` checks the files' structure only (no value decides its outcome, so it may
+refuse before the ledger charge); ``geography_units`` and ``encoded_rows`` check every value, streamed, one part
+and one batch at a time (``pipeline.io.value_checks``; their failures depend on confidential values: after the
+charge).  Errors name the part's file, the column and the row, never a value.
 """
 
 from __future__ import annotations
@@ -46,8 +30,6 @@ from censusdp.pipeline.io.value_checks import geography_units as _geography_list
 # Rows per batch.  A reader's transient grows with it (polars' frames, the texts a fingerprint hashes, the codes
 # searched), its speed does not above this size (BENCHMARKS.md)
 BATCH_ROWS = 1 << 17
-__all__ = ["BATCH_ROWS", "EncodedBatch", "InputFiles", "InputPart", "Microdata", "encoded_rows", "geocode_columns",
-           "geography_units", "read_input_files", "read_microdata", "validate_input", "validated_rows"]
 
 
 @dataclass(frozen=True)
@@ -74,8 +56,7 @@ class InputFiles:
 
 @dataclass(frozen=True)
 class EncodedBatch:
-    """A batch of validated records: each row's index into the lowest-level units (``units``) and its
-    detailed-histogram cell (``cells``); int32 (int64 only past 2^31 units or cells)."""
+    """Each row's index into the lowest-level units and its detailed cell; int32 (int64 past 2^31 of them)."""
 
     units: np.ndarray
     cells: np.ndarray
@@ -86,8 +67,7 @@ class EncodedBatch:
 
 @dataclass(frozen=True)
 class Microdata:
-    """Validated records (persons, or units) reduced to what the release needs: unit code and detailed cell per
-    row."""
+    """Validated records (persons, or units): each row's unit code and detailed cell."""
 
     path: str
     codes: pl.Series   # lowest-level unit code of every row (string)
@@ -130,23 +110,21 @@ def _index_dtype(size: int) -> type[np.signedinteger]:
 
 def geography_units(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> np.ndarray:
     """The sorted unique lowest-level unit codes (value level): the geography file's list, checked; without one,
-    the distinct codes of every part, streamed, every value check of ``encoded_rows`` but the listing applied
-    (so the error a file gets does not depend on whether its units are listed elsewhere).  Holds the geography
-    file, or the distinct codes and one batch; raises EMPTY if no part has a record."""
+    the distinct codes of every part, with every value check of ``encoded_rows`` but the listing (so a file's
+    error does not depend on whether its units are listed elsewhere); EMPTY if no part has a record."""
     config = files.config
     width = config.levels[-1].width
     if files.geography is not None and files.geography_format is not None:
         # the codes alone: the file's other columns (names, areas) are not needed, and at 8M blocks not small
         frame = read_body(files.geography, files.geography_format, ["geocode"])
         return _geography_list(frame, files.geography, width)
-    codes: set[str] = set()
-    rows = 0
+    codes: set[str] = set()  # empty only if no part has a record: a record always has a code ("" if missing)
     for part in files.parts:
-        for frame, offset in _batches(files, part, batch_rows):
-            batch_codes, _ = encode_batch(frame, config, part.path, offset)
-            codes.update(np.unique(batch_codes).tolist())
-            rows += frame.height
-    if rows == 0:
+        offset = 0
+        for frame in read_batches(part, files.format, batch_rows):
+            codes.update(np.unique(encode_batch(frame, config, part.path, offset)[0]).tolist())
+            offset += frame.height
+    if not codes:
         raise _empty(files)
     return np.array(sorted(codes), dtype=np.str_)
 
@@ -154,10 +132,8 @@ def geography_units(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> np.nd
 def encoded_rows(files: InputFiles, part_index: int, lowest_geoids: np.ndarray, *,
                  batch_rows: int = BATCH_ROWS) -> Iterator[EncodedBatch]:
     """Part ``part_index``'s records, every value checked and encoded, at most ``batch_rows`` per batch, in file
-    order.  ``lowest_geoids``: the sorted lowest-level units (``geography_units``, or ``tree.geoids[-1]``); a
-    record whose unit is not among them is a GEOGRAPHY problem.  Raises the ``InputError`` of the earliest bad
-    row of the part (its file, column and row), whatever ``batch_rows`` is.  An empty part yields nothing (the
-    caller decides whether no record at all is an error: ``validated_rows`` says EMPTY)."""
+    order.  ``lowest_geoids``: the sorted lowest-level units; a record whose unit is not among them is a GEOGRAPHY
+    problem.  An empty part yields nothing (``validated_rows`` says EMPTY when no part has a record)."""
     # fixed-width str_: a tree's lowest codes are compact (``geography.tree.LOWEST_GEOIDS``), but searching every
     # record's code among them is several times faster in this form (a group's or part's units: a small copy)
     lowest_geoids = fixed_width(lowest_geoids)
@@ -166,17 +142,11 @@ def encoded_rows(files: InputFiles, part_index: int, lowest_geoids: np.ndarray, 
     config, part = files.config, files.parts[part_index]
     source = str(files.geography) if files.geography is not None else "(the microdata itself)"
     unit_type, cell_type = _index_dtype(len(lowest_geoids)), _index_dtype(config.schema.n_cells)
-    for frame, offset in _batches(files, part, batch_rows):
-        units, cells = encode_batch(frame, config, part.path, offset, lowest_geoids, source)
-        yield EncodedBatch(units=units.astype(unit_type), cells=cells.astype(cell_type))
-
-
-def _batches(files: InputFiles, part: InputPart, batch_rows: int) -> Iterator[tuple[pl.DataFrame, int]]:
-    """The part's frames and the number of rows before each (rows are counted across batches)."""
-    offset = 0
+    offset = 0  # rows are counted across batches
     for frame in read_batches(part, files.format, batch_rows):
-        yield frame, offset
+        units, cells = encode_batch(frame, config, part.path, offset, lowest_geoids, source)
         offset += frame.height
+        yield EncodedBatch(units=units.astype(unit_type), cells=cells.astype(cell_type))
 
 
 def _empty(files: InputFiles) -> InputError:
@@ -208,15 +178,9 @@ def _all_rows(files: InputFiles, lowest_geoids: np.ndarray, batch_rows: int) -> 
             np.concatenate([b.cells for b in batches]).astype(np.int64))
 
 
-def validate_input(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> tuple[Microdata, np.ndarray]:
-    """Value-level checks; returns the microdata (every record's unit code and cell) and the sorted lowest-level
-    units of the geography file (or, without one, those of the microdata)."""
-    units = geography_units(files, batch_rows=batch_rows)
-    unit_index, cells = _all_rows(files, units, batch_rows)
-    return Microdata(path=str(files.path), codes=pl.Series("__geocode", units[unit_index], dtype=pl.Utf8),
-                     cells=cells), units
-
-
 def read_microdata(config: ReleaseConfig) -> Microdata:
     """Read, validate and encode the microdata named by ``config.input`` (both steps; for evaluation)."""
-    return validate_input(read_input_files(config))[0]
+    files = read_input_files(config)
+    units = geography_units(files)
+    unit_index, cells = _all_rows(files, units, BATCH_ROWS)
+    return Microdata(path=str(files.path), codes=pl.Series("__geocode", units[unit_index], dtype=pl.Utf8), cells=cells)

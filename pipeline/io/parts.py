@@ -1,20 +1,9 @@
 """The microdata's parts: one file, or every Parquet file of a dataset folder, and their batched reading.
 
-A dataset folder (``input.path`` a directory) is read as every ``*.parquet`` file under it, recursively, in
-sorted relative-path order; other files (``_SUCCESS``, checksums) are ignored.  A path segment ``name=value``
-(hive partitioning, ``state=01/``) gives the part a partition label, and a column ``name`` of constant text
-``value`` where the file itself has no such column (writers such as ``pyarrow.parquet.write_to_dataset`` move
-the partition column into the path): so a dataset reads the same rows as the one file it was split from.  A part
-directly under a plain (non-hive) top-level folder (``01/part-0.parquet``) is labelled by that folder's name.
-
-What a folder may not do, refused at file level (before any charge; nothing here looks at a value):
-
-- hold a symbolic link (a folder of links could read one file several times: k copies of every person, k
-  times their influence on every count, under a fingerprint never charged before), or two parts with the same
-  bytes (the same attack with copies);
-- be of another format than Parquet, or hold no Parquet file.
-
-Readers open files by path with globbing off, or by handle: a file name is never expanded into several files.
+What a folder may hold and how its parts are labelled: docs/input.md.  Refused at file level (before any charge;
+nothing here looks at a value): a symbolic link inside a folder or two parts with the same bytes (either could
+read a record several times: k copies of every person, under a fingerprint never charged), another format than
+Parquet, no Parquet file.  Readers open files by path with globbing off, or by handle.
 """
 
 from __future__ import annotations
@@ -56,9 +45,8 @@ class ChangedFileError(InputError):
 
 
 def check_unchanged(part: InputPart) -> None:
-    """The part is the file it was when listed: the fingerprint charged, the rows checked and the rows measured
-    are then one content (a file swapped between the charge and the measurement would spend another dataset's
-    budget).  Every reader checks before and after it reads."""
+    """The part is the file it was when listed, so the rows charged, checked and measured are one content (a file
+    swapped after the charge would spend another dataset's budget).  Every reader checks before and after."""
     try:
         same = not part.identity or _identity(part.path) == part.identity
     except OSError:
@@ -111,11 +99,8 @@ def _refuse_identical(parts: tuple[InputPart, ...]) -> None:
     """Two parts with the same bytes are a copy (hard links included): refused, whatever their content."""
     seen: dict[bytes, Path] = {}
     for part in parts:
-        digest = hashlib.sha256()
         with part.path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        earlier = seen.setdefault(digest.digest(), part.path)
+            earlier = seen.setdefault(hashlib.file_digest(handle, "sha256").digest(), part.path)
         if earlier != part.path:
             raise _file_error(part.path, f"has the same bytes as {earlier} (a dataset holds each record once)")
 
@@ -177,10 +162,8 @@ def with_hive(frame: pl.DataFrame, part: InputPart) -> pl.DataFrame:
 
 def read_batches(part: InputPart, fmt: Format | str, batch_rows: int, *, hive: bool = True
                  ) -> Iterator[pl.DataFrame]:
-    """The part's rows in order, at most ``batch_rows`` per frame (with ``hive``, the hive columns the file lacks
-    added).  The reader streams: it
-    holds a batch and its own buffers (a Parquet row group's pages, a CSV block), never the whole file.  A body
-    that does not parse raises ``unreadable`` (a FILE problem that depends on values: after the charge)."""
+    """The part's rows in order, streamed, at most ``batch_rows`` per frame (with ``hive``, the hive columns the
+    file lacks added).  A body that does not parse raises ``unreadable`` (a FILE problem that depends on values)."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be >= 1")
     check_unchanged(part)
@@ -196,9 +179,7 @@ def read_batches(part: InputPart, fmt: Format | str, batch_rows: int, *, hive: b
                 piece = batch.slice(start, batch_rows)
                 yield with_hive(piece, part) if hive else piece
         check_unchanged(part)
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
-        raise
-    except InputError:
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, InputError):
         raise
     except BaseException as error:  # noqa: BLE001 - a polars panic too: reported after the charge, by type
         raise unreadable(part.path, fmt, error) from None

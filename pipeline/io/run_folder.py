@@ -1,9 +1,6 @@
 """A run folder read back: the one loader of a published (or post-processed) run, for everything that works
-from a release's public outputs: GLS estimates, the bootstrap, ``censusdp evaluate``, post-processing re-runs and
-``--resume`` (``read_record``).  Confidential microdata is never read here.
-
-Overrides of the recorded configuration go through ``pipeline.config.load.apply_overrides``, like a
-configuration file's.
+from a release's public outputs (estimates, the bootstrap, ``censusdp evaluate``, re-runs, ``--resume``).
+Confidential microdata is never read here.
 """
 
 from __future__ import annotations
@@ -52,12 +49,9 @@ def read_record(path: Path, what: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class QueryNoise:
-    """How one query at one level was measured: the mechanism and its public noise parameters.
-
-    ``sigma2`` is the variance weight every query has (exact for the Gaussian); ``scale`` is the discrete
-    Laplace's scale b (P(x) ~ exp(-|x|/b)), None for the Gaussian.  Re-drawing noise (the bootstrap) must use
-    the mechanism that was used: a Gaussian of the same variance has other tails.
-    """
+    """How one query at one level was measured: ``sigma2`` the variance weight every query has (exact for the
+    Gaussian), ``scale`` the discrete Laplace's b (P(x) ~ exp(-|x|/b)), None for the Gaussian.  Re-drawing noise
+    (the bootstrap) must use the mechanism that was used: a Gaussian of the same variance has other tails."""
 
     query: Query
     sigma2: Fraction
@@ -84,11 +78,9 @@ class LoadedRun:
         return [(self.config.schema.parse_query(a.query), a.sigma2) for a in allocations_of(self.allocations, name)]
 
     def level_noise(self, level: int) -> list[QueryNoise]:
-        """Every query of the level with its mechanism and scale, as the manifest's ``allocation`` records them.
-
-        The manifest says what the release drew; the allocation recomputed from the configuration fills in
-        only what an older manifest lacks (no ``mechanism``: Laplace if it gives a ``scale``, else the Gaussian).
-        """
+        """Every query of the level with its mechanism and scale, as the manifest's ``allocation`` records them
+        (what the release drew); the allocation recomputed from the configuration fills in only what an older
+        manifest lacks (no ``mechanism``: Laplace if it gives a ``scale``, else the Gaussian)."""
         name = self.config.levels[level].name
         recorded = {(e["level"], e["query"]): e for e in self.manifest.get("allocation", [])}
         out = []

@@ -1,9 +1,6 @@
-"""Summary tables (``tables/<set>/<level>.parquet``): sums of the reconciled detailed cells, one wide row per node.
-
-Columns: ``GEOID`` (the Census form: the level's code, the nation's "US"), then one int64 column per variable in
-publication order (``P1_001N`` ...).  ``dictionary.csv`` beside them gives each variable's table, label and
-universe.  Only the published integer cells are read, so every summary count is post-processing of public
-values (Thm 19.25), integer and non-negative, and the tables agree with each other and with the detailed ones.
+"""Summary tables (``tables/<set>/<level>.parquet``, docs/tables.md): sums of the reconciled detailed cells, one
+wide row per node, so every summary count is post-processing of public values (Thm 19.25), integer and
+non-negative, and the tables agree with each other and with the detailed ones.
 """
 
 from __future__ import annotations
@@ -16,12 +13,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from censusdp.pipeline.config.model import SummaryTables
 from censusdp.pipeline.config.pl94_tables import Variable, h1_schema_problem, h1_variables, pl94_variables
 from censusdp.pipeline.config.schema import Schema
+from censusdp.pipeline.io.tables import ChunkedParquet
 
 ROWS_PER_WRITE = 4_096  # nodes per Parquet row group: bounds the dense (nodes x variables) block (~10 MB)
 DICTIONARY = "dictionary.csv"
@@ -31,17 +28,22 @@ def table_variables(tables: SummaryTables) -> tuple[Variable, ...]:
     return {SummaryTables.PL94: pl94_variables}[tables]()
 
 
+def selected(schema: Schema, selection: Sequence[tuple[str, Sequence[str]]]) -> np.ndarray:
+    """The flattened cells of ``schema`` where every listed attribute's label is among the listed values."""
+    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
+    mask = np.ones(schema.n_cells, dtype=bool)
+    for name, values in selection:
+        labels = np.asarray(schema.attribute(name).values)
+        mask &= np.isin(labels[multi[schema.names.index(name)]], list(values))
+    return np.flatnonzero(mask)
+
+
 def variable_matrix(schema: Schema, variables: Sequence[Variable]) -> sp.csc_matrix:
     """(detailed cells x variables) 0/1: column j selects the cells that variable j sums."""
-    columns = []
-    for variable in variables:
-        mask = np.ones(schema.shape, dtype=bool)
-        for name, values in variable.cells:
-            axis = schema.names.index(name)
-            chosen = np.isin(np.asarray(schema.attribute(name).values), values)
-            mask &= chosen.reshape([-1 if a == axis else 1 for a in range(len(schema.shape))])
-        columns.append(sp.csc_matrix(mask.reshape(-1, 1).astype(np.int64)))
-    return sp.hstack(columns, format="csc") if columns else sp.csc_matrix((schema.n_cells, 0), dtype=np.int64)
+    columns = [selected(schema, v.cells) for v in variables]
+    rows = np.concatenate([np.zeros(0, dtype=np.int64), *columns])
+    variable = np.repeat(np.arange(len(columns)), [len(c) for c in columns])
+    return sp.csc_matrix((np.ones(len(rows), dtype=np.int64), (rows, variable)), shape=(schema.n_cells, len(columns)))
 
 
 def census_geoid(geoid: str) -> str:
@@ -72,7 +74,7 @@ def table_columns(tables: SummaryTables, schema: Schema, units_schema: Schema | 
     return out
 
 
-class SummaryTableWriter:
+class SummaryTableWriter(ChunkedParquet):
     """One level's wide table, written as its nodes' counts arrive: GEOID, then every part's variables summed from
     that part's counts.  ``ROWS_PER_WRITE`` nodes at a time, so memory is a few MB whatever the level's size."""
 
@@ -80,10 +82,7 @@ class SummaryTableWriter:
         names = [v.name for part in columns for v in part.variables]
         self.schema = pa.schema([pa.field("GEOID", pa.string()), *(pa.field(n, pa.int64()) for n in names)])
         self.columns = tuple(columns)
-        if make_folder:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._writer = pq.ParquetWriter(path, self.schema)
+        super().__init__(path, self.schema, make_folder)
 
     def write_rows(self, geoids: np.ndarray, counts: Sequence[sp.spmatrix]) -> None:
         """Rows for ``geoids``, from each part's counts of those nodes (same order, sparse nodes x cells)."""
@@ -94,10 +93,6 @@ class SummaryTableWriter:
                 block = summary_counts(part_counts[start:stop], part.matrix).astype(np.int64, copy=False)
                 arrays += [pa.array(np.ascontiguousarray(block[:, j])) for j in range(block.shape[1])]
             self._writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
-
-    def close(self) -> Path:
-        self._writer.close()
-        return self.path
 
 
 def summary_path(directory: Path, tables: SummaryTables, level: str) -> Path:
@@ -118,9 +113,8 @@ def write_summary_tables(directory: Path, tables: SummaryTables, schema: Schema,
                          geoids: Sequence[np.ndarray], counts: Sequence[sp.spmatrix | None],
                          units: tuple[Schema, Sequence[sp.spmatrix | None]] | None = None) -> dict[str, Any]:
     """Every level's table of one set and its dictionary under ``directory/<set>/``; returns, for the manifest,
-    ``{"dictionary": path, "levels": {level: path}}``, paths relative to ``directory``'s parent.  ``units``
-    (the units universe's schema and counts per level, same tree) adds the set's housing tables (H1).  A level
-    whose ``counts`` is None was written as it was reconciled (``SummaryTableWriter``): only named here."""
+    ``{"dictionary": path, "levels": {level: path}}`` (relative to ``directory``'s parent).  ``units``: the units'
+    schema and counts per level (H1); a level whose ``counts`` is None was written as reconciled: only named."""
     columns = table_columns(tables, schema, units[0] if units is not None else None)
     levels = {}
     for level, (name, level_geoids) in enumerate(zip(level_names, geoids, strict=True)):

@@ -1,9 +1,6 @@
-"""Published tables: ``tables/<level>.parquet`` and the protected person file, written chunk by chunk (at the
-lowest level, one part file per chunk, by its task: ``release.lowest_parts``).
-
-Table schema (long form, zero rows omitted): ``geoid`` (string; the root's is ""), one string column per
-attribute holding its domain value, ``count`` (int64, > 0).  Only reconciled, rounded counts reach here;
-they arrive as sparse matrices (rows = nodes of the chunk, columns = detailed cells).
+"""Published tables (docs/run-folder.md): ``tables/<level>.parquet`` and the protected person file, written chunk
+by chunk (at the lowest level, one part file per chunk, by its task: ``release.lowest_parts``), from reconciled,
+rounded counts as sparse (nodes of the chunk x detailed cells) matrices.
 """
 
 from __future__ import annotations
@@ -25,7 +22,9 @@ def _nonzero(counts: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return node, counts.indices.astype(np.int64), counts.data.astype(np.int64)
 
 
-class _ChunkedParquet:
+class ChunkedParquet:
+    """A Parquet file written a table at a time."""
+
     def __init__(self, path: Path, schema: pa.Schema, make_folder: bool = True) -> None:
         if make_folder:  # a part's writer does not: its folder gone means its run is (release.lowest_parts)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -33,15 +32,14 @@ class _ChunkedParquet:
         self._writer = pq.ParquetWriter(path, schema)
 
     def write(self, columns: dict[str, pa.Array]) -> None:
-        table = pa.table(columns).cast(self._writer.schema)
-        self._writer.write_table(table)
+        self._writer.write_table(pa.table(columns).cast(self._writer.schema))
 
     def close(self) -> Path:
         self._writer.close()
         return self.path
 
 
-class LevelTableWriter(_ChunkedParquet):
+class LevelTableWriter(ChunkedParquet):
     """tables/<level>.parquet (or, at the lowest level, one part of it): geoid, one column per attribute, count."""
 
     def __init__(self, path: Path, schema: Schema, make_folder: bool = True) -> None:
@@ -62,12 +60,9 @@ class LevelTableWriter(_ChunkedParquet):
         self.write(columns)
 
 
-class ProtectedMicrodataWriter(_ChunkedParquet):
-    """One row per person of the protected lowest-level table, with source column names and values.
-
-    Columns: ``geocode`` (and, if configured, its parts such as TABBLKST/TABBLKCOU/TABTRACTCE/TABBLK), then
-    each attribute under its source column name with the first source value that maps to its label.
-    """
+class ProtectedMicrodataWriter(ChunkedParquet):
+    """One row per person of the protected lowest-level table: ``geocode`` (and its configured parts, such as
+    TABBLKST), then each attribute under its source column name, as the first source value mapped to its label."""
 
     def __init__(self, path: Path, schema: Schema, geocode_parts: tuple[tuple[str, int], ...],
                  make_folder: bool = True) -> None:
@@ -76,10 +71,8 @@ class ProtectedMicrodataWriter(_ChunkedParquet):
         self.schema, self.geocode_parts = schema, geocode_parts
         self.source_labels = []
         for attribute in schema.attributes:
-            inverse = {label: label for label in attribute.values}
-            for source_value, label in reversed(list(attribute.mapping.items())):
-                inverse[label] = source_value
-            self.source_labels.append(pa.array([inverse[v] for v in attribute.values]))
+            first_source = {label: source for source, label in reversed(list(attribute.mapping.items()))}
+            self.source_labels.append(pa.array([first_source.get(v, v) for v in attribute.values]))
 
     def write_chunk(self, geoids: np.ndarray, counts: sp.csr_matrix) -> None:
         node, cell, repeats = _nonzero(counts)

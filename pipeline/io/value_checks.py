@@ -1,12 +1,8 @@
 """Value-level checks of one batch of microdata rows, and its encoding to (lowest-level unit, detailed cell).
 
-Every check looks at the whole batch before any error is raised, and the error reported is the one of the
-earliest bad row (ties: the first check in the order below, the order the checks were always made in).  So the
-row an error names does not depend on how a file is cut into batches: a streamed read reports exactly what one
-read of the whole file reports.  Checks, in order: missing values of the geocode columns; MDF code widths and the
-block group; the geocode's width and form; per attribute, missing values and the domain; the MDF unit layout
-(record type and the columns that depend on it); the unit listed among the geography's units (when a list is
-given).  Errors name the file, the column and the 1-based row within the file; values are never quoted.
+Every check looks at the whole batch before any error is raised, and the error is the earliest bad row's (ties:
+the first check, in the order docs/input.md lists), so it does not depend on how a file is cut into batches.
+Errors name the file, the column and the 1-based row within the file; values are never quoted.
 """
 
 from __future__ import annotations
@@ -17,19 +13,19 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import scipy.sparse as sp
 
 from censusdp.geography.tree import GeoTree, codes_like
 from censusdp.pipeline.config.model import Format, ReleaseConfig
-from censusdp.pipeline.config.persons_per_unit import selection_mask
+from censusdp.pipeline.config.persons_per_unit import rules_matrix
 from censusdp.pipeline.config.schema import Schema
 from censusdp.pipeline.errors import InputError, InputProblem
 
 MDF_GEO_COLUMNS = ("TABBLKST", "TABBLKCOU", "TABTRACTCE", "TABBLK")
 MDF_GROUP_COLUMN = "TABBLKGRPCE"
 MDF_WIDTHS = {"TABBLKST": 2, "TABBLKCOU": 3, "TABTRACTCE": 6, "TABBLKGRPCE": 1, "TABBLK": 4}
-# The 2020 MDF unit layout (docs/units.md; the DAS production code's MDF_Unit validators): RTYPE 2 is a housing unit,
-# 4 a group-quarters facility.  The columns that must agree with it, where the file has them (the full unit file has
-# GQTYPE and VACS, the P.L. 94-171 one HH_STATUS): rows where they disagree, and the rule, as a message.
+# The 2020 MDF unit layout (docs/units.md; the DAS's MDF_Unit validators): RTYPE 2 a housing unit, 4 group quarters;
+# the columns that must agree with it where the file has them: rows where they disagree, and the rule.
 MDF_RECORD_TYPE = "RTYPE"
 MDF_RECORD_TYPES = {"2": "housing unit", "4": "group quarters"}
 MDF_UNIT_RULES: dict[str, tuple[Callable[[pl.Series, pl.Series], pl.Series], str]] = {
@@ -65,21 +61,17 @@ class FirstProblem:
 
     def __init__(self, path: Path, offset: int) -> None:
         self.path, self.offset = path, offset
-        self.row: int | None = None
-        self.error: tuple[str, str | None, InputProblem] | None = None
+        self.first: tuple[int, str, str | None, InputProblem] | None = None  # row in the batch, problem, column
 
     def see(self, bad: pl.Series, problem: str, column: str, category: InputProblem) -> None:
         bad = bad.fill_null(False)  # a missing value is its own check's problem, never another's
-        if bad.any():
-            row = int(bad.arg_max())
-            if self.row is None or row < self.row:
-                self.row, self.error = row, (problem, column, category)
+        if bad.any() and (self.first is None or int(bad.arg_max()) < self.first[0]):
+            self.first = (int(bad.arg_max()), problem, column, category)
 
     def raise_any(self) -> None:
-        if self.row is not None and self.error is not None:
-            problem, column, category = self.error
-            raise InputError(str(self.path), problem, column=column, row=self.offset + self.row + 1,
-                             category=category)
+        if self.first is not None:
+            row, problem, column, category = self.first
+            raise InputError(str(self.path), problem, column=column, row=self.offset + row + 1, category=category)
 
 
 def _text(frame: pl.DataFrame, name: str, path: Path, problems: FirstProblem) -> pl.Series:
@@ -126,8 +118,7 @@ def _indices(frame: pl.DataFrame, config: ReleaseConfig, path: Path, problems: F
 
 
 def _unit_records(frame: pl.DataFrame, path: Path, problems: FirstProblem) -> None:
-    """The MDF unit layout's own rules: every record a housing unit or group quarters, and the columns that
-    depend on which (``MDF_UNIT_RULES``) agreeing with it."""
+    """The MDF unit layout's rules: every record a housing unit or group quarters, ``MDF_UNIT_RULES`` kept."""
     record = _text(frame, MDF_RECORD_TYPE, path, problems)
     problems.see(~record.is_in(list(MDF_RECORD_TYPES)) & record.is_not_null(),
                  "must be 2 (housing unit) or 4 (group quarters)", MDF_RECORD_TYPE, InputProblem.DOMAIN)
@@ -166,8 +157,7 @@ def encode_batch(frame: pl.DataFrame, config: ReleaseConfig, path: Path, offset:
 
 
 def geography_units(frame: pl.DataFrame, path: Path, width: int) -> np.ndarray:
-    """The geography file's list of every lowest-level unit (column ``geocode``), as a sorted unique string
-    array."""
+    """The geography file's lowest-level units (column ``geocode``), as a sorted unique string array."""
     if frame.height == 0:
         raise InputError(str(path), "lists no geography units", category=InputProblem.GEOGRAPHY)
     problems = FirstProblem(path, 0)
@@ -207,14 +197,10 @@ def persons_units_problem(config: ReleaseConfig, tree: GeoTree, persons: tuple[n
     n_blocks = tree.n_nodes(tree.depth - 1)
 
     def per_block(schema: Schema, selections: list[Any], records: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-        rule_of_cell = np.full(schema.n_cells, -1)
-        for i, selection in enumerate(selections):
-            rule_of_cell[selection_mask(schema, selection)] = i
+        """(blocks, rules) counts of the records in each rule's cells."""
         index, cells = records
-        rule = rule_of_cell[cells]
-        kept = rule >= 0
-        flat = np.bincount(index[kept] * len(selections) + rule[kept], minlength=n_blocks * len(selections))
-        return flat.reshape(n_blocks, len(selections))
+        by_cell = sp.csr_matrix((np.ones(len(cells), dtype=np.int64), (index, cells)), shape=(n_blocks, schema.n_cells))
+        return (by_cell @ rules_matrix(schema, selections).T.astype(np.int64)).toarray()
 
     people = per_block(config.schema, [r.persons for r in rules], persons)
     housing = per_block(config.units.schema, [r.units for r in rules], units)

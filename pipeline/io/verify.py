@@ -1,12 +1,8 @@
 """``censusdp verify RUN``: every promise a published run makes, recomputed from its published files alone.
 
-Read: ``manifest.json`` (the configuration as recorded, ``config_raw``; the node count of every level), the level
-tables and invariants it names, for the persons and (with ``[units]``) the housing units, and the P.L. 94-171
-tables.  Nothing confidential, no measurement, no ledger.  Every check is a count of the checked items that break a
-rule (docs/verify.md); no published count leaves this module.  Tables are long (geoid, one column per attribute,
-count; zero rows left out, so a missing row is a 0) and each level's nodes are the prefixes of its children's codes
-(``geography.levels``): every comparison is a polars join or group-by over whole levels, but the summary tables'
-definitions, a sparse product of the cells and their (cells x variables) matrix, a block of nodes at a time.
+What is read and the rules: docs/verify.md.  Every check is a count of the checked items that break a rule; no
+published count leaves this module.  A missing row of a level table is a 0; a node's children are the codes it
+prefixes.
 """
 
 from __future__ import annotations
@@ -25,10 +21,10 @@ import scipy.sparse as sp
 
 from censusdp.geography.levels import Level
 from censusdp.pipeline.config.load import parse_recorded_config
-from censusdp.pipeline.config.model import ReleaseConfig
-from censusdp.pipeline.config.pl94_tables import Variable, h1_schema_problem, h1_variables, pl94_variables
+from censusdp.pipeline.config.model import ReleaseConfig, SummaryTables
 from censusdp.pipeline.config.schema import Query, Schema
 from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.io.summary_tables import TableColumns, selected, table_columns
 
 CELL, COUNT, GEOID = "_cell", "count", "geoid"
 Selection = tuple[tuple[str, tuple[str, ...]], ...]  # (attribute, values): the cells where each is among them
@@ -81,8 +77,8 @@ def verify_run(run_dir: Path) -> list[RuleCheck]:
 
 
 def require_promises_kept(run_dir: Path) -> None:
-    """``CensusDPError`` unless every rule of ``verify_run`` holds: publish's last check, on the bytes a user will
-    read rather than the arrays they were written from.  The message names rules and levels, never a count."""
+    """``CensusDPError`` naming the broken rules and levels (never a count) unless every rule of ``verify_run``
+    holds: publish's last check, on the bytes a user will read rather than the arrays they were written from."""
     broken = [check for check in verify_run(run_dir) if check.violations]
     if broken:
         rules = "; ".join(f"{c.rule} [{c.level}]" if c.level else c.rule for c in broken[:5])
@@ -129,8 +125,7 @@ def _check_wide_columns(path: Path, needed: Sequence[str], numeric: Sequence[str
             schema = pq.read_schema(file)
         except (OSError, ValueError, pa.ArrowException):
             raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
-        if missing := next((name for name in needed if name not in schema.names), None):
-            raise RunFileError(f"{path}: no column {missing}")
+        _need(schema.names, needed, path)
         kinds = (pa.types.is_integer, pa.types.is_floating)
         if text := next((n for n in numeric if not any(kind(schema.field(n).type) for kind in kinds)), None):
             raise RunFileError(f"{path}: column {text} is not numeric")
@@ -146,10 +141,9 @@ def read_batches(path: Path, columns: Sequence[str], rows: int) -> Iterator[pl.D
             raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
 
 
-def _need(frame: pl.DataFrame, columns: Sequence[str], path: Path) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise RunFileError(f"{path}: no column {missing[0]}")
+def _need(names: Sequence[str], columns: Sequence[str], path: Path) -> None:
+    if missing := next((c for c in columns if c not in names), None):
+        raise RunFileError(f"{path}: no column {missing}")
 
 
 def _universe(name: str, config: ReleaseConfig, run_dir: Path, record: Mapping[str, Any], nodes: dict[str, int],
@@ -177,10 +171,9 @@ def _universe(name: str, config: ReleaseConfig, run_dir: Path, record: Mapping[s
 
 def _level_table(path: Path, schema: Schema, level: Level, universe: str
                  ) -> tuple[pl.DataFrame, tuple[RuleCheck, RuleCheck]]:
-    """A level table's well-formed rows (geoid, labels, ``_cell``, count), and the checks of every row: its count a
-    non-negative integer; its geoid one of the level's width, its labels the schema's, no (node, cell) twice."""
+    """A level table's well-formed rows (geoid, labels, ``_cell``, count), and rule 1's two checks of every row."""
     raw = read_parquet(path)
-    _need(raw, [GEOID, *schema.names, COUNT], path)
+    _need(raw.columns, [GEOID, *schema.names, COUNT], path)
     frame, number = _cells(raw, schema), pl.col(COUNT).cast(pl.Float64, strict=False)
     bad = number.is_null() | number.is_infinite() | (number < 0) | (number != number.floor())
     counts = RuleCheck(f"{universe}: counts are non-negative integers", level.name, raw.height,
@@ -224,16 +217,6 @@ def children_checks(universe: Universe) -> list[RuleCheck]:
     return out
 
 
-def selected(schema: Schema, selection: Selection) -> np.ndarray:
-    """The flattened cells of ``schema`` where every listed attribute's label is among the listed values."""
-    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
-    mask = np.ones(schema.n_cells, dtype=bool)
-    for name, values in selection:
-        labels = np.asarray(schema.attribute(name).values)
-        mask &= np.isin(labels[multi[schema.names.index(name)]], list(values))
-    return np.flatnonzero(mask)
-
-
 def zero_checks(universe: Universe) -> list[RuleCheck]:
     """Rule 3: the structural zeros' cells are 0 at every node."""
     config = universe.config
@@ -246,21 +229,15 @@ def zero_checks(universe: Universe) -> list[RuleCheck]:
 
 
 def query_cells(schema: Schema, query: Query) -> pl.DataFrame:
-    """(``_cell``, ``query_cell``): the query's cell of every detailed cell (its attributes in the order named, a
-    recode's groups for its values)."""
-    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
-    parts = []
-    for name in query.attributes:
-        factor = schema.factor(name)
-        index = multi[factor.axis]
-        parts.append(index if factor.group_of is None else np.asarray(factor.group_of)[index])
-    cells = np.ravel_multi_index(parts, schema.query_shape(query)) if parts else np.zeros(schema.n_cells, np.int64)
+    """(``_cell``, ``query_cell``): the query's cell of every detailed cell (the one row of its column in
+    ``Schema.query_matrix``)."""
+    cells = schema.query_matrix(query).tocsc().indices
     return pl.DataFrame({CELL: np.arange(schema.n_cells, dtype=np.int64), "query_cell": cells.astype(np.int64)})
 
 
 def invariant_checks(universe: Universe, published: pl.DataFrame, path: Path) -> list[RuleCheck]:
     """Rule 4: each invariant's marginal of the table equals the value published for it, node by node."""
-    _need(published, ["level", GEOID, "query", "cell", "value"], path)
+    _need(published.columns, ["level", GEOID, "query", "cell", "value"], path)
     published = published.with_columns(pl.col("level", GEOID, "query").cast(pl.String),
                                        pl.col("cell").cast(pl.Int64).alias("query_cell"))
     schema, out = universe.config.schema, []
@@ -281,24 +258,16 @@ def invariant_checks(universe: Universe, published: pl.DataFrame, path: Path) ->
 NODES_AT_ONCE = 1 << 15  # nodes compared at a time: a level's (nodes x variables) block in bounded memory
 
 
-def variable_matrix(schema: Schema, variables: Sequence[Variable]) -> sp.csc_matrix:
-    """(cells x variables) 0/1: column j selects the cells variable j is defined from."""
-    columns = [selected(schema, v.cells) for v in variables]
-    return sp.csc_matrix((np.ones(sum(map(len, columns)), dtype=np.int64),
-                          (np.concatenate(columns), np.repeat(np.arange(len(columns)), list(map(len, columns))))),
-                         shape=(schema.n_cells, len(columns)))
-
-
-def _definitions(wide: Iterator[pl.DataFrame], frame: pl.DataFrame, schema: Schema, variables: Sequence[Variable],
-                 matrix: sp.csc_matrix, level: str, nodes: int, universe: str) -> list[RuleCheck]:
-    """Each table's columns against the sums of the level table's cells they are defined from (``matrix``; a
-    node missing from either side holds zeros there), one check per table: the wide table a batch of rows at a
-    time (``wide``: frames of ``GEOID`` and the variables), never whole."""
+def _definitions(wide: Iterator[pl.DataFrame], universe: Universe, part: TableColumns, level: str, nodes: int
+                 ) -> list[RuleCheck]:
+    """Each table's columns against the sums of the level table's cells they are defined from (``part.matrix``;
+    a node missing from either side holds zeros), one check per table; ``wide``: the wide table's row batches."""
+    frame, variables, matrix = universe.tables[level], part.variables, part.matrix
     names = [v.name for v in variables]
     keys = frame.select(GEOID).unique().sort(GEOID).with_row_index("_row")
     cells = frame.join(keys, on=GEOID)
     counts = sp.csr_matrix((cells[COUNT].to_numpy(), (cells["_row"].to_numpy(), cells[CELL].to_numpy())),
-                           shape=(keys.height, schema.n_cells))
+                           shape=(keys.height, universe.config.schema.n_cells))
     wrong = np.zeros(len(names), dtype=np.int64)
     seen = np.zeros(keys.height, dtype=bool)
     for batch in wide:
@@ -313,7 +282,7 @@ def _definitions(wide: Iterator[pl.DataFrame], frame: pl.DataFrame, schema: Sche
     for start in range(0, len(missing), NODES_AT_ONCE):
         wrong += ((counts[missing[start:start + NODES_AT_ONCE]] @ matrix).toarray() != 0).sum(axis=0)
     tables = dict.fromkeys(v.table for v in variables)
-    return [RuleCheck(f"pl94: {table} columns = sums of the {universe}' cells they are defined from", level,
+    return [RuleCheck(f"pl94: {table} columns = sums of the {universe.name}' cells they are defined from", level,
                       nodes * sum(v.table == table for v in variables),
                       int(sum(w for w, v in zip(wrong, variables, strict=True) if v.table == table)))
             for table in tables]
@@ -328,19 +297,17 @@ def _identities(wide: pl.DataFrame, level: str, rules: Sequence[tuple[str, pl.Ex
 def pl94_checks(run_dir: Path, located: Mapping[str, Any], persons: Universe, units: Universe | None
                 ) -> list[RuleCheck]:
     """Rule 5: the P.L. 94-171 tables' identities and definitions, at every level."""
-    people = pl94_variables()
-    housing = h1_variables() if units is not None and h1_schema_problem(units.config.schema) is None else ()
-    matrices = (variable_matrix(persons.config.schema, people),
-                variable_matrix(units.config.schema, housing) if units is not None and housing else None)
+    columns = table_columns(SummaryTables.PL94, persons.config.schema, units.config.schema if units else None)
+    parts = list(zip(columns, (persons, units), strict=False))  # the units' only where H1 is answerable
+    names = [v.name for part in columns for v in part.variables]
     out = []
     for level in persons.config.levels:
         if level.name not in located:
             raise RunFileError(f"{run_dir / 'manifest.json'}: names no pl94 table of level {level.name}")
         path = run_dir / located[level.name]
-        variable_names = [v.name for v in (*people, *housing)]
-        _check_wide_columns(path, ["GEOID", *variable_names], variable_names)
+        _check_wide_columns(path, ["GEOID", *names], names)
         identities = ["P1_001N", "P2_001N", "P3_001N", "P4_001N", "P5_001N"] + (
-            ["H1_001N", "H1_002N", "H1_003N"] if housing else [])
+            ["H1_001N", "H1_002N", "H1_003N"] if len(parts) > 1 else [])
         key = (pl.col("GEOID").cast(pl.String) if level.width else pl.lit("")).alias(GEOID)
         narrow = read_parquet(path, ["GEOID", *identities]).with_columns(key)
         nodes, col = persons.nodes[level.name], pl.col
@@ -350,17 +317,12 @@ def pl94_checks(run_dir: Path, located: Mapping[str, Any], persons: Universe, un
         totals = persons.tables[level.name].group_by(GEOID).agg(col(COUNT).sum())
         out.append(RuleCheck("pl94: P1 total = the level table's persons", level.name, nodes,
                              _mismatches(narrow.select(GEOID, "P1_001N"), totals, [GEOID], "P1_001N", COUNT)))
-
-        def batches(names: list[str], path: Path = path, key: pl.Expr = key) -> Iterator[pl.DataFrame]:
-            return (batch.with_columns(key) for batch in read_batches(path, ["GEOID", *names], NODES_AT_ONCE))
-
-        out += _definitions(batches([v.name for v in people]), persons.tables[level.name], persons.config.schema,
-                            people, matrices[0], level.name, nodes, "persons")
-        if units is not None and matrices[1] is not None:
-            out += _identities(narrow, level.name, (("H1_001N = H1_002N + H1_003N",
-                                                     col("H1_001N") != col("H1_002N") + col("H1_003N")),))
-            out += _definitions(batches([v.name for v in housing]), units.tables[level.name], units.config.schema,
-                                housing, matrices[1], level.name, nodes, "units")
+        for part, universe in parts:
+            if universe is units:
+                out += _identities(narrow, level.name, (("H1_001N = H1_002N + H1_003N",
+                                                         col("H1_001N") != col("H1_002N") + col("H1_003N")),))
+            wide = read_batches(path, ["GEOID", *(v.name for v in part.variables)], NODES_AT_ONCE)
+            out += _definitions((batch.with_columns(key) for batch in wide), universe, part, level.name, nodes)
     return out
 
 
@@ -372,13 +334,9 @@ def _sums(frame: pl.DataFrame, selection: Selection, alias: str) -> pl.DataFrame
 def persons_units_checks(config: ReleaseConfig, persons_tables: Mapping[str, pl.DataFrame],
                          units_tables: Mapping[str, pl.DataFrame], nodes: Mapping[str, int] | None = None
                          ) -> list[RuleCheck]:
-    """Rule 6, for every ``[[units.persons_per_unit]]`` rule at every node of its levels: with P the persons'
-    published counts summed over the rule's persons cells and U the units' over its units cells,
-    ``min_persons * U <= P <= max_persons * U``.  Three checks per rule and level, each node counted under one
-    at most: persons and no units; fewer than ``min_persons`` per unit; more than ``max_persons`` per unit (with
-    units).  Tables are the published long form (geoid, attribute labels, count), keyed by level name; a node
-    absent from both holds no such persons and no such units.  ``nodes``: each level's node count (the checked
-    figure; by default the nodes either table lists)."""
+    """Rule 6, ``min_persons * U <= P <= max_persons * U`` for every ``[[units.persons_per_unit]]`` rule at every
+    node of its levels, as three checks that count each node under one at most; tables: the published long form
+    by level name; ``nodes``: each level's node count (by default the nodes either table lists)."""
     out = []
     for rule in getattr(config, "persons_per_unit", ()):
         for level in (lv.name for lv in config.levels if lv.name in rule.levels):

@@ -21,7 +21,6 @@ from censusdp.pipeline.io.microdata import (
     encoded_rows,
     geography_units,
     read_input_files,
-    validate_input,
     validated_rows,
 )
 from censusdp.pipeline.io.parts import read_batches
@@ -218,7 +217,7 @@ def test_a_body_that_does_not_parse_is_found_after_the_file_level_checks(tiny_re
     csv.write_text("geocode,COLOUR,ADULT\n1101,r,1\n1102,\"g,1\n")
     files = read_input_files(load_config(tiny_release, {"input.path": str(csv), "input.format": "csv"}))
     with pytest.raises(InputError) as caught:
-        validate_input(files)
+        validated_rows(files)
     assert caught.value.category is InputProblem.FILE and "not a readable CSV file" in caught.value.problem
 
 

@@ -125,8 +125,8 @@ def test_parts_are_digested_where_map_parts_runs_them_and_its_own_errors_are_nev
         ran.extend(function.func.__name__ for _ in indices)
         return [shipped(i) for i in indices]
 
-    for files, kinds in ((good, ["_part_rows_set"] * len(good.parts)),
-                         (unparsed, ["_part_rows_set", "part_lines_set"])):
+    for files, kinds in ((good, ["part_digests"] * len(good.parts)),
+                         (unparsed, ["part_digests", "part_lines_set"])):
         ran.clear()
         assert data_fingerprints(files, KEY, map_parts=elsewhere) == data_fingerprints(files, KEY)
         assert ran == kinds

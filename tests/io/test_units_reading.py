@@ -14,7 +14,7 @@ from censusdp.pipeline.cli.commands import preset_text
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.errors import InputError, InputProblem
-from censusdp.pipeline.io.microdata import read_input_files, read_microdata, validate_input, validated_rows
+from censusdp.pipeline.io.microdata import read_input_files, read_microdata, validated_rows
 from tests.helpers.tiny import TINY_TOML, TINY_UNITS_TOML, tiny_microdata
 
 HEADER = "SCHEMA_TYPE_CODE|SCHEMA_BUILD_ID|TABBLKST|TABBLKCOU|TABTRACTCE|TABBLKGRPCE|TABBLK|RTYPE|GQTYPE|TEN|VACS"
@@ -114,7 +114,7 @@ def test_mdf_unit_errors_name_file_column_and_row(tmp_path: Path, text: str, col
     (tmp_path / "units.txt").write_text(text)
     files = read_input_files(units_config(tmp_path, fmt="mdf-units", path="units.txt"))  # structure: fine
     with pytest.raises(InputError) as caught:
-        validate_input(files)
+        validated_rows(files)
     error = caught.value
     assert (error.path, error.column, error.row, error.category) == (str(tmp_path / "units.txt"), column, row,
                                                                       category), str(error)
