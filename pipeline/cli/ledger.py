@@ -1,9 +1,7 @@
 """``censusdp ledger``: every charge in the privacy-loss ledger and each dataset's cap, spent and remaining budget.
 
-Budgets compose in zCDP: a dataset's spent rho is the sum of every charge, whatever its status (Thm 19.37(i)),
-and its epsilon is the CKS20 conversion of that sum at one delta -- never a sum of per-charge epsilons, which
-would be basic composition (Thm 19.26) and much looser.  The command reads the ledger and never creates one.
-"""
+A dataset's epsilon is the CKS20 conversion of its summed rho at one delta, never a sum of per-charge epsilons
+(basic composition, Thm 19.26, much looser)."""
 
 from __future__ import annotations
 
@@ -24,7 +22,6 @@ Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def add_ledger(sub: Sub) -> None:
-    """Register ``censusdp ledger`` on an argparse subparsers object."""
     p = sub.add_parser("ledger", help="show the privacy-loss ledger: every charge and each dataset's budget left")
     p.add_argument("--ledger", help=f"ledger file or postgresql:// URL (default: ${LEDGER_ENV}, else the "
                                     "installation's ledger in the user data directory, as a release uses)")
@@ -37,9 +34,10 @@ def add_ledger(sub: Sub) -> None:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """Print the ledger (text table, or JSON with ``--json``); errors are one-line ``CensusDPError``s."""
-    ledger = PrivacyLedger(resolve_location(getattr(args, "ledger", None)))
-    report = ledger_report(ledger, getattr(args, "dataset", None), _optional_delta(getattr(args, "delta", None)))
-    print(json.dumps(report, indent=2) if getattr(args, "json", False) else format_text(report))
+    ledger = PrivacyLedger(resolve_location(args.ledger))
+    delta = None if args.delta is None else parse_delta(args.delta, "--delta")
+    report = ledger_report(ledger, args.dataset, delta)
+    print(json.dumps(report, indent=2) if args.json else format_text(report))
     return 0
 
 
@@ -110,10 +108,6 @@ def _charge(c: Charge, delta: float | None) -> dict[str, Any]:
             "rho_float": float(c.rho), "delta": c.delta if delta is None else delta,
             "epsilon": c.epsilon if delta is None else epsilon_cks20(c.rho, delta),
             "config_hash": c.config_hash, "status": c.status, "reason": c.reason, "publishable": c.publishable}
-
-
-def _optional_delta(text: str | None) -> float | None:
-    return None if text is None else parse_delta(text, "--delta")
 
 
 def _rho_text(exact: str) -> str:

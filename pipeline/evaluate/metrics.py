@@ -1,11 +1,8 @@
-"""Error metrics of one estimate of one query at one level against the true answers (evaluation only).
+"""Error metrics of one estimate of one query at one level against the true answers (evaluation only, NOT
+PRIVATE: never to be published with a release).
 
-NOT PRIVATE: everything here compares with confidential true counts; it is for synthetic or test data, and
-what it writes must never be published as part of a release.
-
-For each (method, level, query) the rows are long form: ``metric`` with ``group`` = ``all`` (bin ``all``),
-``size`` (bins of the true cell count: 0, 1-9, 10-49, 50-249, 250+) or ``diversity`` (bins of the node's
-entropy, in bits, of its true race x ethnicity counts), ``value`` and ``n`` (cells or nodes it is over).
+Rows are long form: ``metric``, ``group`` (``all``; ``size``: bins of the true cell count; ``diversity``: bins of the
+node's entropy, in bits, of its true race x ethnicity counts), ``bin``, ``value`` and ``n`` (cells or nodes).
 """
 
 from __future__ import annotations
@@ -15,6 +12,7 @@ from typing import Any
 import numpy as np
 
 LABEL = "EVALUATION AGAINST TRUE DATA — NOT PRIVATE"
+METHODS = ("noisy", "reconciled", "gls", "bottom_up")  # the estimates compared, in the order reports show them
 SIZE_EDGES = (0, 1, 10, 50, 250)
 SIZE_BINS = ("0", "1-9", "10-49", "50-249", "250+")
 DIVERSITY_EDGES = (0.0, 0.5, 1.0, 2.0)

@@ -27,16 +27,8 @@ METHOD_NAME = {"noisy": "noisy measurements", "reconciled": "reconciled tables",
                "bottom_up": "bottom-up baseline (evaluation only)"}
 
 
-def _levels(run: dict[str, Any]) -> list[str]:
-    return [lv["name"] for lv in run["levels"]]
-
-
-def _finish(figure: plt.Figure, path: Path, label: str | None = LABEL) -> Path:
-    return finish_figure(figure, path, label)  # truth-based figures carry the evaluation banner
-
-
 def error_by_level(metrics: pl.DataFrame, run: dict[str, Any], path: Path) -> Path:
-    levels = _levels(run)
+    levels = [lv["name"] for lv in run["levels"]]
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for axis, query in zip(axes, ("total", "detailed"), strict=True):
         for method, (colour, marker) in METHOD_STYLE.items():
@@ -51,12 +43,12 @@ def error_by_level(metrics: pl.DataFrame, run: dict[str, Any], path: Path) -> Pa
         axis.tick_params(axis="x", rotation=30)
     axes[0].set_ylabel("persons")
     axes[1].legend(fontsize=8)
-    return _finish(figure, path)
+    return finish_figure(figure, path, LABEL)
 
 
 def bias_by(metrics: pl.DataFrame, run: dict[str, Any], group: str, path: Path) -> Path:
     bins = SIZE_BINS if group == "size" else DIVERSITY_BINS
-    levels = _levels(run)[-2:]
+    levels = [lv["name"] for lv in run["levels"]][-2:]
     figure, axes = plt.subplots(1, len(levels), figsize=(11, 4.2), squeeze=False)
     width = 0.8 / len(METHOD_STYLE)
     for axis, level in zip(axes[0], levels, strict=True):
@@ -73,7 +65,7 @@ def bias_by(metrics: pl.DataFrame, run: dict[str, Any], group: str, path: Path) 
         axis.set_xlabel("true cell count" if group == "size" else "area diversity (entropy of race x ethnicity)")
     axes[0][0].set_ylabel("mean signed error (persons)")
     axes[0][-1].legend(fontsize=8)
-    return _finish(figure, path)
+    return finish_figure(figure, path, LABEL)
 
 
 def write_plots(metrics: pl.DataFrame, run: dict[str, Any], out_dir: Path) -> list[Path]:

@@ -7,23 +7,26 @@ from typing import Any
 import polars as pl
 
 from censusdp.pipeline.config.model import SummaryTables
-from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS
+from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, METHODS, SIZE_BINS
 from censusdp.pipeline.evaluate.plots import METHOD_NAME
 from censusdp.pipeline.io.summary_tables import table_variables
-
-METHODS = ("noisy", "reconciled", "gls", "bottom_up")
 
 
 def _cell(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}" if abs(value) < 100 else f"{value:,.1f}"
 
 
+def method_values(metrics: pl.DataFrame, level: str, query: str, metric: str) -> dict[str, float]:
+    """Each method's ``metric`` over every cell of ``query`` at ``level``."""
+    rows = metrics.filter((pl.col("level") == level) & (pl.col("query") == query)
+                          & (pl.col("metric") == metric) & (pl.col("group") == "all"))
+    return dict(zip(rows["method"].to_list(), rows["value"].to_list(), strict=True))
+
+
 def _by_level(metrics: pl.DataFrame, run: dict[str, Any], query: str, metric: str) -> list[str]:
     lines = ["| level | " + " | ".join(METHOD_NAME[m] for m in METHODS) + " |", "|---" * (len(METHODS) + 1) + "|"]
     for level in (lv["name"] for lv in run["levels"]):
-        rows = metrics.filter((pl.col("level") == level) & (pl.col("query") == query)
-                              & (pl.col("metric") == metric) & (pl.col("group") == "all"))
-        values = dict(zip(rows["method"].to_list(), rows["value"].to_list(), strict=True))
+        values = method_values(metrics, level, query, metric)
         lines.append(f"| {level} | " + " | ".join(_cell(values.get(m)) for m in METHODS) + " |")
     return lines
 

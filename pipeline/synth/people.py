@@ -1,8 +1,8 @@
 """Persons for the synthetic census generator: group-quarters facilities, race, ethnicity and age.
 
-All sampling is vectorised numpy. Codes follow the P.L. 94-171 PPMF layout: GQTYPE_PL 0 (household)
-and 1..7 (1 adult correctional, 2 juvenile, 3 nursing, 4 other institutional, 5 college housing,
-6 military, 7 other noninstitutional); CENRACE 0-based here (0..62 stands for "01".."63").
+Codes follow the P.L. 94-171 PPMF layout: GQTYPE_PL 0 (household) and 1..7 (1 adult correctional, 2 juvenile,
+3 nursing, 4 other institutional, 5 college housing, 6 military, 7 other noninstitutional); CENRACE 0-based here
+(0..62 stands for "01".."63").
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from numpy.typing import NDArray
 
 from censusdp.pipeline.synth.geo import Blocks, sample_ragged
 
-GQ_RATE = 0.03
-"""Expected share of persons living in group quarters."""
+GQ_RATE = 0.03  # expected share of persons living in group quarters
 
 # Per GQ type 1..7: share of facilities, median and log-spread of facility size, P(person under 18).
 GQ_FACILITY_SHARE = np.array([0.08, 0.04, 0.30, 0.05, 0.13, 0.03, 0.37])
@@ -48,16 +47,10 @@ HISPANIC_UNDER18_BONUS = 0.08
 
 
 def _combinations() -> NDArray[np.float64]:
-    """Membership matrix (57 x 6) of the multi-race CENRACE categories 07..63, in Census order.
-
-    Combinations are enumerated as the Census does: two-race combinations in lexicographic order of
-    the six races, then three-race, and so on up to all six.
-    """
+    """Membership matrix (57 x 6) of the multi-race CENRACE categories 07..63, in Census order: two-race
+    combinations in lexicographic order of the six races, then three-race, and so on up to all six."""
     combos = [c for k in range(2, SINGLE_RACES + 1) for c in combinations(range(SINGLE_RACES), k)]
-    member = np.zeros((len(combos), SINGLE_RACES))
-    for i, c in enumerate(combos):
-        member[i, list(c)] = 1.0
-    return member
+    return np.array([[float(race in c) for race in range(SINGLE_RACES)] for c in combos])
 
 
 COMBINATIONS = _combinations()
@@ -140,12 +133,8 @@ def place_facilities(rng: Generator, n_facilities: int, n_blocks: int) -> NDArra
     return rng.choice(n_blocks, size=n_facilities, replace=replace).astype(np.int64)
 
 
-def person_attributes(
-    rng: Generator,
-    blocks: Blocks,
-    person_block: NDArray[np.int64],
-    gqtype: NDArray[np.int8],
-) -> tuple[NDArray[np.bool_], NDArray[np.bool_], NDArray[np.int64]]:
+def person_attributes(rng: Generator, blocks: Blocks, person_block: NDArray[np.int64], gqtype: NDArray[np.int8]
+                      ) -> tuple[NDArray[np.bool_], NDArray[np.bool_], NDArray[np.int64]]:
     """Draw (under 18, Hispanic, CENRACE index 0..62) for each person given block and GQ type."""
     n = person_block.shape[0]
     tract = blocks.tract_index[person_block]

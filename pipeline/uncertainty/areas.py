@@ -1,20 +1,7 @@
-"""Areas of the user's own with error bars (``censusdp areas RUN_DIR --assign FILE``): public values only.
-
-For every area (a set of blocks from the assignment file, ``pipeline.io.assignments``) and every variable (a
-summary-table variable such as ``P1_003N``, or a cell of a query given with ``--query``):
-
-- ``published``: the sum of the area's published blocks (what a user adds up from ``tables/``);
-- ``estimate``: the GLS estimate of the same sum, from every noisy measurement of the release (unbiased),
-  streamed from the measurement files chunk by chunk;
-- ``std_error``: its exact standard error, cross-block covariances included (``postprocess.gls_areas``);
-- ``ci_low``, ``ci_high``: estimate ± 1.96·std_error, which contains the true count with probability about 95%;
-- ``published_error_bound``: max(|published − ci_low|, |published − ci_high|).
-
-The interval is about the truth, not centred on the published count (which may lie outside it).  Whenever it
-holds the truth, |published − truth| <= ``published_error_bound``: a bound on the published number's error that
-holds at least 95% of the time (docs/areas.md gives the design and the coverage measured per kind and size).
-Only the run's public outputs are read — measurements with their σ², invariants, published tables — never
-microdata, so this is post-processing and spends no budget (Thm 19.25).
+"""Areas of the user's own with error bars (``censusdp areas RUN_DIR --assign FILE``): per area and variable, the
+published sum, its GLS estimate with the exact standard error (cross-block covariances included), a 95% interval
+for the truth and a bound on the published number's error (docs/areas.md).  Only the run's public outputs are
+read, never microdata, so this is post-processing and spends no budget (Thm 19.25).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Parametric bootstrap of a release's integer tables: how much would they move under fresh noise?
 
-The published table is taken as if it were the truth; R times, fresh noisy measurements of every level x query
-are drawn from it with the mechanism each query was measured with and its public parameters, as the manifest
-records them (exact discrete Gaussian of σ², or exact discrete Laplace of scale b, ``pipeline.dp.noise``) and the same
-post-processing is re-run top-down (``postprocess.reconcile_level``: non-negativity, consistency, the published
-invariants, structural zeros, integer rounding).  The spread of the R replicate tables around the published
-one is reported per cell.  Only public outputs are used (published tables, σ², invariants): no confidential
-data is read and no budget is spent (Thm 19.25).  What the interval means, and where it is biased, is in
-``docs/uncertainty.md``.
+The published table is taken as the truth; R times, fresh noisy measurements are drawn from it with each query's
+mechanism and public parameters, and the same post-processing is re-run.  Only public outputs are used, so no
+budget is spent (Thm 19.25).  What the interval means, and where it is biased: ``docs/uncertainty.md``.
 """
 
 from __future__ import annotations
@@ -35,15 +30,12 @@ MAX_STORED = 50_000_000  # replicate values kept for percentiles; beyond that, i
 
 def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource, count: int = 1
                      ) -> list[np.ndarray]:
-    """``count`` bootstrap replicates: fresh noisy measurements of ``truth`` (per level, dense), reconciled
-    top-down; per level, the replicates' tables stacked (replicate r's nodes are rows r n .. (r + 1) n - 1).
-
-    Every level's noise is drawn once, and each level is reconciled as the release reconciles it: against the
-    replicate's own GLS estimates (full information, the default), or with its own measurements and those of the
-    only-child levels below it (``release.only_child``), which are drawn early for that; with its passes and
-    rounding order either way.  The replicates are reconciled together, as ``count`` copies of the tree side by
-    side: a node's problem involves its own parent only, so each replicate gets the tables it would get alone (up
-    to the solver's tolerance, which can tip a tie in the rounding).
+    """``count`` bootstrap replicates: fresh noisy measurements of ``truth`` (per level, dense), each level drawn
+    once and reconciled top-down as the release reconciles it (against the replicate's GLS estimates, or with the
+    only-child levels below it); per level, the replicates' tables stacked (replicate r's nodes are rows
+    r n .. (r + 1) n - 1).  The replicates are reconciled together, as ``count`` copies of the tree side by side:
+    a node's problem involves its own parent only, so each gets the tables it would get alone (up to the solver's
+    tolerance, which can tip a tie in the rounding).
     """
     schema, config, tree = run.config.schema, run.config, run.tree
     zeros = structural_zero_mask(config)
@@ -54,7 +46,7 @@ def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource,
             drawn[level] = []
             for q in run.level_noise(level):
                 answers = np.tile(schema.marginal(q.query, truth[level]), (count, 1))
-                # the release's own mechanism and public parameters (manifest allocation), through its own function
+                # the release's own mechanism and public parameters, through its own function
                 noisy = noisy_answers(answers, q.mechanism, q.sigma2, q.scale, rng)
                 drawn[level].append(QueryMeasurement(name=q.query.name, matrix=schema.query_matrix(q.query),
                                                      noisy=noisy, sigma2=q.sigma2))
@@ -102,16 +94,10 @@ def _gls_targets(run: LoadedRun, drawn: list[list[QueryMeasurement]], count: int
              for i, first in enumerate(per_replicate[0][level])] for level in range(len(drawn))]
 
 
-def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None,
-                        write: bool = True) -> dict[str, Any]:
-    """Run ``replicates`` bootstrap replicates of the run in ``run_dir``; write ``bootstrap/<level>.parquet``.
-
-    Per level, rows for every cell that is non-zero in the published table or in some replicate: ``geoid``,
-    attribute columns, ``published``, ``boot_mean``, ``boot_sd``, ``boot_bias`` (mean - published), ``ci_low``
-    and ``ci_high`` (the 2.5% and 97.5% points of the replicates; published ± 1.96·sd when too many values to
-    keep).  ``seed`` makes the bootstrap noise reproducible (``seeded_random_source``); None uses the OS source.
-    Returns a summary: per level, the mean sd of the total and of a detailed cell, and the paths written.
-    """
+def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None) -> dict[str, Any]:
+    """Run ``replicates`` bootstrap replicates of the run in ``run_dir`` and write ``bootstrap/<level>.parquet``
+    (columns: docs/uncertainty.md); ``seed`` makes the noise reproducible, None uses the OS source.  Returns per
+    level the mean sd of the total and of a detailed cell, and the paths written."""
     if replicates < 2:
         raise ValueError("replicates must be at least 2")
     run = load_run(run_dir)
@@ -142,8 +128,7 @@ def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None,
             low, high = truth[level] - 1.96 * sd, truth[level] + 1.96 * sd
         summary["levels"][spec.name] = {"sd_total": float(np.std(np.stack(totals[level]), axis=0, ddof=1).mean()),
                                         "sd_cell": float(sd.mean())}
-        if write:
-            summary["paths"].append(str(_write(run, level, truth[level], mean, sd, low, high)))
+        summary["paths"].append(str(_write(run, level, truth[level], mean, sd, low, high)))
     return summary
 
 

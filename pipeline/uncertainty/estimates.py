@@ -1,21 +1,9 @@
-"""Uncertainty of a release, from its public outputs only: GLS estimates with exact standard errors.
+"""Uncertainty of a release, from its public outputs only: GLS estimates with exact standard errors, written to
+``estimates/<level>.parquet`` (every detailed cell) and ``estimates/queries/<level>.parquet`` (every other query
+measured at the level, and ``total``; rows by chunk, then query, then node).  Files and model: docs/uncertainty.md.
 
-``write_estimates(run_dir)`` writes, for every level,
-
-- ``estimates/<level>.parquet``: ``geoid``, one column per attribute, ``estimate``, ``std_error``, ``ci_low``,
-  ``ci_high`` — every detailed cell of every node (zeros included);
-- ``estimates/queries/<level>.parquet``: the same for every other query measured at the level (and ``total``),
-  long form: ``geoid``, ``query``, ``cell``, ``estimate``, ``std_error``, ``ci_low``, ``ci_high`` — written chunk
-  by chunk of nodes, so rows run by chunk, then query, then node (filter by ``query`` for one query's rows).
-
-The estimates are the generalised least squares fit of all the run's noisy measurements (``postprocess.gls``),
-streamed from the run's measurement files chunk by chunk (``open_gls``: memory as the release's, not the tree's):
-unbiased, not rounded, possibly negative, consistent across levels; the standard errors are exact and per cell
-(with a recode, a cell's depends on its value's group), from the public σ² of every query (Thm 19.37(iii)), and
-the 95% intervals are estimate ± 1.96·std_error.  Inputs are the measurements, the invariants and the
-configuration — never microdata — so this is post-processing and spends no budget (Thm 19.25).  The parametric
-bootstrap of the integer tables is ``pipeline.uncertainty.bootstrap``; the command ``censusdp uncertainty`` is
-``pipeline.cli.uncertainty``.
+The inputs are the measurements with their public σ², the invariants and the configuration, never microdata, so
+this is post-processing and spends no budget (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -38,7 +26,7 @@ from censusdp.pipeline.release.noisy_measurements import noisy_answers
 from censusdp.pipeline.release.run import Release, stage_output
 from censusdp.postprocess.gls import GlsLevel, GlsResult, interval
 from censusdp.postprocess.gls_algebra import answer
-from censusdp.postprocess.gls_stream import StreamedGls, StreamLevel, solve_gls_streamed
+from censusdp.postprocess.gls_stream import StreamedGls, solve_gls_streamed
 
 ESTIMATES_DIR = "estimates"
 
@@ -61,19 +49,13 @@ def redrawn_measurements(run: LoadedRun, truth: list[np.ndarray], rng: RandomSou
              for q in run.level_noise(level)] for level in range(run.tree.depth)]
 
 
-def run_problem(run: LoadedRun) -> tuple[list[StreamLevel], Any]:
-    """The run's GLS problem as the engine streams it, from its measurement files (``stream_problem``)."""
-    depth = run.tree.depth
-    return stream_problem(run.config.schema, run.tree.parent, [run.level_queries(level) for level in range(depth)],
-                          run.invariants, [run.chunk_plan(level) for level in range(depth)], run.measurements_dir)
-
-
-def open_gls(run: LoadedRun, scratch: Path | None = None) -> StreamedGls:
+def open_gls(run: LoadedRun) -> StreamedGls:
     """The exact GLS of every level of the run, solved chunk by chunk from its measurement files, intermediates
-    in a folder of their own under ``scratch`` (default: the system's temporary folder), removed by ``close``."""
-    levels, read = run_problem(run)
-    shape = run.config.schema.shape
-    return solve_gls_streamed(levels, shape, read, ScratchCubes(scratch or Path(tempfile.gettempdir()), shape))
+    in a folder of their own under the system's temporary folder, removed by ``close``."""
+    depth, shape = run.tree.depth, run.config.schema.shape
+    levels, read = stream_problem(run.config.schema, run.tree.parent, [run.level_queries(lv) for lv in range(depth)],
+                                  run.invariants, [run.chunk_plan(lv) for lv in range(depth)], run.measurements_dir)
+    return solve_gls_streamed(levels, shape, read, ScratchCubes(Path(tempfile.gettempdir()), shape))
 
 
 def gls_estimates(run: LoadedRun) -> GlsResult:
