@@ -61,14 +61,8 @@ def ledger_report(ledger: PrivacyLedger, dataset: str | None = None, delta: floa
         charges = ledger.charges(name)
         spent = sum((c.rho for c in charges), Fraction(0))  # zCDP composition (Thm 19.37(i))
         at = delta if delta is not None else min((c.delta for c in charges), default=float(DEFAULT_DELTA))
-        out.append({
-            "dataset": name,
-            "delta": at,
-            "cap": _budget(caps[name], at),
-            "spent": _budget(spent, at),
-            "remaining": _budget(caps[name] - spent, at),
-            "charges": [_charge(c, delta) for c in charges],
-        })
+        out.append({"dataset": name, "delta": at, "cap": _budget(caps[name], at), "spent": _budget(spent, at),
+                    "remaining": _budget(caps[name] - spent, at), "charges": [_charge(c, delta) for c in charges]})
     return {"ledger": ledger.location, "composition": "zCDP (rho adds, Thm 19.37(i)); epsilon by CKS20 at delta",
             "datasets": out}
 

@@ -8,6 +8,7 @@ GLS estimates and a bottom-up baseline (``bottom_up``) with the truth.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query
+from censusdp.pipeline.config.pl94_tables import Variable
+from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query, Schema
 from censusdp.pipeline.dp.noise import gaussian_sigma2, sample_discrete_gaussian
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.errors import InputError
@@ -49,12 +51,6 @@ def bottom_up(run: LoadedRun, truth_lowest: np.ndarray, seed: int) -> list[np.nd
     return all_level_histograms(run.tree, noisy)
 
 
-def diversity_attributes(run: LoadedRun, names: tuple[str, ...] | None) -> tuple[str, ...]:
-    schema = run.config.schema
-    chosen = tuple(n for n in (names or DIVERSITY_ATTRIBUTES) if n in schema.names)
-    return chosen or schema.names
-
-
 def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = None,
              diversity: tuple[str, ...] | None = None, units_truth: Path | None = None) -> pl.DataFrame:
     """The long-form metrics table of a run against its true microdata."""
@@ -66,7 +62,8 @@ def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = N
     truth = true_histograms(run)
     estimates = {"reconciled": [run.table(i) for i in range(run.tree.depth)],
                  "bottom_up": bottom_up(run, truth[-1], seed), "gls": gls_estimates(run).estimates}
-    by_attributes = schema.parse_query(" * ".join(diversity_attributes(run, diversity)))
+    chosen = tuple(n for n in (diversity or DIVERSITY_ATTRIBUTES) if n in schema.names) or schema.names
+    by_attributes = schema.parse_query(" * ".join(chosen))  # the attributes whose entropy bins the nodes
     rows = []
     for level, spec in enumerate(run.config.levels):
         node_bins = diversity_bin(entropy_bits(schema.marginal(by_attributes, truth[level])))
@@ -81,7 +78,9 @@ def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = N
                 found["noisy"] = measured[name][1]
             for method in (m for m in METHODS if m in found):
                 rows += _rows(method, spec.name, name, true, found[method], node_bins)
-        rows += summary_table_rows(run, level, truth[level], {m: e[level] for m, e in estimates.items()}, node_bins)
+        for tables in run.config.output.tables:
+            rows += summary_table_rows(schema, table_variables(tables), spec.name, truth[level],
+                                       {m: e[level] for m, e in estimates.items()}, node_bins)
     return pl.DataFrame(rows + housing_rows(run, units_truth))
 
 
@@ -95,41 +94,33 @@ def _rows(method: str, level: str, query: str, true: np.ndarray, found: np.ndarr
 
 def housing_rows(run: LoadedRun, units_truth: Path | None) -> list[dict[str, Any]]:
     """The housing tables (H1) of a run with a units universe, against its true unit file (the recorded one, or
-    ``units_truth``): the published (reconciled) and GLS figures, query = the table's name."""
+    ``units_truth``): the published (reconciled) and GLS figures."""
     units = units_of(run, units_truth)
     if units is None:
         return []
     truth = true_histograms(units)
     estimates = {"reconciled": [units.table(i) for i in range(units.tree.depth)], "gls": gls_estimates(units).estimates}
     rows = []
-    for tables in run.config.output.tables:
-        variables = housing_variables(tables, units.config.schema)
-        if not variables:
-            continue
-        matrix = variable_matrix(units.config.schema, variables)
-        for level, spec in enumerate(units.config.levels):
-            true = summary_counts(truth[level], matrix)
-            bins = np.zeros(true.shape[0], dtype=np.int64)  # one diversity bin: H1 has no race
-            for method, values in estimates.items():
-                rows += _rows(method, spec.name, variables[0].table, true, summary_counts(values[level], matrix), bins)
+    for variables in (housing_variables(tables, units.config.schema) for tables in run.config.output.tables):
+        for level, spec in enumerate(units.config.levels if variables else ()):
+            no_race = np.zeros(truth[level].shape[0], dtype=np.int64)  # one diversity bin: H1 has no race
+            rows += summary_table_rows(units.config.schema, variables, spec.name, truth[level],
+                                       {m: e[level] for m, e in estimates.items()}, no_race)
     return rows
 
 
-def summary_table_rows(run: LoadedRun, level: int, truth: np.ndarray, estimates: dict[str, np.ndarray],
-                       node_bins: np.ndarray) -> list[dict[str, Any]]:
-    """Metrics of the configured summary tables (query = the table's name, ``P1`` ...): every variable of every
-    node, from the truth and from each method's detailed estimate summed the same way."""
+def summary_table_rows(schema: Schema, variables: Sequence[Variable], level: str, truth: np.ndarray,
+                       estimates: dict[str, np.ndarray], node_bins: np.ndarray) -> list[dict[str, Any]]:
+    """Metrics of summary-table ``variables`` at one level (query = the table's name, ``P1`` ...): every variable
+    of every node, from the truth and from each method's detailed estimate summed the same way."""
+    matrix = variable_matrix(schema, variables)
+    true_all = summary_counts(truth, matrix)
+    found_all = {method: summary_counts(values, matrix) for method, values in estimates.items()}
     rows = []
-    for tables in run.config.output.tables:
-        variables = table_variables(tables)
-        matrix = variable_matrix(run.config.schema, variables)
-        true_all = summary_counts(truth, matrix)
-        found_all = {method: summary_counts(values, matrix) for method, values in estimates.items()}
-        for table in dict.fromkeys(v.table for v in variables):
-            columns = [j for j, v in enumerate(variables) if v.table == table]
-            for method, found in found_all.items():
-                rows += _rows(method, run.config.levels[level].name, table, true_all[:, columns], found[:, columns],
-                              node_bins)
+    for table in dict.fromkeys(v.table for v in variables):
+        columns = [j for j, v in enumerate(variables) if v.table == table]
+        for method, found in found_all.items():
+            rows += _rows(method, level, table, true_all[:, columns], found[:, columns], node_bins)
     return rows
 
 
@@ -147,6 +138,3 @@ def write_evaluation(metrics: pl.DataFrame, run: dict[str, Any], out_dir: Path) 
     report = out_dir / "evaluation.md"
     report.write_text(report_markdown(metrics, run, [p.name for p in plots]))
     return [parquet, report, *plots]
-
-
-__all__ = ["evaluate", "write_evaluation"]

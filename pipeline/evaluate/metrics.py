@@ -67,13 +67,9 @@ def query_metrics(true: np.ndarray, estimate: np.ndarray, diversity: np.ndarray)
     if true.shape[1] > 1:
         tvd, nodes = total_variation(true, estimate)
         rows.append({"metric": "tvd", "group": "all", "bin": "all", "value": tvd, "n": nodes})
-    sizes = size_bin(true)
-    for b, name in enumerate(SIZE_BINS):
-        selected = errors[sizes == b]
-        rows += [{"metric": k, "group": "size", "bin": name, "value": v, "n": selected.size}
-                 for k, v in _basic(selected).items() if k in ("mae", "bias", "rmse")]
-    for b, name in enumerate(DIVERSITY_BINS):
-        selected = errors[diversity == b]
-        rows += [{"metric": k, "group": "diversity", "bin": name, "value": v, "n": selected.size}
-                 for k, v in _basic(selected).items() if k in ("mae", "bias", "rmse")]
+    for group, bins, index in (("size", SIZE_BINS, size_bin(true)), ("diversity", DIVERSITY_BINS, diversity)):
+        for b, name in enumerate(bins):
+            selected = errors[index == b]
+            rows += [{"metric": k, "group": group, "bin": name, "value": v, "n": selected.size}
+                     for k, v in _basic(selected).items() if k in ("mae", "bias", "rmse")]
     return rows

@@ -87,12 +87,9 @@ def tract_race_tables(rng: Generator, blocks: Blocks) -> NDArray[np.float64]:
     out = np.empty((2 * n_tracts, N_RACES))
     for h, (single, prop) in enumerate(((NH_SINGLE, NH_MULTI_PROPENSITY), (H_SINGLE, H_MULTI_PROPENSITY))):
         state = race_profile(single, prop)
-        # Single-race mix: county Dirichlet around the state, tract Dirichlet around the county.
         share = single / single.sum()
         county = _dirichlet_rows(rng, np.tile(COUNTY_CONCENTRATION * share, (county_ids.shape[0], 1)))
         tract = _dirichlet_rows(rng, TRACT_CONCENTRATION * county[county_of_tract])
-        # Two or more races: the state's share give or take MULTI_SPREAD (log scale), split among the
-        # combinations as in the state but tilted towards races that are common in the tract.
         multi_total = np.minimum((1.0 - single.sum()) * rng.lognormal(0.0, MULTI_SPREAD, n_tracts), 0.5)
         tilt = 0.5 + 0.5 * tract / share  # smoothed: rare races are absent from most tracts
         multi = state[SINGLE_RACES:] * np.exp(MULTI_TILT * np.log(tilt) @ COMBINATIONS.T)

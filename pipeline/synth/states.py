@@ -3,8 +3,6 @@
 Source: U.S. Census Bureau, 2020 Census Apportionment Results, Table 2 "Resident Population for the 50 States,
 the District of Columbia, and Puerto Rico: 2020 Census" (released April 26, 2021). The 50 states and DC sum to
 331,449,281 (tests check it). Puerto Rico is left out: the nation here is the P.L. 94-171 US level.
-
-A synthetic nation shares its persons among the states in proportion to these counts (``apportion``).
 """
 
 from __future__ import annotations

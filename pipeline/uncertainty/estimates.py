@@ -9,6 +9,7 @@ this is post-processing and spends no budget (Thm 19.25).
 from __future__ import annotations
 
 import tempfile
+from contextlib import ExitStack
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -67,10 +68,15 @@ def gls_estimates(run: LoadedRun) -> GlsResult:
     return result
 
 
-def _columns(estimate: np.ndarray, std_error: np.ndarray) -> dict[str, pa.Array]:
-    low, high = interval(estimate, std_error**2)
-    return {"estimate": pa.array(estimate), "std_error": pa.array(std_error),
-            "ci_low": pa.array(low), "ci_high": pa.array(high)}
+def _chunk_table(geoids: pa.Array, middle: dict[str, pa.Array], estimate: np.ndarray, std_error: np.ndarray
+                 ) -> pa.Table:
+    """A chunk's rows of ``estimate`` (nodes, cells): ``geoid`` (the chunk's own nodes as its row group's
+    dictionary), the ``middle`` columns, then ``estimate``, ``std_error``, ``ci_low`` and ``ci_high``."""
+    n, cells = estimate.shape
+    low, high = interval(estimate.ravel(), std_error**2)
+    return pa.table({"geoid": pa.DictionaryArray.from_arrays(np.repeat(np.arange(n, dtype=np.int32), cells), geoids),
+                     **middle, "estimate": pa.array(estimate.ravel()), "std_error": pa.array(std_error),
+                     "ci_low": pa.array(low), "ci_high": pa.array(high)})
 
 
 def write_estimates(run_dir: Path) -> list[Path]:
@@ -79,10 +85,8 @@ def write_estimates(run_dir: Path) -> list[Path]:
 
 
 def write_release_estimates(release: Release, manifest: dict[str, Any]) -> list[Path]:
-    """A release's own estimates (``output.estimates``), from the configuration, tree, invariants and allocation
-    it holds and the manifest it just wrote; ``publish`` calls this before the run is renamed into place.  Only
-    the noisy measurements are read from their files (a release streams them to disk level by level), by the
-    chunk plan the run holds."""
+    """A release's own estimates (``output.estimates``), from what it holds and the manifest it just wrote (only the
+    measurements are read back from their files); ``publish`` calls this before the run is renamed into place."""
     run = release.persons
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     return write_loaded_estimates(LoadedRun(run_dir=run.work_dir, manifest=manifest, config=run.config,
@@ -93,49 +97,35 @@ def write_release_estimates(release: Release, manifest: dict[str, Any]) -> list[
 def _level_files(run: LoadedRun, stream: StreamedGls, level: int, out_dir: Path) -> list[Path]:
     """One level's two files, written chunk by chunk of the engine's plan."""
     schema, name = run.config.schema, run.config.levels[level].name
-    cells = schema.n_cells
     geoids = pa.array(run.tree.geoids[level].tolist(), type=pa.string())
-    multi = np.unravel_index(np.arange(cells), schema.shape)
+    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
     queries = {q.name: q for q, _ in run.level_queries(level) if q.name != DETAILED}  # cells: the detailed file
     queries.setdefault(TOTAL, schema.parse_query(TOTAL))
     specs = {query_name: spec_of(schema, query) for query_name, query in queries.items()}
     paths = [out_dir / f"{name}.parquet", out_dir / "queries" / f"{name}.parquet"]
-    writers: list[pq.ParquetWriter | None] = [None, None]
-
-    def write(index: int, table: pa.Table) -> None:
-        if writers[index] is None:
-            writers[index] = pq.ParquetWriter(paths[index], table.schema, compression="zstd")
-        writers[index].write_table(table)
-
-    try:
+    with ExitStack() as stack:
+        writers: list[pq.ParquetWriter] = []
         for start, stop, estimate in stream.chunk_estimates(level):
             n = stop - start
-            chunk_geoids = geoids[start:stop]  # each row group's dictionary: its own nodes
-            node = np.repeat(np.arange(n, dtype=np.int32), cells)
-            columns: dict[str, pa.Array] = {"geoid": pa.DictionaryArray.from_arrays(node, chunk_geoids)}
-            for attribute, index in zip(schema.attributes, multi, strict=True):
-                columns[attribute.name] = pa.DictionaryArray.from_arrays(np.tile(index.astype(np.int32), n),
+            attributes = {attribute.name: pa.DictionaryArray.from_arrays(np.tile(index.astype(np.int32), n),
                                                                          pa.array(attribute.values))
+                          for attribute, index in zip(schema.attributes, multi, strict=True)}
             sd = np.sqrt(stream.variance(level, None, start, stop)).ravel()  # per cell: a recode's groups differ
-            columns.update(_columns(estimate.ravel(), sd))
-            write(0, pa.table(columns))
+            tables = [_chunk_table(geoids[start:stop], attributes, estimate, sd)]
             parts = []
             for query_name, spec in specs.items():
                 values = answer(estimate, schema.shape, spec)
-                q_cells = values.shape[1]
                 sd = np.sqrt(stream.variance(level, spec, start, stop)).ravel()
-                part = {"geoid": pa.DictionaryArray.from_arrays(np.repeat(np.arange(n, dtype=np.int32), q_cells),
-                                                                chunk_geoids),
-                        "query": pa.DictionaryArray.from_arrays(np.zeros(values.size, dtype=np.int32),
-                                                                 pa.array([query_name])),
-                        "cell": pa.array(np.tile(np.arange(q_cells, dtype=np.int32), n))}
-                part.update(_columns(values.ravel(), sd))
-                parts.append(pa.table(part))
-            write(1, pa.concat_tables(parts))
-    finally:
-        for writer in writers:
-            if writer is not None:
-                writer.close()
+                middle = {"query": pa.DictionaryArray.from_arrays(np.zeros(values.size, dtype=np.int32),
+                                                                  pa.array([query_name])),
+                          "cell": pa.array(np.tile(np.arange(values.shape[1], dtype=np.int32), n))}
+                parts.append(_chunk_table(geoids[start:stop], middle, values, sd))
+            tables.append(pa.concat_tables(parts))
+            if not writers:  # opened with the first chunk's schemas
+                writers = [stack.enter_context(pq.ParquetWriter(path, table.schema, compression="zstd"))
+                           for path, table in zip(paths, tables, strict=True)]
+            for writer, table in zip(writers, tables, strict=True):
+                writer.write_table(table)
     return paths
 
 
