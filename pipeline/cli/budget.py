@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from censusdp.pipeline.cli.commands import Sub
 from censusdp.pipeline.errors import CensusDPError
 
-Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 SUBCOMMANDS = ("show", "optimize")
 
 

@@ -1,7 +1,4 @@
-"""``censusdp ledger``: every charge in the privacy-loss ledger and each dataset's cap, spent and remaining budget.
-
-A dataset's epsilon is the CKS20 conversion of its summed rho at one delta, never a sum of per-charge epsilons
-(basic composition, Thm 19.26, much looser)."""
+"""``censusdp ledger``: every charge in the privacy-loss ledger and each dataset's cap, spent and remaining budget."""
 
 from __future__ import annotations
 
@@ -12,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from censusdp.pipeline.budget.ledger.charges import Charge, PrivacyLedger
+from censusdp.pipeline.cli.commands import Sub
 from censusdp.pipeline.config.ledger_location import LEDGER_ENV, default_ledger_location, is_postgres_url
 from censusdp.pipeline.directed_rounding import round_text
 from censusdp.pipeline.dp.accounting import epsilon_cks20
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta
-
-Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def add_ledger(sub: Sub) -> None:

@@ -1,8 +1,7 @@
 """The ``censusdp`` command.  Errors are one line on stderr and a non-zero exit, never a traceback.
 
-Unexpected exceptions are reported by type only (their text could carry data values); set
-CENSUSDP_DEBUG=1 to see the traceback on a machine where that is safe.
-"""
+Unexpected exceptions are reported by type only (their text could carry data values); CENSUSDP_DEBUG=1 shows the
+traceback on a machine where that is safe."""
 
 from __future__ import annotations
 

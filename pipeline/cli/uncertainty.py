@@ -1,6 +1,5 @@
-"""``censusdp uncertainty RUN_DIR [--bootstrap R] [--seed S]``: GLS estimates and the parametric bootstrap of a
-run's public outputs (no microdata, no budget: Thm 19.25).  Above both ``pipeline.uncertainty.estimates`` and
-``pipeline.uncertainty.bootstrap``, so neither imports the other's command."""
+"""``censusdp uncertainty`` (GLS estimates and the parametric bootstrap) and ``censusdp areas``: post-processing of
+a run's public outputs (no microdata, no budget: Thm 19.25)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """``censusdp evaluate --truth MICRODATA --release RUN_DIR``: accuracy of a release against the true data.
 
 NOT PRIVATE: this reads confidential microdata; it is for synthetic or test data, its outputs are labelled as
-such and written outside the run folder.  Per level x query (every query measured at the level, plus ``total`` and
-``detailed``) it compares the noisy measurements (measured queries only), the reconciled (published) tables, the
-GLS estimates and a bottom-up baseline (``bottom_up``) with the truth.
+such and written outside the run folder (metrics and methods: docs/uncertainty.md).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
-"""Error metrics of one estimate of one query at one level against the true answers (evaluation only, NOT
-PRIVATE: never to be published with a release).
-
-Rows are long form: ``metric``, ``group`` (``all``; ``size``: bins of the true cell count; ``diversity``: bins of the
-node's entropy, in bits, of its true race x ethnicity counts), ``bin``, ``value`` and ``n`` (cells or nodes).
-"""
+"""Error metrics of one estimate of one query at one level against the true answers, as long-form rows
+(docs/uncertainty.md).  Evaluation only, NOT PRIVATE: never to be published with a release."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 LABEL = "EVALUATION AGAINST TRUE DATA — NOT PRIVATE"
 METHODS = ("noisy", "reconciled", "gls", "bottom_up")  # the estimates compared, in the order reports show them
@@ -58,9 +55,16 @@ def _basic(errors: np.ndarray) -> dict[str, float]:
             "max_abs": float(np.abs(errors).max()), "bias": float(errors.mean())}
 
 
+def method_values(metrics: pl.DataFrame, level: str, query: str, metric: str) -> dict[str, float]:
+    """Each method's ``metric`` over every cell of ``query`` at ``level``."""
+    rows = metrics.filter((pl.col("level") == level) & (pl.col("query") == query)
+                          & (pl.col("metric") == metric) & (pl.col("group") == "all"))
+    return dict(zip(rows["method"].to_list(), rows["value"].to_list(), strict=True))
+
+
 def query_metrics(true: np.ndarray, estimate: np.ndarray, diversity: np.ndarray) -> list[dict[str, Any]]:
-    """Rows for one (method, level, query): ``true``/``estimate`` are (n_nodes, q_cells); ``diversity`` is each
-    node's diversity bin index."""
+    """Rows for one (method, level, query): ``true``, ``estimate`` and ``diversity`` (the diversity bin of each
+    cell's node) are (n_nodes, q_cells)."""
     errors = estimate.astype(float) - true
     rows = [{"metric": k, "group": "all", "bin": "all", "value": v, "n": errors.size}
             for k, v in _basic(errors.ravel()).items()]

@@ -1,10 +1,5 @@
-"""PNG plots of an evaluation (matplotlib, Agg backend).  Every figure carries the NOT PRIVATE label.
-
-- ``error_by_level.png``: mean absolute error of the total and of a detailed cell, by level, one line per method;
-- ``bias_by_size.png`` / ``bias_by_diversity.png``: mean signed error of detailed cells at the lowest level and
-  at the level above, by bin of the true count and by bin of the area's diversity, one bar per method;
-- ``budget_shares.png``: the release's share of rho per level, split by query (from the manifest's allocation).
-"""
+"""PNG plots of an evaluation (matplotlib, Agg backend; the four files: docs/uncertainty.md).  Every figure carries
+the NOT PRIVATE label."""
 
 from __future__ import annotations
 
@@ -18,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS  # noqa: E402
+from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS, method_values  # noqa: E402
 from censusdp.pipeline.io.budget_figure import budget_shares, finish_figure  # noqa: E402
 
 METHOD_STYLE = {"noisy": ("tab:gray", "o"), "reconciled": ("tab:blue", "s"), "gls": ("tab:green", "^"),
@@ -31,11 +26,9 @@ def error_by_level(metrics: pl.DataFrame, run: dict[str, Any], path: Path) -> Pa
     levels = [lv["name"] for lv in run["levels"]]
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for axis, query in zip(axes, ("total", "detailed"), strict=True):
+        by_level = {level: method_values(metrics, level, query, "mae") for level in levels}
         for method, (colour, marker) in METHOD_STYLE.items():
-            rows = metrics.filter((pl.col("method") == method) & (pl.col("query") == query)
-                                  & (pl.col("metric") == "mae") & (pl.col("group") == "all"))
-            values = dict(zip(rows["level"].to_list(), rows["value"].to_list(), strict=True))
-            ys = [values.get(level, np.nan) for level in levels]
+            ys = [by_level[level].get(method, np.nan) for level in levels]
             axis.plot(levels, ys, marker=marker, color=colour, label=METHOD_NAME[method])
         axis.set_title(f"mean absolute error: {query}")
         axis.set_yscale("symlog", linthresh=0.1)

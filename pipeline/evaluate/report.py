@@ -7,20 +7,13 @@ from typing import Any
 import polars as pl
 
 from censusdp.pipeline.config.model import SummaryTables
-from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, METHODS, SIZE_BINS
+from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, METHODS, SIZE_BINS, method_values
 from censusdp.pipeline.evaluate.plots import METHOD_NAME
 from censusdp.pipeline.io.summary_tables import table_variables
 
 
 def _cell(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}" if abs(value) < 100 else f"{value:,.1f}"
-
-
-def method_values(metrics: pl.DataFrame, level: str, query: str, metric: str) -> dict[str, float]:
-    """Each method's ``metric`` over every cell of ``query`` at ``level``."""
-    rows = metrics.filter((pl.col("level") == level) & (pl.col("query") == query)
-                          & (pl.col("metric") == metric) & (pl.col("group") == "all"))
-    return dict(zip(rows["method"].to_list(), rows["value"].to_list(), strict=True))
 
 
 def _by_level(metrics: pl.DataFrame, run: dict[str, Any], query: str, metric: str) -> list[str]:
@@ -47,9 +40,8 @@ def _by_bin(metrics: pl.DataFrame, level: str, group: str, bins: tuple[str, ...]
 def _summary_tables(metrics: pl.DataFrame, run: dict[str, Any]) -> list[str]:
     """Per summary table (P1 ...), the mean absolute error over its variables by level."""
     names = {v.table for tables in SummaryTables for v in table_variables(tables)} | {"H1"}
-    tables = [t for t in dict.fromkeys(metrics["query"].to_list()) if t in names]
     lines = []
-    for table in tables:
+    for table in (t for t in dict.fromkeys(metrics["query"].to_list()) if t in names):
         lines += [f"## Summary table {table}: mean absolute error over its variables by level", "",
                   *_by_level(metrics, run, table, "mae"), ""]
     return lines

@@ -9,9 +9,8 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from censusdp.pipeline.evaluate.metrics import LABEL
+from censusdp.pipeline.evaluate.metrics import LABEL, method_values
 from censusdp.pipeline.evaluate.plots import METHOD_NAME
-from censusdp.pipeline.evaluate.report import method_values
 
 COMPARED = ("noisy", "reconciled", "gls")
 
@@ -30,10 +29,8 @@ def comparison_markdown(results: list[tuple[dict[str, Any], pl.DataFrame]]) -> s
         lines += ["", f"## {title}: mean absolute error by level", "", f"| level | {header} |",
                   "|---" * (1 + len(results) * len(COMPARED)) + "|"]
         for level in levels:
-            cells = []
-            for _, metrics in results:
-                values = method_values(metrics, level, query, "mae")
-                cells += ["—" if values.get(m) is None else f"{values[m]:.3f}" for m in COMPARED]
+            values = [method_values(metrics, level, query, "mae") for _, metrics in results]
+            cells = ["—" if v.get(m) is None else f"{v[m]:.3f}" for v in values for m in COMPARED]
             lines.append(f"| {level} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -51,12 +51,9 @@ def _rank_within(groups: NDArray[np.int64]) -> NDArray[np.int64]:
 
 def sample_ragged(rng: Generator, weights: NDArray[np.float64], starts: NDArray[np.int64],
                   rows: NDArray[np.int64]) -> NDArray[np.int64]:
-    """For each sample, an index into ``weights`` inside row ``rows[i]`` of a ragged table of categorical
-    distributions, chosen with probability proportional to its weight (zero weights are never chosen).
-
-    ``weights`` holds all rows end to end, row r beginning at ``starts[r]`` (strictly increasing, from 0); every
-    row needs a positive weight.
-    """
+    """For each sample i, an index into ``weights`` inside row ``rows[i]`` of a ragged table of categorical
+    distributions (all rows end to end, row r from ``starts[r]``; each needs a positive weight), chosen with
+    probability proportional to its weight (zero weights are never chosen)."""
     m = weights.shape[0]
     lengths = np.diff(np.r_[starts, m])
     row_of = np.repeat(np.arange(starts.shape[0]), lengths)
@@ -64,8 +61,7 @@ def sample_ragged(rng: Generator, weights: NDArray[np.float64], starts: NDArray[
     cs = np.cumsum(weights)
     before = np.r_[0.0, cs][starts]
     total = cs[ends] - before
-    flat = (cs - before[row_of]) / total[row_of]  # in [0, 1] per row, exactly 1 at each row's end
-    flat += row_of
+    flat = (cs - before[row_of]) / total[row_of] + row_of  # in [r, r + 1] for row r, exactly r + 1 at its end
     idx = np.searchsorted(flat, rows + rng.random(rows.shape[0]), side="right")
     # Guard against row + u rounding up to row + 1: fall back to the row's last positive entry.
     last_positive = np.maximum.reduceat(np.where(weights > 0, np.arange(m), -1), starts)
@@ -96,7 +92,6 @@ def build_blocks(rng: Generator, household_persons: int, *, state: int = STATE_F
     tract_code = (_rank_within(tract_county) + 1) * 100
     county_code = 2 * (county_base + tract_county) + 1
 
-    # Block groups: 1-4 per tract.
     n_bg = np.clip(np.rint(tract_pop / BLOCK_GROUP_POP + rng.uniform(-0.5, 0.5, n_tracts)), 1, 4).astype(np.int64)
     bg_tract = np.repeat(np.arange(n_tracts), n_bg)
     bg_number = _rank_within(bg_tract) + 1

@@ -1,10 +1,8 @@
 """Housing units and group-quarters facilities for the synthetic census generator, consistent with its persons:
 at every block, occupied housing units = households, housing units >= households, and one facility of type t
-exactly where persons of type t live (docs/units.md, "What synth guarantees").
-
-Codes follow the Census 2020 MDF unit layout: RTYPE 2 (housing unit) or 4 (group quarters); GQTYPE "000" for a
-housing unit, else a detailed group-quarters code whose first digit is the P.L. 94-171 type (1-7, 7 and above for
-other noninstitutional); VACS 0 for an occupied unit or a facility, 1-7 for the kinds of vacancy.
+exactly where persons of type t live (docs/units.md, "What synth guarantees").  Codes follow the Census 2020 MDF
+unit layout: GQTYPE "000" for a housing unit, else a detailed code whose first digit is the P.L. 94-171 type (1-7,
+7 and above for other noninstitutional).
 """
 
 from __future__ import annotations
@@ -60,8 +58,7 @@ def household_starts(rng: Generator, household_block: NDArray[np.int64]) -> NDAr
 
 def synthesize_units(rng: Generator, person_block: NDArray[np.int64], gqtype: NDArray[np.int8],
                      tract_index: NDArray[np.int64], n_tracts: int) -> Units:
-    """The units of a synthetic state whose persons live in ``person_block`` (sorted) with GQ type ``gqtype``;
-    ``tract_index`` is each block's tract."""
+    """The units of persons living in ``person_block`` (sorted) with GQ type ``gqtype``; ``tract_index``: by block."""
     n_blocks = tract_index.shape[0]
     household_block = person_block[gqtype == 0]
     occupied = np.bincount(household_block[household_starts(rng, household_block)], minlength=n_blocks)
@@ -79,13 +76,12 @@ def synthesize_units(rng: Generator, person_block: NDArray[np.int64], gqtype: ND
     facility_code = first[facility_type - 1] + (rng.random(facilities.shape[0]) * counts[facility_type - 1]).astype(
         np.int64)
 
-    n_vacant = int(vacant.sum())
     block = np.r_[np.repeat(np.arange(n_blocks), occupied), np.repeat(np.arange(n_blocks), vacant),
                   facilities // GQ_TYPES].astype(np.int64)
     gq_type = np.r_[np.zeros(block.shape[0] - facilities.shape[0], np.int8), facility_type]
     gq_code = np.r_[np.zeros(block.shape[0] - facilities.shape[0], np.int64), facility_code]
     vacancy = np.r_[np.zeros(int(occupied.sum()), np.int8),
-                    rng.choice(7, size=n_vacant, p=VACANCY_STATUS_P).astype(np.int8) + 1,
+                    rng.choice(7, size=int(vacant.sum()), p=VACANCY_STATUS_P).astype(np.int8) + 1,
                     np.zeros(facilities.shape[0], np.int8)]
     order = np.argsort(block, kind="stable")
     return Units(block=block[order], gq_type=gq_type[order], gq_code=gq_code[order], vacancy=vacancy[order])

@@ -1,6 +1,5 @@
 """A synthetic nation (the 50 states and DC, up to a billion persons) written in bounded memory: each state made by
 the single-state generator (``draw_persons``) in pieces, each piece drawn, written and dropped before the next.
-
 Layout and memory: docs/commands.md.  Pieces of a state have disjoint county ranges, in piece order, so every part
 holds whole counties and no block belongs to two pieces; each piece draws from streams of its own, so a state's data
 depends on the seed, its FIPS code, its person count and the piece size only.
@@ -21,21 +20,16 @@ from censusdp.pipeline.synth.geo import MAX_COUNTIES
 from censusdp.pipeline.synth.population import MAX_PERSONS, MIN_PERSONS, SyntheticFiles, draw_persons, draw_units
 from censusdp.pipeline.synth.states import N_STATES, apportion
 
-PIECE_PERSONS = 5_000_000
-"""Default largest piece: its peak memory is in BENCHMARKS.md ("Synthetic nation")."""
-
+PIECE_PERSONS = 5_000_000  # default largest piece: its peak memory is in BENCHMARKS.md ("Synthetic nation")
 MAX_NATION_PERSONS = 1_000_000_000
-
 PERSONS_STREAM = 1  # last word of a piece's seed: never 0, as trailing zeros would alias shorter seeds
 UNITS_STREAM = 2
-
 GEOGRAPHY_SCHEMA = pa.schema([pa.field("geocode", pa.string())])
 
 
 @dataclass(frozen=True)
 class Piece:
-    """One piece of a state: the ``index``-th (0-based) of its pieces, with ``persons`` persons and county
-    numbers ``county_base .. county_base + max_counties - 1``."""
+    """The ``index``-th piece (0-based) of a state: ``persons`` persons in counties ``county_base`` onwards."""
 
     state: int
     index: int
@@ -82,11 +76,9 @@ def write_synthetic_nation(persons: int, seed: int, out_dir: Path, states: int =
                            on_piece: Callable[[Piece], None] | None = None) -> SyntheticFiles:
     """Write a nation of exactly ``persons`` persons (1,000 to 1,000,000,000, shared among the first ``states``
     states by FIPS code as in 2020), a deterministic function of the arguments, under ``out_dir``:
-    ``microdata/state=SS/part-NNNN.parquet``, ``units/`` likewise and ``geography.parquet``; return their paths.
-
-    Part files already under microdata/ and units/ are removed first, so the dataset is exactly what this call
-    wrote.  ``piece_persons`` is the largest number of persons drawn at once (the memory bound); ``on_piece`` is
-    called after each piece is written.  ValueError if an argument is out of range (``plan_nation``).
+    ``microdata/state=SS/part-NNNN.parquet``, ``units/`` likewise (their earlier part files removed first) and
+    ``geography.parquet``; return their paths.  ``piece_persons`` bounds the persons drawn at once (the memory);
+    ``on_piece`` is called after each piece is written.  ValueError if an argument is out of range.
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")

@@ -27,9 +27,8 @@ GQ_MAX_SIZE = 6000
 N_RACES = 63
 SINGLE_RACES = 6  # White, Black, AIAN, Asian, NHPI, Some other race
 
-# State profiles: single-race shares, share of two-or-more races, and per-race propensity to appear
-# in combinations (a combination's weight is the product of its races' propensities times
-# MULTI_DECAY per race beyond two).
+# State profiles: single-race shares (the rest: two or more races) and per-race propensity to appear in
+# combinations (a combination's weight is the product of its races' propensities times MULTI_DECAY per race beyond two)
 NH_SINGLE = np.array([0.655, 0.255, 0.006, 0.016, 0.001, 0.004])
 NH_MULTI_PROPENSITY = np.array([1.0, 0.5, 0.6, 0.4, 0.05, 0.6])
 H_SINGLE = np.array([0.30, 0.03, 0.02, 0.004, 0.001, 0.38])
@@ -72,13 +71,13 @@ def _dirichlet_rows(rng: Generator, alpha: NDArray[np.float64]) -> NDArray[np.fl
 
 
 def tract_race_tables(rng: Generator, blocks: Blocks) -> NDArray[np.float64]:
-    """Race distributions per (tract, Hispanic origin), shape ``(2 * n_tracts, 63)``.
+    """Race distributions per (tract, Hispanic origin), shape ``(2 * n_tracts, 63)``: row ``2 * t`` non-Hispanic
+    persons of tract ``t``, row ``2 * t + 1`` Hispanic ones.
 
-    Row ``2 * t`` is non-Hispanic persons of tract ``t``, row ``2 * t + 1`` Hispanic ones. The mix of
-    the six single races is a Dirichlet draw around a county mix, itself a Dirichlet draw around the
-    state's (residential segregation). The share of two or more races varies mildly around the
-    state's and is split among the 57 combinations as in the state, tilted towards combinations of
-    the races common in the tract. A little of the state profile is mixed in to keep a long tail.
+    The single-race mix is a Dirichlet draw around a county mix, itself one around the state's (residential
+    segregation); the share of two or more races varies mildly around the state's and is split among the 57
+    combinations as in the state, tilted towards the races common in the tract; a little of the state profile is
+    mixed in to keep a long tail.
     """
     tract_county = np.zeros(blocks.n_tracts, dtype=np.int64)
     tract_county[blocks.tract_index] = blocks.county
@@ -100,11 +99,8 @@ def tract_race_tables(rng: Generator, blocks: Blocks) -> NDArray[np.float64]:
 
 
 def group_quarters(rng: Generator, persons: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Draw group-quarters facilities: (GQ type 1..7, size) of each.
-
-    The total size is Binomial(persons, GQ_RATE); facility sizes are lognormal by type (prisons,
-    dorms and barracks with hundreds of persons, nursing homes around 90, group homes a few dozen).
-    """
+    """Draw group-quarters facilities, (GQ type 1..7, size) of each: the total size is Binomial(persons, GQ_RATE);
+    sizes are lognormal by type (prisons, dorms and barracks with hundreds of persons, group homes a few dozen)."""
     target = int(rng.binomial(persons, GQ_RATE))
     if target == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)

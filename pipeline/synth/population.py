@@ -77,11 +77,10 @@ def _lookup(values: tuple[str, ...] | pl.Series, codes: NDArray[np.integer]) -> 
 
 def synthesize(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(microdata, geography) of a synthetic state of exactly ``persons`` persons (1,000 to 10,000,000), a
-    deterministic function of (persons, seed); ValueError if either is out of range.
-
-    ``microdata``: one row per person, sorted by geocode, with Utf8 columns ``geocode`` (15-digit block GEOID),
-    ``GQTYPE_PL`` ("0".."7"), ``VOTING_AGE`` ("1" under 18, "2" 18+), ``CENHISP`` ("1" not Hispanic, "2" Hispanic)
-    and ``CENRACE`` ("01".."63").  ``geography``: one Utf8 column ``geocode``, every block, populated or not, sorted.
+    deterministic function of (persons, seed); ValueError if either is out of range.  ``microdata``: one row per
+    person, sorted by geocode, with Utf8 columns ``geocode`` (15-digit block GEOID), ``GQTYPE_PL`` ("0".."7"),
+    ``VOTING_AGE`` ("1" under 18, "2" 18+), ``CENHISP`` ("1" not Hispanic, "2" Hispanic) and ``CENRACE``
+    ("01".."63").  ``geography``: one Utf8 column ``geocode``, every block, populated or not, sorted.
     """
     microdata, geography, _ = _persons(persons, seed)
     return microdata, geography
@@ -110,11 +109,8 @@ def draw_units(rng: np.random.Generator, geography: pl.DataFrame, drawn: Drawn) 
 
 def draw_persons(rng: np.random.Generator, persons: int, *, state: int = STATE_FIPS, county_base: int = 0,
                  max_counties: int = MAX_COUNTIES) -> tuple[pl.DataFrame, pl.DataFrame, Drawn]:
-    """(microdata, geography, drawn) of ``persons`` persons in state ``state``, drawn from ``rng``.
-
-    ``county_base`` and ``max_counties`` give the range of county numbers to use (``build_blocks``): a state made
-    in pieces gives each piece its own range. Both frames are sorted by geocode.
-    """
+    """(microdata, geography, drawn) of ``persons`` persons in state ``state``, drawn from ``rng``, both frames
+    sorted by geocode; the county numbers are ``county_base`` onwards (``build_blocks``)."""
     gq_type, gq_size = group_quarters(rng, persons)
     blocks = build_blocks(rng, persons - int(gq_size.sum()), state=state, county_base=county_base,
                           max_counties=max_counties)

@@ -47,16 +47,14 @@ def area_variables(run: LoadedRun, queries: Sequence[str] = ()) -> AreaVariables
     for text in queries or (() if names else ("total",)):
         query = schema.parse_query(text)
         labels = schema.cell_labels(query)
-        cells = schema.query_cells(query)
         names += [f"{query.name}[{' × '.join(str(part[i]) for part in labels)}]" if labels else query.name
-                  for i in range(cells)]
+                  for i in range(schema.query_cells(query))]
         blocks.append(schema.query_matrix(query).toarray())
     return AreaVariables(tuple(names), np.vstack(blocks).astype(float))
 
 
 def area_table(run: LoadedRun, assignment: Assignment, variables: AreaVariables) -> pa.Table:
-    """Long form: ``area``, ``variable``, ``published``, ``estimate``, ``std_error``, ``ci_low``, ``ci_high``,
-    ``published_error_bound``."""
+    """The areas file's table: one row per area and variable (columns: docs/areas.md)."""
     lowest = run.tree.depth - 1
     n_areas, leaf_area = assignment.n_areas, assignment.leaf_area
     inside = np.flatnonzero(leaf_area >= 0)
@@ -69,16 +67,14 @@ def area_table(run: LoadedRun, assignment: Assignment, variables: AreaVariables)
     variance = area_variances(terms, variables.weights)
     low, high = interval(estimate, variance)
     n_vars = len(variables.names)
+    numbers = {"published": published, "estimate": estimate, "std_error": np.sqrt(np.maximum(variance, 0.0)),
+               "ci_low": low, "ci_high": high,
+               "published_error_bound": np.maximum(np.abs(published - low), np.abs(high - published))}
     return pa.table({
         "area": pa.array(np.repeat(np.asarray(assignment.area_ids, dtype=object), n_vars).tolist(), pa.string()),
         "variable": pa.DictionaryArray.from_arrays(np.tile(np.arange(n_vars, dtype=np.int32), n_areas),
                                                    pa.array(variables.names)).cast(pa.string()),
-        "published": pa.array(published.ravel()),
-        "estimate": pa.array(estimate.ravel()),
-        "std_error": pa.array(np.sqrt(np.maximum(variance, 0.0)).ravel()),
-        "ci_low": pa.array(low.ravel()),
-        "ci_high": pa.array(high.ravel()),
-        "published_error_bound": pa.array(np.maximum(np.abs(published - low), np.abs(high - published)).ravel()),
+        **{name: pa.array(values.ravel()) for name, values in numbers.items()},
     })
 
 

@@ -30,13 +30,11 @@ MAX_STORED = 50_000_000  # replicate values kept for percentiles; beyond that, i
 
 def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource, count: int = 1
                      ) -> list[np.ndarray]:
-    """``count`` bootstrap replicates: fresh noisy measurements of ``truth`` (per level, dense), each level drawn
-    once and reconciled top-down as the release reconciles it (against the replicate's GLS estimates, or with the
-    only-child levels below it); per level, the replicates' tables stacked (replicate r's nodes are rows
-    r n .. (r + 1) n - 1).  The replicates are reconciled together, as ``count`` copies of the tree side by side:
-    a node's problem involves its own parent only, so each gets the tables it would get alone (up to the solver's
-    tolerance, which can tip a tie in the rounding).
-    """
+    """``count`` bootstrap replicates of ``truth`` (per level, dense), reconciled top-down as the release reconciles
+    each level; per level, the replicates' tables stacked (replicate r's nodes are rows r n .. (r + 1) n - 1).
+    The replicates are reconciled together, as copies of the tree side by side: a node's problem involves its own
+    parent only, so each gets the tables it would get alone (up to the solver's tolerance, which can tip a tie in
+    the rounding)."""
     schema, config, tree = run.config.schema, run.config, run.tree
     zeros = structural_zero_mask(config)
     drawn: dict[int, list[QueryMeasurement]] = {}
@@ -63,10 +61,8 @@ def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource,
                      for deeper in only_child_levels(tree, level) for m in draws(deeper)]
             fitted = draws(level) + chain
         passes = config.level_passes(config.levels[level].name)
-        parent_index = None
-        if level > 0:
-            above = tree.n_nodes(level - 1)
-            parent_index = np.concatenate([tree.parent[level] + r * above for r in range(count)])
+        parent_index = (np.concatenate([tree.parent[level] + r * tree.n_nodes(level - 1) for r in range(count)])
+                        if level else None)
         invariants = [replace(i, values=np.tile(i.values, (count, 1))) for i in run.invariants.get(level, [])]
         result = reconcile_level(fitted, n_cells=schema.n_cells, parent_counts=out[level - 1] if level else None,
                                  parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
@@ -82,12 +78,11 @@ def _gls_targets(run: LoadedRun, drawn: list[list[QueryMeasurement]], count: int
     stacked as ``drawn`` is.  The GLS is solved per replicate (its tree has one root); a target's variance depends
     on the design only, so the replicates' agree."""
     schema, config = run.config.schema, run.config
+    sizes = [run.tree.n_nodes(level) for level in range(len(drawn))]
     per_replicate = []
     for r in range(count):
-        measured = []
-        for level, queries in enumerate(drawn):
-            n = run.tree.n_nodes(level)
-            measured.append([(schema.parse_query(m.name), m.sigma2, m.noisy[r * n:(r + 1) * n]) for m in queries])
+        measured = [[(schema.parse_query(m.name), m.sigma2, m.noisy[r * n:(r + 1) * n]) for m in queries]
+                    for queries, n in zip(drawn, sizes, strict=True)]
         per_replicate.append(tree_targets(config, solve_tree(schema, run.tree.parent, measured, run.invariants),
                                           measured))
     return [[replace(first, noisy=np.concatenate([rep[level][i].noisy for rep in per_replicate]))
@@ -136,9 +131,8 @@ def _write(run: LoadedRun, level: int, published: np.ndarray, mean: np.ndarray, 
            low: np.ndarray, high: np.ndarray) -> Path:
     schema = run.config.schema
     node, cell = np.nonzero((published > 0) | (mean > 0))
-    multi = np.unravel_index(cell, schema.shape)
     columns: dict[str, pa.Array] = {"geoid": pa.array(run.tree.geoids[level][node].tolist(), type=pa.string())}
-    for attribute, index in zip(schema.attributes, multi, strict=True):
+    for attribute, index in zip(schema.attributes, np.unravel_index(cell, schema.shape), strict=True):
         columns[attribute.name] = pa.DictionaryArray.from_arrays(index.astype(np.int32), pa.array(attribute.values))
     pick = {"published": published, "boot_mean": mean, "boot_sd": sd, "boot_bias": mean - published,
             "ci_low": low, "ci_high": high}

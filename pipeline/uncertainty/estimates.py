@@ -1,9 +1,6 @@
-"""Uncertainty of a release, from its public outputs only: GLS estimates with exact standard errors, written to
-``estimates/<level>.parquet`` (every detailed cell) and ``estimates/queries/<level>.parquet`` (every other query
-measured at the level, and ``total``; rows by chunk, then query, then node).  Files and model: docs/uncertainty.md.
-
-The inputs are the measurements with their public σ², the invariants and the configuration, never microdata, so
-this is post-processing and spends no budget (Thm 19.25).
+"""Uncertainty of a release, from its public outputs only (files and model: docs/uncertainty.md): GLS estimates
+with exact standard errors.  The inputs are the measurements with their public σ², the invariants and the
+configuration, never microdata, so this is post-processing and spends no budget (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -40,10 +37,9 @@ def gls_levels(run: LoadedRun, noisy: list[list[tuple[Query, Fraction, np.ndarra
 
 def redrawn_measurements(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource
                          ) -> list[list[tuple[Query, Fraction, np.ndarray]]]:
-    """Fresh noisy answers of ``truth`` (dense histograms per level) to every level x query, each with the
-    release's own mechanism and public parameters (``release.noisy_measurements.noisy_answers``): the distribution of
-    another release's measurements, for coverage checks (``gls_levels(run, noisy=...)``).  Evaluation only: it
-    needs the truth."""
+    """Fresh noisy answers of ``truth`` (dense histograms per level) to every level x query, with the release's own
+    mechanisms and public parameters: another release's measurements, for coverage checks (``gls_levels(run,
+    noisy=...)``).  Evaluation only: it needs the truth."""
     schema = run.config.schema
     return [[(q.query, q.sigma2, noisy_answers(schema.marginal(q.query, truth[level]), q.mechanism, q.sigma2,
                                                q.scale, rng))
@@ -68,14 +64,13 @@ def gls_estimates(run: LoadedRun) -> GlsResult:
     return result
 
 
-def _chunk_table(geoids: pa.Array, middle: dict[str, pa.Array], estimate: np.ndarray, std_error: np.ndarray
-                 ) -> pa.Table:
+def _chunk_table(geoids: pa.Array, middle: dict[str, pa.Array], estimate: np.ndarray, sd: np.ndarray) -> pa.Table:
     """A chunk's rows of ``estimate`` (nodes, cells): ``geoid`` (the chunk's own nodes as its row group's
     dictionary), the ``middle`` columns, then ``estimate``, ``std_error``, ``ci_low`` and ``ci_high``."""
     n, cells = estimate.shape
-    low, high = interval(estimate.ravel(), std_error**2)
+    low, high = interval(estimate.ravel(), sd**2)
     return pa.table({"geoid": pa.DictionaryArray.from_arrays(np.repeat(np.arange(n, dtype=np.int32), cells), geoids),
-                     **middle, "estimate": pa.array(estimate.ravel()), "std_error": pa.array(std_error),
+                     **middle, "estimate": pa.array(estimate.ravel()), "std_error": pa.array(sd),
                      "ci_low": pa.array(low), "ci_high": pa.array(high)})
 
 
@@ -95,7 +90,8 @@ def write_release_estimates(release: Release, manifest: dict[str, Any]) -> list[
 
 
 def _level_files(run: LoadedRun, stream: StreamedGls, level: int, out_dir: Path) -> list[Path]:
-    """One level's two files, written chunk by chunk of the engine's plan."""
+    """One level's two files, written chunk by chunk of the engine's plan (a queries file's rows run by chunk, then
+    query, then node)."""
     schema, name = run.config.schema, run.config.levels[level].name
     geoids = pa.array(run.tree.geoids[level].tolist(), type=pa.string())
     multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
@@ -132,9 +128,6 @@ def _level_files(run: LoadedRun, stream: StreamedGls, level: int, out_dir: Path)
 def write_loaded_estimates(run: LoadedRun) -> list[Path]:
     """Write ``estimates/<level>.parquet`` and ``estimates/queries/<level>.parquet``; return the paths."""
     out_dir = run.run_dir / ESTIMATES_DIR
-    written = []
     with open_gls(run) as stream:  # solved first: a design it cannot solve leaves no folder behind
         (out_dir / "queries").mkdir(parents=True, exist_ok=True)
-        for level in range(run.tree.depth):
-            written += _level_files(run, stream, level, out_dir)
-    return written
+        return [path for level in range(run.tree.depth) for path in _level_files(run, stream, level, out_dir)]
