@@ -1,18 +1,14 @@
-"""``censusdp budget``: ``show`` a configuration's allocation or convert rho <-> (epsilon, delta), and ``optimize``
-the shares for weights.  Neither touches data nor spends budget.
-
-``show`` is the default: ``censusdp budget CONFIG`` and ``censusdp budget --rho R`` mean ``censusdp budget show ...``
-(``default_subcommand`` inserts the word before argparse sees the line).
-"""
+"""``censusdp budget``: ``show`` (the default) a configuration's allocation or convert rho <-> (epsilon, delta),
+and ``optimize`` the shares for weights.  Neither touches data nor spends budget."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
 
+from censusdp.pipeline.cli.commands import Sub
 from censusdp.pipeline.errors import CensusDPError
 
-Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 SUBCOMMANDS = ("show", "optimize")
 
 

@@ -80,9 +80,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
                                            piece_persons=piece_persons)
     except ValueError as error:
         raise CensusDPError(str(error)) from None
-    print(files.microdata)
-    print(files.geography)
-    print(files.units)
+    for path in (files.microdata, files.geography, files.units):
+        print(path)
     return 0
 
 

@@ -15,7 +15,6 @@ from censusdp.pipeline.io.run_folder import load_run
 
 
 def add_evaluate(sub: Any) -> None:
-    """Register ``censusdp evaluate`` on the CLI's subparsers."""
     p = sub.add_parser("evaluate", help="NOT PRIVATE: compare a release with its true (synthetic/test) microdata")
     p.add_argument("--truth", required=True, help="the true microdata the release was made from (synthetic or test)")
     p.add_argument("--release", required=True, action="append", help="a published run folder; give several to "
@@ -41,7 +40,6 @@ def safe_run_id(run: dict[str, Any], run_dir: Path) -> str:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    """Handler of ``censusdp evaluate``: prints the paths written."""
     from censusdp.pipeline.evaluate.side_by_side import write_comparison
 
     run_dirs = [Path(r).resolve() for r in args.release]

@@ -1,9 +1,4 @@
-"""``censusdp ledger``: every charge in the privacy-loss ledger and each dataset's cap, spent and remaining budget.
-
-Budgets compose in zCDP: a dataset's spent rho is the sum of every charge, whatever its status (Thm 19.37(i)),
-and its epsilon is the CKS20 conversion of that sum at one delta -- never a sum of per-charge epsilons, which
-would be basic composition (Thm 19.26) and much looser.  The command reads the ledger and never creates one.
-"""
+"""``censusdp ledger``: every charge in the privacy-loss ledger and each dataset's cap, spent and remaining budget."""
 
 from __future__ import annotations
 
@@ -14,17 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from censusdp.pipeline.budget.ledger.charges import Charge, PrivacyLedger
+from censusdp.pipeline.cli.commands import Sub
 from censusdp.pipeline.config.ledger_location import LEDGER_ENV, default_ledger_location, is_postgres_url
 from censusdp.pipeline.directed_rounding import round_text
 from censusdp.pipeline.dp.accounting import epsilon_cks20
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta
 
-Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
-
 
 def add_ledger(sub: Sub) -> None:
-    """Register ``censusdp ledger`` on an argparse subparsers object."""
     p = sub.add_parser("ledger", help="show the privacy-loss ledger: every charge and each dataset's budget left")
     p.add_argument("--ledger", help=f"ledger file or postgresql:// URL (default: ${LEDGER_ENV}, else the "
                                     "installation's ledger in the user data directory, as a release uses)")
@@ -37,9 +30,10 @@ def add_ledger(sub: Sub) -> None:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """Print the ledger (text table, or JSON with ``--json``); errors are one-line ``CensusDPError``s."""
-    ledger = PrivacyLedger(resolve_location(getattr(args, "ledger", None)))
-    report = ledger_report(ledger, getattr(args, "dataset", None), _optional_delta(getattr(args, "delta", None)))
-    print(json.dumps(report, indent=2) if getattr(args, "json", False) else format_text(report))
+    ledger = PrivacyLedger(resolve_location(args.ledger))
+    delta = None if args.delta is None else parse_delta(args.delta, "--delta")
+    report = ledger_report(ledger, args.dataset, delta)
+    print(json.dumps(report, indent=2) if args.json else format_text(report))
     return 0
 
 
@@ -63,14 +57,8 @@ def ledger_report(ledger: PrivacyLedger, dataset: str | None = None, delta: floa
         charges = ledger.charges(name)
         spent = sum((c.rho for c in charges), Fraction(0))  # zCDP composition (Thm 19.37(i))
         at = delta if delta is not None else min((c.delta for c in charges), default=float(DEFAULT_DELTA))
-        out.append({
-            "dataset": name,
-            "delta": at,
-            "cap": _budget(caps[name], at),
-            "spent": _budget(spent, at),
-            "remaining": _budget(caps[name] - spent, at),
-            "charges": [_charge(c, delta) for c in charges],
-        })
+        out.append({"dataset": name, "delta": at, "cap": _budget(caps[name], at), "spent": _budget(spent, at),
+                    "remaining": _budget(caps[name] - spent, at), "charges": [_charge(c, delta) for c in charges]})
     return {"ledger": ledger.location, "composition": "zCDP (rho adds, Thm 19.37(i)); epsilon by CKS20 at delta",
             "datasets": out}
 
@@ -110,10 +98,6 @@ def _charge(c: Charge, delta: float | None) -> dict[str, Any]:
             "rho_float": float(c.rho), "delta": c.delta if delta is None else delta,
             "epsilon": c.epsilon if delta is None else epsilon_cks20(c.rho, delta),
             "config_hash": c.config_hash, "status": c.status, "reason": c.reason, "publishable": c.publishable}
-
-
-def _optional_delta(text: str | None) -> float | None:
-    return None if text is None else parse_delta(text, "--delta")
 
 
 def _rho_text(exact: str) -> str:

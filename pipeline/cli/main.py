@@ -1,8 +1,7 @@
 """The ``censusdp`` command.  Errors are one line on stderr and a non-zero exit, never a traceback.
 
-Unexpected exceptions are reported by type only (their text could carry data values); set
-CENSUSDP_DEBUG=1 to see the traceback on a machine where that is safe.
-"""
+Unexpected exceptions are reported by type only (their text could carry data values); CENSUSDP_DEBUG=1 shows the
+traceback on a machine where that is safe."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from collections.abc import Sequence
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.postprocess import ReconciliationError
 
-EXIT_USAGE, EXIT_ERROR, EXIT_INTERNAL = 2, 1, 3
+EXIT_ERROR, EXIT_INTERNAL = 1, 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,19 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="censusdp", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_init(sub)
-    commands.add_synth(sub)
-    commands.add_check(sub)
-    commands.add_release(sub)
-    add_budget(sub)
-    commands.add_demo(sub)
-    commands.add_postprocess(sub)
-    commands.add_verify(sub)
-    commands.add_serve(sub)
-    add_ledger(sub)
-    add_evaluate(sub)
-    add_uncertainty(sub)
-    add_areas(sub)
+    for add in (commands.add_init, commands.add_synth, commands.add_check, commands.add_release, add_budget,
+                commands.add_demo, commands.add_postprocess, commands.add_verify, commands.add_serve, add_ledger,
+                add_evaluate, add_uncertainty, add_areas):  # in the order --help lists them
+        add(sub)
     return parser
 
 
@@ -76,7 +66,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"censusdp: internal error ({type(error).__name__}); nothing was published. "
               "Set CENSUSDP_DEBUG=1 for a traceback.", file=sys.stderr)
         return EXIT_INTERNAL
-
-
-if __name__ == "__main__":
-    sys.exit(main())

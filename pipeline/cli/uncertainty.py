@@ -1,6 +1,5 @@
-"""``censusdp uncertainty RUN_DIR [--bootstrap R] [--seed S]``: GLS estimates and the parametric bootstrap of a
-run's public outputs (no microdata, no budget: Thm 19.25).  Above both ``pipeline.uncertainty.estimates`` and
-``pipeline.uncertainty.bootstrap``, so neither imports the other's command."""
+"""``censusdp uncertainty`` (GLS estimates and the parametric bootstrap) and ``censusdp areas``: post-processing of
+a run's public outputs (no microdata, no budget: Thm 19.25)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from censusdp.pipeline.uncertainty.estimates import write_estimates
 
 
 def add_uncertainty(sub: Any) -> None:
-    """Register ``censusdp uncertainty RUN_DIR [--bootstrap R] [--seed S]`` (public outputs only; no budget)."""
     p = sub.add_parser("uncertainty", help="GLS estimates with standard errors (estimates/) and, optionally, a "
                        "parametric bootstrap of the tables (bootstrap/), from a run's public outputs")
     p.add_argument("run_dir", help="a published run folder")
@@ -25,7 +23,6 @@ def add_uncertainty(sub: Any) -> None:
 
 
 def cmd_uncertainty(args: Any) -> int:
-    """Handler: write the estimates (and bootstrap), print the paths."""
     for path in write_estimates(Path(args.run_dir)):
         print(path)
     if args.bootstrap:
@@ -37,7 +34,6 @@ def cmd_uncertainty(args: Any) -> int:
 
 
 def add_areas(sub: Any) -> None:
-    """Register ``censusdp areas RUN_DIR --assign FILE`` (areas of the user's own, with error bars)."""
     p = sub.add_parser("areas", help="published counts, GLS estimates, standard errors and 95%% intervals for "
                        "areas of your own (a block-assignment file), from a run's public outputs")
     p.add_argument("run_dir", help="a published run folder")
@@ -56,7 +52,6 @@ def add_areas(sub: Any) -> None:
 
 
 def cmd_areas(args: Any) -> int:
-    """Handler: write the areas table, print its path."""
     path, assignment = write_areas(Path(args.run_dir), Path(args.assign), out=Path(args.out) if args.out else None,
                                    queries=args.query, block_column=args.block_column, area_column=args.area_column,
                                    skip_unknown=args.skip_unknown_blocks)

@@ -1,23 +1,12 @@
 """``censusdp evaluate --truth MICRODATA --release RUN_DIR``: accuracy of a release against the true data.
 
-EVALUATION AGAINST TRUE DATA — NOT PRIVATE.  This reads confidential microdata and compares; it is for
-synthetic or test data, its outputs are labelled as such, and they are written outside the run folder.
-
-Methods compared, per level x query (every query measured at the level, plus ``total`` and ``detailed``):
-
-- ``noisy``: the run's noisy measurements (only the queries measured at that level);
-- ``reconciled``: the published integer tables;
-- ``gls``: the GLS estimates (``postprocess.gls``: unbiased, not rounded);
-- ``bottom_up``: an evaluation baseline, not a release: the lowest level's detailed query measured once with
-  the run's whole budget, σ² = Δ₂²/(2ρ_total) (Thm 19.37(iii)), summed up the tree, drawn with a seeded
-  source (``--seed``).
-
-Outputs in ``--out``: ``evaluation.parquet`` (long form: label, method, level, query, metric, group, bin, value,
-n), ``evaluation.md`` (the report, embedding the PNG plots of ``pipeline.evaluate.plots``).
+NOT PRIVATE: this reads confidential microdata; it is for synthetic or test data, its outputs are labelled as
+such and written outside the run folder (metrics and methods: docs/uncertainty.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +14,12 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query
+from censusdp.pipeline.config.pl94_tables import Variable
+from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query, Schema
 from censusdp.pipeline.dp.noise import gaussian_sigma2, sample_discrete_gaussian
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.errors import InputError
-from censusdp.pipeline.evaluate.metrics import LABEL, diversity_bin, entropy_bits, query_metrics
+from censusdp.pipeline.evaluate.metrics import LABEL, METHODS, diversity_bin, entropy_bits, query_metrics
 from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histograms
 from censusdp.pipeline.io.microdata import read_microdata
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run, units_of
@@ -37,7 +27,6 @@ from censusdp.pipeline.io.summary_tables import housing_variables, summary_count
 from censusdp.pipeline.uncertainty.estimates import gls_estimates
 
 DIVERSITY_ATTRIBUTES = ("hispanic", "cenrace")
-METHODS = ("noisy", "reconciled", "gls", "bottom_up")
 
 
 def true_histograms(run: LoadedRun) -> list[np.ndarray]:
@@ -51,18 +40,13 @@ def true_histograms(run: LoadedRun) -> list[np.ndarray]:
 
 
 def bottom_up(run: LoadedRun, truth_lowest: np.ndarray, seed: int) -> list[np.ndarray]:
-    """Evaluation baseline: noise only on the lowest level's detailed cells at the whole rho, summed up."""
+    """Evaluation baseline, not a release: the lowest level's detailed cells measured once with the run's whole
+    rho, σ² = Δ₂²/(2ρ_total) (Thm 19.37(iii)), from a seeded source, summed up the tree."""
     budget = run.config.budget
     sigma2 = gaussian_sigma2(budget.rho, budget.sensitivity2_squared)
     rng = seeded_random_source(seed)  # an evaluation baseline, not a release
     noisy = truth_lowest + sample_discrete_gaussian(sigma2, truth_lowest.size, rng=rng).reshape(truth_lowest.shape)
     return all_level_histograms(run.tree, noisy)
-
-
-def diversity_attributes(run: LoadedRun, names: tuple[str, ...] | None) -> tuple[str, ...]:
-    schema = run.config.schema
-    chosen = tuple(n for n in (names or DIVERSITY_ATTRIBUTES) if n in schema.names)
-    return chosen or schema.names
 
 
 def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = None,
@@ -76,7 +60,8 @@ def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = N
     truth = true_histograms(run)
     estimates = {"reconciled": [run.table(i) for i in range(run.tree.depth)],
                  "bottom_up": bottom_up(run, truth[-1], seed), "gls": gls_estimates(run).estimates}
-    by_attributes = schema.parse_query(" * ".join(diversity_attributes(run, diversity)))
+    chosen = tuple(n for n in (diversity or DIVERSITY_ATTRIBUTES) if n in schema.names) or schema.names
+    by_attributes = schema.parse_query(" * ".join(chosen))  # the attributes whose entropy bins the nodes
     rows = []
     for level, spec in enumerate(run.config.levels):
         node_bins = diversity_bin(entropy_bits(schema.marginal(by_attributes, truth[level])))
@@ -89,57 +74,51 @@ def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = N
             found = {m: schema.marginal(query, e[level]) for m, e in estimates.items()}
             if name in measured:
                 found["noisy"] = measured[name][1]
-            cell_bins = np.repeat(node_bins[:, None], true.shape[1], axis=1)
-            for method in METHODS:
-                if method in found:
-                    for row in query_metrics(true, found[method], cell_bins):
-                        rows.append({"label": LABEL, "method": method, "level": spec.name, "query": name, **row})
-        rows += summary_table_rows(run, level, truth[level], {m: e[level] for m, e in estimates.items()}, node_bins)
+            for method in (m for m in METHODS if m in found):
+                rows += _rows(method, spec.name, name, true, found[method], node_bins)
+        for tables in run.config.output.tables:
+            rows += summary_table_rows(schema, table_variables(tables), spec.name, truth[level],
+                                       {m: e[level] for m, e in estimates.items()}, node_bins)
     return pl.DataFrame(rows + housing_rows(run, units_truth))
+
+
+def _rows(method: str, level: str, query: str, true: np.ndarray, found: np.ndarray,
+          node_bins: np.ndarray) -> list[dict[str, Any]]:
+    """The labelled metric rows of one method's ``found`` against ``true`` (n_nodes, q_cells) at ``level``."""
+    cell_bins = np.repeat(node_bins[:, None], true.shape[1], axis=1)
+    return [{"label": LABEL, "method": method, "level": level, "query": query, **row}
+            for row in query_metrics(true, found, cell_bins)]
 
 
 def housing_rows(run: LoadedRun, units_truth: Path | None) -> list[dict[str, Any]]:
     """The housing tables (H1) of a run with a units universe, against its true unit file (the recorded one, or
-    ``units_truth``): the published (reconciled) and GLS figures, query = the table's name."""
+    ``units_truth``): the published (reconciled) and GLS figures."""
     units = units_of(run, units_truth)
     if units is None:
         return []
     truth = true_histograms(units)
     estimates = {"reconciled": [units.table(i) for i in range(units.tree.depth)], "gls": gls_estimates(units).estimates}
     rows = []
-    for tables in run.config.output.tables:
-        variables = housing_variables(tables, units.config.schema)
-        if not variables:
-            continue
-        matrix = variable_matrix(units.config.schema, variables)
-        for level, spec in enumerate(units.config.levels):
-            true = summary_counts(truth[level], matrix)
-            bins = np.zeros(true.shape, dtype=np.int64)  # one diversity bin: H1 has no race
-            for method, values in estimates.items():
-                for row in query_metrics(true, summary_counts(values[level], matrix), bins):
-                    rows.append({"label": LABEL, "method": method, "level": spec.name, "query": variables[0].table,
-                                 **row})
+    for variables in (housing_variables(tables, units.config.schema) for tables in run.config.output.tables):
+        for level, spec in enumerate(units.config.levels if variables else ()):
+            no_race = np.zeros(truth[level].shape[0], dtype=np.int64)  # one diversity bin: H1 has no race
+            rows += summary_table_rows(units.config.schema, variables, spec.name, truth[level],
+                                       {m: e[level] for m, e in estimates.items()}, no_race)
     return rows
 
 
-def summary_table_rows(run: LoadedRun, level: int, truth: np.ndarray, estimates: dict[str, np.ndarray],
-                       node_bins: np.ndarray) -> list[dict[str, Any]]:
-    """Metrics of the configured summary tables (query = the table's name, ``P1`` ...): every variable of every
-    node, from the truth and from each method's detailed estimate summed the same way."""
+def summary_table_rows(schema: Schema, variables: Sequence[Variable], level: str, truth: np.ndarray,
+                       estimates: dict[str, np.ndarray], node_bins: np.ndarray) -> list[dict[str, Any]]:
+    """Metrics of summary-table ``variables`` at one level (query = the table's name, ``P1`` ...): every variable
+    of every node, from the truth and from each method's detailed estimate summed the same way."""
+    matrix = variable_matrix(schema, variables)
+    true_all = summary_counts(truth, matrix)
+    found_all = {method: summary_counts(values, matrix) for method, values in estimates.items()}
     rows = []
-    for tables in run.config.output.tables:
-        variables = table_variables(tables)
-        matrix = variable_matrix(run.config.schema, variables)
-        true_all = summary_counts(truth, matrix)
-        found_all = {method: summary_counts(values, matrix) for method, values in estimates.items()}
-        for table in dict.fromkeys(v.table for v in variables):
-            columns = [j for j, v in enumerate(variables) if v.table == table]
-            true = true_all[:, columns]
-            cell_bins = np.repeat(node_bins[:, None], len(columns), axis=1)
-            for method, found in found_all.items():
-                for row in query_metrics(true, found[:, columns], cell_bins):
-                    rows.append({"label": LABEL, "method": method, "level": run.config.levels[level].name,
-                                 "query": table, **row})
+    for table in dict.fromkeys(v.table for v in variables):
+        columns = [j for j, v in enumerate(variables) if v.table == table]
+        for method, found in found_all.items():
+            rows += _rows(method, level, table, true_all[:, columns], found[:, columns], node_bins)
     return rows
 
 
@@ -157,6 +136,3 @@ def write_evaluation(metrics: pl.DataFrame, run: dict[str, Any], out_dir: Path) 
     report = out_dir / "evaluation.md"
     report.write_text(report_markdown(metrics, run, [p.name for p in plots]))
     return [parquet, report, *plots]
-
-
-__all__ = ["evaluate", "write_evaluation"]

@@ -1,20 +1,15 @@
-"""Error metrics of one estimate of one query at one level against the true answers (evaluation only).
-
-NOT PRIVATE: everything here compares with confidential true counts; it is for synthetic or test data, and
-what it writes must never be published as part of a release.
-
-For each (method, level, query) the rows are long form: ``metric`` with ``group`` = ``all`` (bin ``all``),
-``size`` (bins of the true cell count: 0, 1-9, 10-49, 50-249, 250+) or ``diversity`` (bins of the node's
-entropy, in bits, of its true race x ethnicity counts), ``value`` and ``n`` (cells or nodes it is over).
-"""
+"""Error metrics of one estimate of one query at one level against the true answers, as long-form rows
+(docs/uncertainty.md).  Evaluation only, NOT PRIVATE: never to be published with a release."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 LABEL = "EVALUATION AGAINST TRUE DATA — NOT PRIVATE"
+METHODS = ("noisy", "reconciled", "gls", "bottom_up")  # the estimates compared, in the order reports show them
 SIZE_EDGES = (0, 1, 10, 50, 250)
 SIZE_BINS = ("0", "1-9", "10-49", "50-249", "250+")
 DIVERSITY_EDGES = (0.0, 0.5, 1.0, 2.0)
@@ -60,22 +55,25 @@ def _basic(errors: np.ndarray) -> dict[str, float]:
             "max_abs": float(np.abs(errors).max()), "bias": float(errors.mean())}
 
 
+def method_values(metrics: pl.DataFrame, level: str, query: str, metric: str) -> dict[str, float]:
+    """Each method's ``metric`` over every cell of ``query`` at ``level``."""
+    rows = metrics.filter((pl.col("level") == level) & (pl.col("query") == query)
+                          & (pl.col("metric") == metric) & (pl.col("group") == "all"))
+    return dict(zip(rows["method"].to_list(), rows["value"].to_list(), strict=True))
+
+
 def query_metrics(true: np.ndarray, estimate: np.ndarray, diversity: np.ndarray) -> list[dict[str, Any]]:
-    """Rows for one (method, level, query): ``true``/``estimate`` are (n_nodes, q_cells); ``diversity`` is each
-    node's diversity bin index."""
+    """Rows for one (method, level, query): ``true``, ``estimate`` and ``diversity`` (the diversity bin of each
+    cell's node) are (n_nodes, q_cells)."""
     errors = estimate.astype(float) - true
     rows = [{"metric": k, "group": "all", "bin": "all", "value": v, "n": errors.size}
             for k, v in _basic(errors.ravel()).items()]
     if true.shape[1] > 1:
         tvd, nodes = total_variation(true, estimate)
         rows.append({"metric": "tvd", "group": "all", "bin": "all", "value": tvd, "n": nodes})
-    sizes = size_bin(true)
-    for b, name in enumerate(SIZE_BINS):
-        selected = errors[sizes == b]
-        rows += [{"metric": k, "group": "size", "bin": name, "value": v, "n": selected.size}
-                 for k, v in _basic(selected).items() if k in ("mae", "bias", "rmse")]
-    for b, name in enumerate(DIVERSITY_BINS):
-        selected = errors[diversity == b]
-        rows += [{"metric": k, "group": "diversity", "bin": name, "value": v, "n": selected.size}
-                 for k, v in _basic(selected).items() if k in ("mae", "bias", "rmse")]
+    for group, bins, index in (("size", SIZE_BINS, size_bin(true)), ("diversity", DIVERSITY_BINS, diversity)):
+        for b, name in enumerate(bins):
+            selected = errors[index == b]
+            rows += [{"metric": k, "group": group, "bin": name, "value": v, "n": selected.size}
+                     for k, v in _basic(selected).items() if k in ("mae", "bias", "rmse")]
     return rows

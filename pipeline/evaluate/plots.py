@@ -1,10 +1,5 @@
-"""PNG plots of an evaluation (matplotlib, Agg backend).  Every figure carries the NOT PRIVATE label.
-
-- ``error_by_level.png``: mean absolute error of the total and of a detailed cell, by level, one line per method;
-- ``bias_by_size.png`` / ``bias_by_diversity.png``: mean signed error of detailed cells at the lowest level and
-  at the level above, by bin of the true count and by bin of the area's diversity, one bar per method;
-- ``budget_shares.png``: the release's share of rho per level, split by query (from the manifest's allocation).
-"""
+"""PNG plots of an evaluation (matplotlib, Agg backend; the four files: docs/uncertainty.md).  Every figure carries
+the NOT PRIVATE label."""
 
 from __future__ import annotations
 
@@ -18,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS  # noqa: E402
+from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS, method_values  # noqa: E402
 from censusdp.pipeline.io.budget_figure import budget_shares, finish_figure  # noqa: E402
 
 METHOD_STYLE = {"noisy": ("tab:gray", "o"), "reconciled": ("tab:blue", "s"), "gls": ("tab:green", "^"),
@@ -27,23 +22,13 @@ METHOD_NAME = {"noisy": "noisy measurements", "reconciled": "reconciled tables",
                "bottom_up": "bottom-up baseline (evaluation only)"}
 
 
-def _levels(run: dict[str, Any]) -> list[str]:
-    return [lv["name"] for lv in run["levels"]]
-
-
-def _finish(figure: plt.Figure, path: Path, label: str | None = LABEL) -> Path:
-    return finish_figure(figure, path, label)  # truth-based figures carry the evaluation banner
-
-
 def error_by_level(metrics: pl.DataFrame, run: dict[str, Any], path: Path) -> Path:
-    levels = _levels(run)
+    levels = [lv["name"] for lv in run["levels"]]
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for axis, query in zip(axes, ("total", "detailed"), strict=True):
+        by_level = {level: method_values(metrics, level, query, "mae") for level in levels}
         for method, (colour, marker) in METHOD_STYLE.items():
-            rows = metrics.filter((pl.col("method") == method) & (pl.col("query") == query)
-                                  & (pl.col("metric") == "mae") & (pl.col("group") == "all"))
-            values = dict(zip(rows["level"].to_list(), rows["value"].to_list(), strict=True))
-            ys = [values.get(level, np.nan) for level in levels]
+            ys = [by_level[level].get(method, np.nan) for level in levels]
             axis.plot(levels, ys, marker=marker, color=colour, label=METHOD_NAME[method])
         axis.set_title(f"mean absolute error: {query}")
         axis.set_yscale("symlog", linthresh=0.1)
@@ -51,12 +36,12 @@ def error_by_level(metrics: pl.DataFrame, run: dict[str, Any], path: Path) -> Pa
         axis.tick_params(axis="x", rotation=30)
     axes[0].set_ylabel("persons")
     axes[1].legend(fontsize=8)
-    return _finish(figure, path)
+    return finish_figure(figure, path, LABEL)
 
 
 def bias_by(metrics: pl.DataFrame, run: dict[str, Any], group: str, path: Path) -> Path:
     bins = SIZE_BINS if group == "size" else DIVERSITY_BINS
-    levels = _levels(run)[-2:]
+    levels = [lv["name"] for lv in run["levels"]][-2:]
     figure, axes = plt.subplots(1, len(levels), figsize=(11, 4.2), squeeze=False)
     width = 0.8 / len(METHOD_STYLE)
     for axis, level in zip(axes[0], levels, strict=True):
@@ -73,7 +58,7 @@ def bias_by(metrics: pl.DataFrame, run: dict[str, Any], group: str, path: Path) 
         axis.set_xlabel("true cell count" if group == "size" else "area diversity (entropy of race x ethnicity)")
     axes[0][0].set_ylabel("mean signed error (persons)")
     axes[0][-1].legend(fontsize=8)
-    return _finish(figure, path)
+    return finish_figure(figure, path, LABEL)
 
 
 def write_plots(metrics: pl.DataFrame, run: dict[str, Any], out_dir: Path) -> list[Path]:

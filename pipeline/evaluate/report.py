@@ -7,11 +7,9 @@ from typing import Any
 import polars as pl
 
 from censusdp.pipeline.config.model import SummaryTables
-from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS
+from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, METHODS, SIZE_BINS, method_values
 from censusdp.pipeline.evaluate.plots import METHOD_NAME
 from censusdp.pipeline.io.summary_tables import table_variables
-
-METHODS = ("noisy", "reconciled", "gls", "bottom_up")
 
 
 def _cell(value: float | None) -> str:
@@ -21,9 +19,7 @@ def _cell(value: float | None) -> str:
 def _by_level(metrics: pl.DataFrame, run: dict[str, Any], query: str, metric: str) -> list[str]:
     lines = ["| level | " + " | ".join(METHOD_NAME[m] for m in METHODS) + " |", "|---" * (len(METHODS) + 1) + "|"]
     for level in (lv["name"] for lv in run["levels"]):
-        rows = metrics.filter((pl.col("level") == level) & (pl.col("query") == query)
-                              & (pl.col("metric") == metric) & (pl.col("group") == "all"))
-        values = dict(zip(rows["method"].to_list(), rows["value"].to_list(), strict=True))
+        values = method_values(metrics, level, query, metric)
         lines.append(f"| {level} | " + " | ".join(_cell(values.get(m)) for m in METHODS) + " |")
     return lines
 
@@ -44,9 +40,8 @@ def _by_bin(metrics: pl.DataFrame, level: str, group: str, bins: tuple[str, ...]
 def _summary_tables(metrics: pl.DataFrame, run: dict[str, Any]) -> list[str]:
     """Per summary table (P1 ...), the mean absolute error over its variables by level."""
     names = {v.table for tables in SummaryTables for v in table_variables(tables)} | {"H1"}
-    tables = [t for t in dict.fromkeys(metrics["query"].to_list()) if t in names]
     lines = []
-    for table in tables:
+    for table in (t for t in dict.fromkeys(metrics["query"].to_list()) if t in names):
         lines += [f"## Summary table {table}: mean absolute error over its variables by level", "",
                   *_by_level(metrics, run, table, "mae"), ""]
     return lines

@@ -1,7 +1,5 @@
 """Several releases evaluated against the same true data, side by side (NOT PRIVATE): ``censusdp evaluate
---release RUN_A --release RUN_B ...``.  Each release keeps its own full evaluation folder; this adds one table per
-query (total population, detailed cells) of mean absolute error by level, a column group per release, and the
-long-form metrics of all of them in one Parquet file with a ``run_id`` column."""
+--release RUN_A --release RUN_B ...``, beside each release's own full evaluation folder."""
 
 from __future__ import annotations
 
@@ -11,7 +9,7 @@ from typing import Any
 import polars as pl
 import pyarrow.parquet as pq
 
-from censusdp.pipeline.evaluate.metrics import LABEL
+from censusdp.pipeline.evaluate.metrics import LABEL, method_values
 from censusdp.pipeline.evaluate.plots import METHOD_NAME
 
 COMPARED = ("noisy", "reconciled", "gls")
@@ -31,12 +29,8 @@ def comparison_markdown(results: list[tuple[dict[str, Any], pl.DataFrame]]) -> s
         lines += ["", f"## {title}: mean absolute error by level", "", f"| level | {header} |",
                   "|---" * (1 + len(results) * len(COMPARED)) + "|"]
         for level in levels:
-            cells = []
-            for _, metrics in results:
-                rows = metrics.filter((pl.col("level") == level) & (pl.col("query") == query)
-                                      & (pl.col("metric") == "mae") & (pl.col("group") == "all"))
-                values = dict(zip(rows["method"].to_list(), rows["value"].to_list(), strict=True))
-                cells += ["—" if values.get(m) is None else f"{values[m]:.3f}" for m in COMPARED]
+            values = [method_values(metrics, level, query, "mae") for _, metrics in results]
+            cells = ["—" if v.get(m) is None else f"{v[m]:.3f}" for v in values for m in COMPARED]
             lines.append(f"| {level} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

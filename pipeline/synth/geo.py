@@ -1,8 +1,5 @@
-"""Geography for the synthetic census generator: counties, tracts, block groups and blocks.
-
-Everything here is vectorised numpy: the only Python-level work is per call, never per person or per
-block. See :mod:`censusdp.pipeline.synth.population` for the public API.
-"""
+"""Geography for the synthetic census generator: counties, tracts, block groups and blocks (vectorised numpy:
+no Python-level work per person or per block)."""
 
 from __future__ import annotations
 
@@ -12,49 +9,24 @@ import numpy as np
 from numpy.random import Generator  # synthetic data only: never privacy noise
 from numpy.typing import NDArray
 
-STATE_FIPS = 1
-"""State code of a single synthetic state's blocks ("01"); a nation's states pass their own (``build_blocks``)."""
-
-MAX_COUNTIES = 500
-"""County codes are odd numbers of three digits, 1..999, so a state has at most 500 counties."""
-
-MEAN_TRACT_POP = 4000.0
-"""Target mean tract population (real tracts: about 1,200-8,000 people, optimum 4,000)."""
-
-PERSONS_PER_BLOCK = 35.0
-"""Household persons per tabulation block, counting empty blocks (about 28,000 blocks per million)."""
-
-BLOCK_GROUP_POP = 1500.0
-"""Target block-group population, used to choose 1-4 block groups per tract."""
-
-BLOCK_SIZE_SIGMA = 1.3
-"""Log-scale spread of inhabited block weights (lognormal: most blocks small, a few with hundreds)."""
-
-EMPTY_BETA = (2.0, 6.0)
-"""Beta parameters of each tract's probability that a block is uninhabited (mean 0.25)."""
-
-MAX_BLOCKS_PER_GROUP = 999
-"""Block codes are four digits and the first one is the block group, so at most 1,000 per group."""
+STATE_FIPS = 1  # a single synthetic state's code ("01"); a nation's states pass their own (build_blocks)
+MAX_COUNTIES = 500  # county codes are odd numbers of three digits, 1..999
+MEAN_TRACT_POP = 4000.0  # target mean tract population (real tracts: about 1,200-8,000 people, optimum 4,000)
+PERSONS_PER_BLOCK = 35.0  # household persons per block, counting empty blocks (about 28,000 blocks per million)
+BLOCK_GROUP_POP = 1500.0  # target block-group population, used to choose 1-4 block groups per tract
+BLOCK_SIZE_SIGMA = 1.3  # log-scale spread of inhabited block weights (lognormal: most small, a few with hundreds)
+EMPTY_BETA = (2.0, 6.0)  # Beta parameters of each tract's probability that a block is uninhabited (mean 0.25)
+MAX_BLOCKS_PER_GROUP = 999  # block codes are four digits whose first is the block group
 
 
 @dataclass(frozen=True)
 class Blocks:
-    """All tabulation blocks, in geocode order, with the household population of each.
+    """All tabulation blocks, in geocode order, with the household (non-group-quarters) persons of each."""
 
-    Attributes:
-        county: county FIPS code of each block (odd numbers 1, 3, 5, ...).
-        tract: six-digit tract code of each block, as an integer (e.g. 100 for "000100").
-        block: four-digit block code of each block; its first digit is the block group.
-        tract_index: index 0..n_tracts-1 of each block's tract (non-decreasing).
-        households: household (non-group-quarters) persons in each block.
-        n_tracts: number of tracts.
-        state: state FIPS code of every block.
-    """
-
-    county: NDArray[np.int64]
-    tract: NDArray[np.int64]
-    block: NDArray[np.int64]
-    tract_index: NDArray[np.int64]
+    county: NDArray[np.int64]  # county FIPS code of each block (odd numbers 1, 3, 5, ...)
+    tract: NDArray[np.int64]  # six-digit tract code, as an integer (100 for "000100")
+    block: NDArray[np.int64]  # four-digit block code; its first digit is the block group
+    tract_index: NDArray[np.int64]  # index 0..n_tracts-1 of each block's tract (non-decreasing)
     households: NDArray[np.int64]
     n_tracts: int
     state: int = STATE_FIPS
@@ -77,24 +49,11 @@ def _rank_within(groups: NDArray[np.int64]) -> NDArray[np.int64]:
     return np.arange(n) - np.repeat(starts, lengths)
 
 
-def sample_ragged(
-    rng: Generator,
-    weights: NDArray[np.float64],
-    starts: NDArray[np.int64],
-    rows: NDArray[np.int64],
-) -> NDArray[np.int64]:
-    """Draw one entry per sample from a ragged table of categorical distributions.
-
-    Args:
-        rng: random generator.
-        weights: non-negative weights of all rows laid end to end; every row needs a positive weight.
-        starts: index in ``weights`` where each row begins (strictly increasing, ``starts[0] == 0``).
-        rows: the row to draw from for each sample.
-
-    Returns:
-        For each sample, an index into ``weights`` inside its row, chosen with probability proportional
-        to the weight (entries with zero weight are never chosen).
-    """
+def sample_ragged(rng: Generator, weights: NDArray[np.float64], starts: NDArray[np.int64],
+                  rows: NDArray[np.int64]) -> NDArray[np.int64]:
+    """For each sample i, an index into ``weights`` inside row ``rows[i]`` of a ragged table of categorical
+    distributions (all rows end to end, row r from ``starts[r]``; each needs a positive weight), chosen with
+    probability proportional to its weight (zero weights are never chosen)."""
     m = weights.shape[0]
     lengths = np.diff(np.r_[starts, m])
     row_of = np.repeat(np.arange(starts.shape[0]), lengths)
@@ -102,32 +61,22 @@ def sample_ragged(
     cs = np.cumsum(weights)
     before = np.r_[0.0, cs][starts]
     total = cs[ends] - before
-    flat = (cs - before[row_of]) / total[row_of]  # in [0, 1] per row, exactly 1 at each row's end
-    flat += row_of
+    flat = (cs - before[row_of]) / total[row_of] + row_of  # in [r, r + 1] for row r, exactly r + 1 at its end
     idx = np.searchsorted(flat, rows + rng.random(rows.shape[0]), side="right")
     # Guard against row + u rounding up to row + 1: fall back to the row's last positive entry.
     last_positive = np.maximum.reduceat(np.where(weights > 0, np.arange(m), -1), starts)
     return np.minimum(idx, last_positive[rows])
 
 
-def build_blocks(
-    rng: Generator,
-    household_persons: int,
-    *,
-    state: int = STATE_FIPS,
-    county_base: int = 0,
-    max_counties: int = MAX_COUNTIES,
-) -> Blocks:
+def build_blocks(rng: Generator, household_persons: int, *, state: int = STATE_FIPS, county_base: int = 0,
+                 max_counties: int = MAX_COUNTIES) -> Blocks:
     """Lay out counties, tracts, block groups and blocks and place ``household_persons`` in them.
 
-    Tract populations vary lognormally around :data:`MEAN_TRACT_POP`; counties get a heavy-tailed
-    number of tracts; each tract has 1-4 block groups; each block group about
-    ``population / PERSONS_PER_BLOCK`` blocks, a tract-dependent share of which are uninhabited; the
-    others receive persons in proportion to lognormal weights (heavy-tailed block sizes).
-
-    A state generated in pieces gives each piece its own range of counties: this piece's are the
-    county numbers ``county_base .. county_base + max_counties - 1`` (code ``2 * number + 1``), at most
-    ``max_counties`` of them, so pieces never share a block. The defaults leave a single state as it was.
+    Tract populations vary lognormally around :data:`MEAN_TRACT_POP`; counties get a heavy-tailed number of tracts;
+    each tract has 1-4 block groups of about ``population / PERSONS_PER_BLOCK`` blocks, a tract-dependent share of
+    them uninhabited, the others receiving persons in proportion to lognormal weights.  The county numbers are
+    ``county_base .. county_base + max_counties - 1`` (code ``2 * number + 1``): a state generated in pieces gives
+    each piece its own range, so pieces never share a block.
     """
     if county_base < 0 or max_counties < 1 or county_base + max_counties > MAX_COUNTIES:
         raise ValueError(f"counties {county_base}..{county_base + max_counties - 1} are outside 0..{MAX_COUNTIES - 1}")
@@ -143,9 +92,7 @@ def build_blocks(
     tract_code = (_rank_within(tract_county) + 1) * 100
     county_code = 2 * (county_base + tract_county) + 1
 
-    # Block groups: 1-4 per tract.
-    n_bg = np.clip(np.rint(tract_pop / BLOCK_GROUP_POP + rng.uniform(-0.5, 0.5, n_tracts)), 1, 4)
-    n_bg = n_bg.astype(np.int64)
+    n_bg = np.clip(np.rint(tract_pop / BLOCK_GROUP_POP + rng.uniform(-0.5, 0.5, n_tracts)), 1, 4).astype(np.int64)
     bg_tract = np.repeat(np.arange(n_tracts), n_bg)
     bg_number = _rank_within(bg_tract) + 1
 
@@ -169,12 +116,5 @@ def build_blocks(
     del person_tract
     households = np.bincount(person_block, minlength=n_blocks).astype(np.int64)
 
-    return Blocks(
-        county=county_code[blk_tract],
-        tract=tract_code[blk_tract],
-        block=blk_code,
-        tract_index=blk_tract,
-        households=households,
-        n_tracts=n_tracts,
-        state=state,
-    )
+    return Blocks(county=county_code[blk_tract], tract=tract_code[blk_tract], block=blk_code, tract_index=blk_tract,
+                  households=households, n_tracts=n_tracts, state=state)

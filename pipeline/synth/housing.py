@@ -1,15 +1,8 @@
-"""Housing units and group-quarters facilities for the synthetic census generator, consistent with its persons.
-
-Per block: the household persons are grouped into households of plausible sizes (the 2020 distribution, about
-2.5 persons on average), one occupied housing unit each; a tract-dependent share of vacant units is added (about
-one in ten), and some blocks without persons get a few vacant units (cabins, new builds).  Each group-quarters type
-present among a block's persons is one occupied facility of that type.  So, by construction, at every block:
-occupied housing units = households, housing units >= households, and a facility of type t exactly where persons
-of type t live.
-
-Codes follow the Census 2020 MDF unit layout: RTYPE 2 (housing unit) or 4 (group quarters); GQTYPE "000" for a
-housing unit, else a detailed group-quarters code whose first digit is the P.L. 94-171 type (1-7, 7 and above for
-other noninstitutional); VACS 0 for an occupied unit or a facility, 1-7 for the kinds of vacancy.
+"""Housing units and group-quarters facilities for the synthetic census generator, consistent with its persons:
+at every block, occupied housing units = households, housing units >= households, and one facility of type t
+exactly where persons of type t live (docs/units.md, "What synth guarantees").  Codes follow the Census 2020 MDF
+unit layout: GQTYPE "000" for a housing unit, else a detailed code whose first digit is the P.L. 94-171 type (1-7,
+7 and above for other noninstitutional).
 """
 
 from __future__ import annotations
@@ -31,29 +24,19 @@ VACANCY_STATUS_P = np.array([0.17, 0.03, 0.06, 0.04, 0.35, 0.001, 0.349])
 GQ_CODES = (("101", "102", "103", "104", "105", "106"), ("201", "202", "203"), ("301",),
             ("401", "402", "403", "404", "405"), ("501",), ("601", "602"),
             ("701", "702", "704", "706", "801", "802", "900", "901", "903", "904", "997"))
-HOUSING_UNIT_CODE = "000"
+GQ_CODE_VALUES = ("000", *(code for codes in GQ_CODES for code in codes))  # "000": a housing unit
 GQ_TYPES = 8  # 0 household, 1..7 group quarters (the persons' GQTYPE_PL)
 
 
 @dataclass(frozen=True)
 class Units:
-    """One row per unit, sorted by block: block index, GQ type (0 housing unit, 1-7), its detailed GQTYPE code
-    (index into ``gq_code_values``) and VACS (0 occupied or a facility, 1-7 vacant)."""
+    """One row per unit, sorted by block: block index, GQ type (0 housing unit, 1-7: RTYPE 4), its detailed GQTYPE
+    code (index into ``GQ_CODE_VALUES``) and VACS (0 occupied or a facility, 1-7 vacant)."""
 
     block: NDArray[np.int64]
     gq_type: NDArray[np.int8]
     gq_code: NDArray[np.int64]
     vacancy: NDArray[np.int8]
-
-    @property
-    def rtype(self) -> NDArray[np.int8]:
-        """MDF record type: 2 housing unit, 4 group quarters."""
-        return np.where(self.gq_type > 0, 4, 2).astype(np.int8)
-
-
-def gq_code_values() -> tuple[str, ...]:
-    """Every GQTYPE code a unit may have, housing unit first (``Units.gq_code`` indexes this)."""
-    return (HOUSING_UNIT_CODE, *(code for codes in GQ_CODES for code in codes))
 
 
 def household_starts(rng: Generator, household_block: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -75,8 +58,7 @@ def household_starts(rng: Generator, household_block: NDArray[np.int64]) -> NDAr
 
 def synthesize_units(rng: Generator, person_block: NDArray[np.int64], gqtype: NDArray[np.int8],
                      tract_index: NDArray[np.int64], n_tracts: int) -> Units:
-    """The units of a synthetic state whose persons live in ``person_block`` (sorted) with GQ type ``gqtype``;
-    ``tract_index`` is each block's tract."""
+    """The units of persons living in ``person_block`` (sorted) with GQ type ``gqtype``; ``tract_index``: by block."""
     n_blocks = tract_index.shape[0]
     household_block = person_block[gqtype == 0]
     occupied = np.bincount(household_block[household_starts(rng, household_block)], minlength=n_blocks)
@@ -89,18 +71,17 @@ def synthesize_units(rng: Generator, person_block: NDArray[np.int64], gqtype: ND
 
     facilities = np.unique(person_block[gqtype > 0] * GQ_TYPES + gqtype[gqtype > 0])
     facility_type = (facilities % GQ_TYPES).astype(np.int8)
-    first = np.cumsum([1, *(len(codes) for codes in GQ_CODES)])[:-1]  # each type's first index in gq_code_values
+    first = np.cumsum([1, *(len(codes) for codes in GQ_CODES)])[:-1]  # each type's first index in GQ_CODE_VALUES
     counts = np.array([len(codes) for codes in GQ_CODES])
     facility_code = first[facility_type - 1] + (rng.random(facilities.shape[0]) * counts[facility_type - 1]).astype(
         np.int64)
 
-    n_vacant = int(vacant.sum())
     block = np.r_[np.repeat(np.arange(n_blocks), occupied), np.repeat(np.arange(n_blocks), vacant),
                   facilities // GQ_TYPES].astype(np.int64)
     gq_type = np.r_[np.zeros(block.shape[0] - facilities.shape[0], np.int8), facility_type]
     gq_code = np.r_[np.zeros(block.shape[0] - facilities.shape[0], np.int64), facility_code]
     vacancy = np.r_[np.zeros(int(occupied.sum()), np.int8),
-                    rng.choice(7, size=n_vacant, p=VACANCY_STATUS_P).astype(np.int8) + 1,
+                    rng.choice(7, size=int(vacant.sum()), p=VACANCY_STATUS_P).astype(np.int8) + 1,
                     np.zeros(facilities.shape[0], np.int8)]
     order = np.argsort(block, kind="stable")
     return Units(block=block[order], gq_type=gq_type[order], gq_code=gq_code[order], vacancy=vacancy[order])

@@ -1,20 +1,8 @@
-"""A synthetic nation (the 50 states and DC, up to a few hundred million persons) written in bounded memory.
-
-``write_synthetic_nation(persons, seed, out_dir)`` shares the persons among the states by their 2020 census
-populations (``pipeline.synth.states``) and makes each state with the single-state generator
-(``pipeline.synth.population.draw_persons``), in pieces of at most ``piece_persons`` persons. A piece is drawn,
-written and dropped before the next one starts, so the peak memory is that of one piece, whatever the nation's
-size. It writes, under ``out_dir``::
-
-    microdata/state=SS/part-NNNN.parquet   persons of piece NNNN of state SS (FIPS), sorted by geocode
-    units/state=SS/part-NNNN.parquet       the units of the same piece, sorted by geocode
-    geography.parquet                      every block of the nation, sorted (one row group per piece)
-
-Pieces of a state have disjoint county ranges, in piece order, so every part holds whole counties, the part
-names sort in geocode order and no block belongs to two pieces. Each piece draws from its own streams, seeded
-with ``(seed, state, piece, 1)`` (persons) and ``(seed, state, piece, 2)`` (units): a state's data depends on
-the seed, its FIPS code, its person count and the piece size only.
-
+"""A synthetic nation (the 50 states and DC, up to a billion persons) written in bounded memory: each state made by
+the single-state generator (``draw_persons``) in pieces, each piece drawn, written and dropped before the next.
+Layout and memory: docs/commands.md.  Pieces of a state have disjoint county ranges, in piece order, so every part
+holds whole counties and no block belongs to two pieces; each piece draws from streams of its own, so a state's data
+depends on the seed, its FIPS code, its person count and the piece size only.
 This is test data, not a privacy mechanism: it uses numpy's ordinary generator on purpose.
 """
 
@@ -32,21 +20,16 @@ from censusdp.pipeline.synth.geo import MAX_COUNTIES
 from censusdp.pipeline.synth.population import MAX_PERSONS, MIN_PERSONS, SyntheticFiles, draw_persons, draw_units
 from censusdp.pipeline.synth.states import N_STATES, apportion
 
-PIECE_PERSONS = 5_000_000
-"""Default largest piece: its peak memory is in BENCHMARKS.md ("Synthetic nation")."""
-
+PIECE_PERSONS = 5_000_000  # default largest piece: its peak memory is in BENCHMARKS.md ("Synthetic nation")
 MAX_NATION_PERSONS = 1_000_000_000
-
 PERSONS_STREAM = 1  # last word of a piece's seed: never 0, as trailing zeros would alias shorter seeds
 UNITS_STREAM = 2
-
 GEOGRAPHY_SCHEMA = pa.schema([pa.field("geocode", pa.string())])
 
 
 @dataclass(frozen=True)
 class Piece:
-    """One piece of a state: the ``index``-th (0-based) of its pieces, with ``persons`` persons and county
-    numbers ``county_base .. county_base + max_counties - 1``."""
+    """The ``index``-th piece (0-based) of a state: ``persons`` persons in counties ``county_base`` onwards."""
 
     state: int
     index: int
@@ -66,15 +49,9 @@ class Piece:
 
 
 def plan_nation(persons: int, states: int = N_STATES, piece_persons: int = PIECE_PERSONS) -> list[Piece]:
-    """Every piece of the nation, in geocode order (state by state, pieces in county order).
-
-    A state of ``n`` persons is cut into ``ceil(n / piece_persons)`` pieces of equal size give or take one; its
-    500 county numbers are shared equally among them.
-
-    Raises:
-        ValueError: if persons, states or piece_persons is out of range, or a state would need more pieces than
-            it has counties.
-    """
+    """Every piece of the nation, in geocode order (state by state, pieces in county order): a state of ``n``
+    persons is cut into ``ceil(n / piece_persons)`` pieces of equal size give or take one, sharing its 500 county
+    numbers equally.  ValueError if an argument is out of range or a state would need more pieces than counties."""
     for name, value in (("persons", persons), ("states", states), ("piece_persons", piece_persons)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise ValueError(f"{name} must be an integer, got {value!r}")
@@ -94,30 +71,14 @@ def plan_nation(persons: int, states: int = N_STATES, piece_persons: int = PIECE
     return pieces
 
 
-def write_synthetic_nation(
-    persons: int,
-    seed: int,
-    out_dir: Path,
-    states: int = N_STATES,
-    piece_persons: int = PIECE_PERSONS,
-    on_piece: Callable[[Piece], None] | None = None,
-) -> SyntheticFiles:
-    """Write a synthetic nation of exactly ``persons`` persons under ``out_dir`` (layout in the module docstring).
-
-    Args:
-        persons: number of persons, 1,000 to 1,000,000,000, shared among the states as in 2020.
-        seed: non-negative seed; the output is a deterministic function of all the arguments.
-        out_dir: created if needed. Part files already under its microdata/ and units/ are removed first, so
-            the dataset is exactly what this call wrote; geography.parquet is overwritten.
-        states: the first ``states`` states by FIPS code (1 to 51; 51 is the 50 states and DC).
-        piece_persons: largest number of persons drawn at once (the memory bound).
-        on_piece: called after each piece is written (progress).
-
-    Returns:
-        ``SyntheticFiles`` whose ``microdata`` and ``units`` are the partitioned folders and ``geography`` the file.
-
-    Raises:
-        ValueError: if an argument is out of range (``plan_nation``) or the seed is negative.
+def write_synthetic_nation(persons: int, seed: int, out_dir: Path, states: int = N_STATES,
+                           piece_persons: int = PIECE_PERSONS,
+                           on_piece: Callable[[Piece], None] | None = None) -> SyntheticFiles:
+    """Write a nation of exactly ``persons`` persons (1,000 to 1,000,000,000, shared among the first ``states``
+    states by FIPS code as in 2020), a deterministic function of the arguments, under ``out_dir``:
+    ``microdata/state=SS/part-NNNN.parquet``, ``units/`` likewise (their earlier part files removed first) and
+    ``geography.parquet``; return their paths.  ``piece_persons`` bounds the persons drawn at once (the memory);
+    ``on_piece`` is called after each piece is written.  ValueError if an argument is out of range.
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
@@ -137,8 +98,7 @@ def write_synthetic_nation(
 
 def _write_piece(piece: Piece, seed: int, files: SyntheticFiles, geography_writer: pq.ParquetWriter) -> None:
     """Draw one piece, write its microdata and units parts and append its blocks to the geography."""
-    # test-only: synthetic data, not privacy noise
-    rng = np.random.default_rng([seed, piece.state, piece.index, PERSONS_STREAM])  # test-only
+    rng = np.random.default_rng([seed, piece.state, piece.index, PERSONS_STREAM])  # test-only: synthetic data
     microdata, geography, drawn = draw_persons(rng, piece.persons, state=piece.state,
                                                county_base=piece.county_base, max_counties=piece.max_counties)
     partition = f"state={piece.state_code}"

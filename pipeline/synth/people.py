@@ -1,8 +1,8 @@
 """Persons for the synthetic census generator: group-quarters facilities, race, ethnicity and age.
 
-All sampling is vectorised numpy. Codes follow the P.L. 94-171 PPMF layout: GQTYPE_PL 0 (household)
-and 1..7 (1 adult correctional, 2 juvenile, 3 nursing, 4 other institutional, 5 college housing,
-6 military, 7 other noninstitutional); CENRACE 0-based here (0..62 stands for "01".."63").
+Codes follow the P.L. 94-171 PPMF layout: GQTYPE_PL 0 (household) and 1..7 (1 adult correctional, 2 juvenile,
+3 nursing, 4 other institutional, 5 college housing, 6 military, 7 other noninstitutional); CENRACE 0-based here
+(0..62 stands for "01".."63").
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from numpy.typing import NDArray
 
 from censusdp.pipeline.synth.geo import Blocks, sample_ragged
 
-GQ_RATE = 0.03
-"""Expected share of persons living in group quarters."""
+GQ_RATE = 0.03  # expected share of persons living in group quarters
 
 # Per GQ type 1..7: share of facilities, median and log-spread of facility size, P(person under 18).
 GQ_FACILITY_SHARE = np.array([0.08, 0.04, 0.30, 0.05, 0.13, 0.03, 0.37])
@@ -28,9 +27,8 @@ GQ_MAX_SIZE = 6000
 N_RACES = 63
 SINGLE_RACES = 6  # White, Black, AIAN, Asian, NHPI, Some other race
 
-# State profiles: single-race shares, share of two-or-more races, and per-race propensity to appear
-# in combinations (a combination's weight is the product of its races' propensities times
-# MULTI_DECAY per race beyond two).
+# State profiles: single-race shares (the rest: two or more races) and per-race propensity to appear in
+# combinations (a combination's weight is the product of its races' propensities times MULTI_DECAY per race beyond two)
 NH_SINGLE = np.array([0.655, 0.255, 0.006, 0.016, 0.001, 0.004])
 NH_MULTI_PROPENSITY = np.array([1.0, 0.5, 0.6, 0.4, 0.05, 0.6])
 H_SINGLE = np.array([0.30, 0.03, 0.02, 0.004, 0.001, 0.38])
@@ -48,16 +46,10 @@ HISPANIC_UNDER18_BONUS = 0.08
 
 
 def _combinations() -> NDArray[np.float64]:
-    """Membership matrix (57 x 6) of the multi-race CENRACE categories 07..63, in Census order.
-
-    Combinations are enumerated as the Census does: two-race combinations in lexicographic order of
-    the six races, then three-race, and so on up to all six.
-    """
+    """Membership matrix (57 x 6) of the multi-race CENRACE categories 07..63, in Census order: two-race
+    combinations in lexicographic order of the six races, then three-race, and so on up to all six."""
     combos = [c for k in range(2, SINGLE_RACES + 1) for c in combinations(range(SINGLE_RACES), k)]
-    member = np.zeros((len(combos), SINGLE_RACES))
-    for i, c in enumerate(combos):
-        member[i, list(c)] = 1.0
-    return member
+    return np.array([[float(race in c) for race in range(SINGLE_RACES)] for c in combos])
 
 
 COMBINATIONS = _combinations()
@@ -79,13 +71,13 @@ def _dirichlet_rows(rng: Generator, alpha: NDArray[np.float64]) -> NDArray[np.fl
 
 
 def tract_race_tables(rng: Generator, blocks: Blocks) -> NDArray[np.float64]:
-    """Race distributions per (tract, Hispanic origin), shape ``(2 * n_tracts, 63)``.
+    """Race distributions per (tract, Hispanic origin), shape ``(2 * n_tracts, 63)``: row ``2 * t`` non-Hispanic
+    persons of tract ``t``, row ``2 * t + 1`` Hispanic ones.
 
-    Row ``2 * t`` is non-Hispanic persons of tract ``t``, row ``2 * t + 1`` Hispanic ones. The mix of
-    the six single races is a Dirichlet draw around a county mix, itself a Dirichlet draw around the
-    state's (residential segregation). The share of two or more races varies mildly around the
-    state's and is split among the 57 combinations as in the state, tilted towards combinations of
-    the races common in the tract. A little of the state profile is mixed in to keep a long tail.
+    The single-race mix is a Dirichlet draw around a county mix, itself one around the state's (residential
+    segregation); the share of two or more races varies mildly around the state's and is split among the 57
+    combinations as in the state, tilted towards the races common in the tract; a little of the state profile is
+    mixed in to keep a long tail.
     """
     tract_county = np.zeros(blocks.n_tracts, dtype=np.int64)
     tract_county[blocks.tract_index] = blocks.county
@@ -94,12 +86,9 @@ def tract_race_tables(rng: Generator, blocks: Blocks) -> NDArray[np.float64]:
     out = np.empty((2 * n_tracts, N_RACES))
     for h, (single, prop) in enumerate(((NH_SINGLE, NH_MULTI_PROPENSITY), (H_SINGLE, H_MULTI_PROPENSITY))):
         state = race_profile(single, prop)
-        # Single-race mix: county Dirichlet around the state, tract Dirichlet around the county.
         share = single / single.sum()
         county = _dirichlet_rows(rng, np.tile(COUNTY_CONCENTRATION * share, (county_ids.shape[0], 1)))
         tract = _dirichlet_rows(rng, TRACT_CONCENTRATION * county[county_of_tract])
-        # Two or more races: the state's share give or take MULTI_SPREAD (log scale), split among the
-        # combinations as in the state but tilted towards races that are common in the tract.
         multi_total = np.minimum((1.0 - single.sum()) * rng.lognormal(0.0, MULTI_SPREAD, n_tracts), 0.5)
         tilt = 0.5 + 0.5 * tract / share  # smoothed: rare races are absent from most tracts
         multi = state[SINGLE_RACES:] * np.exp(MULTI_TILT * np.log(tilt) @ COMBINATIONS.T)
@@ -110,11 +99,8 @@ def tract_race_tables(rng: Generator, blocks: Blocks) -> NDArray[np.float64]:
 
 
 def group_quarters(rng: Generator, persons: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Draw group-quarters facilities: (GQ type 1..7, size) of each.
-
-    The total size is Binomial(persons, GQ_RATE); facility sizes are lognormal by type (prisons,
-    dorms and barracks with hundreds of persons, nursing homes around 90, group homes a few dozen).
-    """
+    """Draw group-quarters facilities, (GQ type 1..7, size) of each: the total size is Binomial(persons, GQ_RATE);
+    sizes are lognormal by type (prisons, dorms and barracks with hundreds of persons, group homes a few dozen)."""
     target = int(rng.binomial(persons, GQ_RATE))
     if target == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -140,12 +126,8 @@ def place_facilities(rng: Generator, n_facilities: int, n_blocks: int) -> NDArra
     return rng.choice(n_blocks, size=n_facilities, replace=replace).astype(np.int64)
 
 
-def person_attributes(
-    rng: Generator,
-    blocks: Blocks,
-    person_block: NDArray[np.int64],
-    gqtype: NDArray[np.int8],
-) -> tuple[NDArray[np.bool_], NDArray[np.bool_], NDArray[np.int64]]:
+def person_attributes(rng: Generator, blocks: Blocks, person_block: NDArray[np.int64], gqtype: NDArray[np.int8]
+                      ) -> tuple[NDArray[np.bool_], NDArray[np.bool_], NDArray[np.int64]]:
     """Draw (under 18, Hispanic, CENRACE index 0..62) for each person given block and GQ type."""
     n = person_block.shape[0]
     tract = blocks.tract_index[person_block]

@@ -1,13 +1,5 @@
-"""Synthetic census microdata in the P.L. 94-171 PPMF layout, for demos, tests and benchmarks.
-
-``synthesize(persons, seed)`` returns person records and the full block list of one synthetic state
-(code "01"): several counties, tracts of roughly 1,000-8,000 people with 1-4 block groups, about one
-tabulation block per 35 persons of which a quarter or so are empty, heavy-tailed block sizes,
-group quarters (about 3% of persons) concentrated in a few blocks with one facility type each, and
-race / ethnicity mixes that vary by county and tract. Everything is vectorised numpy; 10 million
-persons fit comfortably in memory.  ``synthesize_state`` adds the housing units and group-quarters facilities
-those persons live in (``pipeline.synth.housing``), drawn after the persons from a stream of their own, so the
-persons of a seed are the same with or without them.
+"""Synthetic census microdata in the P.L. 94-171 PPMF layout, for demos, tests and benchmarks: one synthetic state
+(code "01") of up to 10 million persons, its every block, and the housing units and facilities they live in.
 
 This is test data, not a privacy mechanism: it uses numpy's ordinary generator on purpose.
 """
@@ -22,7 +14,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from censusdp.pipeline.synth.geo import MAX_COUNTIES, STATE_FIPS, Blocks, build_blocks
-from censusdp.pipeline.synth.housing import gq_code_values, synthesize_units
+from censusdp.pipeline.synth.housing import GQ_CODE_VALUES, synthesize_units
 from censusdp.pipeline.synth.people import group_quarters, person_attributes, place_facilities
 
 MIN_PERSONS = 1_000
@@ -55,58 +47,6 @@ class SyntheticFiles:
     units: Path
 
 
-def _validate(persons: int, seed: int) -> None:
-    """Raise ValueError (one line) unless persons is in [MIN_PERSONS, MAX_PERSONS] and seed >= 0."""
-    if isinstance(persons, bool) or not isinstance(persons, (int, np.integer)):
-        raise ValueError(f"persons must be an integer, got {persons!r}")
-    if not MIN_PERSONS <= persons <= MAX_PERSONS:
-        raise ValueError(f"persons must be between {MIN_PERSONS:,} and {MAX_PERSONS:,}, got {persons:,}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    if seed < 0:
-        raise ValueError(f"seed must be non-negative, got {seed}")
-
-
-def _lookup(values: tuple[str, ...] | pl.Series, codes: NDArray[np.integer]) -> pl.Series:
-    """Map integer codes 0..len(values)-1 to their string values (one vectorised gather)."""
-    return pl.Series(values, dtype=pl.Utf8).gather(pl.Series(codes.astype(np.uint32, copy=False)))
-
-
-def synthesize(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Return (microdata, geography) for a synthetic state of exactly ``persons`` persons.
-
-    Args:
-        persons: number of person records, 1,000 to 10,000,000.
-        seed: non-negative seed; the output is a deterministic function of (persons, seed).
-
-    Returns:
-        ``microdata``: one row per person, sorted by geocode, with Utf8 columns ``geocode`` (15-digit
-        block GEOID), ``GQTYPE_PL`` ("0".."7"), ``VOTING_AGE`` ("1" under 18, "2" 18+), ``CENHISP``
-        ("1" not Hispanic, "2" Hispanic) and ``CENRACE`` ("01".."63").
-        ``geography``: one Utf8 column ``geocode`` listing every block, populated or not, sorted and
-        unique.
-
-    Raises:
-        ValueError: if ``persons`` is out of range or ``seed`` is negative.
-    """
-    microdata, geography, _ = _persons(persons, seed)
-    return microdata, geography
-
-
-def synthesize_state(persons: int, seed: int) -> SyntheticState:
-    """``synthesize``'s persons and blocks (the same for the same arguments) and their units.
-
-    ``units``: one row per housing unit or occupied group-quarters facility, sorted by geocode, with Utf8 columns
-    ``geocode`` (a block of ``geography``), ``RTYPE`` ("2" housing unit, "4" group quarters), ``GQTYPE`` ("000"
-    for a housing unit, else the detailed group-quarters code, whose first digit is the persons' GQTYPE_PL) and
-    ``VACS`` ("0" occupied or a facility, "1".."7" vacant).  Per block, occupied housing units are households of
-    the block's household persons, and there is one facility per group-quarters type its persons live in.
-    """
-    microdata, geography, drawn = _persons(persons, seed)
-    rng = np.random.default_rng([int(seed), UNITS_STREAM])  # test-only: synthetic data, not privacy noise
-    return SyntheticState(microdata=microdata, geography=geography, units=draw_units(rng, geography, drawn))
-
-
 @dataclass(frozen=True)
 class Drawn:
     """What the units are drawn from: the blocks, each person's block index (sorted) and GQ type."""
@@ -116,37 +56,61 @@ class Drawn:
     gqtype: NDArray[np.int8]
 
 
+def _persons(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, Drawn]:
+    """A single state's persons and blocks (state "01", seeded with ``seed`` alone), and what its units need;
+    ValueError (one line) unless persons is in [MIN_PERSONS, MAX_PERSONS] and seed >= 0."""
+    if isinstance(persons, bool) or not isinstance(persons, (int, np.integer)):
+        raise ValueError(f"persons must be an integer, got {persons!r}")
+    if not MIN_PERSONS <= persons <= MAX_PERSONS:
+        raise ValueError(f"persons must be between {MIN_PERSONS:,} and {MAX_PERSONS:,}, got {persons:,}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    return draw_persons(np.random.default_rng(int(seed)), persons)  # test-only: synthetic data, not privacy noise
+
+
+def _lookup(values: tuple[str, ...] | pl.Series, codes: NDArray[np.integer]) -> pl.Series:
+    """Map integer codes 0..len(values)-1 to their string values (one vectorised gather)."""
+    return pl.Series(values, dtype=pl.Utf8).gather(pl.Series(codes.astype(np.uint32, copy=False)))
+
+
+def synthesize(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(microdata, geography) of a synthetic state of exactly ``persons`` persons (1,000 to 10,000,000), a
+    deterministic function of (persons, seed); ValueError if either is out of range.  ``microdata``: one row per
+    person, sorted by geocode, with Utf8 columns ``geocode`` (15-digit block GEOID), ``GQTYPE_PL`` ("0".."7"),
+    ``VOTING_AGE`` ("1" under 18, "2" 18+), ``CENHISP`` ("1" not Hispanic, "2" Hispanic) and ``CENRACE``
+    ("01".."63").  ``geography``: one Utf8 column ``geocode``, every block, populated or not, sorted.
+    """
+    microdata, geography, _ = _persons(persons, seed)
+    return microdata, geography
+
+
+def synthesize_state(persons: int, seed: int) -> SyntheticState:
+    """``synthesize``'s persons and blocks (the same for the same arguments) and their units: one row per housing
+    unit or occupied group-quarters facility, sorted by geocode, with Utf8 columns ``geocode``, ``RTYPE``,
+    ``GQTYPE`` and ``VACS`` in the MDF codes (``pipeline.synth.housing``)."""
+    microdata, geography, drawn = _persons(persons, seed)
+    rng = np.random.default_rng([int(seed), UNITS_STREAM])  # test-only: synthetic data, not privacy noise
+    return SyntheticState(microdata=microdata, geography=geography, units=draw_units(rng, geography, drawn))
+
+
 def draw_units(rng: np.random.Generator, geography: pl.DataFrame, drawn: Drawn) -> pl.DataFrame:  # test-only
     """The units frame (``synthesize_state``) of persons ``drawn`` in the blocks of ``geography``, from ``rng``."""
     units = synthesize_units(rng, drawn.person_block, drawn.gqtype, drawn.blocks.tract_index, drawn.blocks.n_tracts)
     block_geocodes = geography.get_column("geocode")
     return pl.DataFrame([
         _lookup(block_geocodes, units.block).alias("geocode"),
-        _lookup(("2", "4"), (units.rtype == 4).view(np.uint8)).alias("RTYPE"),
-        _lookup(gq_code_values(), units.gq_code).alias("GQTYPE"),
+        _lookup(("2", "4"), (units.gq_type > 0).view(np.uint8)).alias("RTYPE"),
+        _lookup(GQ_CODE_VALUES, units.gq_code).alias("GQTYPE"),
         _lookup(tuple(str(v) for v in range(8)), units.vacancy).alias("VACS"),
     ])
 
 
-def _persons(persons: int, seed: int) -> tuple[pl.DataFrame, pl.DataFrame, Drawn]:
-    """A single state's persons and blocks (state "01", seeded with ``seed`` alone), and what its units need."""
-    _validate(persons, seed)
-    return draw_persons(np.random.default_rng(int(seed)), persons)  # test-only: synthetic data, not privacy noise
-
-
-def draw_persons(
-    rng: np.random.Generator,  # test-only: synthetic data
-    persons: int,
-    *,
-    state: int = STATE_FIPS,
-    county_base: int = 0,
-    max_counties: int = MAX_COUNTIES,
-) -> tuple[pl.DataFrame, pl.DataFrame, Drawn]:
-    """(microdata, geography, drawn) of ``persons`` persons in state ``state``, drawn from ``rng``.
-
-    ``county_base`` and ``max_counties`` give the range of county numbers to use (``build_blocks``): a state made
-    in pieces gives each piece its own range. Both frames are sorted by geocode.
-    """
+def draw_persons(rng: np.random.Generator, persons: int, *, state: int = STATE_FIPS, county_base: int = 0,
+                 max_counties: int = MAX_COUNTIES) -> tuple[pl.DataFrame, pl.DataFrame, Drawn]:
+    """(microdata, geography, drawn) of ``persons`` persons in state ``state``, drawn from ``rng``, both frames
+    sorted by geocode; the county numbers are ``county_base`` onwards (``build_blocks``)."""
     gq_type, gq_size = group_quarters(rng, persons)
     blocks = build_blocks(rng, persons - int(gq_size.sum()), state=state, county_base=county_base,
                           max_counties=max_counties)
@@ -162,25 +126,20 @@ def draw_persons(
     under18, hispanic, race = person_attributes(rng, blocks, person_block, gqtype)
 
     block_geocodes = pl.Series("geocode", blocks.geocode_numbers()).cast(pl.Utf8).str.zfill(15)
-    microdata = pl.DataFrame(
-        [
-            _lookup(block_geocodes, person_block).alias("geocode"),
-            _lookup(GQTYPE_VALUES, gqtype).alias("GQTYPE_PL"),
-            _lookup(VOTING_AGE_VALUES, (~under18).view(np.uint8)).alias("VOTING_AGE"),
-            _lookup(CENHISP_VALUES, hispanic.view(np.uint8)).alias("CENHISP"),
-            _lookup(CENRACE_VALUES, race).alias("CENRACE"),
-        ]
-    )
+    microdata = pl.DataFrame([
+        _lookup(block_geocodes, person_block).alias("geocode"),
+        _lookup(GQTYPE_VALUES, gqtype).alias("GQTYPE_PL"),
+        _lookup(VOTING_AGE_VALUES, (~under18).view(np.uint8)).alias("VOTING_AGE"),
+        _lookup(CENHISP_VALUES, hispanic.view(np.uint8)).alias("CENHISP"),
+        _lookup(CENRACE_VALUES, race).alias("CENRACE"),
+    ])
     geography = block_geocodes.to_frame()
     return microdata, geography, Drawn(blocks=blocks, person_block=person_block, gqtype=gqtype)
 
 
 def write_synthetic(persons: int, seed: int, out_dir: Path) -> SyntheticFiles:
-    """Write ``out_dir/microdata.parquet``, ``out_dir/geography.parquet`` and ``out_dir/units.parquet``
-    (``synthesize_state``); return their paths.
-
-    ``out_dir`` (and its parents) are created if needed; existing files are overwritten.
-    """
+    """Write ``synthesize_state``'s frames to ``out_dir`` (created if needed; existing files are overwritten) as
+    ``microdata.parquet``, ``geography.parquet`` and ``units.parquet``; return their paths."""
     state = synthesize_state(persons, seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,6 @@
 Source: U.S. Census Bureau, 2020 Census Apportionment Results, Table 2 "Resident Population for the 50 States,
 the District of Columbia, and Puerto Rico: 2020 Census" (released April 26, 2021). The 50 states and DC sum to
 331,449,281 (tests check it). Puerto Rico is left out: the nation here is the P.L. 94-171 US level.
-
-A synthetic nation shares its persons among the states in proportion to these counts (``apportion``).
 """
 
 from __future__ import annotations
@@ -30,11 +28,8 @@ N_STATES = len(STATE_POPULATION_2020)
 
 
 def apportion(persons: int, states: int = N_STATES) -> list[tuple[int, int]]:
-    """(state FIPS, persons) of the first ``states`` states by FIPS code, sharing exactly ``persons``.
-
-    Each state gets its 2020 share of the chosen states' population, by largest remainders in exact integer
-    arithmetic (ties go to the lower FIPS code), so the counts sum to ``persons`` and depend on nothing else.
-    """
+    """(state FIPS, persons) of the first ``states`` states by FIPS code, sharing exactly ``persons`` by their 2020
+    shares: largest remainders in exact integer arithmetic (ties go to the lower FIPS code)."""
     if not 1 <= states <= N_STATES:
         raise ValueError(f"states must be between 1 and {N_STATES}, got {states}")
     chosen = STATE_POPULATION_2020[:states]

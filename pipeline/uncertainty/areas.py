@@ -1,20 +1,7 @@
-"""Areas of the user's own with error bars (``censusdp areas RUN_DIR --assign FILE``): public values only.
-
-For every area (a set of blocks from the assignment file, ``pipeline.io.assignments``) and every variable (a
-summary-table variable such as ``P1_003N``, or a cell of a query given with ``--query``):
-
-- ``published``: the sum of the area's published blocks (what a user adds up from ``tables/``);
-- ``estimate``: the GLS estimate of the same sum, from every noisy measurement of the release (unbiased),
-  streamed from the measurement files chunk by chunk;
-- ``std_error``: its exact standard error, cross-block covariances included (``postprocess.gls_areas``);
-- ``ci_low``, ``ci_high``: estimate ± 1.96·std_error, which contains the true count with probability about 95%;
-- ``published_error_bound``: max(|published − ci_low|, |published − ci_high|).
-
-The interval is about the truth, not centred on the published count (which may lie outside it).  Whenever it
-holds the truth, |published − truth| <= ``published_error_bound``: a bound on the published number's error that
-holds at least 95% of the time (docs/areas.md gives the design and the coverage measured per kind and size).
-Only the run's public outputs are read — measurements with their σ², invariants, published tables — never
-microdata, so this is post-processing and spends no budget (Thm 19.25).
+"""Areas of the user's own with error bars (``censusdp areas RUN_DIR --assign FILE``): per area and variable, the
+published sum, its GLS estimate with the exact standard error (cross-block covariances included), a 95% interval
+for the truth and a bound on the published number's error (docs/areas.md).  Only the run's public outputs are
+read, never microdata, so this is post-processing and spends no budget (Thm 19.25).
 """
 
 from __future__ import annotations
@@ -60,16 +47,14 @@ def area_variables(run: LoadedRun, queries: Sequence[str] = ()) -> AreaVariables
     for text in queries or (() if names else ("total",)):
         query = schema.parse_query(text)
         labels = schema.cell_labels(query)
-        cells = schema.query_cells(query)
         names += [f"{query.name}[{' × '.join(str(part[i]) for part in labels)}]" if labels else query.name
-                  for i in range(cells)]
+                  for i in range(schema.query_cells(query))]
         blocks.append(schema.query_matrix(query).toarray())
     return AreaVariables(tuple(names), np.vstack(blocks).astype(float))
 
 
 def area_table(run: LoadedRun, assignment: Assignment, variables: AreaVariables) -> pa.Table:
-    """Long form: ``area``, ``variable``, ``published``, ``estimate``, ``std_error``, ``ci_low``, ``ci_high``,
-    ``published_error_bound``."""
+    """The areas file's table: one row per area and variable (columns: docs/areas.md)."""
     lowest = run.tree.depth - 1
     n_areas, leaf_area = assignment.n_areas, assignment.leaf_area
     inside = np.flatnonzero(leaf_area >= 0)
@@ -82,16 +67,14 @@ def area_table(run: LoadedRun, assignment: Assignment, variables: AreaVariables)
     variance = area_variances(terms, variables.weights)
     low, high = interval(estimate, variance)
     n_vars = len(variables.names)
+    numbers = {"published": published, "estimate": estimate, "std_error": np.sqrt(np.maximum(variance, 0.0)),
+               "ci_low": low, "ci_high": high,
+               "published_error_bound": np.maximum(np.abs(published - low), np.abs(high - published))}
     return pa.table({
         "area": pa.array(np.repeat(np.asarray(assignment.area_ids, dtype=object), n_vars).tolist(), pa.string()),
         "variable": pa.DictionaryArray.from_arrays(np.tile(np.arange(n_vars, dtype=np.int32), n_areas),
                                                    pa.array(variables.names)).cast(pa.string()),
-        "published": pa.array(published.ravel()),
-        "estimate": pa.array(estimate.ravel()),
-        "std_error": pa.array(np.sqrt(np.maximum(variance, 0.0)).ravel()),
-        "ci_low": pa.array(low.ravel()),
-        "ci_high": pa.array(high.ravel()),
-        "published_error_bound": pa.array(np.maximum(np.abs(published - low), np.abs(high - published)).ravel()),
+        **{name: pa.array(values.ravel()) for name, values in numbers.items()},
     })
 
 

@@ -1,13 +1,8 @@
 """Parametric bootstrap of a release's integer tables: how much would they move under fresh noise?
 
-The published table is taken as if it were the truth; R times, fresh noisy measurements of every level x query
-are drawn from it with the mechanism each query was measured with and its public parameters, as the manifest
-records them (exact discrete Gaussian of σ², or exact discrete Laplace of scale b, ``pipeline.dp.noise``) and the same
-post-processing is re-run top-down (``postprocess.reconcile_level``: non-negativity, consistency, the published
-invariants, structural zeros, integer rounding).  The spread of the R replicate tables around the published
-one is reported per cell.  Only public outputs are used (published tables, σ², invariants): no confidential
-data is read and no budget is spent (Thm 19.25).  What the interval means, and where it is biased, is in
-``docs/uncertainty.md``.
+The published table is taken as the truth; R times, fresh noisy measurements are drawn from it with each query's
+mechanism and public parameters, and the same post-processing is re-run.  Only public outputs are used, so no
+budget is spent (Thm 19.25).  What the interval means, and where it is biased: ``docs/uncertainty.md``.
 """
 
 from __future__ import annotations
@@ -35,16 +30,11 @@ MAX_STORED = 50_000_000  # replicate values kept for percentiles; beyond that, i
 
 def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource, count: int = 1
                      ) -> list[np.ndarray]:
-    """``count`` bootstrap replicates: fresh noisy measurements of ``truth`` (per level, dense), reconciled
-    top-down; per level, the replicates' tables stacked (replicate r's nodes are rows r n .. (r + 1) n - 1).
-
-    Every level's noise is drawn once, and each level is reconciled as the release reconciles it: against the
-    replicate's own GLS estimates (full information, the default), or with its own measurements and those of the
-    only-child levels below it (``release.only_child``), which are drawn early for that; with its passes and
-    rounding order either way.  The replicates are reconciled together, as ``count`` copies of the tree side by
-    side: a node's problem involves its own parent only, so each replicate gets the tables it would get alone (up
-    to the solver's tolerance, which can tip a tie in the rounding).
-    """
+    """``count`` bootstrap replicates of ``truth`` (per level, dense), reconciled top-down as the release reconciles
+    each level; per level, the replicates' tables stacked (replicate r's nodes are rows r n .. (r + 1) n - 1).
+    The replicates are reconciled together, as copies of the tree side by side: a node's problem involves its own
+    parent only, so each gets the tables it would get alone (up to the solver's tolerance, which can tip a tie in
+    the rounding)."""
     schema, config, tree = run.config.schema, run.config, run.tree
     zeros = structural_zero_mask(config)
     drawn: dict[int, list[QueryMeasurement]] = {}
@@ -54,7 +44,7 @@ def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource,
             drawn[level] = []
             for q in run.level_noise(level):
                 answers = np.tile(schema.marginal(q.query, truth[level]), (count, 1))
-                # the release's own mechanism and public parameters (manifest allocation), through its own function
+                # the release's own mechanism and public parameters, through its own function
                 noisy = noisy_answers(answers, q.mechanism, q.sigma2, q.scale, rng)
                 drawn[level].append(QueryMeasurement(name=q.query.name, matrix=schema.query_matrix(q.query),
                                                      noisy=noisy, sigma2=q.sigma2))
@@ -71,10 +61,8 @@ def replicate_tables(run: LoadedRun, truth: list[np.ndarray], rng: RandomSource,
                      for deeper in only_child_levels(tree, level) for m in draws(deeper)]
             fitted = draws(level) + chain
         passes = config.level_passes(config.levels[level].name)
-        parent_index = None
-        if level > 0:
-            above = tree.n_nodes(level - 1)
-            parent_index = np.concatenate([tree.parent[level] + r * above for r in range(count)])
+        parent_index = (np.concatenate([tree.parent[level] + r * tree.n_nodes(level - 1) for r in range(count)])
+                        if level else None)
         invariants = [replace(i, values=np.tile(i.values, (count, 1))) for i in run.invariants.get(level, [])]
         result = reconcile_level(fitted, n_cells=schema.n_cells, parent_counts=out[level - 1] if level else None,
                                  parent_index=parent_index, invariants=invariants, structural_zeros=zeros,
@@ -90,28 +78,21 @@ def _gls_targets(run: LoadedRun, drawn: list[list[QueryMeasurement]], count: int
     stacked as ``drawn`` is.  The GLS is solved per replicate (its tree has one root); a target's variance depends
     on the design only, so the replicates' agree."""
     schema, config = run.config.schema, run.config
+    sizes = [run.tree.n_nodes(level) for level in range(len(drawn))]
     per_replicate = []
     for r in range(count):
-        measured = []
-        for level, queries in enumerate(drawn):
-            n = run.tree.n_nodes(level)
-            measured.append([(schema.parse_query(m.name), m.sigma2, m.noisy[r * n:(r + 1) * n]) for m in queries])
+        measured = [[(schema.parse_query(m.name), m.sigma2, m.noisy[r * n:(r + 1) * n]) for m in queries]
+                    for queries, n in zip(drawn, sizes, strict=True)]
         per_replicate.append(tree_targets(config, solve_tree(schema, run.tree.parent, measured, run.invariants),
                                           measured))
     return [[replace(first, noisy=np.concatenate([rep[level][i].noisy for rep in per_replicate]))
              for i, first in enumerate(per_replicate[0][level])] for level in range(len(drawn))]
 
 
-def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None,
-                        write: bool = True) -> dict[str, Any]:
-    """Run ``replicates`` bootstrap replicates of the run in ``run_dir``; write ``bootstrap/<level>.parquet``.
-
-    Per level, rows for every cell that is non-zero in the published table or in some replicate: ``geoid``,
-    attribute columns, ``published``, ``boot_mean``, ``boot_sd``, ``boot_bias`` (mean - published), ``ci_low``
-    and ``ci_high`` (the 2.5% and 97.5% points of the replicates; published ± 1.96·sd when too many values to
-    keep).  ``seed`` makes the bootstrap noise reproducible (``seeded_random_source``); None uses the OS source.
-    Returns a summary: per level, the mean sd of the total and of a detailed cell, and the paths written.
-    """
+def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None) -> dict[str, Any]:
+    """Run ``replicates`` bootstrap replicates of the run in ``run_dir`` and write ``bootstrap/<level>.parquet``
+    (columns: docs/uncertainty.md); ``seed`` makes the noise reproducible, None uses the OS source.  Returns per
+    level the mean sd of the total and of a detailed cell, and the paths written."""
     if replicates < 2:
         raise ValueError("replicates must be at least 2")
     run = load_run(run_dir)
@@ -142,8 +123,7 @@ def bootstrap_intervals(run_dir: Path, replicates: int, seed: int | None = None,
             low, high = truth[level] - 1.96 * sd, truth[level] + 1.96 * sd
         summary["levels"][spec.name] = {"sd_total": float(np.std(np.stack(totals[level]), axis=0, ddof=1).mean()),
                                         "sd_cell": float(sd.mean())}
-        if write:
-            summary["paths"].append(str(_write(run, level, truth[level], mean, sd, low, high)))
+        summary["paths"].append(str(_write(run, level, truth[level], mean, sd, low, high)))
     return summary
 
 
@@ -151,9 +131,8 @@ def _write(run: LoadedRun, level: int, published: np.ndarray, mean: np.ndarray, 
            low: np.ndarray, high: np.ndarray) -> Path:
     schema = run.config.schema
     node, cell = np.nonzero((published > 0) | (mean > 0))
-    multi = np.unravel_index(cell, schema.shape)
     columns: dict[str, pa.Array] = {"geoid": pa.array(run.tree.geoids[level][node].tolist(), type=pa.string())}
-    for attribute, index in zip(schema.attributes, multi, strict=True):
+    for attribute, index in zip(schema.attributes, np.unravel_index(cell, schema.shape), strict=True):
         columns[attribute.name] = pa.DictionaryArray.from_arrays(index.astype(np.int32), pa.array(attribute.values))
     pick = {"published": published, "boot_mean": mean, "boot_sd": sd, "boot_bias": mean - published,
             "ci_low": low, "ci_high": high}
