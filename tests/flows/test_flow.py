@@ -106,14 +106,11 @@ def test_release_through_prefect_publishes_and_leaks_nothing(tmp_path: Path) -> 
     unit = pl.read_parquet(run_dir / "measurements" / "unit.parquet")
     assert unit.filter((pl.col("geoid") == "2311") & (pl.col("query") == "detailed")).height == 6
 
-    # a release the ledger refuses fails visibly in Prefect: the flow run is FAILED with the one-line reason
-    refused = subprocess.run([sys.executable, "-m", "censusdp.pipeline.cli", "release", str(config), "--rho", "1000"],
-                             env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert refused.returncode != 0 and "exceeds the remaining budget" in refused.stderr
+    # (a failing release's FAILED flow run and its one-line reason: test_flow_secrets.py)
     database = next(home.rglob("*.db"))
     with sqlite3.connect(database) as connection:
         states = connection.execute("SELECT state_type, state_name FROM flow_run ORDER BY created").fetchall()
-    assert [s[0] for s in states] == ["COMPLETED", "FAILED"]
+    assert [s[0] for s in states] == ["COMPLETED"]
     # the flow's artifact is the published report with the published figure inlined (kept in memory, not read
     # back), and the estimates were written inside the release
     with sqlite3.connect(database) as connection:
