@@ -4,6 +4,7 @@ Budgets are exact ``Fraction``s; levels, the strategy and the shares are keyed b
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
@@ -249,6 +250,20 @@ def check_nothing_else(table: dict[str, Any], allowed: set[str], source: str, pr
     for key in table:
         if key not in allowed:
             raise ConfigError(source, f"{prefix}{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def tables_of(entries: Any, key: str, source: str, allowed: set[str] | None = None,
+              problem: str = "expected a table") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each table of the array of tables ``[[key]]`` and its key (``levels[0]``), checked to be a table (of the
+    ``allowed`` keys, if given)."""
+    if not isinstance(entries, list):
+        raise ConfigError(source, key, f"expected an array of tables ([[{key}]])")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ConfigError(source, f"{key}[{i}]", problem)
+        if allowed is not None:
+            check_nothing_else(entry, allowed, source, f"{key}[{i}].")
+        yield f"{key}[{i}]", entry
 
 
 def require(table: dict[str, Any], key: str, kind: type | tuple[type, ...], source: str, prefix: str) -> Any:

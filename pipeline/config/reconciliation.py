@@ -15,8 +15,8 @@ from censusdp.pipeline.config.model import (  # noqa: F401 - the data classes ar
     Reconciliation,
     ReconciliationMethod,
     StrategyQuery,
-    check_nothing_else,
     parse_fraction,
+    tables_of,
 )
 from censusdp.pipeline.config.schema import DETAILED, Query, Schema
 from censusdp.pipeline.errors import ConfigError
@@ -56,15 +56,10 @@ def parse_reconciliation(table: dict[str, Any], source: str, levels: tuple[Level
     default_rounding = _marginals(table.get("rounding", list(DEFAULT_ROUNDING)), source, "postprocess.rounding",
                                   schema)
     passes = {level.name: LevelPasses(rounding=default_rounding) for level in levels}
-    entries = table.get("passes", [])
-    if not isinstance(entries, list):
-        raise ConfigError(source, "postprocess.passes", "expected an array of tables ([[postprocess.passes]])")
     seen: set[str] = set()
-    for i, entry in enumerate(entries):
-        prefix = f"postprocess.passes[{i}]."
-        if not isinstance(entry, dict):
-            raise ConfigError(source, f"postprocess.passes[{i}]", "expected a table")
-        check_nothing_else(entry, {"levels", "l2", "rounding", "tolerance"}, source, prefix)
+    entries = table.get("passes", [])
+    for key, entry in tables_of(entries, "postprocess.passes", source, {"levels", "l2", "rounding", "tolerance"}):
+        prefix = f"{key}."
         names = entry.get("levels", [lv.name for lv in levels])
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ConfigError(source, prefix + "levels", "expected a list of level names")
