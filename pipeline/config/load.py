@@ -28,6 +28,7 @@ from censusdp.pipeline.config.model import (
     Universe,
     check_nothing_else,
     check_runner,
+    config_error_at,
     parse_fraction,
     require,
     tables_of,
@@ -78,10 +79,8 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
     if not isinstance(solver, str):
         raise ConfigError(source, "postprocess.solver", "expected a string")
     check_solver_setting(solver, source, levels, strategy, invariants)
-    try:
+    with config_error_at(source, "postprocess.runner"):
         runner = check_runner(str(postprocess.get("runner", "local")))
-    except ValueError as error:
-        raise ConfigError(source, "postprocess.runner", str(error)) from None
     measure_on = postprocess.get("measure_on", MeasureOn.WORKERS.value)
     if measure_on not in {m.value for m in MeasureOn}:
         raise ConfigError(source, "postprocess.measure_on", f"expected one of {', '.join(m.value for m in MeasureOn)}")
@@ -196,10 +195,8 @@ def _levels(raw: dict[str, Any], source: str) -> tuple[Level, ...]:
         if width < 0:
             raise ConfigError(source, f"{key}.width", "must be >= 0")
         levels.append(Level(name, width))
-    try:
+    with config_error_at(source, "levels"):
         check_levels(tuple(levels))
-    except ValueError as error:
-        raise ConfigError(source, "levels", str(error)) from None
     return tuple(levels)
 
 
@@ -248,10 +245,8 @@ def _with_recodes(raw: dict[str, Any], source: str, attributes: tuple[Attribute,
             raise ConfigError(source, key, "of must name an attribute and groups be a table of label = [values]")
         recode = Recode(name, of, tuple(str(label) for label in groups),
                         tuple(tuple(str(v) for v in members) for members in groups.values()))
-        try:
+        with config_error_at(source, key):
             schema = Schema(attributes, (*schema.recodes, recode))
-        except ValueError as error:
-            raise ConfigError(source, key, str(error)) from None
     return schema
 
 
@@ -261,10 +256,8 @@ def _invariants(raw: dict[str, Any], source: str, levels: tuple[Level, ...], sch
     out = []
     for key, entry in tables_of(raw.get("invariants", []), "invariants", source, {"query", "levels"}):
         prefix = f"{key}."
-        try:
+        with config_error_at(source, f"{prefix}query"):
             query = schema.parse_query(require(entry, "query", str, source, prefix))
-        except ValueError as error:
-            raise ConfigError(source, f"{prefix}query", str(error)) from None
         at = require(entry, "levels", list, source, prefix)
         for name in at:
             if name not in names:
@@ -381,11 +374,8 @@ def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schem
             raise ConfigError(source, f"{key}.mechanism", f"one of: {', '.join(Mechanism)}")
         queries = []
         for query_name in entries:
-            try:
-                query = schema.parse_query(query_name)
-            except ValueError as error:
-                raise ConfigError(source, f"{key}.{query_name!r}", str(error)) from None
-            queries.append(query)
+            with config_error_at(source, f"{key}.{query_name!r}"):
+                queries.append(schema.parse_query(query_name))
         shares = _shares(entries, source, key, list(entries))
         if len({q.name for q in queries}) != len(queries):
             raise ConfigError(source, key, "the same query is listed twice")
@@ -441,8 +431,6 @@ def _ledger(raw: dict[str, Any], source: str, base: Path, delta: float) -> Ledge
     configured = table.get("path")
     if configured is not None and not is_postgres_url(configured):
         configured = str(_path(configured, base, source, "ledger.path"))
-    try:
+    with config_error_at(source, "ledger.path"):
         where = resolve_ledger_location(configured)
-    except ValueError as error:
-        raise ConfigError(source, "ledger.path", str(error)) from None
     return LedgerConfig(location=where, dataset=dataset, cap_rho=cap)

@@ -5,6 +5,7 @@ Budgets are exact ``Fraction``s; levels, the strategy and the shares are keyed b
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
@@ -245,6 +246,15 @@ def parse_fraction(value: Any, source: str, key: str) -> Fraction:
         raise ConfigError(source, key, error.problem) from None
 
 
+@contextmanager
+def config_error_at(source: str, key: str) -> Iterator[None]:
+    """A ``ValueError`` raised in the block becomes a ``ConfigError`` at ``key``, with its message."""
+    try:
+        yield
+    except ValueError as error:
+        raise ConfigError(source, key, str(error)) from None
+
+
 def check_nothing_else(table: dict[str, Any], allowed: set[str], source: str, prefix: str) -> None:
     """Unknown keys are errors: a typo must not silently fall back to a default."""
     for key in table:
@@ -266,19 +276,17 @@ def tables_of(entries: Any, key: str, source: str, allowed: set[str] | None = No
         yield f"{key}[{i}]", entry
 
 
-def require(table: dict[str, Any], key: str, kind: type | tuple[type, ...], source: str, prefix: str) -> Any:
+_KIND_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "a table", bool: "true/false"}
+
+
+def require(table: dict[str, Any], key: str, kind: type, source: str, prefix: str) -> Any:
     if key not in table:
         raise ConfigError(source, f"{prefix}{key}", "missing")
     value = table[key]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ConfigError(source, f"{prefix}{key}", f"expected {_kind_name(kind)}, got {type(value).__name__}")
+        raise ConfigError(source, f"{prefix}{key}",
+                          f"expected {_KIND_NAMES.get(kind, kind.__name__)}, got {type(value).__name__}")
     return value
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join({str: "a string", int: "an integer", list: "a list", dict: "a table", bool: "true/false"}
-                       .get(k, k.__name__) for k in kinds)
 
 
 RUNNER_HELP = ('one of "local", "dask-local:N" (N worker processes), or a Dask scheduler address "tcp://host:port" '

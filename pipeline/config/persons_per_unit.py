@@ -40,7 +40,7 @@ def selection_mask(schema: Schema, selection: Selection) -> np.ndarray:
     multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
     mask = np.ones(schema.n_cells, dtype=bool)
     for name, values in selection:
-        allowed = [schema.attribute(name).values.index(v) for v in values]
+        allowed = [i for i, label in enumerate(schema.attribute(name).values) if label in values]
         mask &= np.isin(multi[schema.names.index(name)], allowed)
     return mask
 

@@ -15,6 +15,7 @@ from censusdp.pipeline.config.model import (  # noqa: F401 - the data classes ar
     Reconciliation,
     ReconciliationMethod,
     StrategyQuery,
+    config_error_at,
     parse_fraction,
     tables_of,
 )
@@ -37,10 +38,8 @@ def check_solver_setting(solver: str, source: str, levels: tuple[Level, ...],
                     level.name in i.levels for i in invariants):
                 raise ConfigError(source, "postprocess.solver", f"fast needs only the detailed query and no "
                                   f"invariant at every level ({level.name} has others); use auto")
-    try:
+    with config_error_at(source, "postprocess.solver"):
         check_solver(solver)
-    except ValueError as error:
-        raise ConfigError(source, "postprocess.solver", str(error)) from None
 
 
 def parse_reconciliation(table: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema,
