@@ -264,8 +264,7 @@ def check_nothing_else(table: dict[str, Any], allowed: set[str], source: str, pr
 
 def tables_of(entries: Any, key: str, source: str, allowed: set[str] | None = None,
               problem: str = "expected a table") -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each table of the array of tables ``[[key]]`` and its key (``levels[0]``), checked to be a table (of the
-    ``allowed`` keys, if given)."""
+    """Each table of the array ``[[key]]`` and its key (``levels[0]``), checked to be a table (of ``allowed`` keys)."""
     if not isinstance(entries, list):
         raise ConfigError(source, key, f"expected an array of tables ([[{key}]])")
     for i, entry in enumerate(entries):

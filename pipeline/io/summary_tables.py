@@ -90,16 +90,6 @@ def summary_path(directory: Path, tables: SummaryTables, level: str) -> Path:
     return directory / tables.value / f"{level}.parquet"
 
 
-def write_dictionary(directory: Path, variables: Sequence[Variable]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / DICTIONARY
-    with path.open("w", newline="") as handle:
-        out = csv.writer(handle)
-        out.writerow(["variable", "table", "label", "universe"])
-        out.writerows([v.name, v.table, v.label, v.universe] for v in variables)
-    return path
-
-
 def write_summary_tables(directory: Path, tables: SummaryTables, schema: Schema, level_names: Sequence[str],
                          geoids: Sequence[np.ndarray], counts: Sequence[sp.spmatrix | None],
                          units: tuple[Schema, Sequence[sp.spmatrix | None]] | None = None) -> dict[str, Any]:
@@ -116,9 +106,13 @@ def write_summary_tables(directory: Path, tables: SummaryTables, schema: Schema,
             writer.write_rows(level_geoids, parts)
             writer.close()
         levels[name] = str(path.relative_to(directory.parent))
-    every = [v for part in columns for v in part.variables]
-    folder = directory / tables.value
-    return {"dictionary": str(write_dictionary(folder, every).relative_to(directory.parent)), "levels": levels}
+    dictionary = directory / tables.value / DICTIONARY
+    dictionary.parent.mkdir(parents=True, exist_ok=True)
+    with dictionary.open("w", newline="") as handle:
+        out = csv.writer(handle)
+        out.writerow(["variable", "table", "label", "universe"])
+        out.writerows([v.name, v.table, v.label, v.universe] for part in columns for v in part.variables)
+    return {"dictionary": str(dictionary.relative_to(directory.parent)), "levels": levels}
 
 
 def housing_variables(tables: SummaryTables, units_schema: Schema) -> tuple[Variable, ...]:
