@@ -39,7 +39,7 @@ from censusdp.pipeline.config.reconciliation import check_solver_setting, parse_
 from censusdp.pipeline.config.schema import DETAILED, TOTAL, Attribute, Recode, Schema
 from censusdp.pipeline.config.units import check_units_budget, units_keys, units_raw
 from censusdp.pipeline.dp.accounting import cap_from_epsilon_delta, rho_for_epsilon_delta
-from censusdp.pipeline.errors import ConfigError, ExactNumberError
+from censusdp.pipeline.errors import ConfigError
 from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta
 
 TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "recodes", "strategy", "invariants",
@@ -327,10 +327,8 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
     check_nothing_else(table, {"rho", "epsilon", "delta", "neighbouring", "level_shares", "accountant"}, source,
                        "budget.")
     delta_text = str(table.get("delta", DEFAULT_DELTA))
-    try:
+    with config_error_at(source, "budget.delta"):
         delta = parse_delta(delta_text, "budget.delta")
-    except ExactNumberError as error:
-        raise ConfigError(source, "budget.delta", error.problem) from None
     neighbouring = table.get("neighbouring", "replace-one")
     if neighbouring not in list(Neighbouring):
         raise ConfigError(source, "budget.neighbouring", f"one of: {', '.join(Neighbouring)}")

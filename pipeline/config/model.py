@@ -240,19 +240,18 @@ class ReleaseConfig:
 def parse_fraction(value: Any, source: str, key: str) -> Fraction:
     """An exact rational from a string ("2.56", "104/4099"), an int, or a TOML float read as written
     (``pipeline.exact.parse_rational``), as a ``ConfigError`` naming the key."""
-    try:
+    with config_error_at(source, key):
         return parse_rational(value, key, floats_as_written=True)
-    except ExactNumberError as error:
-        raise ConfigError(source, key, error.problem) from None
 
 
 @contextmanager
 def config_error_at(source: str, key: str) -> Iterator[None]:
-    """A ``ValueError`` raised in the block becomes a ``ConfigError`` at ``key``, with its message."""
+    """A ``ValueError`` raised in the block becomes a ``ConfigError`` at ``key``, with its message (an
+    ``ExactNumberError``'s problem: the key names the number)."""
     try:
         yield
     except ValueError as error:
-        raise ConfigError(source, key, str(error)) from None
+        raise ConfigError(source, key, error.problem if isinstance(error, ExactNumberError) else str(error)) from None
 
 
 def check_nothing_else(table: dict[str, Any], allowed: set[str], source: str, prefix: str) -> None:
