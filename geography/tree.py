@@ -50,13 +50,11 @@ class GeoTree:
 
     def child_offsets(self, level: int) -> np.ndarray:
         """For level ``level`` > 0: array of n_parents+1 offsets; children of parent p are offsets[p]:offsets[p+1]."""
-        counts = np.bincount(self.parent[level], minlength=self.n_nodes(level - 1))
-        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return np.searchsorted(self.parent[level], np.arange(self.n_nodes(level - 1) + 1)).astype(np.int64)
 
     def aggregate_up(self, level: int, values: np.ndarray) -> np.ndarray:
         """Sum per-node rows of ``level`` into their parents (rows of level-1)."""
-        offsets = self.child_offsets(level)
-        return np.add.reduceat(values, offsets[:-1], axis=0)
+        return np.add.reduceat(values, self.child_offsets(level)[:-1], axis=0)
 
     def ancestor_of_units(self, level: int) -> np.ndarray:
         """For every lowest-level unit, the index of its ancestor at ``level`` (non-decreasing)."""
@@ -67,8 +65,7 @@ class GeoTree:
 
     def unit_offsets(self, level: int) -> np.ndarray:
         """n_nodes(level)+1 offsets: the lowest-level units under node j are unit_offsets[j]:unit_offsets[j+1]."""
-        counts = np.bincount(self.ancestor_of_units(level), minlength=self.n_nodes(level))
-        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return np.searchsorted(self.ancestor_of_units(level), np.arange(self.n_nodes(level) + 1)).astype(np.int64)
 
     def subtree(self, level: int, start: int, stop: int) -> tuple[GeoTree, tuple[int, ...]]:
         """Nodes [start, stop) of ``level`` and all their descendants, as a tree of levels ``level`` and below (its

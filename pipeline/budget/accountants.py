@@ -19,13 +19,7 @@ from censusdp.pipeline.dp.accounting import (
     epsilon_cks20,
     group_privacy_zcdp,
 )
-from censusdp.pipeline.dp.pld import GaussianNoise, LaplaceNoise, Noise, epsilon_pld
-
-
-def noises_of(allocations: tuple[QueryAllocation, ...]) -> list[Noise]:
-    """One cell's noise per level x query (the PLD composes them; ``pipeline.dp.pld``)."""
-    return [GaussianNoise(a.sigma2) if a.scale is None else LaplaceNoise(a.scale) for a in allocations]
-
+from censusdp.pipeline.dp.pld import GaussianNoise, LaplaceNoise, epsilon_pld
 
 PLD_FALLBACK = ("the certified privacy curve could not hold this delta (its mass at +infinity stayed above a "
                 "sixteenth of delta): epsilon_pld is the CKS20 figure of the release's composed rho")
@@ -44,7 +38,8 @@ def epsilon_pld_of(allocations: tuple[QueryAllocation, ...], delta: float, *, se
     """epsilon at delta of the release's noise (rounded up): ``sensitivity2_squared`` is also the number of cells a
     person's change moves per query, ``sensitivity1`` prices a Laplace query in the fallback (``Neighbouring``).
     Never raises for a valid delta: it runs before the charge, and must not stop a release already paid for."""
-    certified = epsilon_pld(noises_of(allocations), delta, cells=sensitivity2_squared)
+    noises = [GaussianNoise(a.sigma2) if a.scale is None else LaplaceNoise(a.scale) for a in allocations]
+    certified = epsilon_pld(noises, delta, cells=sensitivity2_squared)  # one cell's noise per level x query
     if certified is not None:
         return PldEpsilon(certified)
     rho = composed_rho(allocations, sensitivity2_squared=sensitivity2_squared, sensitivity1=sensitivity1)

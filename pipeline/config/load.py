@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from censusdp.geography.levels import Level, check_levels
-from censusdp.pipeline.config.constraints import check_relation, parse_invariants, parse_structural_zeros
-from censusdp.pipeline.config.epsilon_target import pld_target
 from censusdp.pipeline.config.ledger_location import is_postgres_url, resolve_ledger_location
 from censusdp.pipeline.config.model import (
     DEFAULT_CHUNK_CELLS,
@@ -19,6 +17,7 @@ from censusdp.pipeline.config.model import (
     BudgetConfig,
     Format,
     InputConfig,
+    Invariant,
     LedgerConfig,
     MeasureOn,
     Mechanism,
@@ -29,17 +28,18 @@ from censusdp.pipeline.config.model import (
     Universe,
     check_nothing_else,
     check_runner,
+    config_error_at,
     parse_fraction,
     require,
+    tables_of,
 )
 from censusdp.pipeline.config.persons_per_unit import parse_rules
 from censusdp.pipeline.config.pl94_tables import summary_tables
-from censusdp.pipeline.config.recodes import schema_with_recodes
 from censusdp.pipeline.config.reconciliation import check_solver_setting, parse_reconciliation
-from censusdp.pipeline.config.schema import DETAILED, TOTAL, Attribute, Schema
+from censusdp.pipeline.config.schema import DETAILED, TOTAL, Attribute, Recode, Schema
 from censusdp.pipeline.config.units import check_units_budget, units_keys, units_raw
 from censusdp.pipeline.dp.accounting import cap_from_epsilon_delta, rho_for_epsilon_delta
-from censusdp.pipeline.errors import ConfigError, ExactNumberError
+from censusdp.pipeline.errors import ConfigError
 from censusdp.pipeline.exact import DEFAULT_DELTA, parse_delta
 
 TOP_KEYS = {"input", "output", "postprocess", "budget", "levels", "attributes", "recodes", "strategy", "invariants",
@@ -69,9 +69,9 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
     schema = _schema(raw, source)
     budget = _budget(raw, source, levels)
     strategy = _strategy(raw, source, levels, schema)
-    budget = pld_target(budget, strategy, levels, source)
-    invariants = parse_invariants(raw, source, levels, schema)
-    zeros = parse_structural_zeros(raw, source, schema)
+    budget = _pld_target(budget, strategy, levels, source)
+    invariants = _invariants(raw, source, levels, schema)
+    zeros = _structural_zeros(raw, source, schema)
     postprocess = raw.get("postprocess", {})
     check_nothing_else(postprocess, {"solver", "runner", "measure_on", "chunk_cells", "reconciliation", "rounding",
                                      "passes"}, source, "postprocess.")
@@ -79,17 +79,15 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
     if not isinstance(solver, str):
         raise ConfigError(source, "postprocess.solver", "expected a string")
     check_solver_setting(solver, source, levels, strategy, invariants)
-    try:
+    with config_error_at(source, "postprocess.runner"):
         runner = check_runner(str(postprocess.get("runner", "local")))
-    except ValueError as error:
-        raise ConfigError(source, "postprocess.runner", str(error)) from None
     measure_on = postprocess.get("measure_on", MeasureOn.WORKERS.value)
     if measure_on not in {m.value for m in MeasureOn}:
         raise ConfigError(source, "postprocess.measure_on", f"expected one of {', '.join(m.value for m in MeasureOn)}")
     chunk_cells = postprocess.get("chunk_cells", DEFAULT_CHUNK_CELLS)
     if not isinstance(chunk_cells, int) or isinstance(chunk_cells, bool) or chunk_cells < 1:
         raise ConfigError(source, "postprocess.chunk_cells", "expected a positive integer")
-    check_relation(budget, invariants, source)
+    _check_relation(budget, invariants, source)
     measured = {name: {e.query.name for e in entries} for name, entries in strategy.items()}
     reconciliation = parse_reconciliation(postprocess, source, levels, schema, measured)
     input_config = _input(raw, source, base, universe)
@@ -189,22 +187,16 @@ def _output(raw: dict[str, Any], source: str, base: Path, schema: Schema) -> Out
 
 
 def _levels(raw: dict[str, Any], source: str) -> tuple[Level, ...]:
-    entries = require(raw, "levels", list, source, "")
     levels = []
-    for i, entry in enumerate(entries):
-        prefix = f"levels[{i}]."
-        if not isinstance(entry, dict):
-            raise ConfigError(source, f"levels[{i}]", "expected a table with name and width")
-        check_nothing_else(entry, {"name", "width"}, source, prefix)
-        name = require(entry, "name", str, source, prefix)
-        width = require(entry, "width", int, source, prefix)
+    for key, entry in tables_of(require(raw, "levels", list, source, ""), "levels", source, {"name", "width"},
+                                "expected a table with name and width"):
+        name = require(entry, "name", str, source, f"{key}.")
+        width = require(entry, "width", int, source, f"{key}.")
         if width < 0:
-            raise ConfigError(source, f"{prefix}width", "must be >= 0")
+            raise ConfigError(source, f"{key}.width", "must be >= 0")
         levels.append(Level(name, width))
-    try:
+    with config_error_at(source, "levels"):
         check_levels(tuple(levels))
-    except ValueError as error:
-        raise ConfigError(source, "levels", str(error)) from None
     return tuple(levels)
 
 
@@ -213,11 +205,8 @@ def _schema(raw: dict[str, Any], source: str) -> Schema:
     if not entries:
         raise ConfigError(source, "attributes", "at least one attribute is required")
     attributes = []
-    for i, entry in enumerate(entries):
-        prefix = f"attributes[{i}]."
-        if not isinstance(entry, dict):
-            raise ConfigError(source, f"attributes[{i}]", "expected a table")
-        check_nothing_else(entry, {"name", "column", "values", "mapping"}, source, prefix)
+    for key, entry in tables_of(entries, "attributes", source, {"name", "column", "values", "mapping"}):
+        prefix = f"{key}."
         name = require(entry, "name", str, source, prefix)
         if name in (TOTAL, DETAILED) or "*" in name or not name.strip():
             raise ConfigError(source, f"{prefix}name", f"{name!r} is reserved or not a valid attribute name")
@@ -237,7 +226,81 @@ def _schema(raw: dict[str, Any], source: str) -> Schema:
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(source, "attributes", f"duplicate attribute name {name!r}")
-    return schema_with_recodes(raw, source, tuple(attributes))
+    return _with_recodes(raw, source, tuple(attributes))
+
+
+def _with_recodes(raw: dict[str, Any], source: str, attributes: tuple[Attribute, ...]) -> Schema:
+    """The schema of ``attributes`` and the ``[[recodes]]``: attributes defined as a partition of another's values,
+    so the least-squares and rounding stages treat a recode's marginal as any query's."""
+    schema = Schema(attributes)
+    exactly = "expected a table with exactly name, of and groups"
+    for key, entry in tables_of(raw.get("recodes", []), "recodes", source, problem=exactly):
+        if set(entry) != {"name", "of", "groups"}:
+            raise ConfigError(source, key, exactly)
+        name, of, groups = entry["name"], entry["of"], entry["groups"]
+        if not isinstance(name, str) or not name.strip() or "*" in name or name in (TOTAL, DETAILED):
+            raise ConfigError(source, f"{key}.name", f"{name!r} is reserved or not a valid name")
+        if not isinstance(of, str) or not isinstance(groups, dict) or not all(
+                isinstance(members, list) for members in groups.values()):
+            raise ConfigError(source, key, "of must name an attribute and groups be a table of label = [values]")
+        recode = Recode(name, of, tuple(str(label) for label in groups),
+                        tuple(tuple(str(v) for v in members) for members in groups.values()))
+        with config_error_at(source, key):
+            schema = Schema(attributes, (*schema.recodes, recode))
+    return schema
+
+
+def _invariants(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema
+                ) -> tuple[Invariant, ...]:
+    names = [lv.name for lv in levels]
+    out = []
+    for key, entry in tables_of(raw.get("invariants", []), "invariants", source, {"query", "levels"}):
+        prefix = f"{key}."
+        with config_error_at(source, f"{prefix}query"):
+            query = schema.parse_query(require(entry, "query", str, source, prefix))
+        at = require(entry, "levels", list, source, prefix)
+        for name in at:
+            if name not in names:
+                raise ConfigError(source, f"{prefix}levels", f"{name!r} is not a level")
+        # an invariant below a level where the same query is free could be infeasible after rounding the
+        # parent, so invariants must hold at a contiguous run of levels from the root down
+        depth = max(names.index(n) for n in at) if at else -1
+        if sorted(names.index(n) for n in at) != list(range(depth + 1)):
+            raise ConfigError(source, f"{prefix}levels", "an invariant must hold at every level above it too "
+                              f"(expected {names[: depth + 1]})")
+        out.append(Invariant(query, tuple(at)))
+    return tuple(out)
+
+
+def _structural_zeros(raw: dict[str, Any], source: str, schema: Schema) -> tuple[dict[str, tuple[str, ...]], ...]:
+    out = []
+    for i, entry in enumerate(raw.get("structural_zeros", [])):
+        key = f"structural_zeros[{i}]"
+        if not isinstance(entry, dict) or not entry:
+            raise ConfigError(source, key, "expected a table of attribute = [values]")
+        cells = {}
+        for name, values in entry.items():
+            if name not in schema.names:
+                raise ConfigError(source, f"{key}.{name}", "unknown attribute")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(source, f"{key}.{name}", "expected a non-empty list of values")
+            for value in values:
+                if str(value) not in schema.attribute(name).values:
+                    raise ConfigError(source, f"{key}.{name}", f"{value!r} is not a value of {name}")
+            cells[name] = tuple(str(v) for v in values)
+        out.append(cells)
+    return tuple(out)
+
+
+def _check_relation(budget: BudgetConfig, invariants: tuple[Invariant, ...], source: str) -> None:
+    """Exact invariants and add-remove neighbours cannot both hold: an exact count reveals every addition or
+    removal, so only replace-one neighbours that keep the invariants stay protected (the Census's choice)."""
+    if budget.neighbouring == "add-remove" and invariants:
+        first = invariants[0]
+        raise ConfigError(source, "budget.neighbouring", f"add-remove cannot hold with invariants[0] "
+                          f"({first.query.name} at {', '.join(first.levels)}) published exactly: an exact count "
+                          "reveals every addition or removal; use neighbouring = \"replace-one\" (as the Census did) "
+                          "or remove the [[invariants]]")
 
 
 def _shares(table: Any, source: str, key: str, expected: list[str]) -> dict[str, Fraction]:
@@ -264,10 +327,8 @@ def _budget(raw: dict[str, Any], source: str, levels: tuple[Level, ...]) -> Budg
     check_nothing_else(table, {"rho", "epsilon", "delta", "neighbouring", "level_shares", "accountant"}, source,
                        "budget.")
     delta_text = str(table.get("delta", DEFAULT_DELTA))
-    try:
+    with config_error_at(source, "budget.delta"):
         delta = parse_delta(delta_text, "budget.delta")
-    except ExactNumberError as error:
-        raise ConfigError(source, "budget.delta", error.problem) from None
     neighbouring = table.get("neighbouring", "replace-one")
     if neighbouring not in list(Neighbouring):
         raise ConfigError(source, "budget.neighbouring", f"one of: {', '.join(Neighbouring)}")
@@ -311,17 +372,41 @@ def _strategy(raw: dict[str, Any], source: str, levels: tuple[Level, ...], schem
             raise ConfigError(source, f"{key}.mechanism", f"one of: {', '.join(Mechanism)}")
         queries = []
         for query_name in entries:
-            try:
-                query = schema.parse_query(query_name)
-            except ValueError as error:
-                raise ConfigError(source, f"{key}.{query_name!r}", str(error)) from None
-            queries.append(query)
+            with config_error_at(source, f"{key}.{query_name!r}"):
+                queries.append(schema.parse_query(query_name))
         shares = _shares(entries, source, key, list(entries))
         if len({q.name for q in queries}) != len(queries):
             raise ConfigError(source, key, "the same query is listed twice")
         strategy[name] = tuple(StrategyQuery(q, shares[raw_name], Mechanism(mechanisms))
                                for q, raw_name in zip(queries, entries, strict=True))
     return strategy
+
+
+def _pld_target(budget: BudgetConfig, strategy: dict[str, tuple[StrategyQuery, ...]], levels: tuple[Level, ...],
+                source: str) -> BudgetConfig:
+    """With ``budget.accountant = "pld"``, rho is the largest (rounded down) whose certified PLD epsilon of the
+    strategy's noise meets the target (``pipeline.dp.pld.rho_for_epsilon_pld``); unlike CKS20's answer it depends
+    on how rho is split, so it is solved once the strategy is read.  Every query must be Gaussian (a Laplace
+    query's scale is set by the budget layer's rounding, which this layer does not import)."""
+    if budget.target_epsilon is None or budget.accountant is not Accountant.PLD:
+        return budget
+    if any(e.mechanism != Mechanism.GAUSSIAN for entries in strategy.values() for e in entries):
+        raise ConfigError(source, "budget.accountant", 'a "pld" target needs every query gaussian; use "cks20"')
+    from censusdp.pipeline.dp.noise import gaussian_sigma2
+    from censusdp.pipeline.dp.pld import GaussianNoise, rho_for_epsilon_pld
+
+    shares = [budget.level_shares[lv.name] * e.share for lv in levels for e in strategy[lv.name]]
+
+    def noises(rho: Fraction) -> list[GaussianNoise]:
+        return [GaussianNoise(gaussian_sigma2(rho * share, budget.sensitivity2_squared)) for share in shares]
+
+    try:
+        rho = rho_for_epsilon_pld(budget.target_epsilon, budget.delta, noises, cells=budget.sensitivity2_squared,
+                                  start=budget.rho)
+    except ValueError as error:  # public: the target and delta are configuration values
+        raise ConfigError(source, "budget.delta", f"the certified (pld) accountant cannot meet this target: {error}; "
+                          'use accountant = "cks20" or a larger delta') from None
+    return replace(budget, rho=rho)
 
 
 def _ledger(raw: dict[str, Any], source: str, base: Path, delta: float) -> LedgerConfig:
@@ -344,8 +429,6 @@ def _ledger(raw: dict[str, Any], source: str, base: Path, delta: float) -> Ledge
     configured = table.get("path")
     if configured is not None and not is_postgres_url(configured):
         configured = str(_path(configured, base, source, "ledger.path"))
-    try:
+    with config_error_at(source, "ledger.path"):
         where = resolve_ledger_location(configured)
-    except ValueError as error:
-        raise ConfigError(source, "ledger.path", str(error)) from None
     return LedgerConfig(location=where, dataset=dataset, cap_rho=cap)

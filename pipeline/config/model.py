@@ -4,6 +4,8 @@ Budgets are exact ``Fraction``s; levels, the strategy and the shares are keyed b
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
@@ -238,10 +240,18 @@ class ReleaseConfig:
 def parse_fraction(value: Any, source: str, key: str) -> Fraction:
     """An exact rational from a string ("2.56", "104/4099"), an int, or a TOML float read as written
     (``pipeline.exact.parse_rational``), as a ``ConfigError`` naming the key."""
-    try:
+    with config_error_at(source, key):
         return parse_rational(value, key, floats_as_written=True)
-    except ExactNumberError as error:
-        raise ConfigError(source, key, error.problem) from None
+
+
+@contextmanager
+def config_error_at(source: str, key: str) -> Iterator[None]:
+    """A ``ValueError`` raised in the block becomes a ``ConfigError`` at ``key``, with its message (an
+    ``ExactNumberError``'s problem: the key names the number)."""
+    try:
+        yield
+    except ValueError as error:
+        raise ConfigError(source, key, error.problem if isinstance(error, ExactNumberError) else str(error)) from None
 
 
 def check_nothing_else(table: dict[str, Any], allowed: set[str], source: str, prefix: str) -> None:
@@ -251,19 +261,30 @@ def check_nothing_else(table: dict[str, Any], allowed: set[str], source: str, pr
             raise ConfigError(source, f"{prefix}{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
-def require(table: dict[str, Any], key: str, kind: type | tuple[type, ...], source: str, prefix: str) -> Any:
+def tables_of(entries: Any, key: str, source: str, allowed: set[str] | None = None,
+              problem: str = "expected a table") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each table of the array ``[[key]]`` and its key (``levels[0]``), checked to be a table (of ``allowed`` keys)."""
+    if not isinstance(entries, list):
+        raise ConfigError(source, key, f"expected an array of tables ([[{key}]])")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ConfigError(source, f"{key}[{i}]", problem)
+        if allowed is not None:
+            check_nothing_else(entry, allowed, source, f"{key}[{i}].")
+        yield f"{key}[{i}]", entry
+
+
+_KIND_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "a table", bool: "true/false"}
+
+
+def require(table: dict[str, Any], key: str, kind: type, source: str, prefix: str) -> Any:
     if key not in table:
         raise ConfigError(source, f"{prefix}{key}", "missing")
     value = table[key]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ConfigError(source, f"{prefix}{key}", f"expected {_kind_name(kind)}, got {type(value).__name__}")
+        raise ConfigError(source, f"{prefix}{key}",
+                          f"expected {_KIND_NAMES.get(kind, kind.__name__)}, got {type(value).__name__}")
     return value
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    return " or ".join({str: "a string", int: "an integer", list: "a list", dict: "a table", bool: "true/false"}
-                       .get(k, k.__name__) for k in kinds)
 
 
 RUNNER_HELP = ('one of "local", "dask-local:N" (N worker processes), or a Dask scheduler address "tcp://host:port" '

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from censusdp.geography.levels import Level
-from censusdp.pipeline.config.model import check_nothing_else, require
+from censusdp.pipeline.config.model import require, tables_of
 from censusdp.pipeline.config.schema import Schema
 from censusdp.pipeline.errors import ConfigError
 
@@ -40,7 +40,7 @@ def selection_mask(schema: Schema, selection: Selection) -> np.ndarray:
     multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
     mask = np.ones(schema.n_cells, dtype=bool)
     for name, values in selection:
-        allowed = [schema.attribute(name).values.index(v) for v in values]
+        allowed = [i for i, label in enumerate(schema.attribute(name).values) if label in values]
         mask &= np.isin(multi[schema.names.index(name)], allowed)
     return mask
 
@@ -53,16 +53,9 @@ def rules_matrix(schema: Schema, selections: list[Selection]) -> sp.csr_matrix:
 def parse_rules(units_table: dict[str, Any], source: str, persons: Schema, units: Schema,
                 levels: tuple[Level, ...]) -> tuple[PersonsPerUnit, ...]:
     """The rules of ``[[units.persons_per_unit]]``, checked against both schemas; ``ConfigError`` naming the key."""
-    entries = units_table.get(KEY, [])
-    if not isinstance(entries, list):
-        raise ConfigError(source, f"units.{KEY}", "expected an array of tables ([[units.persons_per_unit]])")
     names = [lv.name for lv in levels]
     rules: list[PersonsPerUnit] = []
-    for i, entry in enumerate(entries):
-        key = f"units.{KEY}[{i}]"
-        if not isinstance(entry, dict):
-            raise ConfigError(source, key, "expected a table")
-        check_nothing_else(entry, RULE_KEYS, source, f"{key}.")
+    for i, (key, entry) in enumerate(tables_of(units_table.get(KEY, []), f"units.{KEY}", source, RULE_KEYS)):
         who = _selection(entry, "persons", persons, source, key)
         where = _selection(entry, "units", units, source, key)
         low, high = _count(entry, "min", 0, source, key), _count(entry, "max", None, source, key)

@@ -15,8 +15,9 @@ from censusdp.pipeline.config.model import (  # noqa: F401 - the data classes ar
     Reconciliation,
     ReconciliationMethod,
     StrategyQuery,
-    check_nothing_else,
+    config_error_at,
     parse_fraction,
+    tables_of,
 )
 from censusdp.pipeline.config.schema import DETAILED, Query, Schema
 from censusdp.pipeline.errors import ConfigError
@@ -37,10 +38,8 @@ def check_solver_setting(solver: str, source: str, levels: tuple[Level, ...],
                     level.name in i.levels for i in invariants):
                 raise ConfigError(source, "postprocess.solver", f"fast needs only the detailed query and no "
                                   f"invariant at every level ({level.name} has others); use auto")
-    try:
+    with config_error_at(source, "postprocess.solver"):
         check_solver(solver)
-    except ValueError as error:
-        raise ConfigError(source, "postprocess.solver", str(error)) from None
 
 
 def parse_reconciliation(table: dict[str, Any], source: str, levels: tuple[Level, ...], schema: Schema,
@@ -56,15 +55,10 @@ def parse_reconciliation(table: dict[str, Any], source: str, levels: tuple[Level
     default_rounding = _marginals(table.get("rounding", list(DEFAULT_ROUNDING)), source, "postprocess.rounding",
                                   schema)
     passes = {level.name: LevelPasses(rounding=default_rounding) for level in levels}
-    entries = table.get("passes", [])
-    if not isinstance(entries, list):
-        raise ConfigError(source, "postprocess.passes", "expected an array of tables ([[postprocess.passes]])")
     seen: set[str] = set()
-    for i, entry in enumerate(entries):
-        prefix = f"postprocess.passes[{i}]."
-        if not isinstance(entry, dict):
-            raise ConfigError(source, f"postprocess.passes[{i}]", "expected a table")
-        check_nothing_else(entry, {"levels", "l2", "rounding", "tolerance"}, source, prefix)
+    entries = table.get("passes", [])
+    for key, entry in tables_of(entries, "postprocess.passes", source, {"levels", "l2", "rounding", "tolerance"}):
+        prefix = f"{key}."
         names = entry.get("levels", [lv.name for lv in levels])
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise ConfigError(source, prefix + "levels", "expected a list of level names")

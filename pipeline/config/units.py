@@ -20,8 +20,7 @@ from censusdp.pipeline.errors import ConfigError
 INPUT_KEYS = ("path", "format", "geocode_column", "geocode_columns")  # [units] keys the universe's [input] takes
 SCHEMA_KEYS = ("attributes", "recodes", "strategy", "invariants", "structural_zeros")
 POSTPROCESS_KEYS = {"reconciliation", "rounding", "passes"}  # they name the universe's queries
-# the machine's settings: the release's, for both
-SHARED_POSTPROCESS = ("solver", "runner", "measure_on", "chunk_cells")
+SHARED_POSTPROCESS = ("solver", "runner", "measure_on", "chunk_cells")  # the machine's settings: the release's
 UNITS_KEYS = {*INPUT_KEYS, *SCHEMA_KEYS, "rho", "level_shares", "postprocess", "persons_per_unit"}
 
 # the universe's key as parse_config names it -> the user's key (longest first: input.geocode_columns before ...)
@@ -53,7 +52,7 @@ def units_raw(raw: dict[str, Any], source: str) -> dict[str, Any]:
                               "release's, in [postprocess])")
     budget = raw["budget"]
     if units.get("invariants") and budget.get("neighbouring") == Neighbouring.ADD_REMOVE:
-        # check_relation would say so under the persons' key names; the user's are these
+        # load._check_relation would say so under the persons' key names; the user's are these
         raise ConfigError(source, "units.invariants", "published exactly, they cannot hold with budget.neighbouring "
                           "= \"add-remove\" (an exact count reveals every addition or removal); use \"replace-one\"")
     shared = copy.deepcopy({key: raw[key] for key in ("levels", "ledger") if key in raw})

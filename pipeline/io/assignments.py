@@ -50,15 +50,14 @@ def _columns(frame: pl.DataFrame, path: Path, block: str | None, area: str | Non
     names = frame.columns
     if block is None:
         block = next((c for c in BLOCK_COLUMNS if c in names), names[0] if len(names) == 2 else None)
-    if block is None or block not in names:
-        raise InputError(str(path), f"no block column ({'--block-column ' + block if block else 'give --block-column'}"
-                         f"; columns: {', '.join(names)})", category=InputProblem.COLUMN)
     if area is None:
         others = [c for c in names if c != block]
         area = others[0] if len(others) == 1 else None
-    if area is None or area not in names:
-        raise InputError(str(path), f"no area column ({'--area-column ' + area if area else 'give --area-column'}; "
-                         f"columns: {', '.join(names)})", category=InputProblem.COLUMN)
+    for kind, name in (("block", block), ("area", area)):
+        if name is None or name not in names:
+            option = f"--{kind}-column"
+            raise InputError(str(path), f"no {kind} column ({f'{option} {name}' if name else f'give {option}'}; "
+                             f"columns: {', '.join(names)})", category=InputProblem.COLUMN)
     return block, area
 
 

@@ -1,11 +1,9 @@
-"""Keyed fingerprints of a dataset's content, so that the ledger charges the same data to the same budget.
+"""Keyed fingerprints of a dataset's content, so the ledger charges the same data to the same budget (SECURITY.md).
 
-What they recognise (any path, name, format, row order or split into parts), what they cannot, and the key:
-SECURITY.md.  Kinds: ``rows-set``, HMAC-SHA256 (under the kind's key) of the sum modulo 2^256 of a keyed
-BLAKE2b-256 of every row's canonical text (``row_texts``; Clarke et al.'s MSet-Add-Hash), with a
-``rows-set-with-paths`` variant that counts a part's path-only hive columns; ``lines-set``, the same sum over the
-raw lines, only where ``rows-set`` cannot be computed.  Computed before any value is validated, and never failing
-on a bad value (which would turn a refusal into a free query): a kind that cannot be computed falls back.
+Kinds: ``rows-set``, a keyed multiset hash of every row's canonical text (``row_texts``, ``MultisetDigest``), with
+a ``rows-set-with-paths`` variant that counts a part's path-only hive columns; ``lines-set``, the same over the raw
+lines, only where ``rows-set`` cannot be computed.  Computed before any value is validated, and never failing on a
+bad value (which would turn a refusal into a free query): a kind that cannot be computed falls back.
 """
 
 from __future__ import annotations
@@ -73,7 +71,7 @@ def data_fingerprints(files: InputFiles, key: bytes, *, batch_rows: int = BATCH_
 
 
 class MultisetDigest:
-    """A keyed multiset hash, added to batch by batch (``add``), mergeable across workers (``merge``)."""
+    """A keyed multiset hash (Clarke et al.'s MSet-Add-Hash), added to by batch (``add``), mergeable (``merge``)."""
 
     def __init__(self, key: bytes, kind: FingerprintKind) -> None:
         self.kind = kind

@@ -44,11 +44,12 @@ class ChunkLocation:
 def _rows(level: str, geoids: np.ndarray, query: str, values: np.ndarray) -> dict[str, pa.Array | pa.ChunkedArray]:
     n_nodes, q_cells = values.shape
     node = np.repeat(np.arange(n_nodes, dtype=np.int32), q_cells)
+    whole_nodes = max(1, REPEATED_ROWS // max(1, q_cells))  # the cells of as many nodes as fit in a shared block
     return {
         "level": repeated(_dictionary_block(level, values.size), values.size),
         "geoid": pa.DictionaryArray.from_arrays(node, pa.array(geoids.tolist(), type=pa.string())),
         "query": repeated(_dictionary_block(query, values.size), values.size),
-        "cell": repeated(_cell_block(q_cells), values.size),
+        "cell": repeated(pa.array(np.tile(np.arange(q_cells, dtype=np.int32), whole_nodes)), values.size),
     }
 
 
@@ -62,11 +63,6 @@ def repeated(block: pa.Array, n: int) -> pa.ChunkedArray:
         return pa.chunked_array([block.slice(0, 0)], type=block.type)
     whole, rest = divmod(n, len(block))
     return pa.chunked_array([block] * whole + ([block.slice(0, rest)] if rest else []), type=block.type)
-
-
-def _cell_block(q_cells: int) -> pa.Array:
-    """Whole nodes' cell indices 0..q_cells-1, as many nodes as fit in about ``REPEATED_ROWS`` (at least one)."""
-    return pa.array(np.tile(np.arange(q_cells, dtype=np.int32), max(1, REPEATED_ROWS // max(1, q_cells))))
 
 
 def _dictionary_block(value: str, n: int) -> pa.DictionaryArray:
@@ -238,8 +234,7 @@ def read_chunk_plan(directory: Path, level: str, n_queries: int, first_cells: in
 
 
 def read_lowest_geoids(directory: Path, level: str, n_queries: int) -> np.ndarray:
-    """Every geoid of the lowest level's measurements, from each chunk's first row group's dictionary (no row
-    decoded)."""
+    """Every geoid of the lowest level's measurements, from each chunk's first row group's dictionary (no row read)."""
     codes = []
     for file in level_files(directory, level):
         parquet = pq.ParquetFile(directory / file)

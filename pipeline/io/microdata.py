@@ -1,8 +1,7 @@
-"""Reading and validating microdata and the geography list, in two steps that a release keeps apart
-(docs/input.md): ``read_input_files`` checks the files' structure only (no value decides its outcome, so it may
-refuse before the ledger charge); ``geography_units`` and ``encoded_rows`` check every value, streamed, one part
-and one batch at a time (``pipeline.io.value_checks``; their failures depend on confidential values: after the
-charge).  Errors name the part's file, the column and the row, never a value.
+"""Reading and validating microdata and the geography list, in two steps a release keeps apart (docs/input.md):
+``read_input_files`` checks the files' structure only (no value decides it: it may refuse before the charge);
+``geography_units`` and ``encoded_rows`` check every value, streamed (``pipeline.io.value_checks``: after the
+charge, their failures depend on confidential values).  Errors name file, column and row, never a value.
 """
 
 from __future__ import annotations

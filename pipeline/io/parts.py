@@ -1,9 +1,7 @@
 """The microdata's parts: one file, or every Parquet file of a dataset folder, and their batched reading.
 
-What a folder may hold and how its parts are labelled: docs/input.md.  Refused at file level (before any charge;
-nothing here looks at a value): a symbolic link inside a folder or two parts with the same bytes (either could
-read a record several times: k copies of every person, under a fingerprint never charged), another format than
-Parquet, no Parquet file.  Readers open files by path with globbing off, or by handle.
+What a folder may hold, how its parts are labelled and what is refused at file level (before any charge: nothing
+here looks at a value): docs/input.md.  Readers open files by path with globbing off, or by handle.
 """
 
 from __future__ import annotations

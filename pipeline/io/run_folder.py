@@ -132,8 +132,7 @@ class LoadedRun:
         return self.sparse_table(level).toarray()
 
     def sparse_table(self, level: int) -> sp.csr_matrix:
-        """The published table of a level as sparse int64 counts (n_nodes, n_cells): memory follows its non-zero
-        cells, not nodes × cells."""
+        """The published table of a level as sparse int64 counts (n_nodes, n_cells), in memory its non-zeros."""
         schema = self.config.schema
         name = self.config.levels[level].name
         frame = pq.read_table(self.run_dir / "tables" / f"{name}.parquet")
@@ -155,10 +154,9 @@ def load_run(run_dir: Path, overrides: dict[str, Any] | None = None) -> LoadedRu
     """Read a run folder's manifest, configuration, tree and invariants (no microdata is read)."""
     run_dir = Path(run_dir).resolve()
     manifest = read_record(run_dir / "manifest.json", "not a censusdp run folder (no readable manifest.json)")
-    try:
-        raw = manifest["config_raw"]
-    except (KeyError, TypeError):
-        raise CensusDPError(f"{run_dir}: not a censusdp run folder (no readable manifest.json)") from None
+    if "config_raw" not in manifest:
+        raise CensusDPError(f"{run_dir}: not a censusdp run folder (no readable manifest.json)")
+    raw = manifest["config_raw"]
     apply_overrides(raw, overrides or {})
     config = parse_recorded_config(raw, str(run_dir / "manifest.json"), base=Path(manifest["config"]["source"]).parent)
     lowest = config.levels[-1].name

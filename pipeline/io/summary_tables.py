@@ -16,6 +16,7 @@ import pyarrow as pa
 import scipy.sparse as sp
 
 from censusdp.pipeline.config.model import SummaryTables
+from censusdp.pipeline.config.persons_per_unit import selection_mask
 from censusdp.pipeline.config.pl94_tables import Variable, h1_schema_problem, h1_variables, pl94_variables
 from censusdp.pipeline.config.schema import Schema
 from censusdp.pipeline.io.tables import ChunkedParquet
@@ -28,19 +29,9 @@ def table_variables(tables: SummaryTables) -> tuple[Variable, ...]:
     return {SummaryTables.PL94: pl94_variables}[tables]()
 
 
-def selected(schema: Schema, selection: Sequence[tuple[str, Sequence[str]]]) -> np.ndarray:
-    """The flattened cells of ``schema`` where every listed attribute's label is among the listed values."""
-    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
-    mask = np.ones(schema.n_cells, dtype=bool)
-    for name, values in selection:
-        labels = np.asarray(schema.attribute(name).values)
-        mask &= np.isin(labels[multi[schema.names.index(name)]], list(values))
-    return np.flatnonzero(mask)
-
-
 def variable_matrix(schema: Schema, variables: Sequence[Variable]) -> sp.csc_matrix:
     """(detailed cells x variables) 0/1: column j selects the cells that variable j sums."""
-    columns = [selected(schema, v.cells) for v in variables]
+    columns = [np.flatnonzero(selection_mask(schema, v.cells)) for v in variables]
     rows = np.concatenate([np.zeros(0, dtype=np.int64), *columns])
     variable = np.repeat(np.arange(len(columns)), [len(c) for c in columns])
     return sp.csc_matrix((np.ones(len(rows), dtype=np.int64), (rows, variable)), shape=(schema.n_cells, len(columns)))
@@ -99,16 +90,6 @@ def summary_path(directory: Path, tables: SummaryTables, level: str) -> Path:
     return directory / tables.value / f"{level}.parquet"
 
 
-def write_dictionary(directory: Path, variables: Sequence[Variable]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / DICTIONARY
-    with path.open("w", newline="") as handle:
-        out = csv.writer(handle)
-        out.writerow(["variable", "table", "label", "universe"])
-        out.writerows([v.name, v.table, v.label, v.universe] for v in variables)
-    return path
-
-
 def write_summary_tables(directory: Path, tables: SummaryTables, schema: Schema, level_names: Sequence[str],
                          geoids: Sequence[np.ndarray], counts: Sequence[sp.spmatrix | None],
                          units: tuple[Schema, Sequence[sp.spmatrix | None]] | None = None) -> dict[str, Any]:
@@ -125,9 +106,13 @@ def write_summary_tables(directory: Path, tables: SummaryTables, schema: Schema,
             writer.write_rows(level_geoids, parts)
             writer.close()
         levels[name] = str(path.relative_to(directory.parent))
-    every = [v for part in columns for v in part.variables]
-    folder = directory / tables.value
-    return {"dictionary": str(write_dictionary(folder, every).relative_to(directory.parent)), "levels": levels}
+    dictionary = directory / tables.value / DICTIONARY
+    dictionary.parent.mkdir(parents=True, exist_ok=True)
+    with dictionary.open("w", newline="") as handle:
+        out = csv.writer(handle)
+        out.writerow(["variable", "table", "label", "universe"])
+        out.writerows([v.name, v.table, v.label, v.universe] for part in columns for v in part.variables)
+    return {"dictionary": str(dictionary.relative_to(directory.parent)), "levels": levels}
 
 
 def housing_variables(tables: SummaryTables, units_schema: Schema) -> tuple[Variable, ...]:

@@ -94,9 +94,7 @@ def _geocodes(frame: pl.DataFrame, config: ReleaseConfig, path: Path, problems: 
                          f"code must have {MDF_WIDTHS[part.name]} characters", part.name, InputProblem.GEOCODE)
         problems.see(parts[-1].str.slice(0, 1) != group, "block group does not match the first digit of TABBLK",
                      MDF_GROUP_COLUMN, InputProblem.GEOCODE)
-    codes = parts[0]
-    for part in parts[1:]:
-        codes = codes + part
+    codes = sum(parts[1:], start=parts[0])
     name = "+".join(columns)
     problems.see(codes.str.len_chars() != width, f"geocode must have {width} characters (the lowest level's width)",
                  name, InputProblem.GEOCODE)

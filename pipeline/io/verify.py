@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,10 @@ import scipy.sparse as sp
 from censusdp.geography.levels import Level
 from censusdp.pipeline.config.load import parse_recorded_config
 from censusdp.pipeline.config.model import ReleaseConfig, SummaryTables
+from censusdp.pipeline.config.persons_per_unit import selection_mask
 from censusdp.pipeline.config.schema import Query, Schema
 from censusdp.pipeline.errors import CensusDPError
-from censusdp.pipeline.io.summary_tables import TableColumns, selected, table_columns
+from censusdp.pipeline.io.summary_tables import TableColumns, table_columns
 
 CELL, COUNT, GEOID = "_cell", "count", "geoid"
 Selection = tuple[tuple[str, tuple[str, ...]], ...]  # (attribute, values): the cells where each is among them
@@ -103,42 +105,40 @@ def _part(record: Mapping[str, Any], key: str, run_dir: Path) -> Mapping[str, An
     return value
 
 
-def _files(path: Path) -> list[Path]:
+@contextmanager
+def _reading(path: Path) -> Iterator[list[Path]]:
+    """The files of a Parquet file or folder of parts, read in the block; ``RunFileError`` if missing or unreadable."""
     if not path.exists():
         raise RunFileError(f"{path}: missing")
-    return sorted(path.glob("*.parquet")) if path.is_dir() else [path]  # names, never a pattern: runs[2020]/
+    try:
+        yield sorted(path.glob("*.parquet")) if path.is_dir() else [path]  # names, never a pattern: runs[2020]/
+    except (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError):
+        raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
 
 
 def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pl.DataFrame:
     """A Parquet file or a folder of part files, as one frame; ``RunFileError`` if missing or unreadable."""
-    files = _files(path)
-    try:
+    with _reading(path) as files:
         return pl.read_parquet(files, columns=list(columns) if columns else None, glob=False)
-    except (OSError, ValueError, pl.exceptions.PolarsError):
-        raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
 
 
 def _check_wide_columns(path: Path, needed: Sequence[str], numeric: Sequence[str]) -> None:
     """``RunFileError`` unless every part of a wide table has the ``needed`` columns, ``numeric`` ones numeric."""
-    for file in _files(path) or [path]:
-        try:
+    kinds = (pa.types.is_integer, pa.types.is_floating)
+    with _reading(path) as files:
+        for file in files or [path]:
             schema = pq.read_schema(file)
-        except (OSError, ValueError, pa.ArrowException):
-            raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
-        _need(schema.names, needed, path)
-        kinds = (pa.types.is_integer, pa.types.is_floating)
-        if text := next((n for n in numeric if not any(kind(schema.field(n).type) for kind in kinds)), None):
-            raise RunFileError(f"{path}: column {text} is not numeric")
+            _need(schema.names, needed, path)
+            if text := next((n for n in numeric if not any(kind(schema.field(n).type) for kind in kinds)), None):
+                raise RunFileError(f"{path}: column {text} is not numeric")
 
 
 def read_batches(path: Path, columns: Sequence[str], rows: int) -> Iterator[pl.DataFrame]:
     """The named columns of a Parquet file or folder of parts, ``rows`` rows at a time (bounded memory)."""
-    for file in _files(path):
-        try:
+    with _reading(path) as files:
+        for file in files:
             for batch in pq.ParquetFile(file).iter_batches(batch_size=rows, columns=list(columns)):
                 yield pl.DataFrame(pl.from_arrow(batch))
-        except (OSError, ValueError, pa.ArrowException):
-            raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
 
 
 def _need(names: Sequence[str], columns: Sequence[str], path: Path) -> None:
@@ -222,7 +222,8 @@ def zero_checks(universe: Universe) -> list[RuleCheck]:
     config = universe.config
     if not config.structural_zeros:
         return []
-    zeros = np.unique(np.concatenate([selected(config.schema, tuple(z.items())) for z in config.structural_zeros]))
+    zeros = np.flatnonzero(np.any([selection_mask(config.schema, tuple(z.items())) for z in config.structural_zeros],
+                                  axis=0))
     hit = pl.col(CELL).is_in(zeros.tolist()) & (pl.col(COUNT) != 0)
     return [RuleCheck(f"{universe.name}: structural zeros are 0", lv.name, universe.nodes[lv.name] * len(zeros),
                       int(universe.tables[lv.name].select(hit.sum()).item())) for lv in config.levels]

@@ -1,4 +1,4 @@
-"""Recodes: an attribute defined as a grouping of another's values (``pipeline.config.schema``, ``config.recodes``)."""
+"""Recodes: an attribute defined as a grouping of another's values (``pipeline.config.schema``, ``config.load``)."""
 
 from __future__ import annotations
 

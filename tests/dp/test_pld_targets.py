@@ -1,5 +1,5 @@
 """The PLD against Google's dp-accounting, on the pl94-2020 preset, and as the accountant
-of budget.epsilon targets (pipeline/config/epsilon_target.py)."""
+of budget.epsilon targets (pipeline/config/load.py)."""
 
 from __future__ import annotations
 
