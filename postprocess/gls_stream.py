@@ -12,14 +12,7 @@ import numpy as np
 
 from censusdp.postprocess.gls_algebra import QuerySpec, cell_variance, unrotate
 from censusdp.postprocess.gls_stream_chunk import LowestChunk, SubspaceStep, down_step, rotated_chunk, up_step
-from censusdp.postprocess.gls_stream_frame import (
-    CubeStore,
-    StreamLevel,
-    SubspaceFrame,
-    subspace_blocks,
-    subspace_frame,
-    tree_frame,
-)
+from censusdp.postprocess.gls_stream_frame import CubeStore, StreamLevel, subspace_frame, tree_frame
 from censusdp.postprocess.gls_tree import _sum, children_matrix
 
 # read(level, start, stop) -> (noisy answers per query, invariant values per invariant), each (stop - start, q_cells)
@@ -32,11 +25,10 @@ SLICE_CELLS = 1 << 18  # cells per slice of a level above the lowest in the pass
 
 
 class StreamedGls:
-    """The exact GLS of a tree, both passes solved chunk by chunk at construction with intermediates in ``store``,
-    closed by ``close`` (or a ``with`` block's end, or garbage collection); the lowest level's estimates are computed
-    when asked for.  ``ValueError`` on unidentifiable cells, invariants that do not hold at every level above, and a
-    plan that splits a family or does not cover a level.  ``lowest_sums`` runs the lowest level's up pass (e.g. on a
-    runner's workers); ``slice_cells``: the most cells of a slice of a chunk above the lowest level (memory only)."""
+    """The exact GLS of a tree, both passes solved chunk by chunk at construction; ``store`` closed by ``close`` (or
+    a ``with`` block's end, or garbage collection).  ``ValueError`` on unidentifiable cells, invariants that do not
+    hold at every level above, and a plan that splits a family or does not cover a level.  ``lowest_sums`` runs the
+    lowest level's up pass (e.g. on a runner's workers); ``slice_cells``: the most cells of a slice (memory only)."""
 
     def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
                  lowest_sums: LowestSums | None = None, slice_cells: int = SLICE_CELLS) -> None:
@@ -49,10 +41,7 @@ class StreamedGls:
             frame = tree_frame(self.levels, shape)
             self.shape, self.sizes, self.bases, self.subsets = frame.shape, frame.sizes, frame.bases, frame.subsets
             self._read = read
-            self._frames: list[SubspaceFrame] = []
-            for subset in self.subsets:
-                infos, pins = subspace_blocks(self.levels, self.bases, subset)
-                self._frames.append(subspace_frame(infos, pins, frame.parents, self.sizes))
+            self._frames = [subspace_frame(self.levels, frame, subset) for subset in self.subsets]
             self._up_pass()
             self._down_pass()
         except BaseException:

@@ -70,12 +70,10 @@ def reconcile_level(
     ``parent_counts``/``parent_index`` are None at the root (no parent constraint); below it, ``parent_index[node]``
     is the node's row of ``parent_counts`` (rows no node points to are ignored: a level can go in chunks of parents).
 
-    ``solver``: ``"auto"`` takes the closed forms of ``postprocess.fast_path`` when only detailed queries are
-    measured and nothing is fixed; else, below the root without invariants and with the detailed query measured, the
-    certified ``postprocess.first_order`` on batches of large blocks; else (and where it does not certify its point)
-    cvxpy with Clarabel, then OSQP, then SCS.  ``"cvxpy"``, ``"fast"`` and ``"first_order"`` (on every batch) force a
-    path (``ValueError`` where it does not apply); else cvxpy solver names, comma-separated, tried in order.
-    ``report["path"]`` says which path ran.  ``rng`` (e.g. the run's ``RandomSource``) breaks rounding ties at random.
+    ``solver``: a ``SolverPath`` (``"auto"`` takes each where it applies: ``fast_path.applies``,
+    ``first_order.applies``; the others force a path, ``ValueError`` where it does not apply) or cvxpy solver names,
+    comma-separated, tried in order; ``report["path"]`` says which path ran.  ``rng`` (e.g. the run's
+    ``RandomSource``) breaks rounding ties at random.
 
     ``passes`` orders the measurements' names into least-squares passes, each keeping the earlier passes' answers
     within ``tolerance`` persons (cvxpy only); ``rounding`` lists marginals rounded and fixed, in order, before the

@@ -123,12 +123,11 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
     for ``measure_upper``).  Writing its own parts, the task first claims its draw: one attempt per run draws."""
     attempt = claim_draw(task.out_dir, group_name(task.index)) if task.out_dir is not None else None
     files, schema = task.files, task.files.config.schema
+    category = None
     try:
         runs = group_keys(files, task)
     except InputError as error:  # the row and file stay here: raised outside the handler, category only
         category = error.category
-    else:
-        category = None
     if category is not None:
         raise InputCategoryError(category)
     n_cells, tree = schema.n_cells, task.subtree
