@@ -148,10 +148,6 @@ class GlsResult:
         cells).  A recode's grouping must coarsen the measured queries' groups."""
         return self.stream.variance(level, spec, 0, self.stream.sizes[level])
 
-    def query_estimate(self, level: int, axes: Sequence[int]) -> np.ndarray:
-        """GLS estimate (n_nodes, q_cells) of the plain marginal keeping ``axes`` (in that order)."""
-        return self.estimate(level, QuerySpec(tuple(axes)))
-
     def query_variance(self, level: int, axes: Sequence[int] | None = None) -> np.ndarray:
         """(n_nodes,) variance of one cell of the plain marginal ``axes`` (None: the detailed cells), when it is
         the same for all its cells — always so without recodes.  ``ValueError`` when a kept attribute is

@@ -11,15 +11,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from censusdp.postprocess.gls_algebra import QuerySpec, cell_variance, unrotate
-from censusdp.postprocess.gls_stream_chunk import Below, LowestChunk, SubspaceStep, down_step, rotated_chunk, up_step
-from censusdp.postprocess.gls_stream_frame import (
-    CubeStore,
-    StreamLevel,
-    SubspaceFrame,
-    subspace_blocks,
-    subspace_frame,
-    tree_frame,
-)
+from censusdp.postprocess.gls_stream_chunk import LowestChunk, SubspaceStep, down_step, rotated_chunk, up_step
+from censusdp.postprocess.gls_stream_frame import CubeStore, StreamLevel, subspace_frame, tree_frame
 from censusdp.postprocess.gls_tree import _sum, children_matrix
 
 # read(level, start, stop) -> (noisy answers per query, invariant values per invariant), each (stop - start, q_cells)
@@ -32,11 +25,10 @@ SLICE_CELLS = 1 << 18  # cells per slice of a level above the lowest in the pass
 
 
 class StreamedGls:
-    """The exact GLS of a tree, both passes solved chunk by chunk at construction with intermediates in ``store``,
-    closed by ``close`` (or a ``with`` block's end, or garbage collection); the lowest level's estimates are computed
-    when asked for.  ``ValueError`` on unidentifiable cells, invariants that do not hold at every level above, and a
-    plan that splits a family or does not cover a level.  ``lowest_sums`` runs the lowest level's up pass (e.g. on a
-    runner's workers); ``slice_cells``: the most cells of a slice of a chunk above the lowest level (memory only)."""
+    """The exact GLS of a tree, both passes solved chunk by chunk at construction; ``store`` closed by ``close`` (or
+    a ``with`` block's end, or garbage collection).  ``ValueError`` on unidentifiable cells, invariants that do not
+    hold at every level above, and a plan that splits a family or does not cover a level.  ``lowest_sums`` runs the
+    lowest level's up pass (e.g. on a runner's workers); ``slice_cells``: the most cells of a slice (memory only)."""
 
     def __init__(self, levels: Sequence[StreamLevel], shape: Sequence[int], read: Reader, store: CubeStore,
                  lowest_sums: LowestSums | None = None, slice_cells: int = SLICE_CELLS) -> None:
@@ -49,10 +41,7 @@ class StreamedGls:
             frame = tree_frame(self.levels, shape)
             self.shape, self.sizes, self.bases, self.subsets = frame.shape, frame.sizes, frame.bases, frame.subsets
             self._read = read
-            self._frames: list[SubspaceFrame] = []
-            for subset in self.subsets:
-                infos, pins = subspace_blocks(self.levels, self.bases, subset)
-                self._frames.append(subspace_frame(infos, pins, frame.parents, self.sizes))
+            self._frames = [subspace_frame(self.levels, frame, subset) for subset in self.subsets]
             self._up_pass()
             self._down_pass()
         except BaseException:
@@ -68,32 +57,26 @@ class StreamedGls:
                                   frame.phi_of(level, start, stop))
                      for subset, frame in zip(self.subsets, self._frames, strict=True))
 
-    def _up(self, level: int, start: int, stop: int, data: tuple[Sequence[np.ndarray], Sequence[np.ndarray]],
+    def _up(self, level: int, start: int, stop: int, noisy: Sequence[np.ndarray], values: Sequence[np.ndarray],
             below: np.ndarray) -> np.ndarray:
-        """z̃ (rotated) of nodes [start, stop) above the lowest level, from their ``data`` and children sums Σz̃."""
+        """z̃ (rotated) of nodes [start, stop) above the lowest level, from their data and children sums Σz̃."""
         spec = self.levels[level]
-        noisy, values = data
         cube, exact = rotated_chunk(level, spec.queries, spec.invariants, self.bases, noisy, values, stop - start)
-        terms = []
-        for frame in self._frames:
-            lower = frame.free[level + 1]
-            terms.append((lower, (lower.T @ frame.free[level]).T @ frame.bar_inv[level][start:stop]))  # Mᵀ Φ̄⁻¹
-        return up_step(cube, exact, self._steps(level, start, stop), self.bases, Below(below, terms))
+        terms = [(f.free[level + 1], (f.free[level + 1].T @ f.free[level]).T @ f.bar_inv[level][start:stop])
+                 for f in self._frames]  # per subspace: N of the level below, Mᵀ Φ̄⁻¹
+        return up_step(cube, exact, self._steps(level, start, stop), self.bases, below, terms)
 
     def _parents(self, level: int, start: int, stop: int) -> tuple[int, int, np.ndarray]:
         parent = self.levels[level].parent[start:stop]
         first = int(parent[0])
         return first, int(parent[-1]) + 1, parent - first
 
-    def _gap(self, level: int, first: int, last: int) -> np.ndarray:
-        """x̂ - Σz̃ of nodes [first, last) of a level above the lowest (rotated)."""
-        return self._scratch.read(FINAL, level, first, last) - self._scratch.read("sum", level, first, last)
-
-    def _down(self, level: int, start: int, stop: int, up: np.ndarray) -> np.ndarray:
-        """The chunk's final estimates x̂ (rotated cube) from its z̃ and its parents' stored x̂ and Σz̃."""
+    def _above(self, level: int, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+        """What the down step of nodes [start, stop) needs of their parents: each node's parent among them, and
+        their x̂ - Σz̃ (rotated) and Φ̄⁻¹ on every subspace."""
         first, last, local = self._parents(level, start, stop)
-        return down_step(up, self._gap(level - 1, first, last), local, self._steps(level, start, stop),
-                         [frame.bar_inv[level - 1][first:last] for frame in self._frames], self.bases)
+        gap = self._scratch.read(FINAL, level - 1, first, last) - self._scratch.read("sum", level - 1, first, last)
+        return local, gap, tuple(frame.bar_inv[level - 1][first:last] for frame in self._frames)
 
     def lowest_chunk(self, start: int, stop: int, *, with_parents: bool = True) -> LowestChunk:
         """One chunk of the lowest level as a job; ``with_parents`` (after the passes): with what ``estimate`` needs."""
@@ -101,17 +84,12 @@ class StreamedGls:
         spec = self.levels[level]
         local = gap = None
         bar_inv: tuple[np.ndarray, ...] = ()
-        if level > 0:
-            first, last, local = self._parents(level, start, stop)
-            if with_parents:
-                gap = self._gap(level - 1, first, last)
-                bar_inv = tuple(frame.bar_inv[level - 1][first:last] for frame in self._frames)
+        if level > 0 and with_parents:
+            local, gap, bar_inv = self._above(level, start, stop)
+        elif level > 0:
+            local = self._parents(level, start, stop)[2]
         return LowestChunk(level, start, stop, tuple(self.bases), tuple(spec.queries), tuple(spec.invariants),
                            self._steps(level, start, stop), local, gap, bar_inv)
-
-    def _local_sums(self, chunks: Iterable[LowestChunk]) -> Iterator[np.ndarray]:
-        for chunk in chunks:
-            yield chunk.children_sums(*self._read(chunk.level, chunk.start, chunk.stop))
 
     def _up_pass(self) -> None:
         lowest = self.depth - 1
@@ -121,9 +99,10 @@ class StreamedGls:
                 self.lowest_chunk(start, stop).up(*self._read(lowest, start, stop))
             return
         jobs = (self.lowest_chunk(start, stop, with_parents=False) for start, stop in chunks)
-        run = self._lowest_sums or self._local_sums
+        results = (self._lowest_sums(jobs) if self._lowest_sums is not None
+                   else (job.children_sums(*self._read(job.level, job.start, job.stop)) for job in jobs))
         # in chunk order, so "sum" is written front to back; one result per chunk, with a row per parent
-        for (start, stop), sums in zip(chunks, run(jobs), strict=True):
+        for (start, stop), sums in zip(chunks, results, strict=True):
             first, last, _ = self._parents(lowest, start, stop)
             if np.shape(sums) != (last - first, *self.shape):
                 raise ValueError(f"lowest level, nodes {start}:{stop}: the children sums have the wrong shape")
@@ -133,14 +112,13 @@ class StreamedGls:
                 noisy, values = self._read(level, start, stop)
                 for lo, hi in self._slices(level, start, stop):
                     rows = slice(lo - start, hi - start)
-                    data = ([answers[rows] for answers in noisy], [exact[rows] for exact in values])
-                    up = self._up(level, lo, hi, data, self._scratch.read("sum", level, lo, hi))
+                    up = self._up(level, lo, hi, [answers[rows] for answers in noisy], [v[rows] for v in values],
+                                  self._scratch.read("sum", level, lo, hi))
                     self._scratch.write("up", level, up)
                     if level > 0:
                         first, last, local = self._parents(level, lo, hi)
                         self._scratch.write("sum", level - 1, _sum(children_matrix(local, last - first), up))
-                # before the next chunk's read, not after it: the last slice's views hold the whole chunk's arrays
-                del noisy, values, data
+                del noisy, values  # before the next chunk's read, not after it: no two chunks' arrays at once
 
     def _slices(self, level: int, start: int, stop: int) -> Iterator[tuple[int, int]]:
         rows = max(1, self._slice_cells // max(1, int(np.prod(self.shape))))
@@ -154,8 +132,10 @@ class StreamedGls:
         for level in range(1, lowest):
             for start, stop in self.levels[level].chunks:
                 for lo, hi in self._slices(level, start, stop):
+                    local, gap, bar_inv = self._above(level, lo, hi)
                     up = self._scratch.read("up", level, lo, hi)
-                    self._scratch.write(FINAL, level, self._down(level, lo, hi, up))
+                    self._scratch.write(FINAL, level, down_step(up, gap, local, self._steps(level, lo, hi), bar_inv,
+                                                                self.bases))
             self._scratch.remove("up", level)
             self._scratch.remove("sum", level - 1)  # the lowest level's parents keep theirs
         for frame in self._frames:

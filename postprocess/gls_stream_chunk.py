@@ -35,15 +35,6 @@ class SubspaceStep:
     phi: np.ndarray
 
 
-@dataclass(frozen=True)
-class Below:
-    """The up step's term from the children (levels above the lowest): their sums Σz̃ (rotated, n, ...) and per
-    subspace (N of the level below, Mᵀ Φ̄⁻¹ of the chunk's nodes)."""
-
-    summed: np.ndarray
-    terms: Sequence[tuple[np.ndarray, np.ndarray]]
-
-
 def rotated_chunk(level: int, queries: Sequence[tuple[QuerySpec, float]], invariants: Sequence[QuerySpec],
                   bases: Sequence[AxisBasis], noisy: Sequence[np.ndarray], values: Sequence[np.ndarray], n: int
                   ) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -69,9 +60,11 @@ def _check_rows(level: int, shape: tuple[int, ...], query: QuerySpec, answers: n
         raise ValueError(f"level {level}: the reader's answers to the query on axes {query.axes} have the wrong shape")
 
 
-def up_step(cube: np.ndarray, exact: Sequence[np.ndarray], steps: Sequence[SubspaceStep],
-            bases: Sequence[AxisBasis], below: Below | None = None) -> np.ndarray:
-    """The chunk's subtree estimates z̃ (rotated cube) from its rotated data (``rotated_chunk``)."""
+def up_step(cube: np.ndarray, exact: Sequence[np.ndarray], steps: Sequence[SubspaceStep], bases: Sequence[AxisBasis],
+            summed: np.ndarray | None = None, terms: Sequence[tuple[np.ndarray, np.ndarray]] = ()) -> np.ndarray:
+    """The chunk's subtree estimates z̃ (rotated cube) from its rotated data (``rotated_chunk``); above the lowest
+    level, with its children's sums Σz̃ (``summed``, rotated) and per subspace (N of the level below, Mᵀ Φ̄⁻¹ of the
+    chunk's nodes) (``terms``)."""
     out = np.zeros_like(cube)
     for index, step in enumerate(steps):
         pinned = None
@@ -81,10 +74,10 @@ def up_step(cube: np.ndarray, exact: Sequence[np.ndarray], steps: Sequence[Subsp
         rhs = _apply(step.free.T, gather(cube, bases, step.subset))
         if pinned is not None:
             rhs = rhs - _apply(step.free.T @ step.info, pinned)
-        if below is not None:
-            lower, gain = below.terms[index]
-            summed = gather(below.summed, bases, step.subset)
-            rhs = rhs + _apply(gain, _apply(lower.T, summed if pinned is None else summed - pinned))
+        if summed is not None:
+            lower, gain = terms[index]
+            below = gather(summed, bases, step.subset)
+            rhs = rhs + _apply(gain, _apply(lower.T, below if pinned is None else below - pinned))
         estimate = _apply(step.free, _apply(step.phi, rhs))
         scatter(out, estimate if pinned is None else estimate + pinned, bases, step.subset)
     return out

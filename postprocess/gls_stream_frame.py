@@ -159,13 +159,13 @@ def subtree_phi(infos: Sequence[np.ndarray], frees: Sequence[np.ndarray], parent
     return phi, bar_inv
 
 
-def subspace_frame(infos: Sequence[np.ndarray], pins: Sequence[Pins], parents: Sequence[np.ndarray],
-                   sizes: Sequence[int]) -> SubspaceFrame:
-    """Φ, Φ̄⁻¹ (``subtree_phi``) and the posterior covariances of every level on one subspace."""
-    depth = len(infos)
-    lowest = depth - 1
+def subspace_frame(levels: Sequence[StreamLevel], tree: TreeFrame, subset: Subset) -> SubspaceFrame:
+    """Λ and the pins (``subspace_blocks``), Φ, Φ̄⁻¹ (``subtree_phi``) and the posterior covariances of every level
+    on one subspace."""
+    infos, pins = subspace_blocks(levels, tree.bases, subset)
+    parents, depth, lowest = tree.parents, len(infos), len(infos) - 1
     free = [p.free for p in pins]
-    phi, bar_inv = subtree_phi(infos, free, parents, sizes)
+    phi, bar_inv = subtree_phi(infos, free, parents, tree.sizes)
     post: list[np.ndarray] = [np.asarray(phi[0]) if lowest else np.asarray(phi[0])[None]]
     for i in range(1, depth):
         m = free[i].T @ free[i - 1]

@@ -134,7 +134,8 @@ def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers:
         return Solution(x=np.zeros(0), attempts=[("none", "optimal")], violations=(0.0,) * len(equalities))
     scale = _scale(terms, equalities)
     x = cp.Variable(n_vars)
-    constraints = _constraints(equalities, x, scale)
+    constraints: list[cp.Constraint] = [x >= 0, *(eq.matrix[eq.in_solve] @ x == eq.rhs[eq.in_solve] / scale
+                                                  for eq in equalities if eq.in_solve.any())]
     for rows in inequalities:
         low, high = np.isfinite(rows.lower), np.isfinite(rows.upper)
         if low.any():
@@ -201,15 +202,6 @@ def _objective(terms: list[Term], x: cp.Variable, scale: float) -> cp.Expression
     if multi:
         objective = objective + cp.sum_squares(sp.vstack(multi, format="csr") @ x)
     return objective
-
-
-def _constraints(equalities: list[Equalities], x: cp.Variable, scale: float) -> list[cp.Constraint]:
-    constraints: list[cp.Constraint] = [x >= 0]
-    for eq in equalities:
-        if eq.in_solve.any():
-            matrix = eq.matrix[eq.in_solve]
-            constraints.append(matrix @ x == eq.rhs[eq.in_solve] / scale)
-    return constraints
 
 
 def violation(eq: Equalities, point: np.ndarray) -> float:

@@ -70,12 +70,10 @@ def reconcile_level(
     ``parent_counts``/``parent_index`` are None at the root (no parent constraint); below it, ``parent_index[node]``
     is the node's row of ``parent_counts`` (rows no node points to are ignored: a level can go in chunks of parents).
 
-    ``solver``: ``"auto"`` takes the closed forms of ``postprocess.fast_path`` when only detailed queries are
-    measured and nothing is fixed; else, below the root without invariants and with the detailed query measured, the
-    certified ``postprocess.first_order`` on batches of large blocks; else (and where it does not certify its point)
-    cvxpy with Clarabel, then OSQP, then SCS.  ``"cvxpy"``, ``"fast"`` and ``"first_order"`` (on every batch) force a
-    path (``ValueError`` where it does not apply); else cvxpy solver names, comma-separated, tried in order.
-    ``report["path"]`` says which path ran.  ``rng`` (e.g. the run's ``RandomSource``) breaks rounding ties at random.
+    ``solver``: a ``SolverPath`` (``"auto"`` takes each where it applies: ``fast_path.applies``,
+    ``first_order.applies``; the others force a path, ``ValueError`` where it does not apply) or cvxpy solver names,
+    comma-separated, tried in order; ``report["path"]`` says which path ran.  ``rng`` (e.g. the run's
+    ``RandomSource``) breaks rounding ties at random.
 
     ``passes`` orders the measurements' names into least-squares passes, each keeping the earlier passes' answers
     within ``tolerance`` persons (cvxpy only); ``rounding`` lists marginals rounded and fixed, in order, before the
@@ -96,15 +94,13 @@ def reconcile_level(
         raise ValueError("tolerance must be >= 0")
     if solver in (SolverPath.FAST, SolverPath.FIRST_ORDER) and (multi_pass or rounding):
         raise ValueError(f"solver={solver!r} does not run several passes or round marginals first; use auto")
-    plain = not multi_pass and not rounding
-    fast = solver == SolverPath.FAST or (solver == SolverPath.AUTO and plain and not inputs.bounds
-                                         and fast_path.applies(inputs))
+    fast = solver == SolverPath.FAST or (solver == SolverPath.AUTO and not multi_pass and not rounding
+                                         and not inputs.bounds and fast_path.applies(inputs))
     if solver == SolverPath.FAST and (inputs.bounds or not fast_path.applies(inputs)):
         raise ValueError("solver='fast' needs detailed-only measurements (identity matrices), no invariants and no "
                          "bounds")
     first = solver == SolverPath.FIRST_ORDER or (solver == SolverPath.AUTO and not fast and not multi_pass
                                                  and first_order.applies(inputs))
-    always = solver == SolverPath.FIRST_ORDER  # auto: only on batches of large blocks (first_order.worthwhile)
     if solver == SolverPath.FIRST_ORDER and not first_order.applies(inputs):
         raise ValueError("solver='first_order' needs a parent, a detailed measurement and no invariants")
     solvers = () if fast else resolve_solvers(SolverPath.AUTO if first else solver)
@@ -132,8 +128,11 @@ def reconcile_level(
                       max_invariant_violation=0.0, min_value_before_rounding=0.0,
                       seconds_solve=time.perf_counter() - tick, seconds_rounding=0.0)
     else:
-        _fill_only_children(inputs, blocks, counts)
-        report.update(_reconcile_general(inputs, blocks, counts, solvers, rng, first, always,
+        if blocks.parent is not None and inputs.parent_counts is not None:  # an only child equals its parent
+            only = np.flatnonzero(np.diff(blocks.start) == 1)
+            counts[blocks.order[blocks.start[only]]] = inputs.parent_counts[blocks.parent[only]]
+        # first_order on every batch when forced; with auto, only on batches of large blocks (first_order.worthwhile)
+        report.update(_reconcile_general(inputs, blocks, counts, solvers, rng, first, solver == SolverPath.FIRST_ORDER,
                                          tuple(tuple(p) for p in passes), tolerance, rounding))
     check_table(inputs, counts)
     report["seconds_total"] = time.perf_counter() - started
@@ -237,13 +236,6 @@ def solve_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray, solvers: 
     else:
         solution = solve(terms, equalities, batch.n_vars, solvers, [limits])
     return batch, inv_matrix, inv_rhs, solution, limits
-
-
-def _fill_only_children(inputs: Inputs, blocks: Blocks, counts: np.ndarray) -> None:
-    """An only child equals its parent (the sum constraint leaves no freedom): no problem to solve."""
-    if blocks.parent is not None and inputs.parent_counts is not None:
-        only = np.flatnonzero(np.diff(blocks.start) == 1)
-        counts[blocks.order[blocks.start[only]]] = inputs.parent_counts[blocks.parent[only]]
 
 
 def _terms(inputs: Inputs, batch: Batch) -> list[tuple[str, Term]]:

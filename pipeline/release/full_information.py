@@ -14,16 +14,22 @@ from pathlib import Path
 import numpy as np
 
 from censusdp.pipeline.config.model import ReleaseConfig
-from censusdp.pipeline.config.reconciliation import LevelPasses, ReconciliationMethod
+from censusdp.pipeline.config.reconciliation import ReconciliationMethod
 from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query, Schema
 from censusdp.pipeline.io.gls_scratch import ScratchCubes
 from censusdp.pipeline.io.measurements import ChunkLocation, read_chunk
 from censusdp.pipeline.release.run import Release, UniverseRun, stage_output
 from censusdp.pipeline.release.runner import DaskRunner, LocalRunner
-from censusdp.pipeline.release.targets import LevelTargets, LowestSumsJob, TargetTerm, lowest_children_sums
+from censusdp.pipeline.release.targets import (
+    LevelTargets,
+    LowestSumsJob,
+    TargetTerm,
+    lowest_children_sums,
+    target_answers,
+)
 from censusdp.postprocess import QueryInvariant, QueryMeasurement
 from censusdp.postprocess.gls import GlsInvariant, GlsLevel, GlsQuery, GlsResult, QuerySpec, solve_gls
-from censusdp.postprocess.gls_stream import Reader, StreamLevel, solve_gls_streamed
+from censusdp.postprocess.gls_stream import Reader, StreamedGls, StreamLevel, solve_gls_streamed
 from censusdp.postprocess.gls_stream_chunk import LowestChunk
 
 PINNED = 1e-9  # a GLS variance at or below this is an invariant's exact value (no weight: the constraint holds it)
@@ -56,32 +62,10 @@ def solve_tree(schema: Schema, parents: Sequence[np.ndarray], measured: Sequence
     return solve_gls(gls_problem(schema, parents, measured, invariants), schema.shape)
 
 
-def target_queries(schema: Schema, measured: Measured, passes: LevelPasses) -> list[Query]:
-    """What a level fits: its measured queries, the queries its passes name, the total and the detailed cells."""
-    names = [q.name for q, _, _ in measured] + [n for group in passes.l2 for n in group] + [TOTAL, DETAILED]
-    return [schema.parse_query(name) for name in dict.fromkeys(names)]
-
-
 def target_weight(mean_variance: float) -> Fraction:
     """A target's σ² from the mean variance of its GLS estimate's free cells over the level.  A weight, not a
     budget: any positive value keeps this post-processing; rounded for a compact Fraction."""
     return max(Fraction(mean_variance).limit_denominator(1 << 40), Fraction(1, 1 << 40))
-
-
-def level_targets(schema: Schema, result: GlsResult, level: int, queries: Sequence[Query],
-                  own_sigma2: Mapping[str, Fraction] | None = None) -> list[QueryMeasurement]:
-    """The GLS estimates of ``queries`` at a level's nodes as weighted least-squares terms (``own_sigma2``: own σ²)."""
-    out = []
-    for query in queries:
-        spec = spec_of(schema, query)
-        variance = result.variance(level, spec)
-        free = variance[variance > PINNED]
-        if free.size == 0:
-            continue
-        sigma2 = (own_sigma2 or {}).get(query.name, target_weight(float(free.mean())))
-        out.append(QueryMeasurement(name=query.name, matrix=schema.query_matrix(query),
-                                    noisy=result.estimate(level, spec), sigma2=sigma2))
-    return out
 
 
 Allocated = Sequence[Sequence[tuple[Query, Fraction]]]  # per level, its measured queries and their σ²
@@ -136,18 +120,28 @@ def estimate(release: Release, run: UniverseRun, runner: LocalRunner | DaskRunne
 
     store = ScratchCubes(scratch, schema.shape)
     stream = solve_gls_streamed(levels, schema.shape, read, store, lowest_sums if runner is not None else None)
+    for level, terms in enumerate(tree_terms(config, stream, allocated)):
+        run.targets[level] = LevelTargets(stream, level, schema.shape, terms, store)
+
+
+def tree_terms(config: ReleaseConfig, stream: StreamedGls, allocated: Allocated) -> list[tuple[TargetTerm, ...]]:
+    """Every level's targets: its measured queries, the queries its passes name, the total and the detailed cells,
+    each weighted by the mean variance of its GLS estimate's free cells (none free: no target, the constraints hold
+    it); at the lowest level, measured queries keep their own σ² (docs/reconciliation.md)."""
+    schema, out = config.schema, []
     for level, spec in enumerate(config.levels):
-        measured = [(q, s2, np.zeros((0, 0))) for q, s2 in allocated[level]]
-        queries = target_queries(schema, measured, config.level_passes(spec.name))
-        own = {q.name: Fraction(s2) for q, s2 in allocated[level]} if level == last else {}
+        measured = {q.name: Fraction(s2) for q, s2 in allocated[level]}
+        own = measured if level == len(config.levels) - 1 else {}
+        passes = [name for group in config.level_passes(spec.name).l2 for name in group]
         terms = []
-        for query in queries:
-            spec = spec_of(schema, query)
-            mean = stream.mean_variance(level, spec, PINNED)
+        for query in [schema.parse_query(n) for n in dict.fromkeys([*measured, *passes, TOTAL, DETAILED])]:
+            query_spec = spec_of(schema, query)
+            mean = stream.mean_variance(level, query_spec, PINNED)
             if mean is not None:
-                terms.append(TargetTerm(query.name, spec, schema.query_matrix(query),
+                terms.append(TargetTerm(query.name, query_spec, schema.query_matrix(query),
                                         own.get(query.name, target_weight(mean))))
-        run.targets[level] = LevelTargets(stream, level, schema.shape, tuple(terms), store)
+        out.append(tuple(terms))
+    return out
 
 
 def discard_targets(run: UniverseRun) -> None:
@@ -159,12 +153,8 @@ def discard_targets(run: UniverseRun) -> None:
 
 
 def tree_targets(config: ReleaseConfig, result: GlsResult, measured: Sequence[Measured]
-                 ) -> list[list[QueryMeasurement]]:
-    """Every level's targets; at the lowest, measured queries keep their own σ² (docs/reconciliation.md)."""
-    schema, last = config.schema, len(config.levels) - 1
-    out = []
-    for level, spec in enumerate(config.levels):
-        own = {q.name: Fraction(s2) for q, s2, _ in measured[level]} if level == last else None
-        queries = target_queries(schema, measured[level], config.level_passes(spec.name))
-        out.append(level_targets(schema, result, level, queries, own))
-    return out
+                 ) -> list[tuple[QueryMeasurement, ...]]:
+    """Every level's targets (``tree_terms``) with the in-memory GLS's estimates."""
+    allocated = [[(q, s2) for q, s2, _ in level] for level in measured]
+    return [target_answers(result.estimates[level], result.stream.shape, terms)
+            for level, terms in enumerate(tree_terms(config, result.stream, allocated))]

@@ -1,11 +1,7 @@
-"""Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers (docs/dask.md, with what
-bounds a task's memory).  A group's task reads its files batch by batch (``encoded_rows``: every value check), keeps
-one int64 key per record and measures every level from the partition level down, chunk by chunk; the levels above
-sum the groups' total histograms (confidential) where the groups ran (``measure_upper``).
-
-Every chunk draws from its own stream (``substream_key``): the measuring process's OS CSPRNG, or one keyed from a test
-seed and the chunk's label.  Guarantee: that of ``release.noisy_measurements`` (Thm 19.37(iii) with CKS20 Thm 4 per
-query and level; nodes are disjoint, Prop. 19.30), whichever process draws a chunk's noise.
+"""Measurement as tasks over groups of whole subtrees, on the driver or on Dask workers (docs/dask.md: what a task
+reads, keeps and returns, and what bounds its memory).  Every chunk draws from its own stream (``substream_key``).
+Guarantee: that of ``release.noisy_measurements`` (Thm 19.37(iii) with CKS20 Thm 4 per query and level; nodes are
+disjoint, Prop. 19.30), whichever process draws a chunk's noise.
 """
 
 from __future__ import annotations
@@ -127,12 +123,11 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
     for ``measure_upper``).  Writing its own parts, the task first claims its draw: one attempt per run draws."""
     attempt = claim_draw(task.out_dir, group_name(task.index)) if task.out_dir is not None else None
     files, schema = task.files, task.files.config.schema
+    category = None
     try:
         runs = group_keys(files, task)
     except InputError as error:  # the row and file stay here: raised outside the handler, category only
         category = error.category
-    else:
-        category = None
     if category is not None:
         raise InputCategoryError(category)
     n_cells, tree = schema.n_cells, task.subtree

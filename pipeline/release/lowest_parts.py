@@ -1,13 +1,6 @@
-"""The lowest level's published outputs, written by its reconciliation tasks, one part file per chunk (docs/dask.md):
-
-    tables/<lowest>.parquet/part-NNNNNN.parquet           the level's table (long form)
-    microdata.parquet/part-NNNNNN.parquet                 the protected microdata
-    tables/<set>/<lowest>.parquet/part-NNNNNN.parquet     each summary table set's lowest level
-
-``NNNNNN`` is the chunk's index: name order is node order.  A chunk's parts are staged under names of their own and
-renamed into place once all are complete, and no part's writer creates a folder: a task run twice leaves one part of
-each, and an abandoned attempt's task cannot publish one.  With a units universe its lowest tasks write the summary
-tables (H1 is theirs).  Post-processing of published counts only (Thm 19.25).
+"""The lowest level's published outputs (its table, the protected microdata, each summary table set's lowest level),
+written by its reconciliation tasks as one part file per chunk, staged and renamed into place once complete
+(docs/dask.md).  Post-processing of published counts only (Thm 19.25).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from censusdp.pipeline.release.group_tasks import (
     measure_upper,
     subtree_chunks,
 )
-from censusdp.postprocess import QueryInvariant
+from censusdp.postprocess import QueryInvariant, QueryMeasurement
 
 PARTS_DIR = "measure-parts"  # inside the run's temporary folder; removed once collected
 
@@ -147,6 +147,12 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
     plans: dict[int, list[tuple[int, int, ChunkLocation]]] = {level: [] for level in range(tree.depth)}
     invariant_parts: dict[int, list[tuple[QueryInvariant, ...]]] = {level: [] for level in range(tree.depth)}
     broken = False
+
+    def write(level: int, start: int, stop: int, noisy: Sequence[QueryMeasurement]) -> None:
+        name, allocations, _ = level_plans[level]
+        row_group = writers[name].write_chunk(tree.geoids[level][start:stop], noisy, [a.rho for a in allocations])
+        plans[level].append((start, stop, ChunkLocation(writers[name].file, row_group)))
+
     try:
         results, upper = (dask_measure(runner.client, plan.groups, plan.upper, runner.window) if on_workers
                           else _on_driver(plan, writers))
@@ -166,18 +172,12 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
                                         for start, stop, row_group in level_plan)
                 invariant_parts[level].append(measured.invariants[offset])
         if tops:  # the partition level, in chunks of whole families (its nodes' answers came back one by one)
-            name, allocations, _ = level_plans[p]
             for start, stop in level_chunks(tree, p, n_cells, chunk_cells):
-                noisy = [replace(q[0], noisy=np.concatenate([t[i].noisy for t in tops[start:stop]]))
-                         for i, q in enumerate(zip(*tops[start:stop], strict=True))]
-                row_group = writers[name].write_chunk(tree.geoids[p][start:stop], noisy, [a.rho for a in allocations])
-                plans[p].append((start, stop, ChunkLocation(writers[name].file, row_group)))
+                write(p, start, stop, [replace(q[0], noisy=np.concatenate([m.noisy for m in q]))
+                                       for q in zip(*tops[start:stop], strict=True)])
         for level, chunks in enumerate(upper() if upper is not None else []):
-            name, allocations, _ = level_plans[level]
-            rhos = [a.rho for a in allocations]
             for (start, stop), (noisy, chunk_invariants) in zip(plan.upper.chunks[level], chunks, strict=True):
-                row_group = writers[name].write_chunk(tree.geoids[level][start:stop], noisy, rhos)
-                plans[level].append((start, stop, ChunkLocation(writers[name].file, row_group)))
+                write(level, start, stop, noisy)
                 invariant_parts[level].append(tuple(chunk_invariants))
     finally:
         for writer in writers.values():

@@ -1,9 +1,7 @@
-"""Persons and the units they live in, reconciled so that they agree (``[[units.persons_per_unit]]``, docs/units.md).
-
-Rule i: every unit of its units cells holds ``min_i`` to ``max_i`` of its persons cells' persons.  A level's chunk is
-reconciled twice: step 1, the persons within the bounds the units' invariants imply; step 2, the units within the
-bounds the published persons imply.  Every bound is computed from published values, so both remain post-processing
-(Thm 19.25): no privacy cost.  Data that break a rule are refused (``rules_broken``): no table could keep them.
+"""Persons and the units they live in, reconciled so that they agree (``[[units.persons_per_unit]]``, docs/units.md):
+step 1, the persons within the bounds the units' invariants imply; step 2, the units within the bounds the published
+persons imply.  Every bound is computed from published values, so both remain post-processing (Thm 19.25): no
+privacy cost.  Data that break a rule are refused (``rules_broken``): no table could keep them.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -211,16 +212,16 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
     # the persons' bounds come from the units' invariants; the units' were set as the persons' blocks were published
     bounds = persons_bounds_of(release, level) if units is not None and persons else universe.bounds.get(level)
     outputs = lowest_outputs(release) if persons and lowest else None
-    tasks = chunk_tasks(release, universe, level, outputs, bounds)
-    log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), len(tasks))
-    own_runner, runner = runner is None, runner or make_runner("local")
-    pending = None  # the expected errors depend on the design only: computed beside the lowest level's tasks
-    if outputs is not None and (job := expected_errors_job(release.persons)) is not None:
-        pending = runner.submit(compute_expected_errors, job)
-    writer = (LevelTableWriter(universe.work_dir / "tables" / f"{name}.parquet", universe.schema)
-              if outputs is None else None)
+    tasks, n_chunks = chunk_tasks(release, universe, level, outputs, bounds), len(universe.chunk_plan[level])
+    log.info("level %s: reconciling %d nodes in %d chunks", name, tree.n_nodes(level), n_chunks)
     parts, reports, found, answers = [], [], [], []
-    try:
+    with ExitStack() as stack:  # the table's writer, then a runner of our own, closed however the level ends
+        runner = runner or stack.enter_context(closing(make_runner("local")))
+        pending = None  # the expected errors depend on the design only: computed beside the lowest level's tasks
+        if outputs is not None and (job := expected_errors_job(release.persons)) is not None:
+            pending = runner.submit(compute_expected_errors, job)
+        writer = (stack.enter_context(closing(LevelTableWriter(universe.work_dir / "tables" / f"{name}.parquet",
+                                                               universe.schema))) if outputs is None else None)
         for index, (counts, report) in enumerate(runner.map(reconcile_chunk, tasks)):
             start, stop, _ = universe.chunk_plan[level][index]  # results come in submission order: the plan's
             if writer is not None:
@@ -229,13 +230,8 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
             found.append(report.pop(DISAGREEMENTS, {}))
             answers.append(report.pop(RULE_ANSWERS, None))
             reports.append(report)
-        if len(parts) != len(tasks):
+        if len(parts) != n_chunks:
             raise CensusDPError("internal error: a chunk's reconciliation did not come back")
-    finally:
-        if writer is not None:
-            writer.close()
-        if own_runner:
-            runner.close()
     if pending is not None:
         release.expected_errors = record_expected_errors(release.persons, pending())
     if outputs is not None:  # with units, their lowest tasks write the summary tables

@@ -43,7 +43,7 @@ class StoredTargets:
     def answers(self) -> tuple[QueryMeasurement, ...]:
         """What ``LevelTargets.chunk`` gives for these nodes, read and computed here."""
         rotated = read_rows(Path(self.path), self.start, self.stop, self.shape)
-        return _answers(unrotate(rotated, self.bases), self.shape, self.terms)
+        return target_answers(unrotate(rotated, self.bases), self.shape, self.terms)
 
     def __repr__(self) -> str:
         return f"StoredTargets(nodes={self.start}:{self.stop})"
@@ -61,7 +61,7 @@ class LevelTargets:
 
     def chunk(self, start: int, stop: int) -> tuple[QueryMeasurement, ...]:
         """The targets of nodes [start, stop) (a chunk of the plan): the GLS estimates of every target query."""
-        return _answers(self.stream.estimate(self.level, start, stop), self.shape, self.terms)
+        return target_answers(self.stream.estimate(self.level, start, stop), self.shape, self.terms)
 
     def stored(self, start: int, stop: int) -> StoredTargets:
         """The same targets, computed by the chunk's task from ``store`` (a level above the lowest)."""
@@ -73,7 +73,9 @@ class LevelTargets:
                              tuple(self.stream.bases), self.terms)
 
 
-def _answers(detailed: np.ndarray, shape: tuple[int, ...], terms: Sequence[TargetTerm]) -> tuple[QueryMeasurement, ...]:
+def target_answers(detailed: np.ndarray, shape: tuple[int, ...], terms: Sequence[TargetTerm]
+                   ) -> tuple[QueryMeasurement, ...]:
+    """The targets of nodes whose detailed GLS estimates are ``detailed``: every term's query answered."""
     return tuple(QueryMeasurement(name=t.name, matrix=t.matrix, sigma2=t.sigma2, noisy=answer(detailed, shape, t.spec))
                  for t in terms)
 
@@ -81,7 +83,7 @@ def _answers(detailed: np.ndarray, shape: tuple[int, ...], terms: Sequence[Targe
 def lowest_targets(chunk: LowestChunk, terms: Sequence[TargetTerm], noisy: Sequence[np.ndarray],
                    values: Sequence[np.ndarray]) -> tuple[QueryMeasurement, ...]:
     """A lowest chunk's targets from its own noisy measurements and invariant values, where they are read."""
-    return _answers(chunk.estimate(noisy, values), tuple(len(b.group) for b in chunk.bases), terms)
+    return target_answers(chunk.estimate(noisy, values), tuple(len(b.group) for b in chunk.bases), terms)
 
 
 @dataclass(frozen=True)

@@ -20,32 +20,15 @@ from censusdp.pipeline.release.support import structural_zero_mask
 from censusdp.pipeline.release.targets import LevelTargets
 
 
-class ChunkTasks:
-    """A level's tasks, made as they are walked, once (a lowest task's GLS pieces are MBs); ``len``: the chunks."""
-
-    def __init__(self, count: int, tasks: Iterator[ChunkTask]) -> None:
-        self._count = count
-        self._tasks: Iterator[ChunkTask] | None = tasks
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __iter__(self) -> Iterator[ChunkTask]:
-        if self._tasks is None:
-            raise RuntimeError("a level's chunk tasks can be walked once")
-        tasks, self._tasks = self._tasks, None
-        return tasks
-
-
 def chunk_tasks(release: Release, run: UniverseRun, level: int, outputs: LowestOutputs | None = None,
-                bounds: LevelBounds | None = None) -> ChunkTasks:
+                bounds: LevelBounds | None = None) -> Iterator[ChunkTask]:
     """The level's reconciliation tasks, made as they are walked (``outputs``: the lowest outputs its tasks write)."""
     tree = stage_output(run.tree, "the geography (validate_inputs, or a re-run's measurements)")
     full = run.config.reconciliation_method is ReconciliationMethod.FULL_INFORMATION
     targets = run.targets.get(level) if full else None
     if full and not (targets and targets.terms):
         raise stage_output(None, f"the GLS targets of level {run.config.levels[level].name} (the estimate stage)")
-    return ChunkTasks(len(run.chunk_plan[level]), _make_tasks(release, run, level, tree, targets, outputs, bounds))
+    return _make_tasks(release, run, level, tree, targets, outputs, bounds)
 
 
 def _make_tasks(release: Release, run: UniverseRun, level: int, tree: GeoTree, targets: LevelTargets | None,

@@ -15,17 +15,11 @@ import pytest
 
 from censusdp.pipeline.io.run_folder import load_run
 from censusdp.pipeline.release import tasks
-from censusdp.pipeline.release.full_information import (
-    GLS_SCRATCH,
-    PINNED,
-    level_targets,
-    solve_tree,
-    target_queries,
-    tree_targets,
-)
+from censusdp.pipeline.release.full_information import GLS_SCRATCH, PINNED, solve_tree, tree_targets
 from censusdp.pipeline.release.reconcile_chunk import ChunkTask, fitted_measurements
 from censusdp.pipeline.release.run import Release, UniverseRun
 from censusdp.pipeline.uncertainty.estimates import gls_estimates
+from censusdp.postprocess.gls import QuerySpec
 from tests.helpers.releases import cli, release_dir
 
 
@@ -57,10 +51,10 @@ def test_targets_are_the_gls_estimates_weighted_by_their_mean_variance(tiny_rele
     measured = [[(q, s2, values) for q, s2, values in run.measurements(level)] for level in range(run.tree.depth)]
     result = solve_tree(schema, run.tree.parent, measured, run.invariants)
     reference = gls_estimates(run)  # the uncertainty layer's GLS of the same run
+    every_level = tree_targets(run.config, result, measured)
     for level, spec in enumerate(run.config.levels):
         assert np.allclose(result.estimates[level], reference.estimates[level])
-        targets = {t.name: t for t in level_targets(schema, result, level, target_queries(
-            schema, measured[level], run.config.level_passes(spec.name)))}
+        targets = {t.name: t for t in every_level[level]}
         measured_names = {q.name for q, _, _ in measured[level]}
         assert measured_names - {"total"} <= set(targets) and "detailed" in targets
         # the total is an invariant of root and region: pinned, so no target (the constraint holds it)
@@ -68,13 +62,14 @@ def test_targets_are_the_gls_estimates_weighted_by_their_mean_variance(tiny_rele
         for name, target in targets.items():
             query = schema.parse_query(name)
             axes = tuple(schema.names.index(a) for a in query.attributes)
+            assert np.allclose(target.noisy, result.estimate(level, QuerySpec(axes)))
+            if level == run.tree.depth - 1 and name in measured_names:
+                continue  # the lowest level's measured queries keep their own σ² (below)
             variance = result.query_variance(level, axes)
             assert float(target.sigma2) == pytest.approx(variance[variance > PINNED].mean(), rel=1e-9)
-            assert np.allclose(target.noisy, result.query_estimate(level, axes))
             assert target.sigma2 < min((s2 for q, s2, _ in measured[level] if q.name == name), default=Fraction(10**9))
-    lowest = tree_targets(run.config, result, measured)[-1]  # the lowest level's measured queries: their own σ²
     own = {q.name: s2 for q, s2, _ in measured[-1]}
-    assert {t.name: t.sigma2 for t in lowest if t.name in own} == own
+    assert {t.name: t.sigma2 for t in every_level[-1] if t.name in own} == own
 
 
 def test_a_partial_only_child_chain_informs_its_parent() -> None:
@@ -100,8 +95,7 @@ def test_a_partial_only_child_chain_informs_its_parent() -> None:
     for shift in (0.0, 5.0):
         rng = np.random.default_rng(3)
         result = solve_tree(schema, parents, measured(shift), {})
-        targets = level_targets(schema, result, 1, [detailed])
-        fits.append(targets[0].noisy[0])
+        fits.append(result.estimate(1, QuerySpec((0,)))[0])  # the parent's detailed target: its GLS estimate
         assert np.allclose(result.estimates[1][0], result.estimates[2][0])  # the only child equals its parent
     assert np.all(fits[1] - fits[0] > 1)  # the child's measurements reached the parent's target
 

@@ -56,7 +56,7 @@ def test_tree_gls_matches_dense_gls(seed: int) -> None:
             tree_var = result.query_variance(i, axes)
             np.testing.assert_allclose(dense_var, np.repeat(tree_var[:, None], dense_var.shape[1], 1),
                                        atol=1e-9, rtol=1e-9)
-            np.testing.assert_allclose(result.query_estimate(i, axes), answer(expected, SHAPE, QuerySpec(axes)),
+            np.testing.assert_allclose(result.estimate(i, QuerySpec(axes)), answer(expected, SHAPE, QuerySpec(axes)),
                                        atol=1e-9)
 
 
@@ -68,7 +68,7 @@ def test_invariants_hold_exactly_and_have_zero_variance() -> None:
     levels = make_levels(rng, parents, g, truth, with_invariants=True)
     result = solve_gls(levels, SHAPE)
     for i in (0, 1):
-        np.testing.assert_allclose(result.query_estimate(i, ()), levels[i].invariants[0].values, atol=1e-9)
+        np.testing.assert_allclose(result.estimate(i, QuerySpec(())), levels[i].invariants[0].values, atol=1e-9)
         np.testing.assert_allclose(result.query_variance(i, ()), 0, atol=1e-12)
 
 
