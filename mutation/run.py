@@ -49,7 +49,8 @@ def functions_of(path: Path, lines: set[int] | None = None) -> list[str]:
     """mutmut's glob for each top-level function and method it mutates in a module (those touching `lines`, if
     given)."""
     module = ".".join(("censusdp", *path.with_suffix("").parts))
-    tree = ast.parse((REPO / path).read_text())
+    source = (REPO / path).read_text()
+    tree, text = ast.parse(source), source.splitlines()
     globs = []
     for node in tree.body:
         members = [(node, "")] if isinstance(node, ast.FunctionDef) else []
@@ -59,11 +60,21 @@ def functions_of(path: Path, lines: set[int] | None = None) -> list[str]:
             if any(not (isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod"))
                    for d in function.decorator_list):
                 continue  # mutmut leaves decorated functions alone
-            if lines is not None and not lines & set(range(function.lineno, (function.end_lineno or 0) + 1)):
+            if lines is not None and not lines & code_lines(function, text):
                 continue
             name = f"xǁ{owner}ǁ{function.name}" if owner else f"x_{function.name}"
             globs.append(f"{module}.{name}__mutmut_*")
     return globs
+
+
+def code_lines(function: ast.FunctionDef, text: list[str]) -> set[int]:
+    """The function's lines that mutmut can mutate: not its docstring, a comment line or a blank one (a change to
+    those alone makes no new mutant)."""
+    lines = set(range(function.lineno, (function.end_lineno or 0) + 1))
+    first = function.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        lines -= set(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return {n for n in lines if text[n - 1].strip() and not text[n - 1].strip().startswith("#")}
 
 
 def scored_commit() -> str | None:
