@@ -65,15 +65,16 @@ def load_measured(run: UniverseRun, measurements: Path) -> None:
 
 def _reconcile_and_publish(release: Release, measurements: Path, rerun: bool) -> Path:
     """The stages from the GLS on, for every universe; a re-run (``rerun``) reads the measurements where they are."""
-    folders = {id(u): measurements if u is release.persons else measurements.parent / UNITS_DIR / "measurements"
-               for u in release.universes}
+    # each universe's folder lies where its work folder does beside the persons' (the units' in units/)
+    folders = [measurements.parent / u.work_dir.relative_to(release.work_dir) / "measurements"
+               for u in release.universes]
     if rerun:
-        for universe in release.universes:
-            universe.measurements_dir = folders[id(universe)]
+        for universe, folder in zip(release.universes, folders, strict=True):
+            universe.measurements_dir = folder
 
     def prepare(loaded: Release) -> None:
-        for universe in loaded.universes:
-            load_measured(universe, folders[id(universe)])
+        for universe, folder in zip(loaded.universes, folders, strict=True):
+            load_measured(universe, folder)
 
     return stages.run_stages(release, stages.FROM_MEASUREMENTS, prepare=prepare)
 

@@ -107,6 +107,7 @@ def draw_units(rng: np.random.Generator, geography: pl.DataFrame, drawn: Drawn) 
     ])
 
 
+# test-only: a seeded generator draws synthetic people for demos, tests and benchmarks, never a release's noise
 def draw_persons(rng: np.random.Generator, persons: int, *, state: int = STATE_FIPS, county_base: int = 0,
                  max_counties: int = MAX_COUNTIES) -> tuple[pl.DataFrame, pl.DataFrame, Drawn]:
     """(microdata, geography, drawn) of ``persons`` persons in state ``state``, drawn from ``rng``, both frames
