@@ -9,9 +9,11 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import State, flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+from prefect.states import Failed
 
 from censusdp.flows.settings import hardened_prefect
 from censusdp.pipeline.config.options import insecure_seed_is_allowed, load_release_config, random_source
@@ -42,13 +44,33 @@ def call_as_task(stage: stages.Stage, function: Any, args: tuple[Any, ...]) -> A
     return run_task.with_options(task_run_name=name)(*args) if name != stage.name else run_task(*args)
 
 
+# A failed run's error, for the CLI that started the flow in this process.  The flow returns a Failed state
+# instead of raising: Prefect writes a raised exception into result storage whatever persist_result says.
+FAILURES: dict[str, BaseException] = {}
+
+
 @flow(name="censusdp-release", persist_result=False, log_prints=False, validate_parameters=True)
 def release_flow(config_path: str, out_dir: str | None = None, microdata: str | None = None,
                  geography: str | None = None, fmt: str | None = None, rho: str | int | float | None = None,
                  runner: str | None = None, insecure_seed: int | None = None, units: str | None = None,
-                 no_units: bool = False) -> str:
-    """Release one dataset; returns the published run directory.  ``rho`` may be a number as
+                 no_units: bool = False) -> str | State:
+    """Release one dataset; returns the published run directory, or a Failed state with the error's public text
+    (the error itself in ``FAILURES`` under the flow run's id).  ``rho`` may be a number as
     `prefect deployment run ... -p rho=1.5` sends it (read as the decimal written)."""
+    try:
+        return type_only_errors(_release, PUBLIC)(config_path, out_dir, microdata, geography, fmt, rho, runner,
+                                                  insecure_seed, units, no_units)
+    except Exception as error:  # public by now: CensusDPError, ReconciliationError or a type-only InternalError
+        context = FlowRunContext.get()
+        if context is None or context.flow_run is None:  # the function called as a function, not as a flow run
+            raise
+        FAILURES[str(context.flow_run.id)] = error
+        return Failed(message=f"{type(error).__name__}: {error}")
+
+
+def _release(config_path: str, out_dir: str | None, microdata: str | None, geography: str | None, fmt: str | None,
+             rho: str | int | float | None, runner: str | None, insecure_seed: int | None, units: str | None,
+             no_units: bool) -> str:
     if insecure_seed is not None and not insecure_seed_is_allowed():
         # a deployment parameter alone must not switch off the CSPRNG: only the CLI's --insecure-seed flag
         raise CensusDPError("insecure_seed is for tests only: pass --insecure-seed on the censusdp command line")
@@ -64,3 +86,12 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
         create_markdown_artifact(key="censusdp-budget", markdown=report,
                                  description="Budget, (epsilon, delta) and reconciliation summary (public values)")
         return str(final_dir)
+
+
+def run_release_flow(**parameters: Any) -> str:
+    """Call the flow here; its error raised again as itself (not Prefect's FailedRun)."""
+    state = release_flow(**parameters, return_state=True)
+    if state.is_failed():
+        error = FAILURES.pop(str(state.state_details.flow_run_id), None)
+        raise error if error is not None else CensusDPError(state.message or "the release flow failed")
+    return state.result()

@@ -13,10 +13,13 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    import cvxpy as cp
 
 AUTO_SOLVERS: tuple[str, ...] = ("CLARABEL", "OSQP", "SCS")
 SOLVER_OPTIONS: dict[str, dict] = {
@@ -31,12 +34,14 @@ SOLVER_OPTIONS: dict[str, dict] = {
 ABS_TOLERANCE = 0.05
 REL_TOLERANCE = 1e-7
 
+# cvxpy's status strings (cvxpy.settings); cvxpy itself is imported where a batch is solved: it is most of the
+# CLI's start-up time, and most commands never solve
 _STATUS = {
-    cp.OPTIMAL: "optimal",
-    cp.OPTIMAL_INACCURATE: "inaccurate",
-    cp.INFEASIBLE: "infeasible",
-    cp.INFEASIBLE_INACCURATE: "infeasible",
-    cp.USER_LIMIT: "limit",
+    "optimal": "optimal",
+    "optimal_inaccurate": "inaccurate",
+    "infeasible": "infeasible",
+    "infeasible_inaccurate": "infeasible",
+    "user_limit": "limit",
 }
 
 
@@ -96,8 +101,9 @@ class SolverPath(StrEnum):
 
 
 def check_solver(solver: str) -> str:
-    """``solver`` as ``reconcile_level`` takes it (a ``SolverPath`` or installed cvxpy names), else ValueError."""
-    if solver not in (SolverPath.FAST, SolverPath.FIRST_ORDER):
+    """``solver`` as ``reconcile_level`` takes it (a ``SolverPath`` or installed cvxpy names), else ValueError.
+    The paths need no check: cvxpy installs the solvers of AUTO_SOLVERS with itself."""
+    if solver not in tuple(SolverPath):
         try:
             resolve_solvers(solver)
         except ValueError as error:
@@ -108,6 +114,8 @@ def check_solver(solver: str) -> str:
 @functools.cache
 def _installed() -> frozenset[str]:
     # cvxpy answers by trying to import every solver it knows, each time (~7 ms): a reconciliation asks per chunk
+    import cvxpy as cp
+
     return frozenset(cp.installed_solvers())
 
 
@@ -132,6 +140,8 @@ def solve(terms: list[Term], equalities: list[Equalities], n_vars: int, solvers:
     started = time.perf_counter()
     if n_vars == 0:
         return Solution(x=np.zeros(0), attempts=[("none", "optimal")], violations=(0.0,) * len(equalities))
+    import cvxpy as cp
+
     scale = _scale(terms, equalities)
     x = cp.Variable(n_vars)
     constraints: list[cp.Constraint] = [x >= 0, *(eq.matrix[eq.in_solve] @ x == eq.rhs[eq.in_solve] / scale
@@ -182,6 +192,8 @@ def _scale(terms: list[Term], equalities: list[Equalities]) -> float:
 
 
 def _objective(terms: list[Term], x: cp.Variable, scale: float) -> cp.Expression:
+    import cvxpy as cp
+
     n = x.shape[0]
     top = max((t.weight for t in terms), default=1.0)
     diagonal = np.zeros(n)

@@ -10,7 +10,8 @@ import pytest
 
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
-pytest_plugins = ["tests.helpers.postgres", "tests.helpers.ledgers"]  # a throw-away PostgreSQL server; ledgers
+# a throw-away PostgreSQL server; ledgers; Prefect homes with a migrated database
+pytest_plugins = ["tests.helpers.postgres", "tests.helpers.ledgers", "tests.helpers.prefect_home"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

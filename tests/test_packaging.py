@@ -45,3 +45,13 @@ def test_importing_censusdp_changes_no_environment_variable() -> None:
             "print(sorted(set(os.environ.items()) ^ set(before.items())))")
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert ran.stdout.strip() == "[]"
+
+
+def test_commands_that_solve_nothing_do_not_load_the_solvers(tiny_release: Path) -> None:
+    """cvxpy is most of the CLI's start-up time: loaded where a batch is solved, not by reading a configuration,
+    checking data or showing a budget."""
+    code = ("import sys; from censusdp.pipeline.cli import main; "
+            f"codes = [main(['-q', 'budget', {str(tiny_release)!r}]), main(['-q', 'check', {str(tiny_release)!r}])]; "
+            "print(codes, 'cvxpy' in sys.modules)")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert ran.stdout.strip().splitlines()[-1] == "[0, 0] False", ran.stdout + ran.stderr

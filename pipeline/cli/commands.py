@@ -127,13 +127,13 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
             cfg = load_release_config(config, microdata, geography, fmt, rho, runner, units, no_units)
             root = Path(out).resolve() if out else cfg.output.dir
             return run_release(cfg, root, random_source(insecure_seed), write_estimates=write_release_estimates)
-        from censusdp.flows.release import release_flow
+        from censusdp.flows.release import run_release_flow
         from censusdp.flows.settings import hardened_prefect
 
         with hardened_prefect():  # before the flow call: the embedded server starts with the hardened settings
-            return Path(release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
-                                     geography=geography, fmt=fmt, rho=rho, runner=runner,
-                                     insecure_seed=insecure_seed, units=units, no_units=no_units))
+            return Path(run_release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
+                                         geography=geography, fmt=fmt, rho=rho, runner=runner,
+                                         insecure_seed=insecure_seed, units=units, no_units=no_units))
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -205,7 +205,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     data = out / "data"
     if data.exists():
         shutil.rmtree(data)
-    files = write_synthetic(args.persons, 2020, data)
+    try:
+        files = write_synthetic(args.persons, 2020, data)
+    except ValueError as error:  # the size asked for: synthetic, no confidential value
+        raise CensusDPError(f"--persons: {error}") from None
     config = out / "pl94.toml"
     text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{files.microdata}"')
     text = text.replace('geography = "geography.parquet"', f'geography = "{files.geography}"')

@@ -11,10 +11,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from censusdp.pipeline.dp import accounting
 from censusdp.pipeline.dp.accounting import (
-    advanced_composition,
-    basic_composition,
-    compose_zcdp,
     delta_cks20,
     epsilon_bun_steinke,
     epsilon_cks20,
@@ -48,8 +46,8 @@ def test_exact_fraction_inputs() -> None:
 
 
 def test_basic_composition_and_group_privacy() -> None:
-    assert basic_composition([0.1, 0.2, 0.3], [1e-6, 0.0, 2e-6]) == pytest.approx((0.6, 3e-6))
-    eps, delta = basic_composition([0.1] * 10, [0.0] * 10)
+    assert accounting.basic_composition([0.1, 0.2, 0.3], [1e-6, 0.0, 2e-6]) == pytest.approx((0.6, 3e-6))
+    eps, delta = accounting.basic_composition([0.1] * 10, [0.0] * 10)
     assert eps >= 1.0 and eps == pytest.approx(1.0) and delta == 0.0  # rounded up, never down
     assert group_privacy_zcdp(Fraction(1, 10), 3) == Fraction(9, 10)
     assert group_privacy_zcdp(0.1, 3) >= 0.9 and group_privacy_zcdp(0.1, 3) == pytest.approx(0.9)
@@ -57,7 +55,7 @@ def test_basic_composition_and_group_privacy() -> None:
 
 def test_zcdp_composition_exact() -> None:
     rhos = [Fraction(1, 3), Fraction(1, 6), Fraction(1, 2)]
-    assert compose_zcdp(rhos) == 1
+    assert accounting.compose_zcdp(rhos) == 1
     assert zcdp_from_pure_dp(Fraction(1, 2)) == Fraction(1, 8) and zcdp_from_pure_dp(1) == Fraction(1, 2)
     assert zcdp_from_pure_dp(0.1) >= 0.005 and zcdp_from_pure_dp(0.1) == pytest.approx(0.005)
 
@@ -114,9 +112,9 @@ def test_epsilon_is_conservative(rho: float, delta: float) -> None:
         (lambda: epsilon_bun_steinke(1, 2.0), "delta"),
         (lambda: rho_for_epsilon_delta(0.0, 1e-6), "epsilon"),
         (lambda: rho_for_epsilon_delta(1.0, 0.0), "delta"),
-        (lambda: compose_zcdp([Fraction(1), Fraction(-1)]), "rhos"),
-        (lambda: basic_composition([0.1], [0.1, 0.2]), "same length"),
-        (lambda: advanced_composition(0.1, 0.0, 0, 1e-6), "k"),
+        (lambda: accounting.compose_zcdp([Fraction(1), Fraction(-1)]), "rhos"),
+        (lambda: accounting.basic_composition([0.1], [0.1, 0.2]), "same length"),
+        (lambda: accounting.advanced_composition(0.1, 0.0, 0, 1e-6), "k"),
         (lambda: group_privacy_zcdp(1, 0), "k"),
         (lambda: group_privacy_zcdp(Fraction(-1), 2), "rho"),
         (lambda: zcdp_from_pure_dp(Fraction(-1, 2)), "epsilon"),
@@ -130,7 +128,7 @@ def test_validation_errors_name_the_argument(call, name: str) -> None:
 
 def test_compose_refuses_floats() -> None:
     with pytest.raises(ExactNumberError, match=r"^rhos\[0\]: must be exact .*got float$"):
-        compose_zcdp([0.5])
+        accounting.compose_zcdp([0.5])
 
 
 def reference_delta(rho: Fraction | float, epsilon: float) -> mp.mpf:

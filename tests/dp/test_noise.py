@@ -28,10 +28,6 @@ from scipy import stats
 from censusdp.pipeline.dp import bernoulli as noise_bernoulli
 from censusdp.pipeline.dp import noise
 from censusdp.pipeline.dp.noise import (
-    gaussian_rho,
-    gaussian_sigma2,
-    laplace_epsilon,
-    laplace_scale,
     sample_discrete_gaussian,
     sample_discrete_gaussian_cks,
     sample_discrete_laplace,
@@ -227,25 +223,25 @@ def test_bernoulli_exp_edge_values() -> None:
 
 
 def test_privacy_maps_exact() -> None:
-    assert gaussian_rho(Fraction(1, 2), 1) == 1
-    assert gaussian_rho(Fraction(25, 4), 2) == Fraction(4, 25)
-    assert gaussian_rho(5, 0) == 0
-    assert gaussian_sigma2(Fraction(1, 8), 2) == 8
+    assert noise.gaussian_rho(Fraction(1, 2), 1) == 1
+    assert noise.gaussian_rho(Fraction(25, 4), 2) == Fraction(4, 25)
+    assert noise.gaussian_rho(5, 0) == 0
+    assert noise.gaussian_sigma2(Fraction(1, 8), 2) == 8
     for s2 in (Fraction(7, 3), Fraction(1000003, 7), Fraction(1, 20)):
-        assert gaussian_sigma2(gaussian_rho(s2, 2), 2) == s2
-    assert laplace_epsilon(Fraction(1, 2), 3) == 6 and laplace_epsilon(4, 0) == 0
-    assert laplace_scale(laplace_epsilon(Fraction(7, 3), 1), 1) == Fraction(7, 3)
+        assert noise.gaussian_sigma2(noise.gaussian_rho(s2, 2), 2) == s2
+    assert noise.laplace_epsilon(Fraction(1, 2), 3) == 6 and noise.laplace_epsilon(4, 0) == 0
+    assert noise.laplace_scale(noise.laplace_epsilon(Fraction(7, 3), 1), 1) == Fraction(7, 3)
 
 
 @pytest.mark.parametrize(
     ("call", "name"),
     [
-        (lambda: gaussian_rho(0, 1), "sigma2"),
-        (lambda: gaussian_rho(-1, 1), "sigma2"),
-        (lambda: gaussian_rho(1, -1), "sensitivity2_squared"),
-        (lambda: gaussian_sigma2(0, 1), "rho"),
-        (lambda: gaussian_sigma2(1, 0), "sensitivity2_squared"),
-        (lambda: laplace_epsilon(0, 1), "scale"),
+        (lambda: noise.gaussian_rho(0, 1), "sigma2"),
+        (lambda: noise.gaussian_rho(-1, 1), "sigma2"),
+        (lambda: noise.gaussian_rho(1, -1), "sensitivity2_squared"),
+        (lambda: noise.gaussian_sigma2(0, 1), "rho"),
+        (lambda: noise.gaussian_sigma2(1, 0), "sensitivity2_squared"),
+        (lambda: noise.laplace_epsilon(0, 1), "scale"),
         (lambda: sample_discrete_gaussian(0, 3), "sigma2"),
         (lambda: sample_discrete_gaussian("-1/2", 3), "sigma2"),
         (lambda: sample_discrete_gaussian(10**25, 3), "sigma2"),

@@ -283,39 +283,29 @@ class Recorder:
 
 
 @pytest.mark.parametrize(
-    ("sigma2", "path"),
-    [(TABLE_MAX_SIGMA2, "table"), ("1/20", "table"), (TABLE_MAX_SIGMA2 + F(1, 10**9), "cks"), (10**20, "cks")],
+    ("family", "param", "path"),
+    [("gaussian", TABLE_MAX_SIGMA2, "table"), ("gaussian", "1/20", "table"),
+     ("gaussian", TABLE_MAX_SIGMA2 + F(1, 10**9), "cks"), ("gaussian", 10**20, "cks"),
+     ("laplace", LAPLACE_TABLE_MAX_SCALE, "table"), ("laplace", "1/20", "table"),
+     ("laplace", LAPLACE_TABLE_MAX_SCALE + F(1, 10**9), "cks"), ("laplace", 10**12, "cks")],
 )
-def test_gaussian_dispatch(monkeypatch: pytest.MonkeyPatch, sigma2: Fraction | str | int, path: str) -> None:
+def test_dispatch_by_size(monkeypatch: pytest.MonkeyPatch, family: str, param: Fraction | str | int,
+                          path: str) -> None:
     table, cks = Recorder("table"), Recorder("cks")
-    monkeypatch.setattr(noise.noise_table, "get_table", lambda s2: ("table of", s2))
-    monkeypatch.setattr(noise.noise_table, "sample_table", table)
-    monkeypatch.setattr(noise, "sample_discrete_gaussian_cks", cks)
+    if family == "gaussian":
+        monkeypatch.setattr(noise.noise_table, "get_table", lambda s2: ("table of", s2))
+        monkeypatch.setattr(noise.noise_table, "sample_table", table)
+        sample, table_arg = sample_discrete_gaussian, ("table of", F(param))
+    else:
+        monkeypatch.setattr(noise.noise_laplace_table, "sample_laplace_table", table)
+        sample, table_arg = sample_discrete_laplace, F(param)
+    monkeypatch.setattr(noise, f"sample_discrete_{family}_cks", cks)
     rng = seeded_random_source(205)
-    assert sample_discrete_gaussian(sigma2, np.int64(7), rng=rng).tolist() == [len(path)] * 3
-    s2 = F(sigma2)
+    assert sample(param, np.int64(7), rng=rng).tolist() == [len(path)] * 3
     if path == "table":
-        assert table.calls == [((("table of", s2), 7, rng), {})] and not cks.calls
+        assert table.calls == [((table_arg, 7, rng), {})] and not cks.calls
     else:
-        assert cks.calls == [((s2, 7), {"rng": rng})] and not table.calls
-
-
-@pytest.mark.parametrize(
-    ("scale", "path"),
-    [(LAPLACE_TABLE_MAX_SCALE, "table"), ("1/20", "table"), (LAPLACE_TABLE_MAX_SCALE + F(1, 10**9), "cks"),
-     (10**12, "cks")],
-)
-def test_laplace_dispatch(monkeypatch: pytest.MonkeyPatch, scale: Fraction | str | int, path: str) -> None:
-    table, cks = Recorder("table"), Recorder("cks")
-    monkeypatch.setattr(noise.noise_laplace_table, "sample_laplace_table", table)
-    monkeypatch.setattr(noise, "sample_discrete_laplace_cks", cks)
-    rng = seeded_random_source(206)
-    assert sample_discrete_laplace(scale, np.int64(7), rng=rng).tolist() == [len(path)] * 3
-    b = F(scale)
-    if path == "table":
-        assert table.calls == [((b, 7, rng), {})] and not cks.calls
-    else:
-        assert cks.calls == [((b, 7), {"rng": rng})] and not table.calls
+        assert cks.calls == [((F(param), 7), {"rng": rng})] and not table.calls
 
 
 @pytest.mark.parametrize("sampler", [sample_discrete_gaussian, sample_discrete_laplace])

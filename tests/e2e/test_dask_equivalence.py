@@ -1,9 +1,9 @@
-"""Dask gives the same tables as the local runner under the same seed: `dask-local:2`, an
-existing cluster by its `tcp://` address, and Dask under the Prefect flow (the README's command); the workers
-never import Prefect."""
+"""Dask gives the same tables as the local runner under the same seed: an existing cluster by its `tcp://`
+address (whose workers never import Prefect), and `dask-local:2` under the Prefect flow (the README's command)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +13,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+import censusdp.pipeline.io.fingerprint as fingerprint
+import censusdp.pipeline.release.group_tasks as groups
+import censusdp.pipeline.release.measurement_plan as measurement_plan
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.io.run_folder import load_run
 from tests.helpers.configs import edit_config
@@ -36,14 +39,13 @@ def released(config: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> P
 
 
 @pytest.mark.slow
-def test_every_runner_publishes_the_same_tables(tiny_release: Path, tmp_path: Path,
+def test_every_runner_publishes_the_same_tables(tiny_release: Path, prefect_home: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     from distributed import Client, LocalCluster
 
     edit_config(tiny_release, SMALL_CHUNKS)
     local = tables(released(tiny_release, capsys))
     assert len(local) == 4
-    assert tables(released(tiny_release, capsys, "--runner", "dask-local:2")) == local
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         run_dir = released(tiny_release, capsys, "--runner", cluster.scheduler_address)
@@ -51,36 +53,33 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, tmp_path: Pa
         assert tables(run_dir) == local
         imported = client.run(lambda: sorted(m for m in sys.modules if m.split(".")[0] == "prefect"))
         assert len(imported) == 2 and all(not modules for modules in imported.values()), imported
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PREFECT_API_URL": "",
+    env = {**os.environ, "PREFECT_HOME": str(prefect_home),
            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PYTHONPATH": str(REPO)}
+    env.pop("PREFECT_API_URL", None)  # Prefect's embedded server, whatever the caller's environment names
     flow = subprocess.run([sys.executable, "-m", "censusdp.pipeline.cli", "-q", "release", str(tiny_release),
                            "--insecure-seed", "21", "--runner", "dask-local:2"], env=env, capture_output=True,
                           text=True, timeout=600)
     assert flow.returncode == 0, flow.stderr[-3000:]
-    assert tables(Path(flow.stdout.strip().splitlines()[-1])) == local
+    on_dask = Path(flow.stdout.strip().splitlines()[-1])  # `dask-local:2`, which starts its own cluster
+    assert tables(on_dask) == local
+    manifest = json.loads((on_dask / "manifest.json").read_text())
+    assert manifest["config"]["postprocess"]["runner"] == "dask-local:2"
+    assert manifest["reconciliation"]["unit"]["chunks"] > 1
 
 
-# `censusdp release` with the driver's readers of records made to fail (CENSUSDP_TEST_REFUSE: "fingerprint",
-# "measure" or both): with measurement on the workers (spawned processes, which import the real ones) the release
-# still publishes, so the driver never read a record to fingerprint, validate or measure (docs/dask.md); the
-# fingerprint's fallback to the files' lines is refused too
-NO_RECORDS_ON_DRIVER = """
-import os, sys
-import censusdp.pipeline.io.fingerprint as fingerprint
-import censusdp.pipeline.release.group_tasks as groups
-import censusdp.pipeline.release.measurement_plan as measurement_plan
-from censusdp.pipeline.cli import main
-from censusdp.pipeline.io.run_folder import load_run
-def refuse(*args, **kwargs):
+def refuse(*args: object, **kwargs: object) -> None:
     raise RuntimeError("the driver read records")
-refused = os.environ["CENSUSDP_TEST_REFUSE"].split(",")
-if "measure" in refused:
-    groups.group_keys = refuse
-    measurement_plan.encoded_rows = refuse
-if "fingerprint" in refused:
-    fingerprint.read_batches = fingerprint.check_unchanged = refuse
-sys.exit(main(sys.argv[1:]))
-"""
+
+
+def refusing(monkeypatch: pytest.MonkeyPatch, refused: str) -> None:
+    """Make the driver's readers of records fail ("fingerprint", "measure" or both): workers are spawned
+    processes, which import the real ones; the fingerprint's fallback to the files' lines is refused too."""
+    if "measure" in refused:
+        monkeypatch.setattr(groups, "group_keys", refuse)
+        monkeypatch.setattr(measurement_plan, "encoded_rows", refuse)
+    if "fingerprint" in refused:
+        monkeypatch.setattr(fingerprint, "read_batches", refuse)
+        monkeypatch.setattr(fingerprint, "check_unchanged", refuse)
 
 
 @pytest.mark.slow
@@ -98,15 +97,9 @@ def test_a_partitioned_release_measured_on_the_workers_publishes_the_driver_only
     assert len(local) == 4 and local.keys() == whole_file.keys()
     driver_config = edit_config(tiny_release, {"postprocess.measure_on": "driver"}, tmp_path / "driver.toml")
     assert tables(released(driver_config, capsys, "--microdata", str(folder), "--runner", "dask-local:2")) == local
-    def spied(config: Path, refused: str) -> subprocess.CompletedProcess[str]:  # with a traceback on failure
-        env = {**os.environ, "PYTHONPATH": str(REPO), "CENSUSDP_TEST_REFUSE": refused, "CENSUSDP_DEBUG": "1"}
-        return subprocess.run([sys.executable, "-c", NO_RECORDS_ON_DRIVER, "-q", "release", str(config), "--no-prefect",
-                               "--insecure-seed", "21", "--microdata", str(folder), "--runner", "dask-local:2"],
-                              env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-
-    on_workers = spied(tiny_release, "fingerprint,measure")
-    assert on_workers.returncode == 0, on_workers.stderr[-3000:]
-    workers_dir = Path(on_workers.stdout.strip().splitlines()[-1])
+    with pytest.MonkeyPatch.context() as patch:  # with measurement on the workers, the driver reads no record
+        refusing(patch, "fingerprint,measure")
+        workers_dir = released(tiny_release, capsys, "--microdata", str(folder), "--runner", "dask-local:2")
     assert tables(workers_dir) == local
     # the workers' parts were adopted, not re-encoded: below the region level each level is a folder of parts,
     # one per region, named in the manifest, and reads back as the driver's one file does
@@ -120,6 +113,11 @@ def test_a_partitioned_release_measured_on_the_workers_publishes_the_driver_only
             assert q == q_ and s2 == s2_ and np.array_equal(values, values_)
     # the spies work: measuring on the driver, each set alone makes the run fail in its own stage
     for refused, stage in (("fingerprint", "in charge\n"), ("measure", "in validate_inputs\n")):
-        failing = spied(driver_config, refused)
-        assert failing.returncode != 0, refused
-        assert "the driver read records" in failing.stderr and stage in failing.stderr, failing.stderr[-3000:]
+        with pytest.MonkeyPatch.context() as patch:
+            refusing(patch, refused)
+            patch.setenv("CENSUSDP_DEBUG", "1")  # a traceback on the internal error
+            code = main(["-q", "release", str(driver_config), "--no-prefect", "--insecure-seed", "21", "--microdata",
+                         str(folder)])
+        err = capsys.readouterr().err
+        assert code != 0, refused
+        assert "the driver read records" in err and stage in err, err[-3000:]

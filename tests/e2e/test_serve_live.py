@@ -46,16 +46,24 @@ def healthy(api: str) -> bool:
 
 
 @pytest.mark.slow
-def test_serve_runs_the_readme_commands_against_a_live_server(tiny_release: Path, tmp_path: Path) -> None:
+def test_serve_runs_the_readme_commands_against_a_live_server(tiny_release: Path, tmp_path: Path,
+                                                               prefect_home: Path) -> None:
     tiny_release.write_text(TINY_TOML.format(rho="4").replace('cap_rho = "1000"', 'cap_rho = "5"'))
     other = tmp_path / "new-allocation.toml"
     other.write_text(TINY_TOML.format(rho="2").replace('cap_rho = "1000"', 'cap_rho = "5"'))
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     project = decoy_project(tmp_path / "project")  # served from a folder with its own flows/ and pipeline/
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "PYTHONPATH": str(project),
+    env = {**os.environ, "PREFECT_HOME": str(prefect_home), "PYTHONPATH": str(project),
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
     env.pop("PREFECT_API_URL", None)
+
+    def api_post(path: str, body: dict) -> list[dict]:
+        with urllib.request.urlopen(urllib.request.Request(  # noqa: S310 - loopback only
+                f"{api}/{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"},
+                method="POST"), timeout=10) as response:
+            return json.loads(response.read())
+
     server = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
                                str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     serve = None
@@ -74,10 +82,8 @@ def test_serve_runs_the_readme_commands_against_a_live_server(tiny_release: Path
                 argv += ["-p", param]
             return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
-        def deployed() -> bool:
-            listed = subprocess.run([sys.executable, "-m", "prefect", "deployment", "ls"], env=env,
-                                    capture_output=True, text=True, timeout=120)
-            return "scheduled" in listed.stdout
+        def deployed() -> bool:  # asked of the API: a `prefect deployment ls` process a poll costs seconds of CPU
+            return any(d["name"] == "scheduled" for d in api_post("deployments/filter", {}))
 
         wait_for(deployed, "the served deployment")
         first = deployment_run("rho=1.5")  # a JSON number, as docs/commands.md writes it
@@ -92,10 +98,7 @@ def test_serve_runs_the_readme_commands_against_a_live_server(tiny_release: Path
         ledger = PrivacyLedger(default_ledger_location())
         assert [c.rho for c in ledger.charges()] == [Fraction(3, 2), Fraction(2)]
         assert all(c.publishable for c in ledger.charges())  # served runs draw from the CSPRNG
-        with urllib.request.urlopen(urllib.request.Request(  # noqa: S310 - loopback only
-                f"{api}/flow_runs/filter", data=b'{"flow_runs": {"state": {"type": {"any_": ["FAILED"]}}}}',
-                headers={"Content-Type": "application/json"}, method="POST"), timeout=10) as response:
-            (failed,) = json.loads(response.read())
+        (failed,) = api_post("flow_runs/filter", {"flow_runs": {"state": {"type": {"any_": ["FAILED"]}}}})
         assert failed["parameters"] == {"rho": 3} or failed["parameters"].get("rho") == 3
         assert "exceeds the remaining budget" in failed["state"]["message"]
     finally:

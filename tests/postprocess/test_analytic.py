@@ -9,10 +9,10 @@ import pytest
 import scipy.sparse as sp
 
 from censusdp.postprocess import QueryInvariant, QueryMeasurement, reconcile_level
-from censusdp.postprocess.layout import plan_batches, plan_blocks
+from censusdp.postprocess.layout import plan_batches
 from censusdp.postprocess.least_squares import resolve_solvers
-from censusdp.postprocess.problem import validate
 from censusdp.postprocess.reconcile import solve_batch
+from tests.helpers.levels import planned_level
 
 SOLVERS = ["CLARABEL", "OSQP"]
 
@@ -20,15 +20,7 @@ SOLVERS = ["CLARABEL", "OSQP"]
 def fit(measurements, n_cells, parent=None, invariants=(), zeros=None, solver="CLARABEL"):
     """The least-squares point (before rounding) as a (n_nodes, n_cells) float table."""
     index = None if parent is None else np.zeros(measurements[0].noisy.shape[0], dtype=np.int64)
-    inputs = validate(
-        measurements,
-        invariants,
-        n_cells=n_cells,
-        parent_counts=parent,
-        parent_index=index,
-        structural_zeros=zeros,
-    )
-    blocks = plan_blocks(inputs)
+    inputs, blocks = planned_level(measurements, invariants, n_cells, parent, index, zeros)
     table = np.zeros((inputs.n_nodes, n_cells))
     for block_ids in plan_batches(blocks, n_cells):
         batch, _, _, solution, _ = solve_batch(inputs, blocks, block_ids, resolve_solvers(solver))

@@ -47,8 +47,7 @@ def feasible_tables(parent: np.ndarray, invariants) -> np.ndarray:
     return tables[ok]
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_crossing_invariants_give_a_feasible_table(seed):
+def reconcile_crossing(seed: int):
     measurements, parent, invariants = crossing_level(seed)
     result = reconcile_level(
         measurements,
@@ -57,6 +56,12 @@ def test_crossing_invariants_give_a_feasible_table(seed):
         parent_index=np.zeros(CHILDREN, dtype=np.int64),
         invariants=invariants,
     )
+    return result, parent, invariants
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_crossing_invariants_give_a_feasible_table(seed):
+    result, parent, invariants = reconcile_crossing(seed)
     counts = result.counts
     np.testing.assert_array_equal(counts.sum(axis=0), parent[0])
     for inv in invariants:
@@ -80,14 +85,7 @@ def test_a_time_limited_milp_keeps_its_checked_incumbent(monkeypatch):
 
     monkeypatch.setattr(rounding, "milp", time_limited)
     monkeypatch.setattr(rounding, "_binary", fractional_lp)  # straight to the integer MILP
-    measurements, parent, invariants = crossing_level(0)
-    result = reconcile_level(
-        measurements,
-        n_cells=4,
-        parent_counts=parent,
-        parent_index=np.zeros(CHILDREN, dtype=np.int64),
-        invariants=invariants,
-    )
+    result, parent, _ = reconcile_crossing(0)
     assert result.report["rounding"] == {"integer_milp_incumbent": 1}
     np.testing.assert_array_equal(result.counts.sum(axis=0), parent[0])
 
@@ -99,15 +97,8 @@ def test_no_incumbent_is_a_clean_failure(monkeypatch):
         return result
 
     monkeypatch.setattr(rounding, "milp", nothing)
-    measurements, parent, invariants = crossing_level(1)
     with pytest.raises(ReconciliationError, match="integer rounding failed"):
-        reconcile_level(
-            measurements,
-            n_cells=4,
-            parent_counts=parent,
-            parent_index=np.zeros(CHILDREN, dtype=np.int64),
-            invariants=invariants,
-        )
+        reconcile_crossing(1)
 
 
 def test_a_fractional_lp_vertex_goes_to_the_binary_milp():

@@ -111,34 +111,22 @@ def test_negative_parent():
         )
 
 
-def test_a_broken_table_is_never_returned(monkeypatch):
+@pytest.mark.parametrize("path", ["cvxpy", "fast"])
+def test_a_broken_table_is_never_returned(monkeypatch, path):
     """The final checks are real code, not ``assert``: a rounding bug makes the run fail."""
-
-    def broken(batch, x, inv_matrix, inv_rhs, rng=None, bounds=None):
-        return np.ones(x.size, dtype=np.int64), "broken"
-
-    monkeypatch.setattr(reconcile, "round_batch", broken)
+    if path == "cvxpy":
+        monkeypatch.setattr(reconcile, "round_batch", lambda batch, x, *args, **kwargs: (
+            np.ones(x.size, dtype=np.int64), "broken"))
+    else:
+        monkeypatch.setattr(reconcile.fast_path, "largest_remainder",
+                            lambda x, p, rng: np.ones(x.shape, dtype=np.int64))
     with pytest.raises(ReconciliationError, match="do not sum to their parent"):
         reconcile_level(
             [detailed([[5, 1, 0, 2], [1, 1, 1, 1]])],
             n_cells=N,
             parent_counts=np.array([[6, 2, 1, 3]]),
             parent_index=np.array([0, 0]),
-            solver="cvxpy",
-        )
-
-
-def test_a_broken_fast_path_table_is_never_returned(monkeypatch):
-    def broken(x, p, rng):
-        return np.ones(x.shape, dtype=np.int64)
-
-    monkeypatch.setattr(reconcile.fast_path, "largest_remainder", broken)
-    with pytest.raises(ReconciliationError, match="do not sum to their parent"):
-        reconcile_level(
-            [detailed([[5, 1, 0, 2], [1, 1, 1, 1]])],
-            n_cells=N,
-            parent_counts=np.array([[6, 2, 1, 3]]),
-            parent_index=np.array([0, 0]),
+            **({"solver": "cvxpy"} if path == "cvxpy" else {}),
         )
 
 

@@ -12,11 +12,12 @@ import censusdp.postprocess.least_squares as least_squares
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.postprocess import QueryInvariant, QueryMeasurement, reconcile_level
 from censusdp.postprocess.fast_path import applies, largest_remainder, project
-from censusdp.postprocess.layout import plan_batches, plan_blocks
+from censusdp.postprocess.layout import plan_batches
 from censusdp.postprocess.problem import validate
 from censusdp.postprocess.reconcile import solve_batch
 from censusdp.postprocess.rounding import _greedy, round_batch
 from censusdp.postprocess.ties import TieSource
+from tests.helpers.levels import planned_level
 
 
 class NumpySource:
@@ -60,15 +61,7 @@ REFERENCE_OPTIONS = {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iter": 400_000, "pol
 def reference(measurements, parents, parent_index, zeros):
     """cvxpy (polished OSQP) least-squares table and the general path's rounding of it."""
     n_cells = parents.shape[1]
-    inputs = validate(
-        measurements,
-        (),
-        n_cells=n_cells,
-        parent_counts=parents,
-        parent_index=parent_index,
-        structural_zeros=zeros,
-    )
-    blocks = plan_blocks(inputs)
+    inputs, blocks = planned_level(measurements, (), n_cells, parents, parent_index, zeros)
     x = np.zeros((inputs.n_nodes, n_cells))
     for b in np.flatnonzero(np.diff(blocks.start) == 1):  # only children equal their parent
         x[blocks.order[blocks.start[b]]] = parents[blocks.parent[b]]

@@ -10,10 +10,9 @@ import pytest
 import scipy.sparse as sp
 
 from censusdp.postprocess import QueryInvariant, QueryMeasurement
-from censusdp.postprocess.layout import plan_blocks
-from censusdp.postprocess.problem import validate
 from censusdp.postprocess.reconcile import solve_batch
 from censusdp.postprocess.rounding import SNAP, _binary, _greedy, round_batch
+from tests.helpers.levels import planned_level
 
 
 def tiny(seed: int, children: int, n_cells: int, invariant: bool, marginal: bool = False):
@@ -37,17 +36,8 @@ def tiny(seed: int, children: int, n_cells: int, invariant: bool, marginal: bool
     if marginal:
         half = sp.csr_matrix(np.arange(n_cells)[None, :] < n_cells // 2, dtype=float)
         invariants.append(QueryInvariant("half", half, (half @ true.T).T.astype(np.int64)))
-    inputs = validate(
-        measurements,
-        invariants,
-        n_cells=n_cells,
-        parent_counts=parent,
-        parent_index=np.zeros(children, dtype=np.int64),
-        structural_zeros=None,
-    )
-    batch, inv_matrix, inv_rhs, solution, _ = solve_batch(
-        inputs, plan_blocks(inputs), np.array([0]), ("CLARABEL",)
-    )
+    inputs, blocks = planned_level(measurements, invariants, n_cells, parent, np.zeros(children, dtype=np.int64))
+    batch, inv_matrix, inv_rhs, solution, _ = solve_batch(inputs, blocks, np.array([0]), ("CLARABEL",))
     return batch, inv_matrix, inv_rhs, solution.x
 
 

@@ -6,6 +6,7 @@ import itertools
 import json
 from fractions import Fraction
 
+import cvxpy as cp
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -107,14 +108,14 @@ class FakePanic(BaseException):
 
 
 def test_fallback_when_the_first_solver_crashes(monkeypatch):
-    solve = least_squares.cp.Problem.solve
+    solve = cp.Problem.solve
 
     def crashing(self, *args, **kwargs):
         if kwargs.get("solver") == "CLARABEL":
             raise FakePanic("index out of bounds")
         return solve(self, *args, **kwargs)
 
-    monkeypatch.setattr(least_squares.cp.Problem, "solve", crashing)
+    monkeypatch.setattr(cp.Problem, "solve", crashing)
     result = level(solver="CLARABEL,SCS")
     assert_valid(result.counts)
     assert result.report["solver_status"] == {"CLARABEL:failed": 1, "SCS:optimal": 1}

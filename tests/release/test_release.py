@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from censusdp.pipeline.budget.ledger.charges import PrivacyLedger
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.config.load import load_config
 from tests.helpers.configs import edit_config, preset_config
@@ -146,19 +147,6 @@ def test_many_small_chunks_give_a_consistent_release(tiny_release: Path, capsys:
     assert unit.height == 72 * 6 and unit["geoid"].n_unique() == 72
 
 
-@pytest.mark.slow
-def test_release_on_a_local_dask_cluster_of_two_workers(tiny_release: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    edit_config(tiny_release, {"postprocess.chunk_cells": 60})
-    run_dir = release_dir(capsys, tiny_release, "--runner", "dask-local:2", seed=SEED)
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["config"]["postprocess"]["runner"] == "dask-local:2"
-    assert manifest["reconciliation"]["unit"]["chunks"] > 1
-    check_consistency(run_dir, [(lv["name"], lv["width"]) for lv in manifest["levels"]], ["colour", "adult"])
-    root = pl.read_parquet(run_dir / "tables" / "root.parquet")
-    assert root["count"].sum() == pl.read_parquet(tiny_release.parent / "microdata.parquet").height
-
-
 def test_laplace_selected_for_one_level(tiny_release: Path, capsys: pytest.CaptureFixture[str]) -> None:
     edit_config(tiny_release, {"strategy.unit.mechanism": "laplace"})
     run_dir = release_dir(capsys, tiny_release, seed=SEED)
@@ -176,12 +164,19 @@ def test_laplace_selected_for_one_level(tiny_release: Path, capsys: pytest.Captu
 def test_demo_runs_twice_on_its_own_ledger(tmp_path: Path, installation_ledger: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     """The README's first command: synthetic data in a throw-away ledger, never the installation's."""
-    for _ in range(5):  # 5 x 2.56 would pass the preset's lifetime cap of 10.24 on one ledger
+    for _ in range(2):
         assert main(["-q", "demo", "--out", str(tmp_path / "demo"), "--persons", "2000", "--no-prefect"]) == 0
     run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["ledger"]["location"] == str(tmp_path / "demo" / "demo-ledger.sqlite")
+    # the second demo wiped the first one's ledger: it holds the second run's charge alone
+    assert [c.run_id for c in PrivacyLedger(manifest["ledger"]["location"]).charges()] == [run_dir.name]
     assert not installation_ledger.exists()
+    # a size out of range is the user's error, one line, before anything is written
+    assert main(["demo", "--out", str(tmp_path / "small"), "--persons", "300", "--no-prefect"]) == 1
+    assert capsys.readouterr().err.strip() == ("censusdp: error: --persons: persons must be between 1,000 and "
+                                               "10,000,000, got 300")
+    assert not (tmp_path / "small" / "runs").exists()
 
 
 STAGE_ORDER_DRIVER = """

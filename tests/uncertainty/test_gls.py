@@ -15,7 +15,12 @@ SHAPE = (2, 3, 2)
 QUERY_POOL = [(), (0,), (2, 1), (1, 0), (0, 1, 2), (2,)]
 
 
-def make_levels(rng, parents, g, truth, with_invariants: bool) -> list[GlsLevel]:
+def random_problem(seed: int, depth: int, with_invariants: bool) -> tuple[list, list[GlsLevel]]:
+    """A random tree of ``depth`` levels, its aggregation matrices and noisy measurements of random counts."""
+    rng = np.random.default_rng(seed)  # test-only
+    parents = random_tree(rng, depth)
+    g = aggregation(parents)
+    truth = rng.integers(0, 30, size=g[-1].shape[1] * prod(SHAPE)).astype(float)
     levels = []
     for i, parent in enumerate(parents):
         node_truth = (g[i] @ truth.reshape(len(parents[-1]) if len(parents) > 1 else 1, -1))
@@ -33,18 +38,12 @@ def make_levels(rng, parents, g, truth, with_invariants: bool) -> list[GlsLevel]
             if i == 0:
                 invariants.append(GlsInvariant((1,), answer(node_truth, SHAPE, QuerySpec((1,)))))
         levels.append(GlsLevel(parent=parent, queries=queries, invariants=invariants))
-    return levels
+    return g, levels
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_tree_gls_matches_dense_gls(seed: int) -> None:
-    rng = np.random.default_rng(seed)  # test-only
-    depth = 2 + seed % 3
-    parents = random_tree(rng, depth)
-    g = aggregation(parents)
-    n_leaves = g[-1].shape[1]
-    truth = rng.integers(0, 30, size=n_leaves * prod(SHAPE)).astype(float)
-    levels = make_levels(rng, parents, g, truth, with_invariants=seed % 2 == 1)
+    g, levels = random_problem(seed, 2 + seed % 3, with_invariants=seed % 2 == 1)
     result = solve_gls(levels, SHAPE)
     theta, cov = dense_gls(g, levels, SHAPE)
     for i, gl in enumerate(g):
@@ -61,11 +60,7 @@ def test_tree_gls_matches_dense_gls(seed: int) -> None:
 
 
 def test_invariants_hold_exactly_and_have_zero_variance() -> None:
-    rng = np.random.default_rng(3)  # test-only
-    parents = random_tree(rng, 3)
-    g = aggregation(parents)
-    truth = rng.integers(0, 30, size=g[-1].shape[1] * prod(SHAPE)).astype(float)
-    levels = make_levels(rng, parents, g, truth, with_invariants=True)
+    _, levels = random_problem(3, 3, with_invariants=True)
     result = solve_gls(levels, SHAPE)
     for i in (0, 1):
         np.testing.assert_allclose(result.estimate(i, QuerySpec(())), levels[i].invariants[0].values, atol=1e-9)
@@ -81,11 +76,7 @@ def test_unidentifiable_lowest_level_is_refused() -> None:
 
 
 def test_unmeasured_middle_level_and_malformed_tree() -> None:
-    rng = np.random.default_rng(11)  # test-only
-    parents = random_tree(rng, 4)
-    g = aggregation(parents)
-    truth = rng.integers(0, 30, size=g[-1].shape[1] * prod(SHAPE)).astype(float)
-    levels = make_levels(rng, parents, g, truth, with_invariants=False)
+    g, levels = random_problem(11, 4, with_invariants=False)
     levels[1] = GlsLevel(parent=levels[1].parent, queries=[])
     levels[2] = GlsLevel(parent=levels[2].parent, queries=[])
     result = solve_gls(levels, SHAPE)

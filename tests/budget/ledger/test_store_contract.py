@@ -164,21 +164,15 @@ def test_a_ledger_of_the_first_layout_gets_the_new_columns(ledger_location: str)
     if is_postgres_url(ledger_location):
         import psycopg
 
-        with psycopg.connect(ledger_location) as conn:
-            for ddl in _DDL:
-                conn.execute(ddl.format(seq="BIGSERIAL PRIMARY KEY"))
-            conn.execute("INSERT INTO censusdp_datasets VALUES ('pa', '1/1', 'then')")
-            conn.execute("INSERT INTO censusdp_charges (run_id, dataset, charged_at, rho, delta, epsilon, config_hash,"
-                         f" status, publishable) VALUES ('old', 'pa', 'then', '1/4', 1e-10, 1.5, '{HASH}', 'published',"
-                         " 1)")
+        connect, seq = psycopg.connect, "BIGSERIAL PRIMARY KEY"
     else:
-        with sqlite3.connect(ledger_location) as conn:
-            for ddl in _DDL:
-                conn.execute(ddl.format(seq="INTEGER PRIMARY KEY AUTOINCREMENT"))
-            conn.execute("INSERT INTO censusdp_datasets VALUES ('pa', '1/1', 'then')")
-            conn.execute("INSERT INTO censusdp_charges (run_id, dataset, charged_at, rho, delta, epsilon, config_hash,"
-                         f" status, publishable) VALUES ('old', 'pa', 'then', '1/4', 1e-10, 1.5, '{HASH}', 'published',"
-                         " 1)")
+        connect, seq = sqlite3.connect, "INTEGER PRIMARY KEY AUTOINCREMENT"
+    with connect(ledger_location) as conn:
+        for ddl in _DDL:
+            conn.execute(ddl.format(seq=seq))
+        conn.execute("INSERT INTO censusdp_datasets VALUES ('pa', '1/1', 'then')")
+        conn.execute("INSERT INTO censusdp_charges (run_id, dataset, charged_at, rho, delta, epsilon, config_hash,"
+                     f" status, publishable) VALUES ('old', 'pa', 'then', '1/4', 1e-10, 1.5, '{HASH}', 'published', 1)")
     ledger = PrivacyLedger(ledger_location)
     [old] = ledger.charges()
     assert (old.run_id, old.rho, old.status, old.reason, old.measurements) == ("old", Fraction(1, 4), "published",
