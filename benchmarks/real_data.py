@@ -26,7 +26,7 @@ def release(data: Path, preset: str, folder: Path, seed: int) -> Path:
     config.write_text(text.replace('protected_microdata = true', 'protected_microdata = false'))
     before = set((folder / "runs").glob("*")) if (folder / "runs").exists() else set()
     units = data / "units.parquet"
-    text = config.read_text().replace('path = "units.parquet"', f'path = "{units}"')
+    text = config.read_text().replace("[units]\n", f'[units]\npath = "{units}"\n')
     config.write_text(text)
     extra = [] if units.exists() else ["--no-units"]  # the real data (ri2010) has no unit file
     assert main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", str(seed), *extra]) == 0

@@ -63,7 +63,7 @@ def main() -> None:
         files = _existing(args.data) if args.data else write_synthetic(args.persons, args.seed, folder / "data")
         synth_s = time.perf_counter() - started
         text = preset_text(args.preset).replace('path = "microdata.parquet"', f'path = "{files.microdata}"')
-        text = text.replace('path = "units.parquet"', f'path = "{files.units}"')
+        text = text.replace("[units]\n", f'[units]\npath = "{files.units}"\n')
         text = text.replace('cap_rho = ', 'cap_rho = "1000" # ')
         (folder / "config.toml").write_text(text.replace('geography = "geography.parquet"',
                                                          f'geography = "{files.geography}"'))

@@ -212,7 +212,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = out / "pl94.toml"
     text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{files.microdata}"')
     text = text.replace('geography = "geography.parquet"', f'geography = "{files.geography}"')
-    text = text.replace('path = "units.parquet"', f'path = "{files.units}"')
     if not os.environ.get(LEDGER_ENV):
         # synthetic data, regenerated on every demo: its own throw-away ledger, so that re-running the demo is
         # not refused by (and does not clutter) the installation's ledger, which is for real data

@@ -24,6 +24,7 @@ from censusdp.pipeline.config.model import (
     check_nothing_else,
     check_runner,
     config_error_at,
+    geography_column,
     parse_fraction,
     require,
     tables_of,
@@ -142,8 +143,8 @@ def _path(value: Any, base: Path, source: str, key: str) -> Path:
 
 def _input(raw: dict[str, Any], source: str, base: Path, universe: Universe) -> InputConfig:
     table = require(raw, "input", dict, source, "")
-    check_nothing_else(table, {"path", "format", "geocode_column", "geocode_columns", "geography"}, source,
-                       "input.")
+    check_nothing_else(table, {"path", "format", "geocode_column", "geocode_columns", "geography",
+                               "geography_column"}, source, "input.")
     fmt = table.get("format", "parquet")
     if fmt in list(Format) and fmt not in universe.formats:
         raise ConfigError(source, "input.format", f"{fmt} is not a layout of {universe.record} records (one of: "
@@ -159,6 +160,7 @@ def _input(raw: dict[str, Any], source: str, base: Path, universe: Universe) -> 
         geocode_column=str(table.get("geocode_column", "geocode")),
         geocode_columns=tuple(columns),
         geography=_path(table["geography"], base, source, "input.geography") if "geography" in table else None,
+        geography_column=geography_column(table),
     )
 
 
@@ -195,16 +197,38 @@ def _levels(raw: dict[str, Any], source: str) -> tuple[Level, ...]:
     return tuple(levels)
 
 
+def _binned(entry: dict[str, Any], name: str, source: str, prefix: str) -> Attribute:
+    """An attribute of integer ranges: ``bins`` the lower edges, ascending; the last bin is top-coded (its edge and
+    above).  ``values``, if given, label the bins; by default "0-4", "5-9", ..., "85+"."""
+    edges = entry["bins"]
+    if (not isinstance(edges, list) or not edges or not all(isinstance(e, int) and not isinstance(e, bool)
+                                                             and abs(e) < 2**62 for e in edges)
+            or any(b <= a for a, b in zip(edges, edges[1:], strict=False))):
+        raise ConfigError(source, f"{prefix}bins", "expected a non-empty list of increasing integers (the bins' "
+                          "lower edges; the last bin takes its edge and every larger value)")
+    if "mapping" in entry:
+        raise ConfigError(source, f"{prefix}mapping", "an attribute of bins maps values by their range, not a table")
+    default = [f"{a}-{b - 1}" if b - 1 > a else str(a) for a, b in zip(edges, edges[1:], strict=False)]
+    labels = tuple(str(v) for v in entry.get("values", [*default, f"{edges[-1]}+"]))
+    if len(labels) != len(edges) or len(set(labels)) != len(labels):
+        raise ConfigError(source, f"{prefix}values", f"expected {len(edges)} distinct labels, one per bin")
+    return Attribute(name=name, column=require(entry, "column", str, source, prefix), values=labels,
+                     bins=tuple(edges))
+
+
 def _schema(raw: dict[str, Any], source: str) -> Schema:
     entries = require(raw, "attributes", list, source, "")
     if not entries:
         raise ConfigError(source, "attributes", "at least one attribute is required")
     attributes = []
-    for key, entry in tables_of(entries, "attributes", source, {"name", "column", "values", "mapping"}):
+    for key, entry in tables_of(entries, "attributes", source, {"name", "column", "values", "mapping", "bins"}):
         prefix = f"{key}."
         name = require(entry, "name", str, source, prefix)
         if name in (TOTAL, DETAILED) or "*" in name or not name.strip():
             raise ConfigError(source, f"{prefix}name", f"{name!r} is reserved or not a valid attribute name")
+        if "bins" in entry:
+            attributes.append(_binned(entry, name, source, prefix))
+            continue
         values = require(entry, "values", list, source, prefix)
         labels = tuple(str(v) for v in values)
         if not labels or len(set(labels)) != len(labels):

@@ -119,6 +119,15 @@ class Accountant(StrEnum):
     CKS20 = "cks20"
 
 
+def geography_column(table: dict[str, Any]) -> str:
+    """The geography file's code column of an ``[input]`` table: its own key, else the records' code column where the
+    records hold one (not a layout that builds it, nor several joined columns), else ``geocode``."""
+    if "geography_column" in table:
+        return str(table["geography_column"])
+    own = table.get("format", "parquet") in {f.value for f in Format if not f.is_mdf}
+    return str(table.get("geocode_column", "geocode")) if own and not table.get("geocode_columns") else "geocode"
+
+
 @dataclass(frozen=True)
 class InputConfig:
     path: Path | None
@@ -126,6 +135,7 @@ class InputConfig:
     geocode_column: str = "geocode"
     geocode_columns: tuple[str, ...] = ()
     geography: Path | None = None
+    geography_column: str = "geocode"  # the geography file's code column
 
     def __post_init__(self) -> None:  # the word as written becomes the enum member (ValueError if unknown)
         object.__setattr__(self, "format", Format(self.format))

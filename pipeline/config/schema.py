@@ -20,12 +20,14 @@ DETAILED = "detailed"
 
 @dataclass(frozen=True)
 class Attribute:
-    """A finite domain: ``values`` are the published labels; ``mapping`` maps source values to labels."""
+    """A finite domain: ``values`` are the published labels; ``mapping`` maps source values to labels, or ``bins``
+    (lower edges, ascending, the last bin top-coded) maps integer source values by their range."""
 
     name: str
     column: str
     values: tuple[str, ...]
     mapping: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    bins: tuple[int, ...] = ()
 
     def source_to_index(self) -> dict[str, int]:
         """Every accepted source value and the index of the domain value it maps to."""

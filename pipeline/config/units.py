@@ -11,12 +11,20 @@ import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
-from censusdp.pipeline.config.model import LedgerConfig, Neighbouring, ReleaseConfig, check_nothing_else
+from censusdp.pipeline.config.model import (
+    LedgerConfig,
+    Neighbouring,
+    ReleaseConfig,
+    check_nothing_else,
+    geography_column,
+)
 from censusdp.pipeline.dp.accounting import per_person_rho
 from censusdp.pipeline.errors import ConfigError
 
+DEFAULT_FILE = "units.parquet"  # the units' file when [units] names none: beside the persons' microdata
 INPUT_KEYS = ("path", "format", "geocode_column", "geocode_columns")  # [units] keys the universe's [input] takes
 SCHEMA_KEYS = ("attributes", "recodes", "strategy", "invariants", "structural_zeros")
 POSTPROCESS_KEYS = {"reconciliation", "rounding", "passes"}  # they name the universe's queries
@@ -72,6 +80,9 @@ def units_raw(raw: dict[str, Any], source: str) -> dict[str, Any]:
                           "both universes are tabulated on its one tree of blocks (or release the persons only: "
                           "--no-units)")
     table["input"]["geography"] = raw["input"]["geography"]  # the same blocks: empty ones may hold vacant units
+    table["input"]["geography_column"] = geography_column(raw["input"])  # the same file, read by the same column
+    if "path" not in units and isinstance(raw["input"].get("path"), str):  # by default beside the persons' file
+        table["input"]["path"] = str(Path(raw["input"]["path"]).parent / DEFAULT_FILE)
     return copy.deepcopy(table)
 
 

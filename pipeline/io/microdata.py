@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from censusdp.geography.tree import GeoTree, build_tree, fixed_width
-from censusdp.pipeline.config.model import Format, ReleaseConfig
+from censusdp.pipeline.config.model import Format, ReleaseConfig, Universe
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem
 from censusdp.pipeline.io.parts import InputPart, discover_parts, part_header, read_batches, read_body, read_header
 from censusdp.pipeline.io.value_checks import (
@@ -82,6 +82,10 @@ def read_input_files(config: ReleaseConfig) -> InputFiles:
         raise InputError(config.source, "no microdata path: set input.path or pass --microdata",
                          category=InputProblem.FILE)
     fmt = config.input.format
+    if config.universe is Universe.UNITS and not config.input.path.exists():
+        raise InputError(str(config.input.path), "no such file: the housing units' file (next to the microdata unless "
+                         "[units] path says otherwise); give --units FILE, or --no-units to release the persons only",
+                         category=InputProblem.FILE)
     parts = discover_parts(config.input.path, fmt)
     required = list(geocode_columns(config)) + [a.column for a in config.schema.attributes]
     if fmt.is_mdf:
@@ -99,7 +103,7 @@ def read_input_files(config: ReleaseConfig) -> InputFiles:
     geography, geo_format = config.input.geography, None
     if geography is not None:
         geo_format = "parquet" if geography.suffix.lower() in (".parquet", ".pq") else "csv"
-        check_type(read_header(geography, geo_format), "geocode", geography)
+        check_type(read_header(geography, geo_format), config.input.geography_column, geography)
     return InputFiles(config=config, parts=parts, format=fmt, geography=geography, geography_format=geo_format)
 
 
@@ -115,8 +119,9 @@ def geography_units(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> np.nd
     width = config.levels[-1].width
     if files.geography is not None and files.geography_format is not None:
         # the codes alone: the file's other columns (names, areas) are not needed, and at 8M blocks not small
-        frame = read_body(files.geography, files.geography_format, ["geocode"])
-        return _geography_list(frame, files.geography, width)
+        column = config.input.geography_column
+        return _geography_list(read_body(files.geography, files.geography_format, [column]), files.geography, width,
+                               column)
     codes: set[str] = set()  # empty only if no part has a record: a record always has a code ("" if missing)
     for part in files.parts:
         offset = 0

@@ -72,6 +72,7 @@ class ProtectedMicrodataWriter(ChunkedParquet):
         self.source_labels = []
         for attribute in schema.attributes:
             first_source = {label: source for source, label in reversed(list(attribute.mapping.items()))}
+            first_source |= {label: str(edge) for label, edge in zip(attribute.values, attribute.bins, strict=False)}
             self.source_labels.append(pa.array([first_source.get(v, v) for v in attribute.values]))
 
     def write_chunk(self, geoids: np.ndarray, counts: sp.csr_matrix) -> None:

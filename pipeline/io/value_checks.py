@@ -108,7 +108,13 @@ def _indices(frame: pl.DataFrame, config: ReleaseConfig, path: Path, problems: F
     indices = []
     for attribute in config.schema.attributes:
         series = _text(frame, attribute.column, path, problems)
-        index = series.replace_strict(attribute.source_to_index(), default=None, return_dtype=pl.Int64)
+        if attribute.bins:  # an integer's bin: the last edge at or below it (none below the first edge)
+            number = series.str.strip_chars().cast(pl.Int64, strict=False)
+            index = pl.Series(np.searchsorted(attribute.bins, number.fill_null(attribute.bins[0] - 1).to_numpy(),
+                                              side="right") - 1, dtype=pl.Int64)
+            index = index.set((index < 0) | number.is_null(), None)  # outside every bin, or not an integer
+        else:
+            index = series.replace_strict(attribute.source_to_index(), default=None, return_dtype=pl.Int64)
         problems.see(index.is_null() & series.is_not_null(), f"value outside the domain of attribute "
                      f"{attribute.name}", attribute.column, InputProblem.DOMAIN)
         indices.append(index)
@@ -154,22 +160,22 @@ def encode_batch(frame: pl.DataFrame, config: ReleaseConfig, path: Path, offset:
     return units, cells
 
 
-def geography_units(frame: pl.DataFrame, path: Path, width: int) -> np.ndarray:
-    """The geography file's lowest-level units (column ``geocode``), as a sorted unique string array."""
+def geography_units(frame: pl.DataFrame, path: Path, width: int, column: str = "geocode") -> np.ndarray:
+    """The geography file's lowest-level units (its code ``column``), as a sorted unique string array."""
     if frame.height == 0:
         raise InputError(str(path), "lists no geography units", category=InputProblem.GEOGRAPHY)
     problems = FirstProblem(path, 0)
-    codes = _text(frame, "geocode", path, problems)
+    codes = _text(frame, column, path, problems)
     problems.raise_any()
     bad = codes.str.len_chars() != width
     if bad.any():
-        raise InputError(str(path), f"geocode must have {width} characters", column="geocode",
+        raise InputError(str(path), f"{column} must have {width} characters", column=column,
                          row=int(bad.arg_max()) + 1, category=InputProblem.GEOGRAPHY)
     # duplicates are neighbours once sorted (the sort is needed anyway): no hash table of every code; only a file
     # that has one looks for the first in file order
     ordered = codes.sort()
     if len(ordered) > 1 and bool((ordered.slice(1) == ordered.slice(0, len(ordered) - 1)).any()):
-        raise InputError(str(path), "duplicate geocode", column="geocode",
+        raise InputError(str(path), f"duplicate {column}", column=column,
                          row=int(codes.is_duplicated().arg_max()) + 1, category=InputProblem.DUPLICATE)
     return sorted_codes(ordered, width)
 

@@ -12,6 +12,7 @@ from censusdp.pipeline.cli import main
 from censusdp.pipeline.cli.commands import preset_names, preset_text
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.model import Format, ReleaseConfig, Universe
+from censusdp.pipeline.config.options import load_release_config
 
 F = Fraction
 RHO_2020 = F(293764, 114921)
@@ -72,6 +73,20 @@ def preset_config(tmp_path: Path, name: str) -> ReleaseConfig:
     path = tmp_path / f"{name}.toml"
     path.write_text(preset_text(name))
     return load_config(path)
+
+
+def test_the_units_file_is_beside_the_microdata_unless_named(tmp_path: Path) -> None:
+    """The preset names no units file: it is units.parquet beside the persons' microdata, wherever that is."""
+    (tmp_path / "pl94.toml").write_text(preset_text("pl94"))
+    elsewhere = tmp_path / "data" / "people.parquet"
+    config = load_release_config(str(tmp_path / "pl94.toml"), microdata=str(elsewhere))
+    assert config.units is not None and config.units.input.path == tmp_path / "data" / "units.parquet"
+    named = load_release_config(str(tmp_path / "pl94.toml"), microdata=str(elsewhere), units=str(tmp_path / "u.csv"))
+    assert named.units is not None and named.units.input.path == tmp_path / "u.csv"
+    own_text = preset_text("pl94").replace("[units]\n", '[units]\npath = "own/units.parquet"\n')
+    (tmp_path / "own.toml").write_text(own_text)
+    own = load_release_config(str(tmp_path / "own.toml"), microdata=str(elsewhere))
+    assert own.units is not None and own.units.input.path == tmp_path / "own" / "units.parquet"
 
 
 @pytest.mark.parametrize("name", ["pl94", "pl94-2020"])

@@ -53,8 +53,8 @@ def test_sigkill_at_many_points_leaves_whole_runs_or_none(tmp_path: Path) -> Non
     micro, geo = files.microdata, files.geography
     from censusdp.pipeline.cli.commands import preset_text
 
-    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"').replace(
-        'path = "units.parquet"', f'path = "{files.units}"')  # the units universe rides along
+    # the units universe rides along: its file is beside the microdata
+    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
     text = text.replace('geography = "geography.parquet"', f'geography = "{geo}"').replace(
         'cap_rho = "10.24"', 'cap_rho = "1000"')
     config = tmp_path / "pl94.toml"
@@ -139,8 +139,8 @@ def test_sigkill_at_a_chosen_stage(stage: str, tmp_path: Path, capsys: pytest.Ca
     micro, geo = files.microdata, files.geography
     from censusdp.pipeline.cli.commands import preset_text
 
-    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"').replace(
-        'path = "units.parquet"', f'path = "{files.units}"')  # the units universe rides along
+    # the units universe rides along: its file is beside the microdata
+    text = preset_text("pl94").replace('path = "microdata.parquet"', f'path = "{micro}"')
     config = tmp_path / "pl94.toml"
     config.write_text(text.replace('geography = "geography.parquet"', f'geography = "{geo}"'))
     (tmp_path / "driver.py").write_text(DRIVER)

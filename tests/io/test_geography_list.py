@@ -50,3 +50,36 @@ def test_a_ragged_csv_is_refused_when_one_column_is_read(tmp_path: Path) -> None
         read_body(path, "csv", ["geocode"])
     path.write_text("geocode,name\n001,a\n002,b\n")
     assert read_body(path, "csv", ["geocode"]).columns == ["geocode"]
+
+
+def test_the_geography_files_column_follows_the_records_or_its_own_key(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A country's files name their code column `ward`: the geography file is read by the same column unless
+    input.geography_column names its own; a file without it gets one line naming file and column."""
+    from censusdp.pipeline.cli import main
+    from tests.helpers.configs import edit_config
+    from tests.helpers.tiny import TINY_TOML, tiny_microdata
+
+    micro, geo = tiny_microdata()
+    micro.rename({"geocode": "ward"}).write_parquet(tmp_path / "microdata.parquet")
+    geo.rename({"geocode": "ward"}).write_parquet(tmp_path / "geography.parquet")
+    geo.rename({"geocode": "WARD_CODE"}).write_parquet(tmp_path / "own.parquet")
+    config = tmp_path / "config.toml"
+    config.write_text(TINY_TOML.format(rho="4"))
+    edit_config(config, {"input.geocode_column": "ward"})
+
+    def release(*extra: str) -> tuple[int, str, str]:
+        code = main(["-q", "release", str(config), "--no-prefect", "--insecure-seed", "1", *extra])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    code, out, err = release()
+    assert code == 0, err
+    root = pl.read_parquet(Path(out.strip().splitlines()[-1]) / "tables" / "root.parquet")
+    assert root["count"].sum() == micro.height
+    code, out, err = release("--geography", str(tmp_path / "own.parquet"))
+    assert code == 1 and err.strip().splitlines()[-1] == (f"censusdp: error: {tmp_path / 'own.parquet'}, column ward: "
+                                                          "missing column"), err
+    edit_config(config, {"input.geography_column": "WARD_CODE"})
+    code, out, err = release("--geography", str(tmp_path / "own.parquet"))
+    assert code == 0, err

@@ -39,7 +39,7 @@ def units_config(folder: Path, preset: str = "pl94", fmt: str = "parquet", path:
     a configuration with units names one)."""
     text = preset_text(preset)
     text = text.replace('format = "parquet"                  # parquet | csv | mdf-units', f'format = "{fmt}" #')
-    (folder / "c.toml").write_text(text.replace('path = "units.parquet"', f'path = "{path}"'))
+    (folder / "c.toml").write_text(text.replace("[units]\n", f'[units]\npath = "{path}"\n'))
     units = load_config(folder / "c.toml").units
     assert units is not None and units.input.format == fmt
     return dataclasses.replace(units, input=dataclasses.replace(units.input, geography=None))  # the records alone

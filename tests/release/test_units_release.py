@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -253,3 +254,29 @@ def test_a_bad_unit_value_is_a_charged_failure_naming_a_category_only(synthetic:
     charges = PrivacyLedger(config.ledger.location).charges("units-state")
     assert [(c.status, c.reason.split(":")[0]) for c in charges] == [("failed", "input-validation")]
     assert not any(p.name[0] != "." for p in (tmp_path / "runs").iterdir())  # nothing published
+
+
+def test_the_readme_sequence_finds_the_units_file_beside_the_microdata(synthetic: Path, tmp_path: Path,
+                                                                      installation_ledger: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`init --preset pl94`, then `check` and `release` with --microdata and --geography only: without a units file
+    beside the microdata, one line says how to give one or to leave the units out; with it, the release runs."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("microdata", "geography"):
+        shutil.copy(synthetic / f"{name}.parquet", data)
+    assert cli(capsys, "init", "--preset", "pl94", "--out", str(tmp_path / "pl94.toml"))[0] == 0
+    files = [str(tmp_path / "pl94.toml"), "--microdata", str(data / "microdata.parquet"), "--geography",
+             str(data / "geography.parquet")]
+    for command in (["check", *files], ["release", *files, "--no-prefect", "--out", str(tmp_path / "runs")]):
+        code, _, err = cli(capsys, *command)
+        assert code == 1 and err.count("\n") == 1, err
+        assert err.startswith(f"censusdp: error: {data / 'units.parquet'}: no such file") and "--units FILE" in err
+        assert "--no-units" in err
+    runs = tmp_path / "runs"
+    assert not (runs.exists() and any(runs.iterdir())) and not installation_ledger.exists()  # before the charge
+    shutil.copy(synthetic / "units.parquet", data)
+    code, out, err = cli(capsys, "release", *files, "--no-prefect", "--insecure-seed", "1", "--out",
+                         str(tmp_path / "runs"))
+    assert code == 0, err
+    assert json.loads((Path(out.splitlines()[-1]) / "manifest.json").read_text())["units"]["privacy"]["rho_exact"]
