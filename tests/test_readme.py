@@ -3,34 +3,17 @@ the test's own (``$CENSUSDP_LEDGER``, as the README says)."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def walk_through_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Walk-through"):text.index("\n## ", text.index("## Walk-through") + 1)]
-    return re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+from tests.helpers.doc_blocks import run_blocks, section_blocks
 
 
 def test_the_walk_through_runs_verbatim(tmp_path: Path) -> None:
-    blocks = walk_through_blocks()
+    blocks = section_blocks("README.md", "## Walk-through")
     assert len(blocks) == 5  # the README promises five steps
-    env = {**os.environ, "CENSUSDP_LEDGER": str(tmp_path / "ledger.sqlite"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    outputs = []
-    for block in blocks:
-        ran = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
-                             text=True, timeout=600)
-        assert ran.returncode == 0, f"{block}\n{ran.stdout[-2000:]}\n{ran.stderr[-2000:]}"
-        outputs.append(ran.stdout + ran.stderr)
+    outputs = run_blocks(blocks, tmp_path)
     (run,) = (tmp_path / "runs").iterdir()
     assert (run / "manifest.json").is_file() and "0 with violations" in outputs[3]
     assert "published" in outputs[3] and "pl94-state" in outputs[3]  # the ledger shows the charge

@@ -32,9 +32,12 @@ def preset_text(name: str) -> str:
 
 
 def add_init(sub: Sub) -> None:
-    p = sub.add_parser("init", help="write an editable release configuration from a preset")
-    p.add_argument("--preset", default="pl94", help="preset name: pl94 (default) or pl94-2020 (the 2020 production "
-                   "persons configuration)")
+    p = sub.add_parser("init", help="write an editable release configuration from a preset or a template")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--preset", default="pl94", help="preset name: pl94 (default) or pl94-2020 (the 2020 "
+                      "production persons configuration)")
+    kind.add_argument("--template", choices=["custom"], help="custom: a commented skeleton for a census of your own "
+                      "(levels, an attribute of age bins, a strategy, a ledger) to edit")
     p.add_argument("--out", default="censusdp.toml", help="file to write (default: censusdp.toml)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.set_defaults(handler=cmd_init)
@@ -44,7 +47,9 @@ def cmd_init(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.force:
         raise CensusDPError(f"{out}: exists; use --force to overwrite")
-    out.write_text(preset_text(args.preset))
+    text = (resources.files("censusdp.pipeline.config").joinpath("templates", f"{args.template}.toml").read_text()
+            if args.template else preset_text(args.preset))
+    out.write_text(text)
     print(out)
     return 0
 
