@@ -6,6 +6,7 @@ return data, and are never cached or persisted (NO_CACHE).
 from __future__ import annotations
 
 import base64
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,10 @@ def call_as_task(stage: stages.Stage, function: Any, args: tuple[Any, ...]) -> A
     return run_task.with_options(task_run_name=name)(*args) if name != stage.name else run_task(*args)
 
 
-# A failed run's error, for the CLI that started the flow in this process.  The flow returns a Failed state
-# instead of raising: Prefect writes a raised exception into result storage whatever persist_result says.
-FAILURES: dict[str, BaseException] = {}
+# A failed run's error, for the caller that started the flow in this process (``run_release_flow``; a served
+# deployment's runs keep nothing).  The flow returns a Failed state instead of raising: Prefect writes a raised
+# exception into result storage whatever persist_result says.
+_FAILURES: ContextVar[dict[str, BaseException] | None] = ContextVar("censusdp_failures", default=None)
 
 
 @flow(name="censusdp-release", persist_result=False, log_prints=False, validate_parameters=True)
@@ -55,7 +57,7 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
                  runner: str | None = None, insecure_seed: int | None = None, units: str | None = None,
                  no_units: bool = False) -> str | State:
     """Release one dataset; returns the published run directory, or a Failed state with the error's public text
-    (the error itself in ``FAILURES`` under the flow run's id).  ``rho`` may be a number as
+    (the error itself to ``run_release_flow``).  ``rho`` may be a number as
     `prefect deployment run ... -p rho=1.5` sends it (read as the decimal written)."""
     try:
         return type_only_errors(_release, PUBLIC)(config_path, out_dir, microdata, geography, fmt, rho, runner,
@@ -64,7 +66,9 @@ def release_flow(config_path: str, out_dir: str | None = None, microdata: str | 
         context = FlowRunContext.get()
         if context is None or context.flow_run is None:  # the function called as a function, not as a flow run
             raise
-        FAILURES[str(context.flow_run.id)] = error
+        failures = _FAILURES.get()
+        if failures is not None:
+            failures[str(context.flow_run.id)] = error
         return Failed(message=f"{type(error).__name__}: {error}")
 
 
@@ -90,8 +94,13 @@ def _release(config_path: str, out_dir: str | None, microdata: str | None, geogr
 
 def run_release_flow(**parameters: Any) -> str:
     """Call the flow here; its error raised again as itself (not Prefect's FailedRun)."""
-    state = release_flow(**parameters, return_state=True)
+    failures: dict[str, BaseException] = {}
+    token = _FAILURES.set(failures)
+    try:
+        state = release_flow(**parameters, return_state=True)
+    finally:
+        _FAILURES.reset(token)
     if state.is_failed():
-        error = FAILURES.pop(str(state.state_details.flow_run_id), None)
+        error = failures.get(str(state.state_details.flow_run_id))
         raise error if error is not None else CensusDPError(state.message or "the release flow failed")
     return state.result()
