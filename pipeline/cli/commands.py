@@ -20,15 +20,16 @@ from censusdp.pipeline.errors import CensusDPError
 Sub = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
-def preset_names() -> list[str]:
-    return sorted(p.name.removesuffix(".toml") for p in resources.files("censusdp.pipeline.config").joinpath("presets")
+def bundled_names(folder: str = "presets") -> list[str]:
+    """The configurations shipped in ``censusdp.pipeline.config``'s ``presets`` or ``templates`` folder."""
+    return sorted(p.name.removesuffix(".toml") for p in resources.files("censusdp.pipeline.config").joinpath(folder)
                   .iterdir() if p.name.endswith(".toml"))
 
 
-def preset_text(name: str) -> str:
-    if name not in preset_names():
-        raise CensusDPError(f"unknown preset {name!r} (available: {', '.join(preset_names())})")
-    return resources.files("censusdp.pipeline.config").joinpath("presets", f"{name}.toml").read_text()
+def preset_text(name: str, folder: str = "presets") -> str:
+    if name not in bundled_names(folder):
+        raise CensusDPError(f"unknown {folder[:-1]} {name!r} (available: {', '.join(bundled_names(folder))})")
+    return resources.files("censusdp.pipeline.config").joinpath(folder, f"{name}.toml").read_text()
 
 
 def add_init(sub: Sub) -> None:
@@ -36,8 +37,8 @@ def add_init(sub: Sub) -> None:
     kind = p.add_mutually_exclusive_group()
     kind.add_argument("--preset", default="pl94", help="preset name: pl94 (default) or pl94-2020 (the 2020 "
                       "production persons configuration)")
-    kind.add_argument("--template", choices=["custom"], help="custom: a commented skeleton for a census of your own "
-                      "(levels, an attribute of age bins, a strategy, a ledger) to edit")
+    kind.add_argument("--template", choices=bundled_names("templates"), help="custom: a commented skeleton for a "
+                      "census of your own (levels, an attribute of age bins, a strategy, a ledger) to edit")
     p.add_argument("--out", default="censusdp.toml", help="file to write (default: censusdp.toml)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.set_defaults(handler=cmd_init)
@@ -47,9 +48,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not args.force:
         raise CensusDPError(f"{out}: exists; use --force to overwrite")
-    text = (resources.files("censusdp.pipeline.config").joinpath("templates", f"{args.template}.toml").read_text()
-            if args.template else preset_text(args.preset))
-    out.write_text(text)
+    out.write_text(preset_text(args.template, "templates") if args.template else preset_text(args.preset))
     print(out)
     return 0
 

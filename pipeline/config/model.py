@@ -124,8 +124,8 @@ def geography_column(table: dict[str, Any]) -> str:
     records hold one (not a layout that builds it, nor several joined columns), else ``geocode``."""
     if "geography_column" in table:
         return str(table["geography_column"])
-    own = table.get("format", "parquet") in {f.value for f in Format if not f.is_mdf}
-    return str(table.get("geocode_column", "geocode")) if own and not table.get("geocode_columns") else "geocode"
+    built = Format(table.get("format", "parquet")).is_mdf or table.get("geocode_columns")
+    return "geocode" if built else str(table.get("geocode_column", "geocode"))
 
 
 @dataclass(frozen=True)

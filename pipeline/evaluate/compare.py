@@ -85,7 +85,7 @@ def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = N
 def _rows(method: str, level: str, query: str, true: np.ndarray, found: np.ndarray,
           node_bins: np.ndarray) -> list[dict[str, Any]]:
     """The labelled metric rows of one method's ``found`` against ``true`` (n_nodes, q_cells) at ``level``."""
-    cell_bins = np.repeat(node_bins[:, None], true.shape[1], axis=1)
+    cell_bins = np.broadcast_to(node_bins[:, None], true.shape)  # a view: no copy per method
     return [{"label": LABEL, "method": method, "level": level, "query": query, **row}
             for row in query_metrics(true, found, cell_bins)]
 

@@ -124,10 +124,8 @@ def geography_units(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> np.nd
                                column)
     codes: set[str] = set()  # empty only if no part has a record: a record always has a code ("" if missing)
     for part in files.parts:
-        offset = 0
-        for frame in read_batches(part, files.format, batch_rows):
+        for offset, frame in _numbered_batches(part, files.format, batch_rows):
             codes.update(np.unique(encode_batch(frame, config, part.path, offset)[0]).tolist())
-            offset += frame.height
     if not codes:
         raise _empty(files)
     return np.array(sorted(codes), dtype=np.str_)
@@ -146,11 +144,17 @@ def encoded_rows(files: InputFiles, part_index: int, lowest_geoids: np.ndarray, 
     config, part = files.config, files.parts[part_index]
     source = str(files.geography) if files.geography is not None else "(the microdata itself)"
     unit_type, cell_type = _index_dtype(len(lowest_geoids)), _index_dtype(config.schema.n_cells)
-    offset = 0  # rows are counted across batches
-    for frame in read_batches(part, files.format, batch_rows):
+    for offset, frame in _numbered_batches(part, files.format, batch_rows):
         units, cells = encode_batch(frame, config, part.path, offset, lowest_geoids, source)
-        offset += frame.height
         yield EncodedBatch(units=units.astype(unit_type), cells=cells.astype(cell_type))
+
+
+def _numbered_batches(part: InputPart, fmt: Format, batch_rows: int) -> Iterator[tuple[int, pl.DataFrame]]:
+    """A part's batches, each with the number of the part's rows before it (errors name rows across batches)."""
+    offset = 0
+    for frame in read_batches(part, fmt, batch_rows):
+        yield offset, frame
+        offset += frame.height
 
 
 def _empty(files: InputFiles) -> InputError:

@@ -63,18 +63,16 @@ def load_measured(run: UniverseRun, measurements: Path) -> None:
     run.invariants = read_invariants(measurements, config, run.tree)
 
 
-def _reconcile_and_publish(release: Release, measurements: Path, rerun: bool) -> Path:
-    """The stages from the GLS on, for every universe; a re-run (``rerun``) reads the measurements where they are."""
-    # each universe's folder lies where its work folder does beside the persons' (the units' in units/)
-    folders = [measurements.parent / u.work_dir.relative_to(release.work_dir) / "measurements"
-               for u in release.universes]
+def _reconcile_and_publish(release: Release, source_dir: Path, rerun: bool) -> Path:
+    """The stages from the GLS on, for every universe; a re-run (``rerun``) reads the measurements where they lie in
+    ``source_dir``, the published run (each universe's folder where its work folder is: the units' in units/)."""
     if rerun:
-        for universe, folder in zip(release.universes, folders, strict=True):
-            universe.measurements_dir = folder
+        for universe in release.universes:
+            universe.measurements_dir = source_dir / universe.work_dir.relative_to(release.work_dir) / "measurements"
 
     def prepare(loaded: Release) -> None:
-        for universe, folder in zip(loaded.universes, folders, strict=True):
-            load_measured(universe, folder)
+        for universe in loaded.universes:
+            load_measured(universe, universe.measurements)
 
     return stages.run_stages(release, stages.FROM_MEASUREMENTS, prepare=prepare)
 
@@ -101,7 +99,7 @@ def postprocess_run(run_dir: Path, out_root: Path | None = None, solver: str | N
         book.charge(charge.dataset, release.run_id, 0, config.budget.delta, config_digest(config.raw),
                     source.publishable)
         book.set_status(release.run_id, ChargeStatus.POSTPROCESS)
-    return _reconcile_and_publish(release, run_dir / "measurements", rerun=True)
+    return _reconcile_and_publish(release, run_dir, rerun=True)
 
 
 def _recorded(raw: dict[str, Any], run_id: str, source: str, base: Path, ledger_location: str,
@@ -155,4 +153,4 @@ def resume_release(out_root: Path, run_id: str, ledger_location: str, solver: st
         raise CensusDPError(f"cannot resume run {run_id}: the ledger charged it rho {charge.rho}, below the per-person "
                             f"bound its measurements cost ({release.charged_rho}); start a new release")
     release.manifest_extra = {"resumed": True}
-    return _reconcile_and_publish(release, work_dir / "measurements", rerun=False)
+    return _reconcile_and_publish(release, work_dir, rerun=False)

@@ -152,9 +152,11 @@ def discard_targets(run: UniverseRun) -> None:
     shutil.rmtree(run.work_dir / GLS_SCRATCH, ignore_errors=True)
 
 
-def tree_targets(config: ReleaseConfig, result: GlsResult, measured: Sequence[Measured]
-                 ) -> list[tuple[QueryMeasurement, ...]]:
-    """Every level's targets (``tree_terms``) with the in-memory GLS's estimates."""
-    allocated = [[(q, s2) for q, s2, _ in level] for level in measured]
-    return [target_answers(result.estimates[level], result.stream.shape, terms)
-            for level, terms in enumerate(tree_terms(config, result.stream, allocated))]
+def tree_targets(config: ReleaseConfig, result: GlsResult, measured: Sequence[Measured],
+                 terms: list[tuple[TargetTerm, ...]] | None = None) -> list[tuple[QueryMeasurement, ...]]:
+    """Every level's targets with the in-memory GLS's estimates; ``terms``: ``tree_terms`` of the same design
+    (computed here if not given; they depend on the design only, not on the measurements)."""
+    if terms is None:
+        terms = tree_terms(config, result.stream, [[(q, s2) for q, s2, _ in level] for level in measured])
+    return [target_answers(result.estimates[level], result.stream.shape, level_terms)
+            for level, level_terms in enumerate(terms)]

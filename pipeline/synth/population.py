@@ -107,9 +107,9 @@ def draw_units(rng: np.random.Generator, geography: pl.DataFrame, drawn: Drawn) 
     ])
 
 
-# test-only: a seeded generator draws synthetic people for demos, tests and benchmarks, never a release's noise
-def draw_persons(rng: np.random.Generator, persons: int, *, state: int = STATE_FIPS, county_base: int = 0,
-                 max_counties: int = MAX_COUNTIES) -> tuple[pl.DataFrame, pl.DataFrame, Drawn]:
+def draw_persons(rng: np.random.Generator,  # test-only: synthetic people for demos and tests, never noise
+                 persons: int, *, state: int = STATE_FIPS, county_base: int = 0, max_counties: int = MAX_COUNTIES
+                 ) -> tuple[pl.DataFrame, pl.DataFrame, Drawn]:
     """(microdata, geography, drawn) of ``persons`` persons in state ``state``, drawn from ``rng``, both frames
     sorted by geocode; the county numbers are ``county_base`` onwards (``build_blocks``)."""
     gq_type, gq_size = group_quarters(rng, persons)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from censusdp.pipeline.dp.random_source import RandomSource, seeded_random_source, system_random_source
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run
-from censusdp.pipeline.release.full_information import ReconciliationMethod, solve_tree, tree_targets
+from censusdp.pipeline.release.full_information import ReconciliationMethod, solve_tree, tree_targets, tree_terms
 from censusdp.pipeline.release.noisy_measurements import noisy_answers
 from censusdp.pipeline.release.only_child import only_child_levels
 from censusdp.pipeline.release.support import structural_zero_mask
@@ -79,12 +79,14 @@ def _gls_targets(run: LoadedRun, drawn: list[list[QueryMeasurement]], count: int
     on the design only, so the replicates' agree."""
     schema, config = run.config.schema, run.config
     sizes = [run.tree.n_nodes(level) for level in range(len(drawn))]
-    per_replicate = []
+    per_replicate, terms = [], None
     for r in range(count):
         measured = [[(schema.parse_query(m.name), m.sigma2, m.noisy[r * n:(r + 1) * n]) for m in queries]
                     for queries, n in zip(drawn, sizes, strict=True)]
-        per_replicate.append(tree_targets(config, solve_tree(schema, run.tree.parent, measured, run.invariants),
-                                          measured))
+        result = solve_tree(schema, run.tree.parent, measured, run.invariants)
+        if terms is None:  # the targets' queries and weights: the design's, one set for every replicate
+            terms = tree_terms(config, result.stream, [[(q, s2) for q, s2, _ in level] for level in measured])
+        per_replicate.append(tree_targets(config, result, measured, terms))
     return [[replace(first, noisy=np.concatenate([rep[level][i].noisy for rep in per_replicate]))
              for i, first in enumerate(per_replicate[0][level])] for level in range(len(drawn))]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from censusdp.pipeline.cli import main
-from censusdp.pipeline.cli.commands import preset_names, preset_text
+from censusdp.pipeline.cli.commands import bundled_names, preset_text
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.model import Format, ReleaseConfig, Universe
 from censusdp.pipeline.config.options import load_release_config
@@ -36,7 +36,7 @@ PRODUCTION_SHARES = {
 
 
 def test_both_presets_are_offered() -> None:
-    assert preset_names() == ["pl94", "pl94-2020"]
+    assert bundled_names() == ["pl94", "pl94-2020"]
     with pytest.raises(Exception, match="available: pl94, pl94-2020"):
         preset_text("pl94-2010")
 
