@@ -14,8 +14,10 @@ from censusdp.geography.levels import Level, check_levels
 
 # The lowest level's codes (a nation's 8M blocks) in numpy's variable-width string type: a code of up to 15 bytes is
 # held inline in 16 bytes, against 60 for a block's 15 characters as ``str_``; only ``searchsorted`` wants its
-# needles alike (``codes_like``).
+# needles alike (``codes_like``).  Longer codes (spine codes) stay ``str_``: numpy's searchsorted assumes needles and
+# haystack share one StringDType arena, and reads the wrong one for a string stored outside the array (numpy#31533).
 LOWEST_GEOIDS = np.dtypes.StringDType()
+INLINE_BYTES = 15
 
 
 def codes_like(geoids: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -110,7 +112,9 @@ def build_tree(levels: tuple[Level, ...], lowest_codes: np.ndarray) -> GeoTree:
         parents.insert(0, np.cumsum(starts, dtype=np.int64) - 1)
         geoids.insert(0, _prefix(geoids[0][starts], level.width))
     parents.insert(0, np.zeros(0, dtype=np.int64))
-    geoids[-1] = geoids[-1].astype(LOWEST_GEOIDS)
+    ascii_codes = not len(codes) or int(np.ascontiguousarray(geoids[-1]).view(np.uint32).max()) < 128
+    if width <= INLINE_BYTES and ascii_codes:  # inline: a code of at most 15 bytes
+        geoids[-1] = geoids[-1].astype(LOWEST_GEOIDS)
     geoids[-1].flags.writeable = False
     return GeoTree(levels=tuple(levels), geoids=tuple(geoids), parent=tuple(parents))
 

@@ -184,14 +184,33 @@ def _output(raw: dict[str, Any], source: str, base: Path, schema: Schema) -> Out
 
 
 def _levels(raw: dict[str, Any], source: str) -> tuple[Level, ...]:
-    levels = []
-    for key, entry in tables_of(require(raw, "levels", list, source, ""), "levels", source, {"name", "width"},
-                                "expected a table with name and width"):
+    """``[[levels]]``: a prefix level's ``width`` is its unit-code prefix; a column level's (``column``) is the length
+    of its codes, and its nodes are spine-code prefixes (``geography.spine``)."""
+    levels: list[Level] = []
+    unit_width = 0
+    for key, entry in tables_of(require(raw, "levels", list, source, ""), "levels", source,
+                                {"name", "width", "column"}, "expected a table with name and width (and column)"):
         name = require(entry, "name", str, source, f"{key}.")
         width = require(entry, "width", int, source, f"{key}.")
+        column = entry.get("column")
         if width < 0:
             raise ConfigError(source, f"{key}.width", "must be >= 0")
-        levels.append(Level(name, width))
+        spine = levels[-1].width if levels else 0
+        if column is not None:
+            if not isinstance(column, str) or not column:
+                raise ConfigError(source, f"{key}.column", "expected the geography file's column of the codes")
+            if not levels:
+                raise ConfigError(source, f"{key}.column", "the root level is the whole area: it has no column")
+            if width < 1:
+                raise ConfigError(source, f"{key}.width", "a column level's codes are at least one character")
+            levels.append(Level(name, spine + width, column, unit_width))
+            continue
+        if levels and width <= unit_width:
+            raise ConfigError(source, f"{key}.width", f"{width} does not nest inside the unit-code prefix of the "
+                              f"level above ({unit_width}): widths must increase from the root down")
+        plain = not any(level.column for level in levels)
+        levels.append(Level(name, width) if plain else Level(name, spine + width - unit_width, None, width))
+        unit_width = width
     with config_error_at(source, "levels"):
         check_levels(tuple(levels))
     return tuple(levels)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from censusdp.geography.tree import codes_like
+from censusdp.geography.spine import UnitLookup
 from censusdp.pipeline.errors import InputError, InputProblem
 
 BLOCK_COLUMNS = ("GEOID", "GEOID20", "GEOID10", "BLOCKID", "geoid", "block")
@@ -61,9 +61,10 @@ def _columns(frame: pl.DataFrame, path: Path, block: str | None, area: str | Non
     return block, area
 
 
-def read_assignment(path: Path, blocks: np.ndarray, *, block_column: str | None = None,
+def read_assignment(path: Path, blocks: np.ndarray | UnitLookup, *, block_column: str | None = None,
                     area_column: str | None = None, skip_unknown: bool = False) -> Assignment:
-    """The assignment of the release's lowest-level units ``blocks`` (sorted codes) to areas; ``skip_unknown``
+    """The assignment of the release's lowest-level units ``blocks`` (sorted codes, or the tree's lookup by
+    their own codes when levels come from columns) to areas; ``skip_unknown``
     skips (and counts) the rows whose code is not a block of the release (a Census block assignment file lists
     every block, a release made without a geography file only the populated ones)."""
     path = Path(path)
@@ -78,9 +79,9 @@ def read_assignment(path: Path, blocks: np.ndarray, *, block_column: str | None 
         if len(missing):
             raise InputError(str(path), "missing value", column=name, row=int(missing[0]) + 1,
                              category=InputProblem.MISSING_VALUE)
-    codes = codes_like(blocks, codes.astype(str))
-    index = np.searchsorted(blocks, codes)
-    known = (index < len(blocks)) & (blocks[np.minimum(index, len(blocks) - 1)] == codes)
+    units = blocks if isinstance(blocks, UnitLookup) else UnitLookup(blocks, None)
+    codes = codes.astype(str)
+    index, known = units.find(codes)
     if not known.all() and not skip_unknown:
         row = int(np.flatnonzero(~known)[0])
         raise InputError(str(path), f"{str(codes[row])!r} is not a block of the release (a release made without a "
@@ -100,6 +101,6 @@ def read_assignment(path: Path, blocks: np.ndarray, *, block_column: str | None 
                    f"at row {second_row})")
         raise InputError(str(path), problem, column=block, row=second_row, category=InputProblem.DUPLICATE)
     area_ids, area_index = np.unique(ids.astype(str), return_inverse=True)
-    leaf_area = np.full(len(blocks), -1, dtype=np.int64)
+    leaf_area = np.full(len(units.codes), -1, dtype=np.int64)
     leaf_area[index] = area_index
     return Assignment(path=path, area_ids=tuple(str(a) for a in area_ids), leaf_area=leaf_area, skipped=skipped)

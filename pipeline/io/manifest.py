@@ -45,7 +45,8 @@ def resolved_config(config: ReleaseConfig) -> dict[str, Any]:
         "source": config.source,
         "input": {"path": str(config.input.path), "format": config.input.format,
                   "geography": str(config.input.geography) if config.input.geography else None},
-        "levels": [{"name": lv.name, "width": lv.width} for lv in config.levels],
+        "levels": [{"name": lv.name, "width": lv.width, **({"column": lv.column} if lv.column else {})}
+                   for lv in config.levels],
         "attributes": [{"name": a.name, "column": a.column, "values": list(a.values), "mapping": a.mapping,
                         **({"bins": list(a.bins)} if a.bins else {})} for a in config.schema.attributes],
         "budget": {"rho": str(budget.rho), "delta": budget.delta_text, "neighbouring": budget.neighbouring,

@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from censusdp.geography.spine import unit_lookup
 from censusdp.geography.tree import GeoTree, build_tree, fixed_width
 from censusdp.pipeline.config.model import Format, ReleaseConfig, Universe
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem
 from censusdp.pipeline.io.parts import InputPart, discover_parts, part_header, read_batches, read_body, read_header
+from censusdp.pipeline.io.spine_codes import spine_units
 from censusdp.pipeline.io.value_checks import (
     MDF_GROUP_COLUMN,
     MDF_RECORD_TYPE,
@@ -101,9 +103,16 @@ def read_input_files(config: ReleaseConfig) -> InputFiles:
         for name in dict.fromkeys(required):
             check_type(header, name, part.path)
     geography, geo_format = config.input.geography, None
+    level_columns = [level.column for level in config.levels if level.column is not None]
+    if geography is None and level_columns:
+        raise InputError(config.source, f"the levels read codes from the geography file's columns "
+                         f"({', '.join(level_columns)}): set input.geography or pass --geography",
+                         category=InputProblem.FILE)
     if geography is not None:
         geo_format = "parquet" if geography.suffix.lower() in (".parquet", ".pq") else "csv"
-        check_type(read_header(geography, geo_format), config.input.geography_column, geography)
+        header = read_header(geography, geo_format)
+        for name in dict.fromkeys([config.input.geography_column, *level_columns]):
+            check_type(header, name, geography)
     return InputFiles(config=config, parts=parts, format=fmt, geography=geography, geography_format=geo_format)
 
 
@@ -116,12 +125,15 @@ def geography_units(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> np.nd
     the distinct codes of every part, with every value check of ``encoded_rows`` but the listing (so a file's
     error does not depend on whether its units are listed elsewhere); EMPTY if no part has a record."""
     config = files.config
-    width = config.levels[-1].width
     if files.geography is not None and files.geography_format is not None:
-        # the codes alone: the file's other columns (names, areas) are not needed, and at 8M blocks not small
+        # the codes alone (and the levels' columns): the file's other columns are not needed, and at 8M blocks
+        # not small
         column = config.input.geography_column
-        return _geography_list(read_body(files.geography, files.geography_format, [column]), files.geography, width,
-                               column)
+        level_columns = [level.column for level in config.levels if level.column is not None]
+        frame = read_body(files.geography, files.geography_format, list(dict.fromkeys([column, *level_columns])))
+        if level_columns:
+            return spine_units(frame, files.geography, config.levels, column)
+        return _geography_list(frame, files.geography, config.levels[-1].width, column)
     codes: set[str] = set()  # empty only if no part has a record: a record always has a code ("" if missing)
     for part in files.parts:
         for offset, frame in _numbered_batches(part, files.format, batch_rows):
@@ -142,11 +154,12 @@ def encoded_rows(files: InputFiles, part_index: int, lowest_geoids: np.ndarray, 
     if len(lowest_geoids) > 1 and not bool(np.all(lowest_geoids[:-1] < lowest_geoids[1:])):
         raise CensusDPError("internal error: the lowest-level units must be sorted and unique")
     config, part = files.config, files.parts[part_index]
+    units = unit_lookup(config.levels, lowest_geoids)
     source = str(files.geography) if files.geography is not None else "(the microdata itself)"
     unit_type, cell_type = _index_dtype(len(lowest_geoids)), _index_dtype(config.schema.n_cells)
     for offset, frame in _numbered_batches(part, files.format, batch_rows):
-        units, cells = encode_batch(frame, config, part.path, offset, lowest_geoids, source)
-        yield EncodedBatch(units=units.astype(unit_type), cells=cells.astype(cell_type))
+        indices, cells = encode_batch(frame, config, part.path, offset, units, source)
+        yield EncodedBatch(units=indices.astype(unit_type), cells=cells.astype(cell_type))
 
 
 def _numbered_batches(part: InputPart, fmt: Format, batch_rows: int) -> Iterator[tuple[int, pl.DataFrame]]:

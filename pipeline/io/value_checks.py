@@ -15,7 +15,8 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from censusdp.geography.tree import GeoTree, codes_like
+from censusdp.geography.spine import UnitLookup
+from censusdp.geography.tree import GeoTree
 from censusdp.pipeline.config.model import Format, ReleaseConfig
 from censusdp.pipeline.config.persons_per_unit import rules_matrix
 from censusdp.pipeline.config.schema import Schema
@@ -84,7 +85,7 @@ def _text(frame: pl.DataFrame, name: str, path: Path, problems: FirstProblem) ->
 
 
 def _geocodes(frame: pl.DataFrame, config: ReleaseConfig, path: Path, problems: FirstProblem) -> pl.Series:
-    width = config.levels[-1].width
+    width = config.levels[-1].unit_prefix
     columns = geocode_columns(config)
     parts = [_text(frame, c, path, problems) for c in columns]
     if config.input.format.is_mdf:
@@ -133,9 +134,9 @@ def _unit_records(frame: pl.DataFrame, path: Path, problems: FirstProblem) -> No
 
 
 def encode_batch(frame: pl.DataFrame, config: ReleaseConfig, path: Path, offset: int,
-                 lowest_geoids: np.ndarray | None = None, geography_source: str = "") -> tuple[np.ndarray, np.ndarray]:
+                 units: UnitLookup | None = None, geography_source: str = "") -> tuple[np.ndarray, np.ndarray]:
     """Check every value of a batch (rows ``offset + 1 ...`` of ``path``) and encode it: the rows' lowest-level
-    unit codes (a string array; their indices into ``lowest_geoids`` when it is given, sorted) and detailed cells
+    unit codes (a string array; their units' indices in the tree when ``units`` is given) and detailed cells
     (int64).  Raises the ``InputError`` of the earliest bad row."""
     problems = FirstProblem(path, offset)
     codes = _geocodes(frame, config, path, problems)
@@ -143,21 +144,15 @@ def encode_batch(frame: pl.DataFrame, config: ReleaseConfig, path: Path, offset:
     if config.input.format is Format.MDF_UNITS:
         _unit_records(frame, path, problems)
     code_array = codes.fill_null("").to_numpy().astype(np.str_)
-    units: np.ndarray = code_array
-    if lowest_geoids is not None:
-        if len(lowest_geoids):
-            needles = codes_like(lowest_geoids, code_array)  # encoded_rows passes str_ codes: the fast search
-            position = np.minimum(np.searchsorted(lowest_geoids, needles), len(lowest_geoids) - 1)
-            found = lowest_geoids[position] == needles
-        else:
-            position, found = np.zeros(len(code_array), dtype=np.int64), np.zeros(len(code_array), dtype=bool)
+    encoded: np.ndarray = code_array
+    if units is not None:
+        encoded, found = units.find(code_array)
         problems.see(pl.Series(~found), f"geocode is not a unit of the geography file {geography_source}",
                      "geocode", InputProblem.GEOGRAPHY)
-        units = position
     problems.raise_any()
     cells = (np.ravel_multi_index(tuple(i.to_numpy() for i in indices), config.schema.shape).astype(np.int64)
              if indices else np.zeros(frame.height, dtype=np.int64))
-    return units, cells
+    return encoded, cells
 
 
 def geography_units(frame: pl.DataFrame, path: Path, width: int, column: str = "geocode") -> np.ndarray:

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from censusdp.geography.levels import Level
+from censusdp.geography.spine import unit_codes
 from censusdp.pipeline.config.schema import Schema
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io.summary_tables import SummaryTableWriter, TableColumns, summary_path, table_columns
@@ -39,6 +41,7 @@ class LowestOutputs:
     staging: str
     schema: Schema
     geocode_parts: tuple[tuple[str, int], ...]
+    levels: tuple[Level, ...]  # the protected microdata's rows carry unit codes, not spine codes
     units_schema: Schema | None  # the units universe's, when its disagreements with the persons are counted
     with_units: bool = False  # a units universe: its lowest tasks write the summary tables (H1 is theirs)
 
@@ -72,7 +75,7 @@ def lowest_outputs(release: Release) -> LowestOutputs:
                               tuple(table_columns(tables, run.schema, units_schema)))
                              for tables in config.output.tables),
         staging=str(work / f"{STAGING}{uuid.uuid4().hex}"), schema=run.schema,
-        geocode_parts=config.output.geocode_parts,
+        geocode_parts=config.output.geocode_parts, levels=config.levels,
         units_schema=units_schema if units_schema is not None and disagreements_apply(run.schema, units_schema)
         else None, with_units=units_schema is not None)
     prepare(outputs)
@@ -98,12 +101,12 @@ def write_lowest_part(part: LowestPart, counts: sp.csr_matrix) -> dict[str, int]
     task's, so the persons' counts wait for it in the staging folder."""
     outputs = part.outputs
     with _staged_parts(part) as staged:
-        writers = [LevelTableWriter(staged(outputs.level_table), outputs.schema, make_folder=False)]
+        writers = [(LevelTableWriter(staged(outputs.level_table), outputs.schema, make_folder=False), part.geoids)]
         if outputs.microdata is not None:
-            writers.append(ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts,
-                                                    make_folder=False))
-        for writer in writers:
-            writer.write_chunk(part.geoids, counts)
+            writers.append((ProtectedMicrodataWriter(staged(outputs.microdata), outputs.schema, outputs.geocode_parts,
+                                                     make_folder=False), unit_codes(outputs.levels, part.geoids)))
+        for writer, codes in writers:
+            writer.write_chunk(codes, counts)
             writer.close()
         if outputs.with_units:
             pending = staged(outputs.staging, PERSONS_COUNTS.format(part.index))

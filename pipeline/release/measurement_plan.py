@@ -60,8 +60,9 @@ def partition_level(levels: Sequence[Level], files: InputFiles) -> int:
     widths = {None if part.partition is None else len(part.partition) for part in files.parts}
     if len(widths) != 1 or None in widths:
         return 0
-    width = widths.pop()
-    return next((i for i, level in enumerate(levels) if i > 0 and level.width == width), 0)
+    width = widths.pop()  # a unit-code prefix: a level's code only above every column level
+    return next((i for i, level in enumerate(levels)
+                 if i > 0 and level.width == width and level.column is None and level.unit_width is None), 0)
 
 
 def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[LevelPlan], rng: RandomSource | None,

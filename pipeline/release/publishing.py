@@ -36,8 +36,8 @@ def publish(run: Release) -> Path:
         "code_version": mf.code_version(),
         "config": mf.resolved_config(config),
         "config_raw": public_config_raw(config.raw),
-        "levels": [{"name": lv.name, "width": lv.width, "nodes": tree.n_nodes(i)}
-                   for i, lv in enumerate(config.levels)],
+        "levels": [{"name": lv.name, "width": lv.width, **({"column": lv.column} if lv.column else {}),
+                    "nodes": tree.n_nodes(i)} for i, lv in enumerate(config.levels)],
         "privacy": run.privacy[config.universe],
         "allocation": mf.allocation_section(persons.allocations, sensitivity1=config.budget.sensitivity1),
         "invariants": mf.invariants_section(config),

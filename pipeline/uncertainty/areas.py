@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
+from censusdp.geography.spine import unit_lookup
 from censusdp.pipeline.io.assignments import Assignment, read_assignment
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run
 from censusdp.pipeline.io.summary_tables import table_variables, variable_matrix
@@ -84,8 +85,9 @@ def write_areas(run_dir: Path, assign: Path, *, out: Path | None = None, queries
     """Read the run and the assignment, compute every area × variable, write Parquet (default:
     ``RUN_DIR/areas/<assignment file stem>.parquet``); return its path and the assignment read."""
     run = load_run(run_dir)
-    assignment = read_assignment(Path(assign), run.tree.geoids[-1], block_column=block_column,
-                                 area_column=area_column, skip_unknown=skip_unknown)
+    units = unit_lookup(run.config.levels, run.tree.geoids[-1])  # a plan names units by their own codes
+    assignment = read_assignment(Path(assign), units, block_column=block_column, area_column=area_column,
+                                 skip_unknown=skip_unknown)
     table = area_table(run, assignment, area_variables(run, queries))
     table = table.replace_schema_metadata({"censusdp.label": LABEL, "censusdp.run_id": str(run.manifest["run_id"]),
                                            "censusdp.assignment": Path(assign).name,

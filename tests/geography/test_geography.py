@@ -79,3 +79,13 @@ def test_fixed_width_cuts_no_code_short() -> None:
     assert wide.dtype == np.dtype("<U4") and wide.tolist() == ["01", "0123", "012"]
     assert fixed_width(np.array([], dtype=LOWEST_GEOIDS)).dtype.kind == "U"
     assert fixed_width(np.array(["abc"])).dtype == np.dtype("<U3")  # a str_ array as it is
+
+
+@pytest.mark.parametrize(("width", "code"), [(15, "é"), (16, "0"), (21, "0")])
+def test_codes_longer_than_fifteen_bytes_are_found_where_they_are(width: int, code: str) -> None:
+    """Spine codes (or non-ASCII codes) past 15 bytes stay ``str_``: numpy's StringDType searchsorted misreads
+    strings stored outside the array when needles and haystack are different arrays (numpy#31533)."""
+    codes = np.array([code * (width - 5) + f"{i:05d}" for i in range(300)])
+    tree = build_tree((Level("root", 0), Level("unit", width)), codes)
+    assert tree.geoids[-1].dtype.kind == "U"
+    assert np.array_equal(tree.lowest_index(codes[::-1].copy()), np.arange(300)[::-1])

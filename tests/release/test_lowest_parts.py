@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.sparse as sp
 
+from censusdp.geography.levels import Level
 from censusdp.pipeline.config.schema import Attribute, Schema
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io import summary_tables
@@ -30,7 +31,7 @@ def outputs(tmp_path: Path) -> LowestOutputs:
         folder.mkdir(parents=True)
     return LowestOutputs(level_table=str(folders[0]), microdata=str(folders[1]), summary_tables=(),
                          staging=str(folders[2]), schema=SCHEMA, geocode_parts=(("STATE", 2), ("REST", 7)),
-                         units_schema=None)
+                         levels=(Level("root", 0), Level("block", 9)), units_schema=None)
 
 
 def counts_of(seed: int) -> sp.csr_matrix:
