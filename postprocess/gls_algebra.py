@@ -224,15 +224,16 @@ def information_block(bases: Sequence[AxisBasis], subset: Subset, specs: Sequenc
     k = prod(b.k for a, b in enumerate(bases) if a not in subset)
     total = np.zeros((k, k))
     for spec, sigma2 in specs:
-        term, scale = np.ones((1, 1)), 1 / sigma2
+        scale = 1 / sigma2
+        for a in subset:  # a query that does not keep an axis of S gives E_S nothing: no block to form
+            scale *= bases[a].block(spec, a)[1]
+        if not scale:
+            continue
+        term = np.ones((1, 1))
         for a, basis in enumerate(bases):
-            block, c = basis.block(spec, a)
-            if a in subset:
-                scale *= c
-            else:
-                term = np.kron(term, block)
-        if scale:
-            total += scale * term
+            if a not in subset:
+                term = np.kron(term, basis.block(spec, a)[0])
+        total += scale * term
     return total
 
 

@@ -63,39 +63,65 @@ def _weights(weights: np.ndarray, cells: int) -> np.ndarray:
     return weights
 
 
+@dataclass(frozen=True)
+class AreaWalk:
+    """The (node, area) pairs of a plan's leaves, level by level up the tree: the part of docs/areas.md's recursion
+    that depends on the tree and the areas only, formed once for every subspace and every design."""
+
+    n_areas: int
+    k_leaves: int  # leaves in the walk (0: nothing to sum)
+    counts: np.ndarray  # (pairs, 1, 1) leaves per (parent, area) pair above the leaves; per area for a one-level tree
+    nodes: tuple[np.ndarray, ...]  # the pairs' nodes, from the leaves' parents up to the root's children
+    families: tuple[sp.csr_matrix, ...]  # sums each pair's children pairs, one per level above the leaves' parents
+    areas: sp.csr_matrix | None  # sums the top pairs into their areas (None: a one-level tree)
+
+
+def area_walk(parents: Sequence[np.ndarray], nodes: np.ndarray, areas: np.ndarray, n_areas: int) -> AreaWalk:
+    """The walk of the leaves ``nodes`` in ``areas`` up a tree of ``parents``."""
+    depth = len(parents)
+    if depth == 1 or not len(nodes):
+        counts = np.bincount(areas, minlength=n_areas).astype(float)[:, None, None]
+        return AreaWalk(n_areas, len(nodes), counts, (), (), None)
+    pairs, inverse = np.unique(parents[-1][nodes] * n_areas + areas, return_inverse=True)
+    counts = np.bincount(inverse.ravel(), minlength=len(pairs)).astype(float)[:, None, None]
+    walked, families = [pairs // n_areas], []
+    areas = pairs % n_areas
+    for i in range(depth - 2, 0, -1):
+        pairs, inverse = np.unique(parents[i][walked[-1]] * n_areas + areas, return_inverse=True)
+        families.append(children_matrix(inverse.ravel(), len(pairs)))
+        walked.append(pairs // n_areas)
+        areas = pairs % n_areas
+    return AreaWalk(n_areas, len(nodes), counts, tuple(walked), tuple(families), children_matrix(areas, n_areas))
+
+
 def _area_blocks(phi: list[np.ndarray], bar_inv: list[np.ndarray | None], frees: list[np.ndarray],
-                 parents: Sequence[np.ndarray], nodes: np.ndarray, areas: np.ndarray, n_areas: int) -> np.ndarray:
-    """Q_S(A) (n_areas, K, K) on one subspace, from the leaves ``nodes`` in ``areas``: docs/areas.md's recursion."""
+                 walk: AreaWalk) -> np.ndarray:
+    """Q_S(A) (n_areas, K, K) on one subspace, along the walk of a plan's leaves: docs/areas.md's recursion."""
     k = frees[0].shape[0]
-    out = np.zeros((n_areas, k, k))
-    if not len(nodes):
-        return out
+    if not walk.k_leaves:
+        return np.zeros((walk.n_areas, k, k))
     # the leaves: s = x = N φ, so a (parent, area) pair's children add count × the same terms — formed as products,
     # as the engine forms a parent's Φ̄ (count × Φ): the cancellation of pinned directions then stays exact
     lowest, depth = frees[-1], len(phi)
     leaf_phi = lowest @ phi[-1]  # T_c Φ_c of every leaf (K, f)
-    if depth == 1:
-        counts = np.bincount(areas, minlength=n_areas).astype(float)
-        return counts[:, None, None] * (leaf_phi @ lowest.T)
-    pairs, inverse = np.unique(parents[-1][nodes] * n_areas + areas, return_inverse=True)
-    counts = np.bincount(inverse.ravel(), minlength=len(pairs)).astype(float)[:, None, None]
-    b = counts * leaf_phi
-    nodes, areas = pairs // n_areas, pairs % n_areas
+    if walk.areas is None:
+        return walk.counts * (leaf_phi @ lowest.T)
+    b = walk.counts * leaf_phi
+    nodes = walk.nodes[0]
     gain = b @ np.asarray(bar_inv[-2])[nodes]  # B Φ̄⁻¹
     t = gain @ (lowest.T @ frees[-2])
-    v = counts * (leaf_phi @ lowest.T) - gain @ np.swapaxes(b, 1, 2)
-    for i in range(depth - 2, 0, -1):
+    v = walk.counts * (leaf_phi @ lowest.T) - gain @ np.swapaxes(b, 1, 2)
+    for step, i in enumerate(range(depth - 2, 0, -1)):
         t_phi = t @ phi[i][nodes]  # T_c Φ_c
         own = v + t_phi @ np.swapaxes(t, 1, 2)  # V_c + T_c Φ_c T_cᵀ
-        pairs, inverse = np.unique(parents[i][nodes] * n_areas + areas, return_inverse=True)
-        family = children_matrix(inverse.ravel(), len(pairs))  # sums a (node, area)'s children pairs
+        family = walk.families[step]  # sums a (node, area)'s children pairs
         b = _sum(family, t_phi)
-        nodes, areas = pairs // n_areas, pairs % n_areas
+        nodes = walk.nodes[step + 1]
         gain = b @ np.asarray(bar_inv[i - 1])[nodes]  # B Φ̄⁻¹
         t = gain @ (frees[i].T @ frees[i - 1])
         v = _sum(family, own) - gain @ np.swapaxes(b, 1, 2)
     final = v + t @ phi[0][nodes] @ np.swapaxes(t, 1, 2)
-    return _sum(children_matrix(areas, n_areas), final)
+    return _sum(walk.areas, final)
 
 
 def _subtree(levels: Sequence[StreamLevel], frame: TreeFrame, subset: Subset
@@ -115,8 +141,8 @@ def area_terms(levels: Sequence[StreamLevel], shape: Sequence[int], leaf_area: n
     frame = tree_frame(levels, shape)
     leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
     inside = np.flatnonzero(leaf_area >= 0)
-    blocks = [_area_blocks(*_subtree(levels, frame, subset), frame.parents, inside, leaf_area[inside], int(n_areas))
-              for subset in frame.subsets]
+    walk = area_walk(frame.parents, inside, leaf_area[inside], int(n_areas))
+    blocks = [_area_blocks(*_subtree(levels, frame, subset), walk) for subset in frame.subsets]
     return AreaTerms(frame.shape, tuple(frame.bases), tuple(frame.subsets), tuple(blocks))
 
 
@@ -141,35 +167,69 @@ def mean_area_variances(levels: Sequence[StreamLevel], shape: Sequence[int], lea
     """(n_vars,) the mean over the areas of ``area_variances(area_terms(...), weights)`` (clipped at 0 once, not per
     area), subspace by subspace and for at most ``leaves_per_chunk`` leaves (or one area) at a time: memory is one
     subspace's tree covariances and one chunk's terms."""
+    return mean_variances_of_plans(levels, shape, [(leaf_area, n_areas)], weights, leaves_per_chunk)[0]
+
+
+@dataclass(frozen=True)
+class PreparedPlans:
+    """Plans (leaf_area, n_areas) walked up a tree, each in chunks of areas holding few enough leaves: what their
+    mean variances share across subspaces and designs (``mean_variances_of_plans``)."""
+
+    n_leaves: int
+    n_areas: tuple[int, ...]
+    walks: tuple[tuple[AreaWalk, ...], ...]  # per plan, one walk per chunk
+
+
+def prepare_plans(parents: Sequence[np.ndarray], n_leaves: int, plans: Sequence[tuple[np.ndarray, int]],
+                  leaves_per_chunk: int = 1 << 16) -> PreparedPlans:
+    """Walk each plan's areas up the tree of ``parents``, at most ``leaves_per_chunk`` leaves (or one area) a chunk."""
+    walks = []
+    for leaf_area, n_areas in plans:
+        leaf_area = _leaf_areas(leaf_area, n_areas, n_leaves)
+        in_area = np.bincount(leaf_area[leaf_area >= 0], minlength=n_areas)
+        bounds, leaves = [0], 0
+        for area, count in enumerate(in_area.tolist()):
+            if leaves and leaves + count > leaves_per_chunk:
+                bounds.append(area)
+                leaves = 0
+            leaves += count
+        bounds.append(int(n_areas))
+        inside = np.flatnonzero(leaf_area >= 0)
+        order = inside[np.argsort(leaf_area[inside], kind="stable")]  # the leaves, area by area
+        sorted_areas = leaf_area[order]
+        chunks = []
+        for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            lo, hi = np.searchsorted(sorted_areas, [first, stop])
+            chunks.append(area_walk(parents, order[lo:hi], sorted_areas[lo:hi] - first, stop - first))
+        walks.append(tuple(chunks) if n_areas else ())
+    return PreparedPlans(n_leaves, tuple(int(n) for _, n in plans), tuple(walks))
+
+
+def mean_variances_of_plans(levels: Sequence[StreamLevel], shape: Sequence[int],
+                            plans: Sequence[tuple[np.ndarray, int]] | PreparedPlans, weights: np.ndarray,
+                            leaves_per_chunk: int = 1 << 16) -> np.ndarray:
+    """(n_plans, n_vars): ``mean_area_variances`` of each plan (leaf_area, n_areas), the tree's covariances formed
+    once per subspace for all of them (a design's every level and the user's areas at once); ``plans`` may be
+    prepared once for many designs of one tree (``prepare_plans``)."""
     frame = tree_frame(levels, shape)
-    leaf_area = _leaf_areas(leaf_area, n_areas, frame.sizes[-1])
     weights = _weights(weights, prod(frame.shape))
-    total = np.zeros(weights.shape[0])
-    if not n_areas:
-        return total
-    in_area = np.bincount(leaf_area[leaf_area >= 0], minlength=n_areas)
-    bounds, leaves = [0], 0
-    for area, count in enumerate(in_area.tolist()):  # areas [bounds[i], bounds[i + 1]) hold few enough leaves
-        if leaves and leaves + count > leaves_per_chunk:
-            bounds.append(area)
-            leaves = 0
-        leaves += count
-    bounds.append(n_areas)
-    inside = np.flatnonzero(leaf_area >= 0)
-    order = inside[np.argsort(leaf_area[inside], kind="stable")]  # the leaves, area by area
-    sorted_areas = leaf_area[order]
+    if not isinstance(plans, PreparedPlans):
+        plans = prepare_plans(frame.parents, frame.sizes[-1], plans, leaves_per_chunk)
+    elif plans.n_leaves != frame.sizes[-1]:
+        raise ValueError(f"the plans were prepared for {plans.n_leaves} leaves, the tree has {frame.sizes[-1]}")
     cube = apply_axes(weights.reshape(len(weights), *frame.shape), [basis.rotation.T for basis in frame.bases])
+    totals = np.zeros((len(plans.walks), weights.shape[0]))
     for subset in frame.subsets:
         phi, bar_inv, frees = _subtree(levels, frame, subset)
         r = gather(cube, frame.bases, subset)  # (n_vars, K, D)
         gram = np.einsum("vkd,vld->vkl", r, r).reshape(len(weights), -1)
-        for first, stop in zip(bounds[:-1], bounds[1:], strict=True):
-            lo, hi = np.searchsorted(sorted_areas, [first, stop])
-            q = _area_blocks(phi, bar_inv, frees, frame.parents, order[lo:hi], sorted_areas[lo:hi] - first,
-                             stop - first)
-            total += (q.reshape(len(q), gram.shape[1]) @ gram.T).sum(axis=0)
+        for total, walks in zip(totals, plans.walks, strict=True):
+            for walk in walks:
+                q = _area_blocks(phi, bar_inv, frees, walk)
+                total += (q.reshape(len(q), gram.shape[1]) @ gram.T).sum(axis=0)
         del phi, bar_inv
-    return np.maximum(total / n_areas, 0.0)
+    counts = np.array([max(n, 1) for n in plans.n_areas], dtype=float)
+    return np.maximum(totals / counts[:, None], 0.0)
 
 
 def area_estimates(stream: StreamedGls, leaf_area: np.ndarray, n_areas: int, weights: np.ndarray) -> np.ndarray:

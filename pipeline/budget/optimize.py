@@ -129,15 +129,23 @@ def optimize_budget(config_path: str | Path, weights: str | dict[str, Any], out_
         "path": None,
     }
     if out_path is not None:
-        raw = tomllib.loads(Path(config_path).read_text())
-        raw["budget"]["level_shares"] = {lv: str(s) for lv, s in level_shares.items()}
-        for lv in levels:
-            table = raw["strategy"][lv]
-            for key in [k for k in table if k != "mechanism"]:
-                table[key] = str(query_shares[(lv, config.schema.parse_query(key).name)])
-        parse_config(raw, str(out_path), Path(config_path).resolve().parent)  # the result must load
-        text = f"# written by `censusdp budget optimize` from {Path(config_path).name}: weights " + ", ".join(
-            f"{k}={w:g}" for k, w in result["weights"].items() if w > 0) + "\n" + tomli_w.dumps(raw)
-        Path(out_path).write_text(text)
-        result["path"] = str(out_path)
+        header = "weights " + ", ".join(f"{k}={w:g}" for k, w in result["weights"].items() if w > 0)
+        result["path"] = str(write_shares(config_path, level_shares, query_shares, out_path, header))
     return result
+
+
+def write_shares(config_path: str | Path, level_shares: dict[str, Fraction], query_shares: dict[Key, Fraction],
+                 out_path: str | Path, why: str) -> Path:
+    """The configuration at ``config_path`` with these shares, written to ``out_path`` (checked to load first),
+    its first line saying it was written by ``censusdp budget optimize`` and ``why``."""
+    config = load_config(config_path)
+    raw = tomllib.loads(Path(config_path).read_text())
+    raw["budget"]["level_shares"] = {lv: str(s) for lv, s in level_shares.items()}
+    for lv in (level.name for level in config.levels):
+        table = raw["strategy"][lv]
+        for key in [k for k in table if k != "mechanism"]:
+            table[key] = str(query_shares[(lv, config.schema.parse_query(key).name)])
+    parse_config(raw, str(out_path), Path(config_path).resolve().parent)  # the result must load
+    text = f"# written by `censusdp budget optimize` from {Path(config_path).name}: {why}\n" + tomli_w.dumps(raw)
+    Path(out_path).write_text(text)
+    return Path(out_path)

@@ -1,5 +1,5 @@
 """``censusdp budget``: ``show`` (the default) a configuration's allocation or convert rho <-> (epsilon, delta),
-and ``optimize`` the shares for weights.  Neither touches data nor spends budget."""
+and ``optimize`` the shares for the user's areas or for weights.  Neither touches microdata nor spends budget."""
 
 from __future__ import annotations
 
@@ -35,11 +35,22 @@ def add_budget(sub: Sub) -> None:
     show.add_argument("--delta", help="delta (default: the config's, else 1e-10)")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(handler=cmd_budget_show)
-    optimize = commands.add_parser("optimize", help="level and query shares minimising the weighted expected "
-                                   "variance; prints before and after")
+    optimize = commands.add_parser("optimize", help="level (and query) shares minimising the expected error of "
+                                   "your areas (--areas) or a weighted variance (--weights); prints before and after")
     optimize.add_argument("config", help="release configuration (TOML)")
-    optimize.add_argument("--weights", required=True, help='"LEVEL:QUERY=W,..." (* for any) or a TOML file')
-    optimize.add_argument("--write", metavar="FILE", help="write the optimised configuration here")
+    target = optimize.add_mutually_exclusive_group(required=True)
+    target.add_argument("--areas", action="append", metavar="FILE",
+                        help="a block-assignment file of the areas you will publish (as censusdp areas --assign); "
+                        "repeat for several plans")
+    target.add_argument("--weights", help='"LEVEL:QUERY=W,..." (* for any) or a TOML file')
+    optimize.add_argument("--max-growth", action="append", metavar="F|LEVEL=F", default=[],
+                          help="with --areas: no level's expected error of any report variable may grow by more "
+                          "than this factor (default 1.25; LEVEL=F for one level)")
+    optimize.add_argument("--query-shares", action="store_true",
+                          help="with --areas: also choose each level's query shares")
+    optimize.add_argument("--geography", help="with --areas: the geography file (default: the configuration's)")
+    optimize.add_argument("--write", metavar="FILE", help="write the optimised configuration here (with --areas, "
+                          "and its table of expected errors as FILE's stem + -errors.csv)")
     optimize.set_defaults(handler=cmd_budget_optimize)
 
 
@@ -54,6 +65,15 @@ def cmd_budget_optimize(args: argparse.Namespace) -> int:
     """Print the optimised shares and the weighted expected variance before and after."""
     from censusdp.pipeline.budget.optimize import optimize_budget
 
+    if args.areas:
+        from censusdp.pipeline.uncertainty.design_report import optimize_for_areas, summary_lines
+
+        result = optimize_for_areas(args.config, args.areas, max_growth=args.max_growth,
+                                    with_queries=args.query_shares, geography=args.geography, out_path=args.write)
+        print("\n".join(summary_lines(result)))
+        return 0
+    if args.max_growth or args.query_shares or args.geography:
+        raise CensusDPError("budget optimize: --max-growth, --query-shares and --geography go with --areas")
     if not args.weights:
         raise CensusDPError("budget optimize: --weights must not be empty")
     result = optimize_budget(args.config, args.weights, args.write)

@@ -26,6 +26,9 @@ def add_evaluate(sub: Any) -> None:
                    "its configuration names)")
     p.add_argument("--seed", type=int, default=0, help="seed of the bottom-up baseline's noise (default 0)")
     p.add_argument("--diversity", help="attributes whose entropy bins areas (default: hispanic,cenrace)")
+    p.add_argument("--areas", action="append", default=[], metavar="FILE",
+                   help="also evaluate the areas of a block-assignment file (as censusdp areas --assign), as level "
+                   "areas:<file stem>; repeat for several plans")
     p.set_defaults(handler=cmd_evaluate)
 
 
@@ -58,7 +61,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     results = []
     for run_dir, run, target in zip(run_dirs, runs, targets, strict=True):
         metrics = evaluate(Path(args.truth), run_dir, seed=args.seed, fmt=args.fmt, diversity=diversity,
-                           units_truth=Path(args.units_truth) if args.units_truth else None)
+                           units_truth=Path(args.units_truth) if args.units_truth else None,
+                           areas=[Path(plan) for plan in args.areas])
         for path in write_evaluation(metrics, run, target):
             print(path)
         results.append((run, metrics))

@@ -13,13 +13,16 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
+import scipy.sparse as sp
 
+from censusdp.geography.spine import unit_lookup
 from censusdp.pipeline.config.pl94_tables import Variable
 from censusdp.pipeline.config.schema import DETAILED, TOTAL, Query, Schema
 from censusdp.pipeline.dp.noise import gaussian_sigma2, sample_discrete_gaussian
 from censusdp.pipeline.dp.random_source import seeded_random_source
 from censusdp.pipeline.errors import InputError
 from censusdp.pipeline.evaluate.metrics import LABEL, METHODS, diversity_bin, entropy_bits, query_metrics
+from censusdp.pipeline.io.assignments import read_assignment
 from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histograms
 from censusdp.pipeline.io.microdata import read_microdata
 from censusdp.pipeline.io.run_folder import LoadedRun, load_run, units_of
@@ -50,8 +53,10 @@ def bottom_up(run: LoadedRun, truth_lowest: np.ndarray, seed: int) -> list[np.nd
 
 
 def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = None,
-             diversity: tuple[str, ...] | None = None, units_truth: Path | None = None) -> pl.DataFrame:
-    """The long-form metrics table of a run against its true microdata."""
+             diversity: tuple[str, ...] | None = None, units_truth: Path | None = None,
+             areas: Sequence[Path] = ()) -> pl.DataFrame:
+    """The long-form metrics table of a run against its true microdata; each plan of ``areas`` (block-assignment
+    files) adds the level ``areas:<file stem>``: its areas' totals and summary tables."""
     overrides: dict[str, Any] = {"input.path": str(Path(truth_path).resolve())}
     if fmt is not None:
         overrides["input.format"] = fmt
@@ -79,7 +84,31 @@ def evaluate(truth_path: Path, run_dir: Path, seed: int = 0, fmt: str | None = N
         for tables in run.config.output.tables:
             rows += summary_table_rows(schema, table_variables(tables), spec.name, truth[level],
                                        {m: e[level] for m, e in estimates.items()}, node_bins)
+    lowest = {m: e[-1] for m, e in estimates.items()}
+    for plan in areas:
+        rows += area_rows(run, plan, truth[-1], lowest, by_attributes)
     return pl.DataFrame(rows + housing_rows(run, units_truth))
+
+
+def area_rows(run: LoadedRun, plan_path: Path, truth_lowest: np.ndarray, lowest: dict[str, np.ndarray],
+              by_attributes: Query) -> list[dict[str, Any]]:
+    """Metrics of a plan's areas (sums of the lowest level's cells): the total and the summary tables, per method."""
+    schema = run.config.schema
+    plan = read_assignment(plan_path, unit_lookup(run.config.levels, run.tree.geoids[-1]))
+    inside = np.flatnonzero(plan.leaf_area >= 0)
+    member = sp.csr_matrix((np.ones(len(inside), dtype=np.int64), (plan.leaf_area[inside], inside)),
+                           shape=(plan.n_areas, len(plan.leaf_area)))
+    true = np.asarray(member @ truth_lowest)
+    found = {method: np.asarray(member @ values) for method, values in lowest.items()}
+    level = f"areas:{plan.path.stem}"
+    node_bins = diversity_bin(entropy_bits(schema.marginal(by_attributes, true)))
+    total = schema.parse_query(TOTAL)
+    rows = [row for method, values in found.items()
+            for row in _rows(method, level, TOTAL, schema.marginal(total, true), schema.marginal(total, values),
+                             node_bins)]
+    for tables in run.config.output.tables:
+        rows += summary_table_rows(schema, table_variables(tables), level, true, found, node_bins)
+    return rows
 
 
 def _rows(method: str, level: str, query: str, true: np.ndarray, found: np.ndarray,

@@ -109,11 +109,31 @@ def read_input_files(config: ReleaseConfig) -> InputFiles:
                          f"({', '.join(level_columns)}): set input.geography or pass --geography",
                          category=InputProblem.FILE)
     if geography is not None:
-        geo_format = "parquet" if geography.suffix.lower() in (".parquet", ".pq") else "csv"
-        header = read_header(geography, geo_format)
-        for name in dict.fromkeys([config.input.geography_column, *level_columns]):
-            check_type(header, name, geography)
+        geo_format = _geography_format(config, geography)
     return InputFiles(config=config, parts=parts, format=fmt, geography=geography, geography_format=geo_format)
+
+
+def _geography_format(config: ReleaseConfig, geography: Path) -> str:
+    """The geography file's format, its header checked for the code column and the levels' columns."""
+    geo_format = "parquet" if geography.suffix.lower() in (".parquet", ".pq") else "csv"
+    header = read_header(geography, geo_format)
+    level_columns = [level.column for level in config.levels if level.column is not None]
+    for name in dict.fromkeys([config.input.geography_column, *level_columns]):
+        check_type(header, name, geography)
+    return geo_format
+
+
+def geography_tree(config: ReleaseConfig) -> GeoTree:
+    """The tree of the geography file alone (public geography: no microdata is read)."""
+    geography = config.input.geography
+    if geography is None:
+        raise InputError(config.source, "no geography file: the design's tree is its units (set input.geography or "
+                         "pass --geography)", category=InputProblem.FILE)
+    files = InputFiles(config, (), config.input.format, geography, _geography_format(config, geography))
+    try:
+        return build_tree(config.levels, geography_units(files))
+    except ValueError as error:
+        raise InputError(str(geography), str(error), category=InputProblem.GEOGRAPHY) from None
 
 
 def _index_dtype(size: int) -> type[np.signedinteger]:

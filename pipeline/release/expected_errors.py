@@ -8,6 +8,7 @@ counts are at least as accurate with full-information reconciliation (BENCHMARKS
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -19,7 +20,7 @@ from censusdp.pipeline.config.schema import Query, Schema
 from censusdp.pipeline.io.summary_tables import table_variables, variable_matrix
 from censusdp.pipeline.release.full_information import spec_of
 from censusdp.pipeline.release.run import UniverseRun, stage_output
-from censusdp.postprocess.gls_areas import mean_area_variances
+from censusdp.postprocess.gls_areas import PreparedPlans, mean_variances_of_plans, prepare_plans
 from censusdp.postprocess.gls_stream import StreamLevel
 
 log = logging.getLogger("censusdp")
@@ -35,7 +36,7 @@ class ExpectedErrorsJob:
     schema: Schema
     parents: tuple[np.ndarray, ...]  # per level: each node's parent (the tree)
     n_nodes: tuple[int, ...]  # per level
-    queries: tuple[tuple[tuple[Query, Fraction], ...], ...]  # per level: each measured query and its σ²
+    queries: tuple[tuple[tuple[Query, Fraction | float], ...], ...]  # per level: each measured query and its σ²
     invariants: dict[int, tuple[str, ...]]  # per level: the queries published exactly
     level_names: tuple[str, ...]
     reconciliation: str
@@ -73,26 +74,49 @@ def record_expected_errors(run: UniverseRun, computed: tuple[dict[str, Any], str
     return errors
 
 
-def compute_expected_errors(job: ExpectedErrorsJob) -> tuple[dict[str, Any], str | None]:
-    """The job's expected errors (empty, with the reason, where the GLS is not defined), on the driver or a worker."""
-    schema = job.schema
+def main_variables(schema: Schema) -> tuple[tuple[str, ...], np.ndarray]:
+    """The report's variables (the main P.L. 94-171 counts) and their weights over the detailed cells (n_vars, C)."""
     variables = [v for v in table_variables(SummaryTables.PL94) if v.name in MAIN_VARIABLES]
-    weights = variable_matrix(schema, variables).T.toarray().astype(float)
+    return tuple(v.name for v in variables), variable_matrix(schema, variables).T.toarray().astype(float)
+
+
+def design_plans(job: ExpectedErrorsJob, plans: Sequence[tuple[np.ndarray, int]] = ()) -> PreparedPlans:
+    """Every level's nodes as a plan (each leaf's ancestor), then ``plans``, walked up the tree once for any
+    number of designs."""
     depth, n_nodes = len(job.parents), job.n_nodes
+    ancestors, node = [np.zeros(0, dtype=np.int64)] * depth, np.arange(n_nodes[-1])
+    for level in range(depth - 1, -1, -1):  # node: every leaf's ancestor at this level
+        ancestors[level] = node
+        if level:
+            node = job.parents[level][node]
+    every = [(ancestors[level], n_nodes[level]) for level in range(depth)] + list(plans)
+    return prepare_plans(job.parents, n_nodes[-1], every)
+
+
+def design_errors(job: ExpectedErrorsJob, weights: np.ndarray,
+                  plans: Sequence[tuple[np.ndarray, int]] | PreparedPlans = ()) -> tuple[np.ndarray, np.ndarray]:
+    """Root mean square standard errors of the GLS estimates of each variable (rows of ``weights``), over every
+    level's nodes (depth, n_vars) and over each plan's areas (plans (leaf_area, n_areas), or ``design_plans``;
+    (n_plans, n_vars)): the tree's covariances formed once for them all.  ``ValueError`` (public) where the GLS
+    is not defined."""
+    schema, depth = job.schema, len(job.parents)
     levels = [StreamLevel(job.parents[level], [(spec_of(schema, q), float(s2)) for q, s2 in job.queries[level]],
                           [spec_of(schema, schema.parse_query(name)) for name in job.invariants.get(level, ())],
-                          [(0, n_nodes[level])]) for level in range(depth)]  # the variances need no data
-    node = np.arange(n_nodes[-1])
-    out: dict[str, dict[str, float]] = {}
+                          [(0, job.n_nodes[level])]) for level in range(depth)]  # the variances need no data
+    prepared = plans if isinstance(plans, PreparedPlans) else design_plans(job, plans)
+    rms = np.sqrt(mean_variances_of_plans(levels, schema.shape, prepared, weights))
+    rms[rms < ZERO] = 0.0  # invariant counts: exactly 0 up to the solver's rounding
+    return rms[:depth], rms[depth:]
+
+
+def compute_expected_errors(job: ExpectedErrorsJob) -> tuple[dict[str, Any], str | None]:
+    """The job's expected errors (empty, with the reason, where the GLS is not defined), on the driver or a worker."""
+    names, weights = main_variables(job.schema)
     try:
-        for level in range(depth - 1, -1, -1):  # node: every block's ancestor at this level
-            rms = np.sqrt(mean_area_variances(levels, schema.shape, node, n_nodes[level], weights))
-            rms[rms < ZERO] = 0.0  # invariant counts: exactly 0 up to the solver's rounding
-            out[job.level_names[level]] = {v.name: float(rms[j]) for j, v in enumerate(variables)}
-            if level:
-                node = job.parents[level][node]
+        rms, _ = design_errors(job, weights)
     except ValueError as error:  # public: a design problem (unidentifiable cells), never a data value
         return {}, str(error)
-    return {"variables": {v.name: MAIN_VARIABLES[v.name] for v in variables},
+    return {"variables": {name: MAIN_VARIABLES[name] for name in names},
             "reconciliation": job.reconciliation,
-            "levels": {name: out[name] for name in job.level_names}}, None
+            "levels": {level: {name: float(rms[i, j]) for j, name in enumerate(names)}
+                       for i, level in enumerate(job.level_names)}}, None

@@ -72,6 +72,22 @@ def test_evaluate_a_tiny_release(tiny_release: Path, capsys: pytest.CaptureFixtu
     assert {"size", "diversity", "all"} <= set(metrics["group"].unique())
     assert value("reconciled", "unit", "detailed", "tvd") == pytest.approx(unit_tvd(truth, run_dir), rel=1e-12)
 
+    # areas of the user's own (units by their last digit): the published sums' error, from the files directly
+    plan = tmp_path / "plan.csv"
+    units = pl.read_parquet(tiny_release.parent / "geography.parquet")["geocode"]
+    pl.DataFrame({"GEOID": units, "area": units.str.slice(3, 1)}).write_csv(plan)
+    with_areas = evaluate(truth, run_dir, seed=1, areas=[plan])
+    true = pl.read_parquet(truth).group_by(area=pl.col("geocode").str.slice(3, 1)).agg(true=pl.len())
+    published = (pl.read_parquet(run_dir / "tables" / "unit.parquet")
+                 .group_by(area=pl.col("geoid").str.slice(3, 1)).agg(pl.col("count").sum()))
+    sums = pl.DataFrame({"area": units.str.slice(3, 1).unique()}).join(true, on="area", how="left").join(
+        published, on="area", how="left").fill_null(0)
+    expected = float((sums["count"] - sums["true"]).abs().mean())
+    row = with_areas.filter((pl.col("method") == "reconciled") & (pl.col("level") == "areas:plan")
+                            & (pl.col("query") == "total") & (pl.col("metric") == "mae") & (pl.col("group") == "all"))
+    assert expected > 0 and float(row["value"][0]) == pytest.approx(expected, rel=1e-12)
+    assert int(row["n"][0]) == sums.height
+
     out = tmp_path / "evaluation"
     assert run_command(["--truth", str(truth), "--release", str(run_dir), "--out", str(out)]) == 0
     printed = capsys.readouterr()

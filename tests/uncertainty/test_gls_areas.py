@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 
 from censusdp.postprocess.gls import GlsLevel, plan_levels, solve_gls
 from censusdp.postprocess.gls_algebra import QuerySpec
-from censusdp.postprocess.gls_areas import area_estimates, area_terms, area_variances, mean_area_variances
+from censusdp.postprocess.gls_areas import (
+    area_estimates,
+    area_terms,
+    area_variances,
+    mean_area_variances,
+    mean_variances_of_plans,
+)
 from tests.helpers.gls_problems import SHAPE as MINI_SHAPE
 from tests.helpers.gls_problems import make_problem, mini_levels
 from tests.helpers.gls_reference import dense_gls, query_matrix
@@ -115,6 +121,14 @@ def test_areas_equal_to_subtrees_give_each_node_s_own_variance(seed: int) -> Non
                     variance.mean(axis=0), rtol=1e-8, atol=1e-9 * max(1.0, float(variance.max())))
             np.testing.assert_allclose(area_estimates(result.stream, leaf_area, gl.shape[0], weights),
                                        result.estimate(i, spec), rtol=1e-8, atol=1e-8)
+    # every level's plan at once (the tree's covariances formed once): each plan's own mean, a plan of no area 0
+    plans = [(np.argmax(gl, axis=0), gl.shape[0]) for gl in g] + [(np.full(g[-1].shape[1], -1), 0)]
+    weights = query_matrix(shape, (), ())
+    together = mean_variances_of_plans(planned, shape, plans, weights, 2)
+    assert together.shape == (len(plans), 1) and not together[-1].any()
+    for plan, row in zip(plans[:-1], together, strict=False):
+        np.testing.assert_allclose(row, mean_area_variances(planned, shape, *plan, weights), rtol=1e-10,
+                                   atol=1e-9 * max(1.0, float(together.max())))
 
 
 def test_cross_leaf_covariances_count() -> None:

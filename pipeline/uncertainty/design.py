@@ -1,0 +1,232 @@
+"""A budget designed for the areas users publish (``censusdp budget optimize CONFIG --areas plan.csv``).
+
+The variance of any area's GLS estimate depends on the strategy, the tree and the area only, never on the data or
+the noise (docs/areas.md), so the shares can be chosen before any release: this reads the configuration, the
+geography file and the plans (public), no microdata, and spends no budget.  Scaling a query's zCDP budget ρ_q by c
+scales its noise variance by 1/c (Gaussian, Thm 19.37(iii); the Laplace's variance too, its scale going as
+1/sqrt(ρ_q)) and leaves the total ρ, hence the guarantee, unchanged when the shares still sum to 1.
+
+The areas' mean variance of the total and every level's mean variance are matrix-fractional functions of the
+precisions, convex in the shares, so the problem (minimise the first under caps on the others, the shares on the
+simplex) is convex: SLSQP from the configured shares finds its optimum.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import minimize
+
+from censusdp.geography.spine import unit_lookup
+from censusdp.geography.tree import GeoTree
+from censusdp.pipeline.budget.allocation import allocate, allocations_of
+from censusdp.pipeline.budget.optimize import LEVEL_DENOMINATOR, QUERY_DENOMINATOR, round_shares
+from censusdp.pipeline.config.model import ReleaseConfig, SummaryTables
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.io.assignments import Assignment, read_assignment
+from censusdp.pipeline.release.expected_errors import ExpectedErrorsJob, design_errors, design_plans, main_variables
+from censusdp.postprocess.gls_areas import PreparedPlans
+
+FLOOR = 1e-3  # no level or query share below this in the search: every level keeps measuring
+EXACT = 1e-3  # persons: an expected error below this is an invariant's zero, up to the solver's rounding
+HEADROOM = 0.995  # the search caps growth a little under the limit, so the rounded shares still keep it
+STEPS = (1.0, 0.99, 0.95, 0.9, 0.75, 0.5, 0.0)  # of the way from the configuration's shares to the optimum
+Key = tuple[str, str]  # (level, query)
+log = logging.getLogger("censusdp")
+
+
+@dataclass(frozen=True)
+class Design:
+    """What the expected errors depend on: the tree, the strategy's queries with their budget fractions, the
+    invariants, the report's variables and the user's plans.  Public values only."""
+
+    config: ReleaseConfig
+    tree: GeoTree
+    keys: tuple[Key, ...]
+    level_shares: dict[str, Fraction]
+    query_shares: dict[Key, Fraction]
+    variables: tuple[str, ...]
+    weights: np.ndarray  # (n_vars, C); row 0 is the total
+    plans: tuple[Assignment, ...]
+
+    def __repr__(self) -> str:
+        return f"Design(levels={[lv.name for lv in self.config.levels]}, plans={len(self.plans)})"
+
+
+def report_variables(config: ReleaseConfig) -> tuple[tuple[str, ...], np.ndarray]:
+    """The total first, then the report's main P.L. counts (pl94 tables), else every one-way marginal's cells."""
+    schema = config.schema
+    total = schema.query_matrix(schema.parse_query("total")).toarray().astype(float)
+    if SummaryTables.PL94 in config.output.tables:
+        names, weights = main_variables(schema)
+        keep = [i for i, name in enumerate(names) if name != "P1_001N"]
+        return ("total", *(names[i] for i in keep)), np.vstack([total, weights[keep]])
+    names, blocks = ["total"], [total]
+    for attribute in schema.names:
+        query = schema.parse_query(attribute)
+        names += [f"{attribute}={label}" for label in schema.cell_labels(query)[0]]
+        blocks.append(schema.query_matrix(query).toarray().astype(float))
+    return tuple(names), np.vstack(blocks)
+
+
+def design_of(config: ReleaseConfig, tree: GeoTree, plan_paths: Sequence[Path]) -> Design:
+    """The design of ``config`` on ``tree`` with the plans (block-assignment files) read against its units."""
+    units = unit_lookup(config.levels, tree.geoids[-1])
+    plans = tuple(read_assignment(Path(path), units) for path in plan_paths)
+    for plan in plans:
+        if plan.n_areas == 0:
+            raise CensusDPError(f"{plan.path}: names no area")
+    names, weights = report_variables(config)
+    keys = tuple((lv.name, e.query.name) for lv in config.levels for e in config.strategy[lv.name])
+    query_shares = {(lv.name, e.query.name): e.share for lv in config.levels for e in config.strategy[lv.name]}
+    return Design(config, tree, keys, dict(config.budget.level_shares), query_shares, names, weights, plans)
+
+
+def design_job(design: Design, level_shares: dict[str, float], query_shares: dict[Key, float]
+               ) -> ExpectedErrorsJob:
+    """The expected errors' job with the shares given: each query's variance is the configuration's scaled by its
+    old over its new fraction of ρ."""
+    config, tree = design.config, design.tree
+    allocations = allocate(config)
+    schema = config.schema
+    queries = []
+    for level in config.levels:
+        row = []
+        for a in allocations_of(allocations, level.name):
+            key = (level.name, a.query)
+            old = float(design.level_shares[level.name] * design.query_shares[key])
+            row.append((schema.parse_query(a.query),
+                        float(a.sigma2) * old / (level_shares[level.name] * query_shares[key])))
+        queries.append(tuple(row))
+    invariants = {i: tuple(inv.query.name for inv in config.invariants if lv.name in inv.levels)
+                  for i, lv in enumerate(config.levels)}
+    return ExpectedErrorsJob(schema, tuple(tree.parent), tuple(tree.n_nodes(i) for i in range(tree.depth)),
+                             tuple(queries), invariants, tuple(lv.name for lv in config.levels),
+                             str(config.reconciliation_method))
+
+
+def errors_at(design: Design, level_shares: dict[str, float], query_shares: dict[Key, float],
+              prepared: PreparedPlans | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Root mean square standard errors, (levels, vars) and (plans, vars), with the shares given (``prepared``: the
+    plans walked once, ``design_plans``, for many designs)."""
+    job = design_job(design, level_shares, query_shares)
+    try:
+        return design_errors(job, design.weights,
+                             prepared if prepared is not None else [(p.leaf_area, p.n_areas) for p in design.plans])
+    except ValueError as error:  # public: a design whose GLS is not defined
+        raise CensusDPError(f"the expected errors are not defined for this design: {error}") from None
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """The rounded shares and the expected errors before and after, per level and per plan (rows: variables)."""
+
+    level_shares: dict[str, Fraction]
+    query_shares: dict[Key, Fraction]
+    levels_before: np.ndarray
+    levels_after: np.ndarray
+    plans_before: np.ndarray
+    plans_after: np.ndarray
+    evaluations: int
+
+
+def tune(design: Design, max_growth: dict[str, float], with_queries: bool = False) -> Tuned:
+    """Shares minimising the plans' mean variance of the total (each plan relative to its own), with no level's
+    expected error of any variable above ``max_growth[level]`` times the configuration's."""
+    levels = [lv.name for lv in design.config.levels]
+    base_levels = {lv: float(s) for lv, s in design.level_shares.items()}
+    base_queries = {k: float(s) for k, s in design.query_shares.items()}
+    prepared = design_plans(design_job(design, base_levels, base_queries),
+                            [(p.leaf_area, p.n_areas) for p in design.plans])
+    before_levels, before_plans = errors_at(design, base_levels, base_queries, prepared)
+    caps = np.array([[max_growth[lv] * HEADROOM] for lv in levels]) * before_levels
+    capped = before_levels > EXACT  # an invariant's zero stays zero whatever the shares
+    reference = np.maximum(before_plans[:, 0] ** 2, 1e-12)
+    free = [k for k in design.keys if with_queries and len([q for q in design.keys if q[0] == k[0]]) > 1]
+    count = [0]
+
+    def shares(x: np.ndarray) -> tuple[dict[str, float], dict[Key, float]]:
+        lv = dict(zip(levels, x[:len(levels)], strict=True))
+        qs = dict(base_queries)
+        qs.update(zip(free, x[len(levels):], strict=True))
+        return lv, qs
+
+    cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+    def evaluate(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        key = np.asarray(x, dtype=float).tobytes()
+        if key not in cache:
+            count[0] += 1
+            cache[key] = errors_at(design, *shares(np.maximum(x, FLOOR / 10)), prepared)
+        return cache[key]
+
+    def objective(x: np.ndarray) -> float:
+        return float(np.mean(evaluate(x)[1][:, 0] ** 2 / reference))
+
+    def growth(x: np.ndarray) -> np.ndarray:  # >= 0 where a level's error is within its cap (log scale)
+        errors = evaluate(x)[0]
+        return np.log(caps[capped]) - np.log(np.maximum(errors[capped], 1e-12))
+
+    constraints = [{"type": "ineq", "fun": growth},
+                   {"type": "eq", "fun": lambda x: float(np.sum(x[:len(levels)]) - 1.0)}]
+    for lv in dict.fromkeys(k[0] for k in free):
+        at = [len(levels) + i for i, k in enumerate(free) if k[0] == lv]
+        constraints.append({"type": "eq", "fun": lambda x, at=at: float(np.sum(x[at]) - 1.0)})
+    start = np.array([base_levels[lv] for lv in levels] + [base_queries[k] for k in free])
+    found = minimize(objective, start, method="SLSQP", bounds=[(FLOOR, 1.0)] * len(start), constraints=constraints,
+                     options={"maxiter": 60, "ftol": 1e-4, "eps": 1e-4})
+    log.info("budget optimize: %s after %d designs", found.message, count[0])
+    within = bool(np.all(growth(found.x) >= np.log(HEADROOM)))  # the search's caps, up to the true limits
+    log.info("budget optimize: objective %.4g -> %.4g, within the limits: %s", objective(start), objective(found.x),
+             within)
+    best = found.x if within and objective(found.x) < objective(start) else start
+    limits = np.array([[max_growth[lv]] for lv in levels]) * before_levels
+    for step in STEPS:  # rounding moves the shares a little: back off towards the configuration's until it holds
+        rounded_levels, rounded_queries = _rounded(design, shares(start + step * (best - start)), free)
+        if step == 0:
+            rounded_levels, rounded_queries = dict(design.level_shares), dict(design.query_shares)
+        after_levels, after_plans = errors_at(design, {k: float(v) for k, v in rounded_levels.items()},
+                                              {k: float(v) for k, v in rounded_queries.items()}, prepared)
+        if np.all(after_levels[capped] <= limits[capped]):
+            break
+    return Tuned(rounded_levels, rounded_queries, before_levels, after_levels, before_plans, after_plans, count[0])
+
+
+def _rounded(design: Design, values: tuple[dict[str, float], dict[Key, float]], free: Sequence[Key]
+             ) -> tuple[dict[str, Fraction], dict[Key, Fraction]]:
+    """Exact shares near ``values``: the level shares, and the free query shares level by level."""
+    level_values, query_values = values
+    rounded_queries = dict(design.query_shares)
+    for lv in dict.fromkeys(k[0] for k in free):
+        rounded = round_shares({k[1]: query_values[k] for k in free if k[0] == lv}, QUERY_DENOMINATOR)
+        rounded_queries.update({(lv, q): s for q, s in rounded.items()})
+    return round_shares(level_values, LEVEL_DENOMINATOR), rounded_queries
+
+
+def growth_limits(specs: Sequence[str], levels: Sequence[str], default: float) -> dict[str, float]:
+    """``--max-growth``: ``F`` for every level, or ``LEVEL=F`` for one (later ones win)."""
+    limits = dict.fromkeys(levels, default)
+    for spec in specs:
+        name, _, value = spec.rpartition("=")
+        try:
+            factor = float(value)
+        except ValueError:
+            raise CensusDPError(f"--max-growth: {spec!r} is not F or LEVEL=F") from None
+        if not factor >= 1 or factor == float("inf"):
+            raise CensusDPError(f"--max-growth: {spec!r}: the factor must be a finite number >= 1")
+        if name and name not in limits:
+            raise CensusDPError(f"--max-growth: {name!r} is not a level ({', '.join(levels)})")
+        limits.update({name: factor} if name else dict.fromkeys(levels, factor))
+    return limits
+
+
+def with_geography(config: ReleaseConfig, geography: Path | None) -> ReleaseConfig:
+    """The configuration with ``--geography`` as its geography file (when given)."""
+    if geography is None:
+        return config
+    return replace(config, input=replace(config.input, geography=Path(geography).resolve()))

@@ -1,0 +1,128 @@
+"""A budget designed for the user's areas (``censusdp budget optimize CONFIG --areas plan.csv``): the areas' expected
+error drops, no level's grows past its limit, the tuned configuration keeps ρ, no microdata is read and no budget
+spent, and the errors it predicts are the ones a release of it reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.errors import CensusDPError
+from censusdp.pipeline.synth.population import write_synthetic
+from censusdp.pipeline.uncertainty.design import EXACT, growth_limits, report_variables
+from tests.helpers.configs import edit_config, preset_config
+from tests.helpers.releases import cli, release_dir
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A synthetic state, and a plan whose areas cut block groups: the second half of one block group's blocks
+    and the first half of the next's."""
+    data = tmp_path_factory.mktemp("design-data")
+    write_synthetic(20000, 5, data)
+    blocks = pl.read_parquet(data / "geography.parquet")["geocode"].sort()
+    groups = blocks.str.slice(0, 12)
+    rows = []
+    names = groups.unique(maintain_order=True).to_list()
+    members = {g: blocks.filter(groups == g).to_list() for g in names}
+    for i, (this, after) in enumerate(zip(names, names[1:], strict=False)):
+        area = members[this][len(members[this]) // 2:] + members[after][:len(members[after]) // 2]
+        rows += [(block, f"A{i:03d}") for block in area]
+    pl.DataFrame(rows, schema=["GEOID", "area"], orient="row").write_csv(data / "plan.csv")
+    return data
+
+
+def test_the_areas_error_drops_and_no_level_grows_past_its_limit(state: Path, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    config = preset_config(tmp_path / "pl94.toml", "pl94", {"ledger.path": str(tmp_path / "ledger.sqlite")},
+                           files=state)
+    edit_config(config, {"input.path": str(tmp_path / "absent.parquet")})  # the design needs no microdata
+    whole = tmp_path / "groups.csv"  # a second plan: whole block groups (a level of the spine)
+    blocks = pl.read_parquet(state / "geography.parquet")["geocode"]
+    pl.DataFrame({"GEOID": blocks, "area": blocks.str.slice(0, 12)}).write_csv(whole)
+    code, out, err = cli(capsys, "budget", "optimize", str(config), "--areas", str(state / "plan.csv"), "--areas",
+                         str(whole), "--max-growth", "1.25", "--max-growth", "county=1.1",
+                         "--write", str(tmp_path / "tuned.toml"))
+    assert code == 0, err
+    assert not (tmp_path / "ledger.sqlite").exists()  # no budget spent: the ledger is not even opened
+    table = pl.read_csv(tmp_path / "tuned-errors.csv")
+    assert out.splitlines()[-2:] == [str(tmp_path / "tuned.toml"), str(tmp_path / "tuned-errors.csv")]
+    areas = table.filter((pl.col("kind") == "areas") & (pl.col("variable") == "total")).row(0, named=True)
+    assert areas["scope"] == "plan.csv" and areas["after"] < 0.8 * areas["before"]
+    groups = table.filter((pl.col("scope") == "groups.csv") & (pl.col("variable") == "total")).row(0, named=True)
+    block_group = table.filter((pl.col("scope") == "block_group") & (pl.col("variable") == "total")).row(0, named=True)
+    assert groups["before"] == pytest.approx(block_group["before"], rel=1e-9)  # the same areas, the same errors
+    assert groups["after"] == pytest.approx(block_group["after"], rel=1e-9)
+    levels = table.filter((pl.col("kind") == "level") & (pl.col("before") > EXACT))
+    limit = pl.when(pl.col("scope") == "county").then(1.1).otherwise(1.25)
+    assert levels.height == 6 * 6 - 2 and levels.filter(pl.col("ratio") > limit).height == 0
+    assert levels["ratio"].max() > 1.05  # the limits bind: the search used them
+    before, after = load_config(config), load_config(tmp_path / "tuned.toml")
+    assert after.budget.rho == before.budget.rho and sum(after.budget.level_shares.values()) == 1
+    assert after.budget.level_shares["block"] > before.budget.level_shares["block"]
+    assert (tmp_path / "tuned.toml").read_text().startswith("# written by `censusdp budget optimize`")
+
+
+def test_a_release_of_the_tuned_design_reports_the_predicted_errors(state: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The predicted errors scale each query's σ² by its share: the tuned configuration's own release, whose σ²
+    come from its exact allocation, reports the same expected errors per level and the same areas' errors."""
+    config = preset_config(tmp_path / "pl94.toml", "pl94", {"ledger.dataset": "design-state"}, files=state)
+    levels = [lv.name for lv in load_config(config).levels]  # three queries a level: a quick search of their shares
+    edit_config(config, {f"strategy.{lv}": {"total": "1/4", "hispanic": "1/4", "detailed": "1/2"} for lv in levels})
+    code, _, err = cli(capsys, "budget", "optimize", str(config), "--areas", str(state / "plan.csv"),
+                       "--query-shares", "--write", str(tmp_path / "tuned.toml"))
+    assert code == 0, err
+    table = pl.read_csv(tmp_path / "tuned-errors.csv")
+    tuned = load_config(tmp_path / "tuned.toml")
+    assert any(e.share != f.share for lv in tuned.levels
+               for e, f in zip(tuned.strategy[lv.name], load_config(config).strategy[lv.name], strict=True))
+    run = release_dir(capsys, tmp_path / "tuned.toml", "--no-units")
+    reported = json.loads((run / "manifest.json").read_text())["expected_errors"]["levels"]
+    for level, errors in reported.items():
+        predicted = table.filter((pl.col("scope") == level) & (pl.col("variable") == "total"))["after"][0]
+        assert errors["P1_001N"] == pytest.approx(predicted, rel=1e-6, abs=EXACT)
+        predicted = table.filter((pl.col("scope") == level) & (pl.col("variable") == "P2_002N"))["after"][0]
+        assert errors["P2_002N"] == pytest.approx(predicted, rel=1e-6)
+    code, out, err = cli(capsys, "areas", str(run), "--assign", str(state / "plan.csv"))
+    assert code == 0, err
+    areas = pl.read_parquet(out.splitlines()[-1]).filter(pl.col("variable") == "P1_001N")
+    rms = float(np.sqrt((areas["std_error"] ** 2).mean()))
+    predicted = table.filter((pl.col("kind") == "areas") & (pl.col("variable") == "total"))["after"][0]
+    assert rms == pytest.approx(predicted, rel=1e-6)
+
+
+def test_growth_limits_and_the_report_variables_of_a_census_of_ones_own(tmp_path: Path) -> None:
+    levels = ["nation", "region", "ward"]
+    assert growth_limits([], levels, 1.25) == dict.fromkeys(levels, 1.25)
+    assert growth_limits(["1.5", "ward=1.1"], levels, 1.25) == {"nation": 1.5, "region": 1.5, "ward": 1.1}
+    for bad, message in (("0.9", ">= 1"), ("x", "not F or LEVEL=F"), ("town=2", "'town' is not a level"),
+                         ("inf", ">= 1")):
+        with pytest.raises(CensusDPError, match=message):
+            growth_limits([bad], levels, 1.25)
+    from censusdp.pipeline.cli.commands import preset_text
+
+    (tmp_path / "census.toml").write_text(preset_text("custom", "templates"))
+    config = load_config(tmp_path / "census.toml")
+    names, weights = report_variables(config)
+    assert names[0] == "total" and weights[0].sum() == config.schema.n_cells
+    assert len(names) == 1 + sum(config.schema.shape) and np.all(weights[1:].sum(axis=0) == len(config.schema.shape))
+
+
+def test_areas_options_need_areas_and_a_plan_names_blocks_of_the_geography(state: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    config = preset_config(tmp_path / "pl94.toml", "pl94", files=state)
+    code, _, err = cli(capsys, "budget", "optimize", str(config), "--weights", "block:detailed=1",
+                       "--max-growth", "1.5")
+    assert code != 0 and "go with --areas" in err
+    (tmp_path / "plan.csv").write_text("GEOID,area\n999999999999999,A\n")
+    code, _, err = cli(capsys, "budget", "optimize", str(config), "--areas", str(tmp_path / "plan.csv"))
+    assert code != 0 and "is not a block of the release" in err and len(err.strip().splitlines()) == 1
+    edit_config(config, {"input.geography": None, "units": None})
+    code, _, err = cli(capsys, "budget", "optimize", str(config), "--areas", str(tmp_path / "plan.csv"))
+    assert code != 0 and "no geography file" in err
