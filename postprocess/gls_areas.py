@@ -224,9 +224,8 @@ def mean_variances_of_plans(levels: Sequence[StreamLevel], shape: Sequence[int],
         r = gather(cube, frame.bases, subset)  # (n_vars, K, D)
         gram = np.einsum("vkd,vld->vkl", r, r).reshape(len(weights), -1)
         for total, walks in zip(totals, plans.walks, strict=True):
-            for walk in walks:
-                q = _area_blocks(phi, bar_inv, frees, walk)
-                total += (q.reshape(len(q), gram.shape[1]) @ gram.T).sum(axis=0)
+            for walk in walks:  # the mean is linear: the areas' terms summed before they meet the variables
+                total += _area_blocks(phi, bar_inv, frees, walk).reshape(-1, gram.shape[1]).sum(axis=0) @ gram.T
         del phi, bar_inv
     counts = np.array([max(n, 1) for n in plans.n_areas], dtype=float)
     return np.maximum(totals / counts[:, None], 0.0)

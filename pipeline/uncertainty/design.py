@@ -29,6 +29,7 @@ from censusdp.pipeline.budget.optimize import LEVEL_DENOMINATOR, QUERY_DENOMINAT
 from censusdp.pipeline.config.model import ReleaseConfig, SummaryTables
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io.assignments import Assignment, read_assignment
+from censusdp.pipeline.io.summary_tables import table_variables, variable_matrix
 from censusdp.pipeline.release.expected_errors import ExpectedErrorsJob, design_errors, design_plans, main_variables
 from censusdp.postprocess.gls_areas import PreparedPlans
 
@@ -50,28 +51,34 @@ class Design:
     keys: tuple[Key, ...]
     level_shares: dict[str, Fraction]
     query_shares: dict[Key, Fraction]
-    variables: tuple[str, ...]
+    variables: tuple[str, ...]  # every variable whose expected errors are capped
     weights: np.ndarray  # (n_vars, C); row 0 is the total
+    shown: int  # the leading variables the command prints (the CSV has them all)
     plans: tuple[Assignment, ...]
 
     def __repr__(self) -> str:
         return f"Design(levels={[lv.name for lv in self.config.levels]}, plans={len(self.plans)})"
 
 
-def report_variables(config: ReleaseConfig) -> tuple[tuple[str, ...], np.ndarray]:
-    """The total first, then the report's main P.L. counts (pl94 tables), else every one-way marginal's cells."""
+def report_variables(config: ReleaseConfig) -> tuple[tuple[str, ...], np.ndarray, int]:
+    """The variables whose expected errors are capped, and how many of them lead the printed table: the total
+    first, then with the pl94 tables the report's main P.L. counts and every other P.L. 94-171 variable (P1-P5),
+    else every attribute's one-way cells (all printed)."""
     schema = config.schema
     total = schema.query_matrix(schema.parse_query("total")).toarray().astype(float)
     if SummaryTables.PL94 in config.output.tables:
-        names, weights = main_variables(schema)
-        keep = [i for i, name in enumerate(names) if name != "P1_001N"]
-        return ("total", *(names[i] for i in keep)), np.vstack([total, weights[keep]])
+        main, _ = main_variables(schema)
+        others = [v for v in table_variables(SummaryTables.PL94) if v.name not in main]
+        variables = [v for name in main if name != "P1_001N"
+                     for v in table_variables(SummaryTables.PL94) if v.name == name] + others
+        weights = variable_matrix(schema, variables).T.toarray().astype(float)
+        return ("total", *(v.name for v in variables)), np.vstack([total, weights]), len(main)
     names, blocks = ["total"], [total]
     for attribute in schema.names:
         query = schema.parse_query(attribute)
         names += [f"{attribute}={label}" for label in schema.cell_labels(query)[0]]
         blocks.append(schema.query_matrix(query).toarray().astype(float))
-    return tuple(names), np.vstack(blocks)
+    return tuple(names), np.vstack(blocks), len(names)
 
 
 def design_of(config: ReleaseConfig, tree: GeoTree, plan_paths: Sequence[Path]) -> Design:
@@ -81,10 +88,10 @@ def design_of(config: ReleaseConfig, tree: GeoTree, plan_paths: Sequence[Path]) 
     for plan in plans:
         if plan.n_areas == 0:
             raise CensusDPError(f"{plan.path}: names no area")
-    names, weights = report_variables(config)
+    names, weights, shown = report_variables(config)
     keys = tuple((lv.name, e.query.name) for lv in config.levels for e in config.strategy[lv.name])
     query_shares = {(lv.name, e.query.name): e.share for lv in config.levels for e in config.strategy[lv.name]}
-    return Design(config, tree, keys, dict(config.budget.level_shares), query_shares, names, weights, plans)
+    return Design(config, tree, keys, dict(config.budget.level_shares), query_shares, names, weights, shown, plans)
 
 
 def design_job(design: Design, level_shares: dict[str, float], query_shares: dict[Key, float]

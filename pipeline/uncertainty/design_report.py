@@ -71,10 +71,16 @@ def summary_lines(result: AreaBudget) -> list[str]:
     changed = {k: v for k, v in tuned.query_shares.items() if v != result.design.query_shares[k]}
     lines += [f"  {lv}:{q} = {v}" for (lv, q), v in changed.items()]
     lines += ["", "| kind | scope | variable | before | after | ratio |", "|---|---|---|---|---|---|"]
-    for row in result.table.iter_rows(named=True):
+    shown = set(result.design.variables[:result.design.shown])
+    for row in result.table.filter(pl.col("variable").is_in(shown)).iter_rows(named=True):
         ratio = "" if row["ratio"] is None else f"{row['ratio']:.3f}"
         lines.append(f"| {row['kind']} | {row['scope']} | {row['variable']} | {row['before']:.3f} | "
                      f"{row['after']:.3f} | {ratio} |")
+    worst = result.table.filter(pl.col("kind") == "level").drop_nulls("ratio").sort("ratio").tail(1)
+    if worst.height:
+        row = worst.row(0, named=True)
+        lines.append(f"worst growth of a level's expected error over all {len(result.design.variables)} variables: "
+                     f"{row['ratio']:.3f} ({row['scope']} {row['variable']})")
     lines.append(f"({tuned.evaluations} designs evaluated; expected root mean square standard errors of the GLS "
                  "estimates, in persons; no data read, no budget spent)")
     return lines + [str(p) for p in (result.config_path, result.table_path) if p is not None]
