@@ -140,12 +140,30 @@ def write_shares(config_path: str | Path, level_shares: dict[str, Fraction], que
     its first line saying it was written by ``censusdp budget optimize`` and ``why``."""
     config = load_config(config_path)
     raw = tomllib.loads(Path(config_path).read_text())
+    units = raw.get("units")
+    if isinstance(units, dict) and "level_shares" not in units:  # the units keep the shares they had
+        units["level_shares"] = dict(raw["budget"]["level_shares"])
     raw["budget"]["level_shares"] = {lv: str(s) for lv, s in level_shares.items()}
+    if Path(out_path).resolve().parent != Path(config_path).resolve().parent:  # another folder: the same files
+        _absolute_paths(raw, Path(config_path).resolve().parent)
     for lv in (level.name for level in config.levels):
         table = raw["strategy"][lv]
         for key in [k for k in table if k != "mechanism"]:
             table[key] = str(query_shares[(lv, config.schema.parse_query(key).name)])
-    parse_config(raw, str(out_path), Path(config_path).resolve().parent)  # the result must load
+    parse_config(raw, str(out_path), Path(out_path).resolve().parent)  # the result must load where it is written
     text = f"# written by `censusdp budget optimize` from {Path(config_path).name}: {why}\n" + tomli_w.dumps(raw)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(text)
     return Path(out_path)
+
+
+PATH_KEYS = (("input", "path"), ("input", "geography"), ("units", "path"), ("output", "dir"), ("ledger", "path"))
+
+
+def _absolute_paths(raw: dict[str, Any], base: Path) -> None:
+    """Relative paths of the configuration made absolute from ``base`` (its folder), so that a copy written
+    elsewhere names the same files; a ledger URL is left as it is."""
+    for table, key in PATH_KEYS:
+        value = raw.get(table, {}).get(key) if isinstance(raw.get(table), dict) else None
+        if isinstance(value, str) and "://" not in value and not Path(value).expanduser().is_absolute():
+            raw[table][key] = str(base / value)

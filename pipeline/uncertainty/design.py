@@ -24,9 +24,9 @@ from scipy.optimize import minimize
 
 from censusdp.geography.spine import unit_lookup
 from censusdp.geography.tree import GeoTree
-from censusdp.pipeline.budget.allocation import allocate, allocations_of
+from censusdp.pipeline.budget.allocation import allocate, allocations_of, query_allocation
 from censusdp.pipeline.budget.optimize import LEVEL_DENOMINATOR, QUERY_DENOMINATOR, round_shares
-from censusdp.pipeline.config.model import ReleaseConfig, SummaryTables
+from censusdp.pipeline.config.model import Accountant, Mechanism, ReleaseConfig, SummaryTables
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io.assignments import Assignment, read_assignment
 from censusdp.pipeline.io.summary_tables import table_variables, variable_matrix
@@ -34,7 +34,7 @@ from censusdp.pipeline.release.expected_errors import ExpectedErrorsJob, design_
 from censusdp.postprocess.gls_areas import PreparedPlans
 
 FLOOR = 1e-3  # no level or query share below this in the search: every level keeps measuring
-EXACT = 1e-3  # persons: an expected error below this is an invariant's zero, up to the solver's rounding
+EXACT = 1e-6  # of the largest error: one below this is an invariant's zero, up to the solver's rounding
 HEADROOM = 0.995  # the search caps growth a little under the limit, so the rounded shares still keep it
 STEPS = (1.0, 0.99, 0.95, 0.9, 0.75, 0.5, 0.0)  # of the way from the configuration's shares to the optimum
 Key = tuple[str, str]  # (level, query)
@@ -83,6 +83,10 @@ def report_variables(config: ReleaseConfig) -> tuple[tuple[str, ...], np.ndarray
 
 def design_of(config: ReleaseConfig, tree: GeoTree, plan_paths: Sequence[Path]) -> Design:
     """The design of ``config`` on ``tree`` with the plans (block-assignment files) read against its units."""
+    if config.budget.accountant == Accountant.PLD:  # its ρ is solved from the split: other shares, another ρ
+        raise CensusDPError("budget optimize --areas: the configuration's rho is solved from budget.epsilon by the "
+                            "pld accountant, so other shares would change it; give budget.rho (censusdp budget "
+                            "shows the rho in use)")
     units = unit_lookup(config.levels, tree.geoids[-1])
     plans = tuple(read_assignment(Path(path), units) for path in plan_paths)
     for plan in plans:
@@ -107,8 +111,14 @@ def design_job(design: Design, level_shares: dict[str, float], query_shares: dic
         for a in allocations_of(allocations, level.name):
             key = (level.name, a.query)
             old = float(design.level_shares[level.name] * design.query_shares[key])
-            row.append((schema.parse_query(a.query),
-                        float(a.sigma2) * old / (level_shares[level.name] * query_shares[key])))
+            new = level_shares[level.name] * query_shares[key]
+            if a.mechanism == Mechanism.LAPLACE:  # its variance follows the rounded scale, not 1/ρ exactly
+                rho = Fraction(float(config.budget.rho) * new).limit_denominator(10**15)
+                sigma2 = float(query_allocation(level.name, a.query, rho, a.mechanism, config.budget.sensitivity1,
+                                                config.budget.sensitivity2_squared).sigma2)
+            else:
+                sigma2 = float(a.sigma2) * old / new  # σ² = Δ₂²/(2ρ_q): exactly the configuration's scaled
+            row.append((schema.parse_query(a.query), sigma2))
         queries.append(tuple(row))
     invariants = {i: tuple(inv.query.name for inv in config.invariants if lv.name in inv.levels)
                   for i, lv in enumerate(config.levels)}
@@ -127,6 +137,11 @@ def errors_at(design: Design, level_shares: dict[str, float], query_shares: dict
                              prepared if prepared is not None else [(p.leaf_area, p.n_areas) for p in design.plans])
     except ValueError as error:  # public: a design whose GLS is not defined
         raise CensusDPError(f"the expected errors are not defined for this design: {error}") from None
+
+
+def exact_zeros(errors: np.ndarray) -> np.ndarray:
+    """1 where an expected error is an invariant's zero (up to rounding, relative to the largest), else 0."""
+    return (errors <= EXACT * max(float(errors.max(initial=0.0)), 1e-300)).astype(np.int8)
 
 
 @dataclass(frozen=True)
@@ -152,7 +167,7 @@ def tune(design: Design, max_growth: dict[str, float], with_queries: bool = Fals
                             [(p.leaf_area, p.n_areas) for p in design.plans])
     before_levels, before_plans = errors_at(design, base_levels, base_queries, prepared)
     caps = np.array([[max_growth[lv] * HEADROOM] for lv in levels]) * before_levels
-    capped = before_levels > EXACT  # an invariant's zero stays zero whatever the shares
+    capped = exact_zeros(before_levels) == 0  # an invariant's zero stays zero whatever the shares
     reference = np.maximum(before_plans[:, 0] ** 2, 1e-12)
     free = [k for k in design.keys if with_queries and len([q for q in design.keys if q[0] == k[0]]) > 1]
     count = [0]
@@ -193,13 +208,15 @@ def tune(design: Design, max_growth: dict[str, float], with_queries: bool = Fals
              within)
     best = found.x if within and objective(found.x) < objective(start) else start
     limits = np.array([[max_growth[lv]] for lv in levels]) * before_levels
-    for step in STEPS:  # rounding moves the shares a little: back off towards the configuration's until it holds
+    steps = STEPS if best is not start else (0.0,)
+    for step in steps:  # rounding moves the shares a little: back off towards the configuration's until it holds
         rounded_levels, rounded_queries = _rounded(design, shares(start + step * (best - start)), free)
         if step == 0:
             rounded_levels, rounded_queries = dict(design.level_shares), dict(design.query_shares)
         after_levels, after_plans = errors_at(design, {k: float(v) for k, v in rounded_levels.items()},
                                               {k: float(v) for k, v in rounded_queries.items()}, prepared)
-        if np.all(after_levels[capped] <= limits[capped]):
+        improves = np.mean(after_plans[:, 0] ** 2 / reference) < objective(start) or step == 0
+        if improves and np.all(after_levels[capped] <= limits[capped]):
             break
     return Tuned(rounded_levels, rounded_queries, before_levels, after_levels, before_plans, after_plans, count[0])
 

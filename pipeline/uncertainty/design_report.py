@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from censusdp.pipeline.budget.optimize import write_shares
@@ -36,10 +37,11 @@ def error_table(design: Design, tuned: Tuned) -> pl.DataFrame:
     scopes = [("level", lv.name) for lv in design.config.levels] + [("areas", p.path.name) for p in design.plans]
     before = [*tuned.levels_before, *tuned.plans_before]
     after = [*tuned.levels_after, *tuned.plans_after]
+    floor = EXACT * max(float(np.max(before)), 1e-300)  # below: an invariant's zero, no ratio
     for (kind, name), old, new in zip(scopes, before, after, strict=True):
         for variable, a, b in zip(design.variables, old, new, strict=True):
             rows.append({"kind": kind, "scope": name, "variable": variable, "before": float(a), "after": float(b),
-                         "ratio": float(b / a) if a > EXACT else None})
+                         "ratio": float(b / a) if a > floor else None})
     return pl.DataFrame(rows, schema={"kind": pl.Utf8, "scope": pl.Utf8, "variable": pl.Utf8, "before": pl.Float64,
                                       "after": pl.Float64, "ratio": pl.Float64})
 
