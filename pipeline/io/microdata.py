@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from censusdp.geography.spine import unit_lookup
+from censusdp.geography.spine import UnitLookup, unit_lookup
 from censusdp.geography.tree import GeoTree, build_tree, fixed_width
 from censusdp.pipeline.config.model import Format, ReleaseConfig, Universe
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem
@@ -163,20 +163,27 @@ def geography_units(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> np.nd
     return np.array(sorted(codes), dtype=np.str_)
 
 
-def encoded_rows(files: InputFiles, part_index: int, lowest_geoids: np.ndarray, *,
-                 batch_rows: int = BATCH_ROWS) -> Iterator[EncodedBatch]:
-    """Part ``part_index``'s records, every value checked and encoded, at most ``batch_rows`` per batch, in file
-    order.  ``lowest_geoids``: the sorted lowest-level units; a record whose unit is not among them is a GEOGRAPHY
-    problem.  An empty part yields nothing (``validated_rows`` says EMPTY when no part has a record)."""
+def lowest_lookup(config: ReleaseConfig, lowest_geoids: np.ndarray) -> UnitLookup:
+    """The records' search among the sorted lowest-level units (a tree's, or a group's subtree's), made once for
+    every part read against them (with column levels it sorts the units by their own codes)."""
     # fixed-width str_: a tree's lowest codes are compact (``geography.tree.LOWEST_GEOIDS``), but searching every
     # record's code among them is several times faster in this form (a group's or part's units: a small copy)
     lowest_geoids = fixed_width(lowest_geoids)
     if len(lowest_geoids) > 1 and not bool(np.all(lowest_geoids[:-1] < lowest_geoids[1:])):
         raise CensusDPError("internal error: the lowest-level units must be sorted and unique")
+    return unit_lookup(config.levels, lowest_geoids)
+
+
+def encoded_rows(files: InputFiles, part_index: int, lowest: np.ndarray | UnitLookup, *,
+                 batch_rows: int = BATCH_ROWS) -> Iterator[EncodedBatch]:
+    """Part ``part_index``'s records, every value checked and encoded, at most ``batch_rows`` per batch, in file
+    order.  ``lowest``: the sorted lowest-level units, or their ``lowest_lookup``; a record whose unit is not among
+    them is a GEOGRAPHY problem.  An empty part yields nothing (``validated_rows`` says EMPTY when no part has a
+    record)."""
     config, part = files.config, files.parts[part_index]
-    units = unit_lookup(config.levels, lowest_geoids)
+    units = lowest if isinstance(lowest, UnitLookup) else lowest_lookup(config, lowest)
     source = str(files.geography) if files.geography is not None else "(the microdata itself)"
-    unit_type, cell_type = _index_dtype(len(lowest_geoids)), _index_dtype(config.schema.n_cells)
+    unit_type, cell_type = _index_dtype(len(units.codes)), _index_dtype(config.schema.n_cells)
     for offset, frame in _numbered_batches(part, files.format, batch_rows):
         indices, cells = encode_batch(frame, config, part.path, offset, units, source)
         yield EncodedBatch(units=indices.astype(unit_type), cells=cells.astype(cell_type))
@@ -211,8 +218,8 @@ def validated_rows(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> tuple[
 
 def _all_rows(files: InputFiles, lowest_geoids: np.ndarray, batch_rows: int) -> tuple[np.ndarray, np.ndarray]:
     """Every part's encoded records, concatenated (int64); EMPTY if there is none."""
-    batches = [b for index in range(len(files.parts))
-               for b in encoded_rows(files, index, lowest_geoids, batch_rows=batch_rows)]
+    units = lowest_lookup(files.config, lowest_geoids)
+    batches = [b for index in range(len(files.parts)) for b in encoded_rows(files, index, units, batch_rows=batch_rows)]
     if sum(len(b.cells) for b in batches) == 0:
         raise _empty(files)
     return (np.concatenate([b.units for b in batches]).astype(np.int64),

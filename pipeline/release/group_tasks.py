@@ -20,7 +20,7 @@ from censusdp.pipeline.dp.random_source import substream_source
 from censusdp.pipeline.errors import InputError, InputProblem
 from censusdp.pipeline.io.histograms import compact_counts
 from censusdp.pipeline.io.measurements import LevelMeasurementWriter
-from censusdp.pipeline.io.microdata import InputFiles, encoded_rows
+from censusdp.pipeline.io.microdata import InputFiles, encoded_rows, lowest_lookup
 from censusdp.pipeline.release.chunks import level_chunks
 from censusdp.pipeline.release.draws import UPPER, claim_draw, group_name, part_name
 from censusdp.pipeline.release.noisy_measurements import level_invariants, measure_level
@@ -75,8 +75,9 @@ def group_keys(files: InputFiles, task: GroupTask) -> list[np.ndarray]:
     """Every record of the group as an int64 key (unit index in the subtree x cells + cell), in sorted runs of one
     input batch each (confidential), never joined: that would hold the group twice while it was built."""
     n_cells = files.config.schema.n_cells
+    units = lowest_lookup(files.config, task.subtree.geoids[-1])
     return [np.sort(batch.units.astype(np.int64) * n_cells + batch.cells)
-            for part in task.parts for batch in encoded_rows(files, part, task.subtree.geoids[-1])]
+            for part in task.parts for batch in encoded_rows(files, part, units)]
 
 
 SLICE_KEYS = 1 << 20  # keys histogrammed at a time: a chunk of an upper level can hold the whole group's records

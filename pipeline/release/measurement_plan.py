@@ -22,7 +22,7 @@ from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.dp.random_source import RandomSource, substream_key
 from censusdp.pipeline.errors import InputError, InputProblem
 from censusdp.pipeline.io.measurements import ChunkLocation, LevelMeasurementWriter, adopt_part
-from censusdp.pipeline.io.microdata import InputFiles, encoded_rows
+from censusdp.pipeline.io.microdata import InputFiles, encoded_rows, lowest_lookup
 from censusdp.pipeline.release.chunks import level_chunks
 from censusdp.pipeline.release.draws import check_claimed, chunk_label
 from censusdp.pipeline.release.group_tasks import (
@@ -119,8 +119,9 @@ def validate_group(task: GroupTask) -> tuple[InputProblem | None, bool]:
     """Every value check of a group's records, nothing kept: the first failure's category (or None), any record seen."""
     seen = False
     try:
+        units = lowest_lookup(task.files.config, task.subtree.geoids[-1])
         for part in task.parts:
-            for batch in encoded_rows(task.files, part, task.subtree.geoids[-1]):
+            for batch in encoded_rows(task.files, part, units):
                 seen = seen or len(batch.cells) > 0
     except InputError as error:
         return error.category, seen
