@@ -17,9 +17,14 @@ from censusdp.geography.levels import Level
 from censusdp.geography.tree import codes_like, fixed_width
 
 
+def level_columns(levels: tuple[Level, ...]) -> list[str]:
+    """The geography file's columns the levels take their codes from (none: spine codes are the units' codes)."""
+    return [level.column for level in levels if level.column is not None]
+
+
 def has_columns(levels: tuple[Level, ...]) -> bool:
     """Whether any level takes its codes from a column (else spine codes are the units' codes)."""
-    return any(level.column is not None for level in levels)
+    return bool(level_columns(levels))
 
 
 def unit_positions(levels: tuple[Level, ...]) -> np.ndarray:

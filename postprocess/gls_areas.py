@@ -162,14 +162,6 @@ def area_variances(terms: AreaTerms, weights: np.ndarray) -> np.ndarray:
     return np.maximum(out, 0.0)  # exact zeros (invariants) may come out as -1e-16
 
 
-def mean_area_variances(levels: Sequence[StreamLevel], shape: Sequence[int], leaf_area: np.ndarray, n_areas: int,
-                        weights: np.ndarray, leaves_per_chunk: int = 1 << 16) -> np.ndarray:
-    """(n_vars,) the mean over the areas of ``area_variances(area_terms(...), weights)`` (clipped at 0 once, not per
-    area), subspace by subspace and for at most ``leaves_per_chunk`` leaves (or one area) at a time: memory is one
-    subspace's tree covariances and one chunk's terms."""
-    return mean_variances_of_plans(levels, shape, [(leaf_area, n_areas)], weights, leaves_per_chunk)[0]
-
-
 @dataclass(frozen=True)
 class PreparedPlans:
     """Plans (leaf_area, n_areas) walked up a tree, each in chunks of areas holding few enough leaves: what their
@@ -208,9 +200,11 @@ def prepare_plans(parents: Sequence[np.ndarray], n_leaves: int, plans: Sequence[
 def mean_variances_of_plans(levels: Sequence[StreamLevel], shape: Sequence[int],
                             plans: Sequence[tuple[np.ndarray, int]] | PreparedPlans, weights: np.ndarray,
                             leaves_per_chunk: int = 1 << 16) -> np.ndarray:
-    """(n_plans, n_vars): ``mean_area_variances`` of each plan (leaf_area, n_areas), the tree's covariances formed
-    once per subspace for all of them (a design's every level and the user's areas at once); ``plans`` may be
-    prepared once for many designs of one tree (``prepare_plans``)."""
+    """(n_plans, n_vars): the mean over each plan's areas (leaf_area, n_areas) of ``area_variances``, clipped at 0
+    once, not per area; the tree's covariances formed once per subspace for all of them (a design's every level and
+    the user's areas at once), and at most ``leaves_per_chunk`` leaves (or one area) of a plan at a time: memory is
+    one subspace's tree covariances and one chunk's terms.  ``plans`` may be prepared once for many designs of one
+    tree (``prepare_plans``)."""
     frame = tree_frame(levels, shape)
     weights = _weights(weights, prod(frame.shape))
     if not isinstance(plans, PreparedPlans):

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
-import scipy.sparse as sp
 
 from censusdp.geography.spine import unit_lookup
 from censusdp.pipeline.config.pl94_tables import Variable
@@ -95,9 +94,7 @@ def area_rows(run: LoadedRun, plan_path: Path, truth_lowest: np.ndarray, lowest:
     """Metrics of a plan's areas (sums of the lowest level's cells): the total and the summary tables, per method."""
     schema = run.config.schema
     plan = read_assignment(plan_path, unit_lookup(run.config.levels, run.tree.geoids[-1]))
-    inside = np.flatnonzero(plan.leaf_area >= 0)
-    member = sp.csr_matrix((np.ones(len(inside), dtype=np.int64), (plan.leaf_area[inside], inside)),
-                           shape=(plan.n_areas, len(plan.leaf_area)))
+    member = plan.members()
     true = np.asarray(member @ truth_lowest)
     found = {method: np.asarray(member @ values) for method, values in lowest.items()}
     level = f"areas:{plan.path.stem}"

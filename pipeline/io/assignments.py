@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import scipy.sparse as sp
 
 from censusdp.geography.spine import UnitLookup
 from censusdp.pipeline.errors import InputError, InputProblem
@@ -30,6 +31,12 @@ class Assignment:
     @property
     def n_areas(self) -> int:
         return len(self.area_ids)
+
+    def members(self) -> sp.csr_matrix:
+        """(n_areas, n_blocks) 0/1: row a sums the blocks of area a (a block in no area in no row)."""
+        inside = np.flatnonzero(self.leaf_area >= 0)
+        return sp.csr_matrix((np.ones(len(inside), dtype=np.int64), (self.leaf_area[inside], inside)),
+                             shape=(self.n_areas, len(self.leaf_area)))
 
 
 def _read(path: Path) -> pl.DataFrame:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from censusdp.geography.spine import UnitLookup, unit_lookup
+from censusdp.geography.spine import UnitLookup, level_columns, unit_lookup
 from censusdp.geography.tree import GeoTree, build_tree, fixed_width
 from censusdp.pipeline.config.model import Format, ReleaseConfig, Universe
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem
@@ -103,10 +103,10 @@ def read_input_files(config: ReleaseConfig) -> InputFiles:
         for name in dict.fromkeys(required):
             check_type(header, name, part.path)
     geography, geo_format = config.input.geography, None
-    level_columns = [level.column for level in config.levels if level.column is not None]
-    if geography is None and level_columns:
+    columns = level_columns(config.levels)
+    if geography is None and columns:
         raise InputError(config.source, f"the levels read codes from the geography file's columns "
-                         f"({', '.join(level_columns)}): set input.geography or pass --geography",
+                         f"({', '.join(columns)}): set input.geography or pass --geography",
                          category=InputProblem.FILE)
     if geography is not None:
         geo_format = _geography_format(config, geography)
@@ -117,8 +117,7 @@ def _geography_format(config: ReleaseConfig, geography: Path) -> str:
     """The geography file's format, its header checked for the code column and the levels' columns."""
     geo_format = "parquet" if geography.suffix.lower() in (".parquet", ".pq") else "csv"
     header = read_header(geography, geo_format)
-    level_columns = [level.column for level in config.levels if level.column is not None]
-    for name in dict.fromkeys([config.input.geography_column, *level_columns]):
+    for name in dict.fromkeys([config.input.geography_column, *level_columns(config.levels)]):
         check_type(header, name, geography)
     return geo_format
 
@@ -149,9 +148,9 @@ def geography_units(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> np.nd
         # the codes alone (and the levels' columns): the file's other columns are not needed, and at 8M blocks
         # not small
         column = config.input.geography_column
-        level_columns = [level.column for level in config.levels if level.column is not None]
-        frame = read_body(files.geography, files.geography_format, list(dict.fromkeys([column, *level_columns])))
-        if level_columns:
+        columns = level_columns(config.levels)
+        frame = read_body(files.geography, files.geography_format, list(dict.fromkeys([column, *columns])))
+        if columns:
             return spine_units(frame, files.geography, config.levels, column)
         return _geography_list(frame, files.geography, config.levels[-1].width, column)
     codes: set[str] = set()  # empty only if no part has a record: a record always has a code ("" if missing)

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import scipy.sparse as sp
 
 from censusdp.geography.spine import unit_lookup
 from censusdp.pipeline.io.assignments import Assignment, read_assignment
@@ -58,10 +57,8 @@ def area_table(run: LoadedRun, assignment: Assignment, variables: AreaVariables)
     """The areas file's table: one row per area and variable (columns: docs/areas.md)."""
     lowest = run.tree.depth - 1
     n_areas, leaf_area = assignment.n_areas, assignment.leaf_area
-    inside = np.flatnonzero(leaf_area >= 0)
-    members = sp.csr_matrix((np.ones(len(inside)), (leaf_area[inside], inside)),
-                            shape=(n_areas, run.tree.n_nodes(lowest)))
-    published = np.asarray((members @ run.sparse_table(lowest)) @ variables.weights.T).round().astype(np.int64)
+    published = np.asarray((assignment.members() @ run.sparse_table(lowest)) @ variables.weights.T).round().astype(
+        np.int64)
     with open_gls(run) as stream:  # streamed from the measurement files: memory as the release's
         estimate = area_estimates(stream, leaf_area, n_areas, variables.weights)
         terms = area_terms(stream.levels, stream.shape, leaf_area, n_areas)

@@ -24,7 +24,7 @@ from scipy.optimize import minimize
 
 from censusdp.geography.spine import unit_lookup
 from censusdp.geography.tree import GeoTree
-from censusdp.pipeline.budget.allocation import allocate, allocations_of, query_allocation
+from censusdp.pipeline.budget.allocation import QueryAllocation, allocate, allocations_of, query_allocation
 from censusdp.pipeline.budget.optimize import LEVEL_DENOMINATOR, QUERY_DENOMINATOR, round_shares
 from censusdp.pipeline.config.model import Accountant, Mechanism, ReleaseConfig, SummaryTables
 from censusdp.pipeline.errors import CensusDPError
@@ -48,9 +48,10 @@ class Design:
 
     config: ReleaseConfig
     tree: GeoTree
-    keys: tuple[Key, ...]
     level_shares: dict[str, Fraction]
-    query_shares: dict[Key, Fraction]
+    query_shares: dict[Key, Fraction]  # in strategy order, level by level
+    allocations: tuple[QueryAllocation, ...]  # the configuration's, as allocate gives them (the job's order)
+    configured: ExpectedErrorsJob  # the expected errors' job at the configured shares
     variables: tuple[str, ...]  # every variable whose expected errors are capped
     weights: np.ndarray  # (n_vars, C); row 0 is the total
     shown: int  # the leading variables the command prints (the CSV has them all)
@@ -93,38 +94,41 @@ def design_of(config: ReleaseConfig, tree: GeoTree, plan_paths: Sequence[Path]) 
         if plan.n_areas == 0:
             raise CensusDPError(f"{plan.path}: names no area")
     names, weights, shown = report_variables(config)
-    keys = tuple((lv.name, e.query.name) for lv in config.levels for e in config.strategy[lv.name])
     query_shares = {(lv.name, e.query.name): e.share for lv in config.levels for e in config.strategy[lv.name]}
-    return Design(config, tree, keys, dict(config.budget.level_shares), query_shares, names, weights, shown, plans)
+    allocations = allocate(config)
+    schema = config.schema
+    configured = ExpectedErrorsJob(
+        schema, tuple(tree.parent), tuple(tree.n_nodes(i) for i in range(tree.depth)),
+        tuple(tuple((schema.parse_query(a.query), a.sigma2) for a in allocations_of(allocations, lv.name))
+              for lv in config.levels),
+        {i: tuple(inv.query.name for inv in config.invariants if lv.name in inv.levels)
+         for i, lv in enumerate(config.levels)},
+        tuple(lv.name for lv in config.levels), str(config.reconciliation_method))
+    return Design(config, tree, dict(config.budget.level_shares), query_shares, allocations, configured, names,
+                  weights, shown, plans)
 
 
 def design_job(design: Design, level_shares: dict[str, float], query_shares: dict[Key, float]
                ) -> ExpectedErrorsJob:
     """The expected errors' job with the shares given: each query's variance is the configuration's scaled by its
     old over its new fraction of ρ."""
-    config, tree = design.config, design.tree
-    allocations = allocate(config)
-    schema = config.schema
+    budget = design.config.budget
     queries = []
-    for level in config.levels:
+    for level, configured in zip(design.config.levels, design.configured.queries, strict=True):
         row = []
-        for a in allocations_of(allocations, level.name):
+        for a, (query, sigma2) in zip(allocations_of(design.allocations, level.name), configured, strict=True):
             key = (level.name, a.query)
             old = float(design.level_shares[level.name] * design.query_shares[key])
             new = level_shares[level.name] * query_shares[key]
             if a.mechanism == Mechanism.LAPLACE:  # its variance follows the rounded scale, not 1/ρ exactly
-                rho = Fraction(float(config.budget.rho) * new).limit_denominator(10**15)
-                sigma2 = float(query_allocation(level.name, a.query, rho, a.mechanism, config.budget.sensitivity1,
-                                                config.budget.sensitivity2_squared).sigma2)
-            else:
-                sigma2 = float(a.sigma2) * old / new  # σ² = Δ₂²/(2ρ_q): exactly the configuration's scaled
-            row.append((schema.parse_query(a.query), sigma2))
+                rho = Fraction(float(budget.rho) * new).limit_denominator(10**15)
+                sigma2 = query_allocation(level.name, a.query, rho, a.mechanism, budget.sensitivity1,
+                                          budget.sensitivity2_squared).sigma2
+                row.append((query, float(sigma2)))
+            else:  # σ² = Δ₂²/(2ρ_q): exactly the configuration's scaled
+                row.append((query, float(sigma2) * old / new))
         queries.append(tuple(row))
-    invariants = {i: tuple(inv.query.name for inv in config.invariants if lv.name in inv.levels)
-                  for i, lv in enumerate(config.levels)}
-    return ExpectedErrorsJob(schema, tuple(tree.parent), tuple(tree.n_nodes(i) for i in range(tree.depth)),
-                             tuple(queries), invariants, tuple(lv.name for lv in config.levels),
-                             str(config.reconciliation_method))
+    return replace(design.configured, queries=tuple(queries))
 
 
 def errors_at(design: Design, level_shares: dict[str, float], query_shares: dict[Key, float],
@@ -163,14 +167,13 @@ def tune(design: Design, max_growth: dict[str, float], with_queries: bool = Fals
     levels = [lv.name for lv in design.config.levels]
     base_levels = {lv: float(s) for lv, s in design.level_shares.items()}
     base_queries = {k: float(s) for k, s in design.query_shares.items()}
-    prepared = design_plans(design_job(design, base_levels, base_queries),
-                            [(p.leaf_area, p.n_areas) for p in design.plans])
+    prepared = design_plans(design.configured, [(p.leaf_area, p.n_areas) for p in design.plans])
     before_levels, before_plans = errors_at(design, base_levels, base_queries, prepared)
     caps = np.array([[max_growth[lv] * HEADROOM] for lv in levels]) * before_levels
     capped = exact_zeros(before_levels) == 0  # an invariant's zero stays zero whatever the shares
     reference = np.maximum(before_plans[:, 0] ** 2, 1e-12)
-    free = [k for k in design.keys if with_queries and len([q for q in design.keys if q[0] == k[0]]) > 1]
-    count = [0]
+    per_level = {lv: sum(1 for k in design.query_shares if k[0] == lv) for lv in levels}
+    free = [k for k in design.query_shares if with_queries and per_level[k[0]] > 1]
 
     def shares(x: np.ndarray) -> tuple[dict[str, float], dict[Key, float]]:
         lv = dict(zip(levels, x[:len(levels)], strict=True))
@@ -183,7 +186,6 @@ def tune(design: Design, max_growth: dict[str, float], with_queries: bool = Fals
     def evaluate(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         key = np.asarray(x, dtype=float).tobytes()
         if key not in cache:
-            count[0] += 1
             cache[key] = errors_at(design, *shares(np.maximum(x, FLOOR / 10)), prepared)
         return cache[key]
 
@@ -202,7 +204,7 @@ def tune(design: Design, max_growth: dict[str, float], with_queries: bool = Fals
     start = np.array([base_levels[lv] for lv in levels] + [base_queries[k] for k in free])
     found = minimize(objective, start, method="SLSQP", bounds=[(FLOOR, 1.0)] * len(start), constraints=constraints,
                      options={"maxiter": 60, "ftol": 1e-4, "eps": 1e-4})
-    log.info("budget optimize: %s after %d designs", found.message, count[0])
+    log.info("budget optimize: %s after %d designs", found.message, len(cache))
     within = bool(np.all(growth(found.x) >= np.log(HEADROOM)))  # the search's caps, up to the true limits
     log.info("budget optimize: objective %.4g -> %.4g, within the limits: %s", objective(start), objective(found.x),
              within)
@@ -210,15 +212,14 @@ def tune(design: Design, max_growth: dict[str, float], with_queries: bool = Fals
     limits = np.array([[max_growth[lv]] for lv in levels]) * before_levels
     steps = STEPS if best is not start else (0.0,)
     for step in steps:  # rounding moves the shares a little: back off towards the configuration's until it holds
-        rounded_levels, rounded_queries = _rounded(design, shares(start + step * (best - start)), free)
-        if step == 0:
-            rounded_levels, rounded_queries = dict(design.level_shares), dict(design.query_shares)
+        rounded_levels, rounded_queries = (_rounded(design, shares(start + step * (best - start)), free) if step else
+                                           (dict(design.level_shares), dict(design.query_shares)))
         after_levels, after_plans = errors_at(design, {k: float(v) for k, v in rounded_levels.items()},
                                               {k: float(v) for k, v in rounded_queries.items()}, prepared)
         improves = np.mean(after_plans[:, 0] ** 2 / reference) < objective(start) or step == 0
         if improves and np.all(after_levels[capped] <= limits[capped]):
             break
-    return Tuned(rounded_levels, rounded_queries, before_levels, after_levels, before_plans, after_plans, count[0])
+    return Tuned(rounded_levels, rounded_queries, before_levels, after_levels, before_plans, after_plans, len(cache))
 
 
 def _rounded(design: Design, values: tuple[dict[str, float], dict[Key, float]], free: Sequence[Key]
@@ -247,10 +248,3 @@ def growth_limits(specs: Sequence[str], levels: Sequence[str], default: float) -
             raise CensusDPError(f"--max-growth: {name!r} is not a level ({', '.join(levels)})")
         limits.update({name: factor} if name else dict.fromkeys(levels, factor))
     return limits
-
-
-def with_geography(config: ReleaseConfig, geography: Path | None) -> ReleaseConfig:
-    """The configuration with ``--geography`` as its geography file (when given)."""
-    if geography is None:
-        return config
-    return replace(config, input=replace(config.input, geography=Path(geography).resolve()))

@@ -14,7 +14,7 @@ import polars as pl
 from censusdp.pipeline.budget.optimize import write_shares
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.io.microdata import geography_tree
-from censusdp.pipeline.uncertainty.design import EXACT, Design, Tuned, design_of, growth_limits, tune, with_geography
+from censusdp.pipeline.uncertainty.design import EXACT, Design, Tuned, design_of, growth_limits, tune
 
 DEFAULT_GROWTH = 1.25
 
@@ -51,7 +51,7 @@ def optimize_for_areas(config_path: str | Path, plans: Sequence[str | Path], *, 
                        out_path: str | Path | None = None) -> AreaBudget:
     """Tune ``config_path``'s shares for the plans; with ``out_path``, write the configuration there and the table
     beside it (``<stem>-errors.csv``)."""
-    config = with_geography(load_config(config_path), geography)
+    config = load_config(config_path, {"input.geography": str(Path(geography).resolve())} if geography else None)
     design = design_of(config, geography_tree(config), [Path(p) for p in plans])
     levels = [lv.name for lv in config.levels]
     tuned = tune(design, growth_limits(max_growth, levels, DEFAULT_GROWTH), with_queries)

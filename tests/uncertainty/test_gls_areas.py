@@ -17,7 +17,6 @@ from censusdp.postprocess.gls_areas import (
     area_estimates,
     area_terms,
     area_variances,
-    mean_area_variances,
     mean_variances_of_plans,
 )
 from tests.helpers.gls_problems import SHAPE as MINI_SHAPE
@@ -117,7 +116,7 @@ def test_areas_equal_to_subtrees_give_each_node_s_own_variance(seed: int) -> Non
                                        atol=1e-9 * max(1.0, float(variance.max())))
             for leaves_per_chunk in (1, 3, 1 << 16):  # the report's mean, chunk by chunk of areas: the same
                 np.testing.assert_allclose(
-                    mean_area_variances(planned, shape, leaf_area, gl.shape[0], weights, leaves_per_chunk),
+                    mean_variances_of_plans(planned, shape, [(leaf_area, gl.shape[0])], weights, leaves_per_chunk)[0],
                     variance.mean(axis=0), rtol=1e-8, atol=1e-9 * max(1.0, float(variance.max())))
             np.testing.assert_allclose(area_estimates(result.stream, leaf_area, gl.shape[0], weights),
                                        result.estimate(i, spec), rtol=1e-8, atol=1e-8)
@@ -127,7 +126,7 @@ def test_areas_equal_to_subtrees_give_each_node_s_own_variance(seed: int) -> Non
     together = mean_variances_of_plans(planned, shape, plans, weights, 2)
     assert together.shape == (len(plans), 1) and not together[-1].any()
     for plan, row in zip(plans[:-1], together, strict=False):
-        np.testing.assert_allclose(row, mean_area_variances(planned, shape, *plan, weights), rtol=1e-10,
+        np.testing.assert_allclose(row, mean_variances_of_plans(planned, shape, [plan], weights)[0], rtol=1e-10,
                                    atol=1e-9 * max(1.0, float(together.max())))
 
 
