@@ -37,7 +37,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--persons", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--runner", default="local", help='"local" or "dask-local:N"')
+    parser.add_argument("--runner", help='override postprocess.runner: "local", "dask-local:N" (default: the '
+                        'configuration\'s, "auto": every core)')
     parser.add_argument("--cluster", type=int, metavar="N", help="start a Dask scheduler and N one-thread workers as "
                         "processes of their own (as on a real cluster) and run on them: the driver's CPU column is "
                         "then the driver's alone (with dask-local:N it includes the nannies' in-process work)")
@@ -75,7 +76,8 @@ def main() -> None:
         if args.chunk_cells:
             overrides["postprocess.chunk_cells"] = args.chunk_cells
         config = load_config(folder / "config.toml", overrides)
-        config = dataclasses.replace(config, runner=args.runner)
+        if args.runner:
+            config = dataclasses.replace(config, runner=args.runner)
         timings: dict[str, float] = {}
         peaks: dict[str, float] = {}  # the driver's peak RSS (GB) once the stage is done: where it jumps, that stage
         stage_peaks: dict[str, float] = {}  # the driver's peak RSS within the stage (Linux: VmHWM reset before it)
@@ -123,7 +125,7 @@ def main() -> None:
     persons = args.persons if not args.data else _records(files.microdata)  # --data: what the files hold
     print(f"persons={persons:,} preset={args.preset} units={config.units is not None} "
           f"reconciliation={config.reconciliation_method} "
-          f"runner={args.runner} nodes={nodes} synth={synth_s:.1f}s")
+          f"runner={run.manifest_extra.get('runner')} ({config.runner}) nodes={nodes} synth={synth_s:.1f}s")
     print("| stage | seconds | driver CPU (s) | detailed cells/s | peak RSS after (GB) | stage's peak / RSS at its end "
           "(GB) | process tree's peak (GB) |\n|---|---|---|---|---|---|---|")
     for name, seconds in timings.items():

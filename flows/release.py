@@ -15,6 +15,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.states import Failed
+from prefect.utilities.annotations import quote
 
 from censusdp.flows.settings import hardened_prefect
 from censusdp.pipeline.config.options import insecure_seed_is_allowed, load_release_config, random_source
@@ -42,7 +43,9 @@ def call_as_task(stage: stages.Stage, function: Any, args: tuple[Any, ...]) -> A
     name = stage.name if universe is release.persons else f"{stage.name}-{universe.config.universe.value}"
     if stage.per_level:
         name += f"-{release.config.levels[args[2]].name}"
-    return run_task.with_options(task_run_name=name)(*args) if name != stage.name else run_task(*args)
+    # quoted: Prefect would otherwise walk the whole in-memory release looking for futures, at every task
+    quoted = [quote(arg) for arg in args]
+    return run_task.with_options(task_run_name=name)(*quoted) if name != stage.name else run_task(*quoted)
 
 
 # A failed run's error, for the caller that started the flow in this process (``run_release_flow``; a served
@@ -81,7 +84,8 @@ def _release(config_path: str, out_dir: str | None, microdata: str | None, geogr
     with hardened_prefect():  # again here: a deployment run may come from a worker that never entered them
         config = load_release_config(config_path, microdata, geography, fmt, rho, runner, units, no_units)
         out_root = Path(out_dir).resolve() if out_dir else config.output.dir
-        run = start_task(config, out_root, random_source(insecure_seed), write_estimates=write_release_estimates)
+        run = start_task(quote(config), quote(out_root), quote(random_source(insecure_seed)),
+                         write_estimates=quote(write_release_estimates))
         final_dir = stages.run_stages(run, call=call_as_task)
         if run.published is None:  # publish sets it before returning
             raise CensusDPError("internal error: the run was published without its report")

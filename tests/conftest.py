@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from censusdp.flows.embedded_server import stop_embedded_server
 from tests.helpers.tiny import TINY_TOML, tiny_microdata
 
 # a throw-away PostgreSQL server; ledgers; Prefect homes with a migrated database
@@ -20,6 +21,12 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"prefect-home-{worker}-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The worker's warm embedded Prefect server (censusdp.flows.embedded_server) ends with its tests."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("PREFECT_HOME"):
+        stop_embedded_server(Path(os.environ["PREFECT_HOME"]))
 
 
 @pytest.fixture(autouse=True)

@@ -106,7 +106,8 @@ def add_release(sub: Sub) -> None:
     p.add_argument("--out", help="directory that receives the run folder (default: the config's output.dir)")
     add_input_options(p)
     p.add_argument("--rho", help="total zCDP budget, e.g. 2.56 or 64/25 (overrides budget.rho)")
-    p.add_argument("--runner", help='where reconciliation chunks run: "local", "dask-local:N", "tcp://host:port" or "tls://host:port"')
+    p.add_argument("--runner", help='where the release\'s tasks run: "auto" (default: every core), "local", '
+                   '"dask-local:N", "tcp://host:port" or "tls://host:port"')
     p.add_argument("--no-prefect", action="store_true", help="run as plain function calls, without Prefect")
     p.add_argument("--insecure-seed", type=int, help="TESTS ONLY: seeded noise; the run is marked not publishable")
     p.add_argument("--resume", metavar="RUN_ID", help="finish a run that died after its measurements were saved "
@@ -131,13 +132,18 @@ def run_release_command(config: str, out: str | None, microdata: str | None, geo
             cfg = load_release_config(config, microdata, geography, fmt, rho, runner, units, no_units)
             root = Path(out).resolve() if out else cfg.output.dir
             return run_release(cfg, root, random_source(insecure_seed), write_estimates=write_release_estimates)
-        from censusdp.flows.release import run_release_flow
+        from censusdp.flows.embedded_server import embedded_server, using
         from censusdp.flows.settings import hardened_prefect
 
-        with hardened_prefect():  # before the flow call: the embedded server starts with the hardened settings
-            return Path(run_release_flow(config_path=str(Path(config).resolve()), out_dir=out, microdata=microdata,
-                                         geography=geography, fmt=fmt, rho=rho, runner=runner,
-                                         insecure_seed=insecure_seed, units=units, no_units=no_units))
+        # the embedded server starts with the hardened settings, and while the flow's modules are imported
+        with hardened_prefect(), embedded_server() as server:
+            from censusdp.flows.release import run_release_flow
+
+            with using(server):
+                return Path(run_release_flow(config_path=str(Path(config).resolve()), out_dir=out,
+                                             microdata=microdata, geography=geography, fmt=fmt, rho=rho,
+                                             runner=runner, insecure_seed=insecure_seed, units=units,
+                                             no_units=no_units))
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -250,7 +256,7 @@ def add_postprocess(sub: Sub) -> None:
     p.add_argument("run_dir", help="a published run folder")
     p.add_argument("--out", help="directory that receives the new run folder (default: beside RUN_DIR)")
     p.add_argument("--solver", help='"auto" or a cvxpy solver name (e.g. CLARABEL, OSQP, SCS)')
-    p.add_argument("--runner", help='"local", "dask-local:N", "tcp://host:port" or "tls://host:port"')
+    p.add_argument("--runner", help='"auto" (every core), "local", "dask-local:N", "tcp://host:port" or "tls://host:port"')
     p.add_argument("--reconciliation", choices=["full_information", "level_by_level"],
                    help="what each level fits: the tree's GLS estimates (the default) or its own measurements")
     p.add_argument("--ledger", help="the ledger the run was charged to, a file or postgresql:// URL (default: "

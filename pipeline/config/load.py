@@ -76,7 +76,7 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
         raise ConfigError(source, "postprocess.solver", "expected a string")
     check_solver_setting(solver, source, levels, strategy, invariants)
     with config_error_at(source, "postprocess.runner"):
-        runner = check_runner(str(postprocess.get("runner", "local")))
+        runner = check_runner(str(postprocess.get("runner", "auto")))
     measure_on = postprocess.get("measure_on", MeasureOn.WORKERS.value)
     if measure_on not in {m.value for m in MeasureOn}:
         raise ConfigError(source, "postprocess.measure_on", f"expected one of {', '.join(m.value for m in MeasureOn)}")

@@ -222,7 +222,7 @@ class ReleaseConfig:
     invariants: tuple[Invariant, ...] = ()
     structural_zeros: tuple[dict[str, tuple[str, ...]], ...] = ()
     solver: str = "auto"
-    runner: str = "local"
+    runner: str = "auto"  # pipeline.release.runner: the machine's cores where the release has work for them
     measure_on: MeasureOn = MeasureOn.WORKERS
     chunk_cells: int = DEFAULT_CHUNK_CELLS
     reconciliation: Reconciliation | None = None  # pipeline.config.reconciliation; set by the loader
@@ -297,13 +297,15 @@ def require(table: dict[str, Any], key: str, kind: type, source: str, prefix: st
     return value
 
 
-RUNNER_HELP = ('one of "local", "dask-local:N" (N worker processes), or a Dask scheduler address "tcp://host:port" '
-               '(or "tls://host:port", with the TLS files in Dask\'s configuration: distributed.comm.tls)')
+RUNNER_HELP = ('one of "auto" (the default: a local Dask cluster of one worker per core of this machine, when the '
+               'release has work for more than one), "local" (one process), "dask-local:N" (N worker processes), or a '
+               'Dask scheduler address "tcp://host:port" (or "tls://host:port", with the TLS files in Dask\'s '
+               'configuration: distributed.comm.tls)')
 
 
 def check_runner(spec: str) -> str:
     """Validate a runner spec; raise ValueError naming the problem."""
-    if spec == "local" or spec.startswith(("tcp://", "tls://")):
+    if spec in ("auto", "local") or spec.startswith(("tcp://", "tls://")):
         return spec
     if spec.startswith("dask-local:"):
         workers = spec.split(":", 1)[1]

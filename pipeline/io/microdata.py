@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from censusdp.geography.spine import UnitLookup, level_columns, unit_lookup
 from censusdp.geography.tree import GeoTree, build_tree, fixed_width
@@ -160,6 +162,20 @@ def geography_units(files: InputFiles, *, batch_rows: int = BATCH_ROWS) -> np.nd
     if not codes:
         raise _empty(files)
     return np.array(sorted(codes), dtype=np.str_)
+
+
+def geography_rows(files: InputFiles) -> int | None:
+    """The geography file's rows (file level, public: a Parquet file's metadata, a CSV file's lines after the header);
+    None without one, or where it cannot be read (``validate_inputs`` says why, after the charge)."""
+    if files.geography is None:
+        return None
+    try:
+        if files.geography_format == "parquet":
+            return pq.ParquetFile(files.geography).metadata.num_rows
+        with files.geography.open("rb") as handle:
+            return max(0, sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b"")) - 1)
+    except (OSError, ValueError, pa.ArrowException):
+        return None
 
 
 def lowest_lookup(config: ReleaseConfig, lowest_geoids: np.ndarray) -> UnitLookup:

@@ -1,10 +1,13 @@
-"""Where reconciliation chunks run: ``"local"`` (in process), ``"dask-local:N"`` (a local Dask cluster of N worker
-processes, started for the run) or ``"tcp://host:8786"`` (an existing scheduler; workers must see the run's
-folder).  Results come back in submission order, with a bounded number in flight so driver memory stays bounded.
+"""Where a release's tasks run: ``"auto"`` (the default: ``"dask-local:N"`` with one worker per core of this
+machine, at most one per chunk of the lowest level; ``"local"`` where that is one), ``"local"`` (in process),
+``"dask-local:N"`` (a local Dask cluster of N worker processes, started for the run) or ``"tcp://host:8786"`` (an
+existing scheduler; workers must see the run's folder).  Results come back in submission order, with a bounded number
+in flight so driver memory stays bounded.  Every runner gives the same tables under a seed.
 """
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -84,8 +87,24 @@ class DaskRunner:
                 self._blas = None
 
 
-def make_runner(spec: str) -> LocalRunner | DaskRunner:
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it, else the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def resolved_runner(spec: str, parallel_tasks: int, cores: int) -> str:
+    """The runner ``spec`` names for a release of ``parallel_tasks`` independent chunks at its lowest level, on
+    ``cores`` cores: ``"auto"`` is a worker per core, no more workers than chunks, and one process for one."""
     check_runner(spec)
+    if spec != "auto":
+        return spec
+    workers = min(cores, parallel_tasks)
+    return "local" if workers <= 1 else f"dask-local:{workers}"
+
+
+def make_runner(spec: str, parallel_tasks: int = 1) -> LocalRunner | DaskRunner:
+    """The runner ``spec`` names (``resolved_runner``, on this machine's cores); the caller closes it."""
+    spec = resolved_runner(spec, parallel_tasks, machine_cores())
     return LocalRunner() if spec == "local" else DaskRunner(spec)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
@@ -25,10 +26,11 @@ from censusdp.pipeline.config.model import ReleaseConfig
 from censusdp.pipeline.dp.random_source import RandomSource
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from censusdp.pipeline.io.measurements import measurements_digest, write_invariants
-from censusdp.pipeline.io.microdata import InputFiles, geography_units, read_input_files
+from censusdp.pipeline.io.microdata import InputFiles, geography_rows, geography_units, read_input_files
 from censusdp.pipeline.io.summary_tables import write_summary_tables
 from censusdp.pipeline.io.tables import LevelTableWriter
 from censusdp.pipeline.release.charging import charge
+from censusdp.pipeline.release.chunks import level_chunks
 from censusdp.pipeline.release.draws import claim_draw
 from censusdp.pipeline.release.expected_errors import (
     compute_expected_errors,
@@ -331,8 +333,10 @@ def run_stages(release: Release, stages: tuple[Stage, ...] = STAGES, *, call: St
     try:
         if prepare is not None:
             prepare(release)
-        runner = make_runner(release.config.runner)
         for stage in stages:
+            if stage.needs_runner and runner is None:  # made once the tree is known: "auto" sizes it by the chunks
+                runner = make_runner(release.config.runner, lowest_chunks(release.persons))
+                release.manifest_extra["runner"] = runner.name  # what ran, "auto" resolved
             for args in stage.calls(release, runner):
                 result = call(stage, stage.function, args)
         return result
@@ -342,6 +346,20 @@ def run_stages(release: Release, stages: tuple[Stage, ...] = STAGES, *, call: St
     finally:
         if runner is not None:
             runner.close()
+
+
+def lowest_chunks(universe: UniverseRun) -> int:
+    """About how many independent chunks the universe's lowest level is reconciled in, the work a runner shares out,
+    from public facts only (the runner is made before the charge): the tree once built (a re-run's); else the
+    geography file's units; without one, unknown (every core is used)."""
+    config, tree = universe.config, universe.tree
+    if tree is not None:
+        return len(level_chunks(tree, tree.depth - 1, universe.schema.n_cells, config.chunk_cells))
+    units = geography_rows(universe.input_files) if universe.input_files is not None else None
+    if units is None:
+        return sys.maxsize
+    per_chunk = max(1, config.chunk_cells // universe.schema.n_cells)
+    return max(1, -(-units // per_chunk))
 
 
 def run_release(config: ReleaseConfig, out_root: Path, rng: RandomSource, run_id: str | None = None, *,

@@ -68,7 +68,7 @@ def test_load_release_config_applies_every_option(tmp_path: Path, monkeypatch: p
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     base = load_release_config(str(config))
-    assert base.budget.target_epsilon == 1.0 and base.input.format == "parquet" and base.runner == "local"
+    assert base.budget.target_epsilon == 1.0 and base.input.format == "parquet" and base.runner == "auto"
     assert base.input.path == tmp_path / "microdata.parquet"
     loaded = load_release_config(str(config), "people.csv", "places.csv", "csv", "5/2", "dask-local:3")
     assert loaded.input.path == elsewhere.resolve() / "people.csv"

@@ -44,7 +44,7 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, prefect_home
     from distributed import Client, LocalCluster
 
     edit_config(tiny_release, SMALL_CHUNKS)
-    local = tables(released(tiny_release, capsys))
+    local = tables(released(tiny_release, capsys, "--runner", "local"))
     assert len(local) == 4
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
@@ -57,14 +57,16 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, prefect_home
            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120", "PYTHONPATH": str(REPO)}
     env.pop("PREFECT_API_URL", None)  # Prefect's embedded server, whatever the caller's environment names
     flow = subprocess.run([sys.executable, "-m", "censusdp.pipeline.cli", "-q", "release", str(tiny_release),
-                           "--insecure-seed", "21", "--runner", "dask-local:2"], env=env, capture_output=True,
-                          text=True, timeout=600)
+                           "--insecure-seed", "21"], env=env, capture_output=True, text=True, timeout=600)
     assert flow.returncode == 0, flow.stderr[-3000:]
-    on_dask = Path(flow.stdout.strip().splitlines()[-1])  # `dask-local:2`, which starts its own cluster
+    on_dask = Path(flow.stdout.strip().splitlines()[-1])  # the default: every core, a cluster of its own
     assert tables(on_dask) == local
     manifest = json.loads((on_dask / "manifest.json").read_text())
-    assert manifest["config"]["postprocess"]["runner"] == "dask-local:2"
-    assert manifest["reconciliation"]["unit"]["chunks"] > 1
+    assert manifest["config"]["postprocess"]["runner"] == "auto"
+    chunks = manifest["reconciliation"]["unit"]["chunks"]
+    assert chunks > 1
+    workers = min(len(os.sched_getaffinity(0)), chunks)
+    assert manifest["runner"] == ("local" if workers == 1 else f"dask-local:{workers}")
 
 
 def refuse(*args: object, **kwargs: object) -> None:
@@ -91,9 +93,10 @@ def test_a_partitioned_release_measured_on_the_workers_publishes_the_driver_only
     write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "region",
                        pl.col("geocode").str.slice(0, 1))
     edit_config(tiny_release, SMALL_CHUNKS)
-    local_dir = released(tiny_release, capsys, "--microdata", str(folder))
+    local_dir = released(tiny_release, capsys, "--microdata", str(folder), "--runner", "local")
     local = tables(local_dir)
-    whole_file = tables(released(tiny_release, capsys))  # one group: other chunks, other streams, same schema
+    # one group: other chunks, other streams, same schema
+    whole_file = tables(released(tiny_release, capsys, "--runner", "local"))
     assert len(local) == 4 and local.keys() == whole_file.keys()
     driver_config = edit_config(tiny_release, {"postprocess.measure_on": "driver"}, tmp_path / "driver.toml")
     assert tables(released(driver_config, capsys, "--microdata", str(folder), "--runner", "dask-local:2")) == local

@@ -13,9 +13,12 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from censusdp.flows.embedded_server import stop_embedded_server
 
 MIGRATE = ("import asyncio; from prefect.server.database import provide_database_interface; "
            "asyncio.run(provide_database_interface().create_db())")
@@ -35,7 +38,9 @@ def migrated_prefect_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def prefect_home(migrated_prefect_home: Path, tmp_path: Path) -> Path:
+def prefect_home(migrated_prefect_home: Path, tmp_path: Path) -> Iterator[Path]:
+    """The home; the warm embedded server a command started in it ends with the test."""
     home = tmp_path / "prefect-home"
     shutil.copytree(migrated_prefect_home, home)
-    return home
+    yield home
+    stop_embedded_server(home)

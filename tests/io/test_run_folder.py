@@ -18,7 +18,7 @@ def test_the_layout_read_back_is_the_one_the_release_wrote(tiny_release: Path, c
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """With chunks of 6 cells (one node each) every level spans several chunks: the plan read from a level's
     file equals the plan the release held, and the tree read back equals the release's."""
-    tiny_release.write_text(tiny_release.read_text() + "\n[postprocess]\nchunk_cells = 6\n")
+    tiny_release.write_text(tiny_release.read_text() + "\n[postprocess]\nchunk_cells = 6\nrunner = \"local\"\n")
     held: list[stages.Release] = []
     real_publish = stages.publish
 

@@ -39,7 +39,8 @@ def test_the_partition_level_is_the_level_the_labels_name(tiny_release: Path) ->
 
 
 def test_the_plan_has_a_group_per_partition_node_and_a_stream_per_chunk(tiny_release: Path) -> None:
-    config = load_config(tiny_release, {"input.path": str(partitioned(tiny_release)), "postprocess.chunk_cells": 60})
+    config = load_config(tiny_release, {"input.path": str(partitioned(tiny_release)), "postprocess.chunk_cells": 60,
+                                         "postprocess.runner": "local"})
     files = read_input_files(config)
     tree = validated_rows(files)[0]
     plans = level_plans_of(config, stages.start_release(config, tiny_release.parent / "runs",
@@ -63,7 +64,8 @@ def test_the_plan_has_a_group_per_partition_node_and_a_stream_per_chunk(tiny_rel
 
 
 def test_a_partitioned_release_measures_every_level_of_the_true_histograms(tiny_release: Path) -> None:
-    config = load_config(tiny_release, {"input.path": str(partitioned(tiny_release)), "postprocess.chunk_cells": 60})
+    config = load_config(tiny_release, {"input.path": str(partitioned(tiny_release)), "postprocess.chunk_cells": 60,
+                                         "postprocess.runner": "local"})
     release = stages.start_release(config, tiny_release.parent / "runs", seeded_random_source(2))
     run = release.persons
     stages.read_files(release, run)

@@ -26,7 +26,8 @@ def worker_plan(tiny_release: Path) -> tuple[stages.UniverseRun, MeasurementPlan
     folder = tiny_release.parent / "partitioned"
     write_hive_dataset(pl.read_parquet(tiny_release.parent / "microdata.parquet"), folder, "part",
                        pl.col("geocode").str.slice(0, 1))
-    config = load_config(tiny_release, {"input.path": str(folder), "postprocess.chunk_cells": 60})
+    config = load_config(tiny_release, {"input.path": str(folder), "postprocess.chunk_cells": 60,
+                                         "postprocess.runner": "local"})
     release = stages.start_release(config, tiny_release.parent / "runs", seeded_random_source(4))
     run = release.persons
     stages.read_files(release, run)

@@ -159,6 +159,6 @@ def test_units_measured_in_other_chunks_are_refused(synthetic: Path, tmp_path: P
         real_reconcile(release, universe, level, runner)
 
     config = units_config(tmp_path, synthetic, dataset="regrouped")
-    edit_config(config, {"postprocess.chunk_cells": 40000})
+    edit_config(config, {"postprocess.chunk_cells": 40000, "postprocess.runner": "local"})
     with pytest.raises(CensusDPError, match="chunks"):
         release_with(config, reconcile=regrouped)

@@ -76,7 +76,7 @@ def leaking(noise_a: list[int], truth_a: list[int], noise_b: list[int], truth_b:
 def test_two_layouts_of_the_same_rows_give_unrelated_noise(tiny_release: Path) -> None:
     # rho 0.004: every query's sigma² is at least 1,000, so an accidental run of WINDOW equal noise values is
     # negligible; chunks of 60 cells put several regions in one chunk of the flat layout, one in the other
-    tiny_release.write_text(TINY_TOML.format(rho="0.004") + '\n[postprocess]\nchunk_cells = 60\n')
+    tiny_release.write_text(TINY_TOML.format(rho="0.004") + '\n[postprocess]\nchunk_cells = 60\nrunner = "local"\n')
     (tiny_release.parent / "microdata.parquet").rename(tiny_release.parent / "flat.parquet")
     noise_a, truth_a, level_a = noise_and_truth(tiny_release, flat=True)
     noise_b, truth_b, level_b = noise_and_truth(tiny_release, flat=False)

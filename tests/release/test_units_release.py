@@ -43,7 +43,7 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     config_path = units_config(tmp_path, synthetic)
     # chunks of a few blocks: the lowest level's tables, microdata and disagreements are written chunk by chunk
-    edit_config(config_path, {"postprocess.chunk_cells": 40000})
+    edit_config(config_path, {"postprocess.chunk_cells": 40000, "postprocess.runner": "local"})
     config = load_config(config_path)
     assert config.units is not None
     held = []

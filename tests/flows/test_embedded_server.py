@@ -1,0 +1,91 @@
+"""The embedded Prefect server kept warm: one per PREFECT_HOME, reused by the next command, answering only with its
+password, on the loopback interface, replaced when its settings differ or it died, ended once idle."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from censusdp.flows.embedded_server import FOLDER, embedded_server, stop_embedded_server, using
+from censusdp.flows.settings import hardened_prefect
+
+SEEN: set[int] = set()  # every server a test started, ended with it (kill_seen)
+
+
+def started(home: Path, idle_s: float = 600.0, settings: dict | None = None) -> tuple[int, str, str]:
+    """(pid, API URL, password) of the server a command in ``home`` uses, once it answers."""
+    from prefect.settings import PREFECT_HOME, temporary_settings
+
+    with hardened_prefect(), temporary_settings(updates={PREFECT_HOME: str(home), **(settings or {})}), \
+            embedded_server(idle_s) as server:
+        assert server is not None
+        SEEN.add(server.pid)
+        with using(server):
+            return server.pid, server.api_url, server.password
+
+
+@pytest.fixture(autouse=True)
+def kill_seen() -> Iterator[None]:
+    yield
+    for pid in SEEN:
+        if not _gone(pid):
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    SEEN.clear()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return os.waitpid(pid, os.WNOHANG) != (0, 0)
+    except (ProcessLookupError, ChildProcessError):
+        return True
+
+
+@pytest.mark.slow
+def test_one_warm_server_per_installation(prefect_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.settings import PREFECT_API_URL, PREFECT_LOGGING_LEVEL, temporary_settings
+
+    monkeypatch.setenv("CENSUSDP_LEDGER", "postgresql://censusdp:hunter2@db.example/ledger")
+    try:
+        pid, url, password = started(prefect_home)
+        environment = Path(f"/proc/{pid}/environ").read_bytes()  # it outlives the command: none of its secrets
+        assert b"hunter2" not in environment and b"CENSUSDP_" not in environment
+        folder = prefect_home / FOLDER
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert stat.S_IMODE((folder / "server.json").stat().st_mode) == 0o600  # it holds the password
+        assert url.startswith("http://127.0.0.1:")
+        assert started(prefect_home)[0] == pid  # the next command finds it warm
+        # the API answers only with the password
+        assert httpx.post(f"{url}/flows/filter", json={}, timeout=10).status_code == 401
+        user, secret = password.split(":", 1)
+        assert httpx.post(f"{url}/flows/filter", json={}, timeout=10, auth=(user, secret)).status_code == 200
+        other, _, _ = started(prefect_home, settings={PREFECT_LOGGING_LEVEL: "ERROR"})  # other settings: its own server
+        assert other != pid
+        os.kill(other, 9)  # a dead server is replaced
+        assert started(prefect_home, settings={PREFECT_LOGGING_LEVEL: "ERROR"})[0] not in (pid, other)
+        with temporary_settings(updates={PREFECT_API_URL: url}), embedded_server() as server:
+            assert server is None  # a configured API URL: Prefect's own choice stands
+    finally:
+        stop_embedded_server(prefect_home)
+    assert _gone(json.loads((prefect_home / FOLDER / "server.json").read_text())["pid"])
+
+
+@pytest.mark.slow
+def test_an_idle_server_ends_and_the_next_command_starts_another(prefect_home: Path) -> None:
+    try:
+        pid, _, _ = started(prefect_home, idle_s=1.0)
+        deadline = time.monotonic() + 30
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _gone(pid)  # nobody held it for a second
+        assert started(prefect_home)[0] != pid
+    finally:
+        stop_embedded_server(prefect_home)
