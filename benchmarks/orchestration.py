@@ -32,14 +32,19 @@ def main() -> None:
     parser.add_argument("--persons", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--other", type=Path, help="another checkout's parent folder (PYTHONPATH), timed alike")
+    parser.add_argument("--other-cli", default="censusdp.pipeline.cli",
+                        help="its command-line module (before the censusdp namespace: pipeline.cli)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         subprocess.run([sys.executable, "-m", "censusdp.pipeline.cli", "-q", "synth", "--persons", str(args.persons),
                         "--seed", "3", "--out", str(folder / "data")], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run([sys.executable, "-m", "censusdp.pipeline.cli", "-q", "init", "--out",
-                        str(folder / "data" / "pl94.toml")], check=True, stdout=subprocess.DEVNULL)
         codes = {"this": None, **({"other": args.other} if args.other else {})}
+        cli = {"this": "censusdp.pipeline.cli", "other": args.other_cli}
+        for name, source in codes.items():  # each code's own preset (a configuration may outgrow an older reader)
+            env = {**os.environ, **({"PYTHONPATH": str(source)} if source is not None else {})}
+            subprocess.run([sys.executable, "-m", cli[name], "-q", "init", "--out",
+                            str(folder / "data" / f"pl94-{name}.toml")], check=True, stdout=subprocess.DEVNULL, env=env)
         homes = {name: folder / f"prefect-home-{name}" for name in codes}
         times: dict[tuple[str, str], list[float]] = {}
         cold: dict[str, float] = {}
@@ -52,8 +57,8 @@ def main() -> None:
                     env["PYTHONPATH"] = str(source)
                 for mode in ("prefect", "no-prefect"):
                     env["CENSUSDP_LEDGER"] = str(folder / f"ledger-{name}-{mode}-{round_}.sqlite")
-                    command = [sys.executable, "-m", "censusdp.pipeline.cli", "-q", "release",
-                               str(folder / "data" / "pl94.toml"), "--out", str(folder / "runs")]
+                    command = [sys.executable, "-m", cli[name], "-q", "release",
+                               str(folder / "data" / f"pl94-{name}.toml"), "--out", str(folder / "runs")]
                     seconds = timed(command + (["--no-prefect"] if mode == "no-prefect" else []), env)
                     if round_ == 0 and mode == "prefect":
                         cold[name] = seconds
