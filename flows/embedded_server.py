@@ -118,8 +118,10 @@ def using(server: EmbeddedServer | None) -> Iterator[None]:
 
 
 def server_folder(home: Path) -> Path:
+    """The server's folder, this user's only (its password, and locks nobody else may hold)."""
     folder = home / FOLDER
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)  # a folder made earlier, or by someone else's umask
     return folder
 
 
@@ -161,9 +163,10 @@ def _start(folder: Path, environment: dict[str, str], digest: str, idle_s: float
             env={**_inherited(), **environment, "PREFECT_SERVER_API_AUTH_STRING": password},
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     server = EmbeddedServer(process.pid, port, password, digest, time.time())
-    record = folder / "server.json"
-    record.touch(mode=0o600)
-    record.write_text(json.dumps(server.__dict__))
+    descriptor = os.open(folder / "server.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as record:
+        os.fchmod(record.fileno(), 0o600)  # whatever mode a file left there had
+        record.write(json.dumps(server.__dict__))
     return server
 
 

@@ -54,6 +54,9 @@ def test_one_warm_server_per_installation(prefect_home: Path, monkeypatch: pytes
     from prefect.settings import PREFECT_API_URL, PREFECT_LOGGING_LEVEL, temporary_settings
 
     monkeypatch.setenv("CENSUSDP_LEDGER", "postgresql://censusdp:hunter2@db.example/ledger")
+    (prefect_home / FOLDER).mkdir(mode=0o755)  # left readable by an older version or a loose umask
+    (prefect_home / FOLDER / "server.json").write_text("{}")
+    os.chmod(prefect_home / FOLDER / "server.json", 0o644)
     try:
         pid, url, password = started(prefect_home)
         environment = Path(f"/proc/{pid}/environ").read_bytes()  # it outlives the command: none of its secrets
