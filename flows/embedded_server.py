@@ -1,14 +1,17 @@
 """Prefect's embedded API server (no server of your own to run), kept warm between the commands of one installation.
 
 With no ``PREFECT_API_URL``, Prefect boots a fresh server for every command: seconds of imports and database setup,
-longer than a small release.  censusdp starts the same server (Prefect's command, its settings passed as Prefect
-passes them, the hardened ones included) once per PREFECT_HOME and reuses it (docs/prefect.md, "The embedded
-server"):
+longer than a small release.  censusdp starts Prefect's server app once per PREFECT_HOME and Prefect settings, and
+reuses it (docs/prefect.md, "The embedded server"):
 
-- it listens on the loopback interface only and asks for a random password, kept in a file only this user reads;
-- every command using it holds a shared lock on ``lease`` (released by the kernel however the command ends); the
-  server ends by itself once nobody has held it for ``IDLE_S`` seconds;
-- its Prefect settings are fixed at its start: a command with other settings starts a server of its own instead.
+- its socket is bound here, on the loopback interface, before the server process starts, and handed to it: no other
+  process can take the port while it boots; it asks every client for a random password (Prefect's auth string),
+  kept in a file only this user reads;
+- it runs with ``python -P`` in its own folder (no module of the command's working directory), with Prefect's
+  settings passed as Prefect passes them (the hardened ones included) and none of the command's other variables;
+- every command using it holds a shared lock on its ``lease`` (released by the kernel however the command ends); it
+  ends by itself once nobody has held it for ``IDLE_S`` seconds;
+- each set of Prefect settings has its own server and folder (``censusdp-server/<digest>``).
 """
 
 from __future__ import annotations
@@ -25,29 +28,30 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 LOOPBACK = "127.0.0.1"
-FOLDER = "censusdp-server"  # inside PREFECT_HOME
+FOLDER = "censusdp-server"  # inside PREFECT_HOME: a folder per settings digest
 LOG = "server.log"
 IDLE_S = 600.0  # the server ends after this long with no command holding it
 # what Prefect's own ephemeral server is started with (prefect.server.api.server.SubprocessASGIServer)
 SERVER_ENVIRONMENT = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+# the command's variables the server may see besides Prefect's own: what a Python process needs to run
+KEPT_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH",
+                  "VIRTUAL_ENV", "SSL_CERT_FILE", "SSL_CERT_DIR")
 POLL_S = 0.05
 DRAIN_S = 10.0  # the longest wait for Prefect's queued logs and events to reach the server after a flow
 
 
 @dataclass(frozen=True)
 class EmbeddedServer:
-    """A running (or starting) server: where it listens, its password, and the process to ask."""
+    """A running (or starting) server: where it listens, its password, and its process (pid and start time)."""
 
     pid: int
+    created: float  # the process's start time (psutil), so that a reused pid is never taken for it
     port: int
-    password: str
-    settings: str  # digest of the Prefect settings it was started with
-    started: float  # time.time() at its start
+    password: str = field(repr=False)
 
     @property
     def api_url(self) -> str:
@@ -64,36 +68,37 @@ class EmbeddedServer:
     def ready(self, timeout_s: float) -> str:
         """Its API URL once its health check answers (it may still be starting)."""
         deadline = time.monotonic() + timeout_s
-        while not self.answers(1.0):
-            if not _alive(self.pid):
-                raise RuntimeError(f"Prefect's embedded server ended at start; its log: PREFECT_HOME/{FOLDER}/{LOG}")
+        while True:
+            if not _is_ours(self):
+                raise RuntimeError(f"Prefect's embedded server ended at start; its log is {LOG} in "
+                                   f"PREFECT_HOME/{FOLDER}")
+            if self.answers(1.0):  # the socket is its own since before it started: nobody else answers there
+                return self.api_url
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Prefect's embedded server did not answer within {timeout_s:.0f} s")
             time.sleep(POLL_S)
-        return self.api_url
 
 
 @contextmanager
 def embedded_server(idle_s: float = IDLE_S) -> Iterator[EmbeddedServer | None]:
-    """The installation's warm server, started now if there is none (it boots while the caller goes on); None when
-    Prefect would not start one (a ``PREFECT_API_URL`` is set, or ephemeral mode is off).  Enter it inside
-    ``hardened_prefect``: a server is started with the settings in force."""
+    """The installation's warm server for the settings in force, started now if there is none (it boots while the
+    caller goes on); None when Prefect would not start one (a ``PREFECT_API_URL`` is set, or ephemeral mode is off).
+    Enter it inside ``hardened_prefect``: a server is started with the settings in force."""
     from prefect.settings import get_current_settings
 
     settings = get_current_settings()
     if settings.api.url or not settings.server.ephemeral.enabled:
         yield None
         return
-    folder = server_folder(Path(settings.home))
+    environment = _server_environment()
+    folder = server_folder(Path(settings.home), _digest(environment))
     with (folder / "lease").open("a+b") as lease:
         fcntl.flock(lease, fcntl.LOCK_SH)  # before the start lock: a server ending holds the lease until it is gone
-        environment = _server_environment()
-        digest = _digest(environment)
-        with _locked(folder / "start.lock"):
+        with (folder / "start.lock").open("a+b") as starting:
+            fcntl.flock(starting, fcntl.LOCK_EX)
             server = _recorded(folder)
-            startup_s = float(settings.server.ephemeral.startup_timeout_seconds)
-            if server is None or server.settings != digest or not _usable(server, startup_s):
-                server = _start(folder, environment, digest, idle_s)
+            if server is None or not _is_ours(server):
+                server = _start(folder, environment, idle_s)
         yield server
 
 
@@ -117,27 +122,34 @@ def using(server: EmbeddedServer | None) -> Iterator[None]:
             EventsWorker.drain_all(timeout=DRAIN_S, at_exit=False)
 
 
-def server_folder(home: Path) -> Path:
-    """The server's folder, this user's only (its password, and locks nobody else may hold)."""
-    folder = home / FOLDER
+def server_folder(home: Path, digest: str) -> Path:
+    """The folder of the server for one set of settings, this user's only (its password, and locks nobody else
+    may hold); a symbolic link or a folder of another user is refused."""
+    folder = home / FOLDER / digest[:16]
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)  # a folder made earlier, or by someone else's umask
+    for path in (folder.parent, folder):
+        status = path.lstat()
+        if path.is_symlink() or status.st_uid != os.getuid():
+            raise RuntimeError(f"{path}: not a folder of this user's own; Prefect's embedded server keeps its "
+                               "password there")
+        os.chmod(path, 0o700)  # a folder made earlier, or under a loose umask
     return folder
 
 
 def stop_embedded_server(home: Path) -> None:
-    """End the server kept for ``home``, if one runs (a command that needs one starts another)."""
-    folder = home / FOLDER
-    server = _recorded(folder) if folder.is_dir() else None
-    if server is None or not _alive(server.pid) or not _is_server_process(server.pid):
-        return
-    os.kill(server.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10.0
-    while _alive(server.pid):
-        if time.monotonic() > deadline:
-            os.kill(server.pid, signal.SIGKILL)
-            deadline = float("inf")
-        time.sleep(POLL_S)
+    """End every server kept for ``home`` (a command that needs one starts another); a server a command is using
+    ends too, and that command's flow fails."""
+    for record in sorted((home / FOLDER).glob("*/server.json")):
+        server = _recorded(record.parent)
+        if server is None or not _is_ours(server):
+            continue
+        os.kill(server.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10.0
+        while _is_ours(server):
+            if time.monotonic() > deadline:
+                os.kill(server.pid, signal.SIGKILL)
+                deadline = float("inf")
+            time.sleep(POLL_S)
 
 
 def _server_environment() -> dict[str, str]:
@@ -154,26 +166,32 @@ def _digest(environment: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _start(folder: Path, environment: dict[str, str], digest: str, idle_s: float) -> EmbeddedServer:
-    port, password = _free_port(), f"censusdp:{secrets.token_urlsafe(24)}"  # Prefect's auth string: user:password
-    with (folder / LOG).open("ab") as log:
-        os.chmod(log.name, 0o600)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "censusdp.flows.server_process", str(port), str(idle_s), str(folder / "lease")],
-            env={**_inherited(), **environment, "PREFECT_SERVER_API_AUTH_STRING": password},
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    server = EmbeddedServer(process.pid, port, password, digest, time.time())
-    descriptor = os.open(folder / "server.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _start(folder: Path, environment: dict[str, str], idle_s: float) -> EmbeddedServer:
+    import psutil
+
+    password = f"censusdp:{secrets.token_urlsafe(24)}"  # Prefect's auth string: user:password
+    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listening.bind((LOOPBACK, 0))
+        listening.listen(128)
+        kept = {name: value for name, value in os.environ.items() if name in KEPT_VARIABLES}
+        with (folder / LOG).open("ab") as log:
+            os.chmod(log.name, 0o600)
+            process = subprocess.Popen(
+                [sys.executable, "-P", "-m", "censusdp.flows.server_process", str(listening.fileno()), str(idle_s),
+                 str(folder / "lease")],
+                env={**kept, **environment, "PREFECT_SERVER_API_AUTH_STRING": password}, cwd=folder,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                pass_fds=(listening.fileno(),))
+        port = int(listening.getsockname()[1])
+    finally:
+        listening.close()  # the server process holds its own copy
+    server = EmbeddedServer(process.pid, psutil.Process(process.pid).create_time(), port, password)
+    descriptor = os.open(folder / "server.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "w") as record:
         os.fchmod(record.fileno(), 0o600)  # whatever mode a file left there had
-        record.write(json.dumps(server.__dict__))
+        record.write(json.dumps(asdict(server)))
     return server
-
-
-def _inherited() -> dict[str, str]:
-    """The command's environment without censusdp's own variables (a ledger URL may hold a password): the server
-    outlives the command and needs none of them."""
-    return {name: value for name, value in os.environ.items() if not name.startswith("CENSUSDP_")}
 
 
 def _recorded(folder: Path) -> EmbeddedServer | None:
@@ -183,41 +201,13 @@ def _recorded(folder: Path) -> EmbeddedServer | None:
         return None
 
 
-def _usable(server: EmbeddedServer, startup_s: float) -> bool:
-    """Ours and running: it answers, or it is still within its start."""
-    if not _alive(server.pid) or not _is_server_process(server.pid):
-        return False
-    return server.answers(1.0) or time.time() - server.started < startup_s
+def _is_ours(server: EmbeddedServer) -> bool:
+    """The recorded process is still running: the same pid, started at the same time, of this user."""
+    import psutil
 
-
-def _is_server_process(pid: int) -> bool:
     try:
-        return b"censusdp.flows.server_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return sys.platform != "linux"  # no /proc to ask: the health check decides
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        process = psutil.Process(server.pid)
+        running = process.status() != psutil.STATUS_ZOMBIE
+        return running and process.create_time() == server.created and process.uids().real == os.getuid()
+    except psutil.Error:
         return False
-    except PermissionError:
-        return True
-    try:  # a child of this process that ended is a zombie until reaped
-        return os.waitpid(pid, os.WNOHANG) == (0, 0)
-    except ChildProcessError:
-        return True
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[Any]:
-    with path.open("a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield handle
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])

@@ -18,6 +18,7 @@ from pathlib import Path
 import dask
 from distributed import Nanny, SpecCluster
 from distributed.deploy.spec import ProcessInterface
+from distributed.security import Security
 from distributed.worker_memory import parse_memory_limit
 
 from censusdp.pipeline.release.scheduler_watch import DRIVER_PID_ENV
@@ -31,33 +32,52 @@ QUIET_DASK = {"distributed.admin.low-level-log-length": 0}
 
 
 def local_cluster(workers: int) -> SpecCluster:
-    """``workers`` one-thread worker processes and a scheduler process, on the loopback interface only; the nannies'
-    MALLOC_TRIM_THRESHOLD_, which slows the workers (docs/dask.md), is cleared around the cluster's start."""
+    """``workers`` one-thread worker processes and a scheduler process, on the loopback interface only, speaking
+    mutual TLS under a key made for this cluster alone (another user of the machine cannot join it, nor run code in
+    it); the nannies' MALLOC_TRIM_THRESHOLD_, which slows the workers (docs/dask.md), is cleared around the start."""
+    security = Security.temporary()
     worker = {"cls": Nanny, "options": {
-        "host": LOOPBACK, "nthreads": 1, "dashboard": False, "silence_logs": logging.ERROR,
-        "memory_limit": parse_memory_limit("auto", 1, workers, logger=_log)}}
+        "host": LOOPBACK, "nthreads": 1, "dashboard": False, "silence_logs": logging.ERROR, "security": security,
+        "protocol": "tls", "memory_limit": parse_memory_limit("auto", 1, workers, logger=_log)}}
     with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None, **QUIET_DASK}):
         return SpecCluster(workers=dict.fromkeys(range(workers), worker),
-                           scheduler={"cls": SchedulerProcess, "options": {}},
-                           silence_logs=logging.ERROR, name="censusdp-local")
+                           scheduler={"cls": SchedulerProcess, "options": {"security": security}},
+                           security=security, silence_logs=logging.ERROR, name="censusdp-local")
 
 
 class SchedulerProcess(ProcessInterface):
     """A ``distributed.Scheduler`` in a child process (``python -P``: no module from the working directory), killed
     with the cluster.  Its log goes to a folder only this user can read, shown if the scheduler fails or ends early."""
 
-    def __init__(self) -> None:
+    def __init__(self, security: Security) -> None:
         self._folder = Path(tempfile.mkdtemp(prefix="censusdp-scheduler-"))
+        self._security = security
         self.process: asyncio.subprocess.Process | None = None
         super().__init__()
+
+    def _tls_environment(self) -> dict[str, str]:
+        """The cluster's key and certificate as files only this user reads, named to the scheduler through Dask's
+        configuration variables (every role: it speaks to workers and clients)."""
+        files = {"CA_FILE": self._security.tls_ca_file}
+        for role in ("SCHEDULER", "WORKER", "CLIENT"):
+            files[f"{role}__CERT"] = self._security.tls_scheduler_cert
+            files[f"{role}__KEY"] = self._security.tls_scheduler_key
+        environment = {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
+        for name, pem in files.items():
+            path = self._folder / f"{name.lower()}.pem"
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(pem)
+            environment[f"DASK_DISTRIBUTED__COMM__TLS__{name}"] = str(path)
+        return environment
 
     async def start(self) -> None:
         scheduler_file = self._folder / "scheduler.json"
         spec = {"cls": "distributed.Scheduler", "opts": {
-            "host": LOOPBACK, "port": 0, "dashboard": False, "dashboard_address": None,
+            "host": LOOPBACK, "port": 0, "protocol": "tls", "dashboard": False, "dashboard_address": None,
             "scheduler_file": str(scheduler_file), "preload": ["censusdp.pipeline.release.scheduler_watch"]}}
         environment = {**os.environ, DRIVER_PID_ENV: str(os.getpid()),
-                       "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "0"}
+                       "DASK_DISTRIBUTED__ADMIN__LOW_LEVEL_LOG_LENGTH": "0", **self._tls_environment()}
         with (self._folder / "scheduler.log").open("wb") as log:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable, "-P", "-m", "dask", "spec", "--spec", json.dumps(spec),

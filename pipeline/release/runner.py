@@ -7,7 +7,6 @@ in flight so driver memory stays bounded.  Every runner gives the same tables un
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -87,24 +86,37 @@ class DaskRunner:
                 self._blas = None
 
 
+WORKER_BYTES = 2 << 30  # "auto" gives each worker at least this much of the machine's memory
+
+
 def machine_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS tells it, else the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """The cores this process may use: its CPU affinity and a container's CPU quota (cgroups) both counted."""
+    from dask.system import CPU_COUNT
+
+    return int(CPU_COUNT)
 
 
-def resolved_runner(spec: str, parallel_tasks: int, cores: int) -> str:
+def machine_memory() -> int:
+    """The memory this process may use, in bytes (a container's limit counted)."""
+    from distributed.system import MEMORY_LIMIT
+
+    return int(MEMORY_LIMIT)
+
+
+def resolved_runner(spec: str, parallel_tasks: int, cores: int, memory: int) -> str:
     """The runner ``spec`` names for a release of ``parallel_tasks`` independent chunks at its lowest level, on
-    ``cores`` cores: ``"auto"`` is a worker per core, no more workers than chunks, and one process for one."""
+    ``cores`` cores and ``memory`` bytes: ``"auto"`` is a worker per core, no more workers than chunks nor than
+    ``WORKER_BYTES`` fit in the memory, and one process where that is one."""
     check_runner(spec)
     if spec != "auto":
         return spec
-    workers = min(cores, parallel_tasks)
+    workers = min(cores, parallel_tasks, memory // WORKER_BYTES)
     return "local" if workers <= 1 else f"dask-local:{workers}"
 
 
 def make_runner(spec: str, parallel_tasks: int = 1) -> LocalRunner | DaskRunner:
-    """The runner ``spec`` names (``resolved_runner``, on this machine's cores); the caller closes it."""
-    spec = resolved_runner(spec, parallel_tasks, machine_cores())
+    """The runner ``spec`` names (``resolved_runner``, on this machine); the caller closes it."""
+    spec = resolved_runner(spec, parallel_tasks, machine_cores(), machine_memory())
     return LocalRunner() if spec == "local" else DaskRunner(spec)
 
 

@@ -18,6 +18,7 @@ import censusdp.pipeline.release.group_tasks as groups
 import censusdp.pipeline.release.measurement_plan as measurement_plan
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.io.run_folder import load_run
+from censusdp.pipeline.release.runner import WORKER_BYTES, machine_cores, machine_memory
 from tests.helpers.configs import edit_config
 from tests.helpers.datasets import write_hive_dataset
 from tests.helpers.tiny import REPO
@@ -65,7 +66,7 @@ def test_every_runner_publishes_the_same_tables(tiny_release: Path, prefect_home
     assert manifest["config"]["postprocess"]["runner"] == "auto"
     chunks = manifest["reconciliation"]["unit"]["chunks"]
     assert chunks > 1
-    workers = min(len(os.sched_getaffinity(0)), chunks)
+    workers = min(machine_cores(), chunks, machine_memory() // WORKER_BYTES)
     assert manifest["runner"] == ("local" if workers == 1 else f"dask-local:{workers}")
 
 

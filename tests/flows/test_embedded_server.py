@@ -54,31 +54,37 @@ def test_one_warm_server_per_installation(prefect_home: Path, monkeypatch: pytes
     from prefect.settings import PREFECT_API_URL, PREFECT_LOGGING_LEVEL, temporary_settings
 
     monkeypatch.setenv("CENSUSDP_LEDGER", "postgresql://censusdp:hunter2@db.example/ledger")
+    monkeypatch.setenv("PGPASSWORD", "hunter3")
     (prefect_home / FOLDER).mkdir(mode=0o755)  # left readable by an older version or a loose umask
-    (prefect_home / FOLDER / "server.json").write_text("{}")
-    os.chmod(prefect_home / FOLDER / "server.json", 0o644)
+    (tmp := prefect_home.parent / "cwd").mkdir()
+    (tmp / "uvicorn.py").write_text("raise SystemExit('the working directory was imported from')\n")
+    monkeypatch.chdir(tmp)
     try:
         pid, url, password = started(prefect_home)
         environment = Path(f"/proc/{pid}/environ").read_bytes()  # it outlives the command: none of its secrets
-        assert b"hunter2" not in environment and b"CENSUSDP_" not in environment
-        folder = prefect_home / FOLDER
-        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-        assert stat.S_IMODE((folder / "server.json").stat().st_mode) == 0o600  # it holds the password
+        assert b"hunter" not in environment and b"CENSUSDP_" not in environment
+        assert Path(f"/proc/{pid}/cwd").resolve() != tmp.resolve()
+        records = list((prefect_home / FOLDER).glob("*/server.json"))
+        assert len(records) == 1 and json.loads(records[0].read_text())["pid"] == pid
+        for path in (prefect_home / FOLDER, records[0].parent):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o700
+        assert stat.S_IMODE(records[0].stat().st_mode) == 0o600  # it holds the password
         assert url.startswith("http://127.0.0.1:")
         assert started(prefect_home)[0] == pid  # the next command finds it warm
         # the API answers only with the password
         assert httpx.post(f"{url}/flows/filter", json={}, timeout=10).status_code == 401
         user, secret = password.split(":", 1)
         assert httpx.post(f"{url}/flows/filter", json={}, timeout=10, auth=(user, secret)).status_code == 200
-        other, _, _ = started(prefect_home, settings={PREFECT_LOGGING_LEVEL: "ERROR"})  # other settings: its own server
-        assert other != pid
+        other_settings = {PREFECT_LOGGING_LEVEL: "ERROR"}
+        other, _, _ = started(prefect_home, settings=other_settings)  # other settings: a server of their own
+        assert other != pid and started(prefect_home)[0] == pid  # beside the first, which stays warm
         os.kill(other, 9)  # a dead server is replaced
-        assert started(prefect_home, settings={PREFECT_LOGGING_LEVEL: "ERROR"})[0] not in (pid, other)
+        assert started(prefect_home, settings=other_settings)[0] not in (pid, other)
         with temporary_settings(updates={PREFECT_API_URL: url}), embedded_server() as server:
             assert server is None  # a configured API URL: Prefect's own choice stands
     finally:
         stop_embedded_server(prefect_home)
-    assert _gone(json.loads((prefect_home / FOLDER / "server.json").read_text())["pid"])
+    assert all(_gone(json.loads(record.read_text())["pid"]) for record in (prefect_home / FOLDER).glob("*/server.json"))
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -51,7 +52,17 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypa
         children = {child.pid for child in psutil.Process().children(recursive=True)}
         assert scheduler_pid != os.getpid() and scheduler_pid in children
         assert runner.client.run_on_scheduler(os.getpid) == scheduler_pid
-        assert runner.client.scheduler_info()["address"].startswith("tcp://127.0.0.1:")
+        address = runner.client.scheduler_info()["address"]
+        assert address.startswith("tls://127.0.0.1:")
+        # another user of the machine, without the cluster's key, can neither join it nor run code in it
+        from distributed import Client
+        from distributed.security import Security
+
+        with pytest.raises(OSError):  # a key of its own: the handshake is refused (TimeoutError is an OSError)
+            Client(address, timeout=5, security=Security.temporary())
+        with pytest.raises(OSError):
+            Client(address.replace("tls://", "tcp://"), timeout=5)
+        assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in folder.glob("*.pem"))
         worker_pids = set(runner.client.run(os.getpid).values())
         assert len(worker_pids) == 2 and worker_pids <= children and os.getpid() not in worker_pids
         thresholds = runner.client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
@@ -98,6 +109,7 @@ def test_a_killed_driver_takes_its_scheduler_with_it() -> None:
     finally:
         driver.kill()
         driver.wait()
+    assert not list(Path(folder).glob("*.pem"))  # the cluster's key went with its scheduler
     Path(folder).joinpath("scheduler.log").unlink(missing_ok=True)  # the killed driver could not remove its folder
     Path(folder).joinpath("scheduler.json").unlink(missing_ok=True)
     Path(folder).rmdir()
