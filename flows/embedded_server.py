@@ -70,8 +70,8 @@ class EmbeddedServer:
         deadline = time.monotonic() + timeout_s
         while True:
             if not _is_ours(self):
-                raise RuntimeError(f"Prefect's embedded server ended at start; its log is {LOG} in "
-                                   f"PREFECT_HOME/{FOLDER}")
+                raise RuntimeError(f"Prefect's embedded server ended at start; its log is {LOG} in its folder "
+                                   f"under PREFECT_HOME/{FOLDER}")
             if self.answers(1.0):  # the socket is its own since before it started: nobody else answers there
                 return self.api_url
             if time.monotonic() > deadline:

@@ -56,19 +56,20 @@ class SchedulerProcess(ProcessInterface):
         super().__init__()
 
     def _tls_environment(self) -> dict[str, str]:
-        """The cluster's key and certificate as files only this user reads, named to the scheduler through Dask's
-        configuration variables (every role: it speaks to workers and clients)."""
-        files = {"CA_FILE": self._security.tls_ca_file}
-        for role in ("SCHEDULER", "WORKER", "CLIENT"):
-            files[f"{role}__CERT"] = self._security.tls_scheduler_cert
-            files[f"{role}__KEY"] = self._security.tls_scheduler_key
-        environment = {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
-        for name, pem in files.items():
-            path = self._folder / f"{name.lower()}.pem"
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        """The cluster's certificate (its own authority too: self-signed) and key as two files only this user reads,
+        named to the scheduler for every role through Dask's configuration variables (it speaks to workers and
+        clients)."""
+        paths = {}
+        for name, pem in (("cert", self._security.tls_scheduler_cert), ("key", self._security.tls_scheduler_key)):
+            paths[name] = self._folder / f"{name}.pem"
+            descriptor = os.open(paths[name], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(descriptor, "w") as handle:
                 handle.write(pem)
-            environment[f"DASK_DISTRIBUTED__COMM__TLS__{name}"] = str(path)
+        environment = {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
+                       "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(paths["cert"])}
+        for role in ("SCHEDULER", "WORKER", "CLIENT"):
+            environment[f"DASK_DISTRIBUTED__COMM__TLS__{role}__CERT"] = str(paths["cert"])
+            environment[f"DASK_DISTRIBUTED__COMM__TLS__{role}__KEY"] = str(paths["key"])
         return environment
 
     async def start(self) -> None:

@@ -30,7 +30,6 @@ from censusdp.pipeline.io.microdata import InputFiles, geography_rows, geography
 from censusdp.pipeline.io.summary_tables import write_summary_tables
 from censusdp.pipeline.io.tables import LevelTableWriter
 from censusdp.pipeline.release.charging import charge
-from censusdp.pipeline.release.chunks import level_chunks
 from censusdp.pipeline.release.draws import claim_draw
 from censusdp.pipeline.release.expected_errors import (
     compute_expected_errors,
@@ -350,11 +349,11 @@ def run_stages(release: Release, stages: tuple[Stage, ...] = STAGES, *, call: St
 
 def lowest_chunks(universe: UniverseRun) -> int:
     """About how many independent chunks the universe's lowest level is reconciled in, the work a runner shares out,
-    from public facts only (the runner is made before the charge): the tree once built (a re-run's); else the
-    geography file's units; without one, unknown (every core is used)."""
-    config, tree = universe.config, universe.tree
-    if tree is not None:
-        return len(level_chunks(tree, tree.depth - 1, universe.schema.n_cells, config.chunk_cells))
+    from public facts only (the runner is made before the charge): a re-run's chunk plan, read with its
+    measurements; else the geography file's units; without one, unknown (every core is used)."""
+    config = universe.config
+    if universe.chunk_plan:
+        return len(universe.chunk_plan[len(config.levels) - 1])
     units = geography_rows(universe.input_files) if universe.input_files is not None else None
     if units is None:
         return sys.maxsize
