@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing
 from dataclasses import dataclass, replace
@@ -350,13 +349,13 @@ def run_stages(release: Release, stages: tuple[Stage, ...] = STAGES, *, call: St
 def lowest_chunks(universe: UniverseRun) -> int:
     """About how many independent chunks the universe's lowest level is reconciled in, the work a runner shares out,
     from public facts only (the runner is made before the charge): a re-run's chunk plan, read with its
-    measurements; else the geography file's units; without one, unknown (every core is used)."""
+    measurements; else the geography file's units; without one, nothing public says there is work to share: one."""
     config = universe.config
     if universe.chunk_plan:
         return len(universe.chunk_plan[len(config.levels) - 1])
     units = geography_rows(universe.input_files) if universe.input_files is not None else None
     if units is None:
-        return sys.maxsize
+        return 1
     per_chunk = max(1, config.chunk_cells // universe.schema.n_cells)
     return max(1, -(-units // per_chunk))
 
