@@ -77,7 +77,7 @@ def parse_config(raw: dict[str, Any], source: str, base: Path, universe: Univers
     check_solver_setting(solver, source, levels, strategy, invariants)
     with config_error_at(source, "postprocess.runner"):
         runner = check_runner(str(postprocess.get("runner", "auto")))
-    measure_on = postprocess.get("measure_on", MeasureOn.WORKERS.value)
+    measure_on = postprocess.get("measure_on", MeasureOn.AUTO.value)
     if measure_on not in {m.value for m in MeasureOn}:
         raise ConfigError(source, "postprocess.measure_on", f"expected one of {', '.join(m.value for m in MeasureOn)}")
     chunk_cells = postprocess.get("chunk_cells", DEFAULT_CHUNK_CELLS)

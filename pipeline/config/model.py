@@ -205,6 +205,7 @@ class LedgerConfig:
 class MeasureOn(StrEnum):
     """Where a run with a Dask runner reads its records and draws its noise (``postprocess.measure_on``)."""
 
+    AUTO = "auto"  # as WORKERS; a local cluster's driver also takes tasks while its workers start (one machine)
     WORKERS = "workers"  # the group tasks run on the workers (they read confidential records: docs/dask.md)
     DRIVER = "driver"  # in the driver's process; the workers only reconcile
 
@@ -223,7 +224,7 @@ class ReleaseConfig:
     structural_zeros: tuple[dict[str, tuple[str, ...]], ...] = ()
     solver: str = "auto"
     runner: str = "auto"  # pipeline.release.runner: the machine's cores where the release has work for them
-    measure_on: MeasureOn = MeasureOn.WORKERS
+    measure_on: MeasureOn = MeasureOn.AUTO
     chunk_cells: int = DEFAULT_CHUNK_CELLS
     reconciliation: Reconciliation | None = None  # pipeline.config.reconciliation; set by the loader
     raw: dict[str, Any] = field(default_factory=dict, compare=False)  # as read: may hold a ledger password

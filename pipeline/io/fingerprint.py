@@ -18,8 +18,16 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from censusdp.pipeline.errors import InputError
 from censusdp.pipeline.io.microdata import BATCH_ROWS, InputFiles
-from censusdp.pipeline.io.parts import ChangedFileError, check_unchanged, read_batches, read_header, with_hive
+from censusdp.pipeline.io.parts import (
+    ChangedFileError,
+    check_unchanged,
+    parquet_rows,
+    read_batches,
+    read_header,
+    with_hive,
+)
 
 _NULL = "\x00"  # stands for a missing value; cannot occur in CSV text read by this package
 _FIELD = "\x1f"
@@ -27,8 +35,10 @@ _MODULUS = 1 << 256
 WITH_PATHS = "-with-paths"  # the variant of a kind that counts a part's path-only hive columns
 
 
-# map_parts(function, part indices) -> the function's results (any order: the digests are a sum)
-PartMap = Callable[[Callable[[int], Any], Iterable[int]], Iterable[Any]]
+# map_parts(function, pieces or part indices) -> the function's results (any order: the digests are a sum)
+PartMap = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
+Piece = tuple[int, tuple[int, int] | None]  # a part's index and its rows [start, stop) (None: all of them)
+PIECE_ROWS = 1 << 18  # rows of a Parquet part digested by one task
 
 
 class FingerprintKind(StrEnum):
@@ -37,10 +47,11 @@ class FingerprintKind(StrEnum):
 
 
 def data_fingerprints(files: InputFiles, key: bytes, *, batch_rows: int = BATCH_ROWS,
-                      map_parts: PartMap | None = None) -> dict[str, str]:
+                      map_parts: PartMap | None = None, piece_rows: int = PIECE_ROWS) -> dict[str, str]:
     """The keyed fingerprints of the microdata (kind -> hex digest), independent of path, parts and row order:
-    ``rows-set`` (else ``lines-set``).  ``map_parts(function, part indices)`` computes the parts' digests, in any
-    order and anywhere (a Dask runner's workers: they then hold the key); by default one after another here."""
+    ``rows-set`` (else ``lines-set``).  ``map_parts(function, pieces)`` computes the pieces' digests (``pieces``: a
+    Parquet part's rows in ranges of ``piece_rows``, so one large file is shared out too; a CSV part whole), in
+    any order and anywhere (a Dask runner's workers: they then hold the key); by default one after another here."""
     # Only a part's content may send the digest to its fallback kind, never the machinery that computes it: an
     # error out of ``map_parts`` itself (a worker lost, a file it cannot see) propagates and the release is not
     # charged, else killing a worker would give the same data another dataset's fingerprint (a fresh budget)
@@ -54,7 +65,7 @@ def data_fingerprints(files: InputFiles, key: bytes, *, batch_rows: int = BATCH_
         with_paths = None
     if with_paths is not None:
         parts = list(run(partial(part_digests, files, key=key, with_paths=with_paths, batch_rows=batch_rows),
-                         range(len(files.parts))))
+                         pieces(files, piece_rows)))
         if all(part is not None for part in parts):
             digest = MultisetDigest(key, FingerprintKind.ROWS_SET)
             variant = MultisetDigest(key, FingerprintKind.ROWS_SET)
@@ -109,16 +120,34 @@ def row_texts(frame: pl.DataFrame) -> pl.Series:
     return frame.select(pl.concat_str(fields, separator=_FIELD).alias("row")).to_series()
 
 
-def part_digests(files: InputFiles, part_index: int, key: bytes, *, with_paths: bool,
+def pieces(files: InputFiles, piece_rows: int = PIECE_ROWS) -> list[Piece]:
+    """The parts as pieces of work: a Parquet part's rows in ranges of ``piece_rows`` (its footer's row count; a
+    footer that does not read: the part whole, which then falls back as ``part_digests`` says), a CSV part whole."""
+    found: list[Piece] = []
+    for index, part in enumerate(files.parts):
+        try:
+            total = parquet_rows(part.path) if files.format == "parquet" else None
+        except InputError:
+            total = None
+        if total is None:
+            found.append((index, None))
+        else:
+            found.extend((index, (start, min(total, start + piece_rows)))
+                         for start in range(0, max(total, 1), piece_rows))
+    return found
+
+
+def part_digests(files: InputFiles, piece: Piece | int, key: bytes, *, with_paths: bool,
                  batch_rows: int = BATCH_ROWS) -> tuple[MultisetDigest, MultisetDigest | None] | None:
-    """One part's ``rows-set`` digest (and, with ``with_paths``, its ``-with-paths`` one), streamed: the parts'
-    digests ``merge`` into the dataset's, in any order.  None where the part's content does not parse as rows
-    (then the dataset's digest is ``lines-set``); a part changed while read raises."""
-    part = files.parts[part_index]
+    """One piece's ``rows-set`` digest (and, with ``with_paths``, its ``-with-paths`` one), streamed: the pieces'
+    digests ``merge`` into the dataset's, in any order (a part index: the whole part).  None where the part's
+    content does not parse as rows (then the dataset's digest is ``lines-set``); a part changed while read raises."""
+    index, rows = (piece, None) if isinstance(piece, int) else piece
+    part = files.parts[index]
     digest = MultisetDigest(key, FingerprintKind.ROWS_SET)
     variant = MultisetDigest(key, FingerprintKind.ROWS_SET) if with_paths else None
     try:
-        for frame in read_batches(part, files.format, batch_rows, hive=False):
+        for frame in read_batches(part, files.format, batch_rows, hive=False, rows=rows):
             texts = row_texts(frame).cast(pl.Binary).to_list()
             digest.add(texts)
             if variant is not None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from censusdp.pipeline.config.model import Format
 from censusdp.pipeline.errors import InputError, InputProblem
@@ -113,6 +115,15 @@ def unreadable(path: Path, fmt: Format | str, error: BaseException) -> InputErro
     return InputError(str(path), f"not a readable {kind} file ({type(error).__name__})", category=InputProblem.FILE)
 
 
+def parquet_rows(path: Path) -> int:
+    """A Parquet file's row count, from its footer (no value is read)."""
+    try:
+        with path.open("rb") as handle:
+            return int(pq.ParquetFile(handle).metadata.num_rows)
+    except (OSError, ValueError, pa.ArrowException) as error:
+        raise unreadable(path, "parquet", error) from None
+
+
 def read_header(path: Path, fmt: Format | str) -> dict[str, pl.DataType]:
     """The file's columns and types, from its Parquet schema or CSV header only (no value is read)."""
     if not path.exists():
@@ -158,17 +169,21 @@ def with_hive(frame: pl.DataFrame, part: InputPart) -> pl.DataFrame:
     return frame.with_columns(missing) if missing else frame
 
 
-def read_batches(part: InputPart, fmt: Format | str, batch_rows: int, *, hive: bool = True
-                 ) -> Iterator[pl.DataFrame]:
-    """The part's rows in order, streamed, at most ``batch_rows`` per frame (with ``hive``, the hive columns the
-    file lacks added).  A body that does not parse raises ``unreadable`` (a FILE problem that depends on values)."""
+def read_batches(part: InputPart, fmt: Format | str, batch_rows: int, *, hive: bool = True,
+                 rows: tuple[int, int] | None = None) -> Iterator[pl.DataFrame]:
+    """The part's rows in order (a Parquet part's ``rows`` [start, stop) only), streamed, at most ``batch_rows`` per
+    frame (with ``hive``, the hive columns the file lacks added).  A body that does not parse raises ``unreadable``
+    (a FILE problem that depends on values)."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be >= 1")
+    if rows is not None and fmt != "parquet":
+        raise ValueError("only a Parquet part is read by row ranges")
     check_unchanged(part)
     source = str(part.path.resolve())
     try:
         if fmt == "parquet":
             scan = pl.scan_parquet(source, glob=False, hive_partitioning=False)
+            scan = scan if rows is None else scan.slice(rows[0], rows[1] - rows[0])
         else:
             scan = pl.scan_csv(source, glob=False, infer_schema=False, separator=separator(part.path, fmt))
         for batch in scan.collect_batches(chunk_size=batch_rows, maintain_order=True, lazy=True):

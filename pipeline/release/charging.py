@@ -25,6 +25,10 @@ def charge(release: Release, runner: LocalRunner | DaskRunner | None = None) -> 
     prepare_location(config.ledger.location)
     ledger = PrivacyLedger(config.ledger.location)
     key = ledger.fingerprint_key()
+    # the guarantee is stated before anything is spent (an accountant failing later would waste the charge), and
+    # first: a local cluster's workers boot meanwhile
+    stated = release.privacy[config.universe]
+    rho = Fraction(stated.get("per_person", stated)["rho_exact"])
     map_parts = runner.map if runner is not None and records_on_workers(config, runner) else None
     fingerprints: dict[str, str] = {}
     for universe in release.universes:  # the units file is the dataset's too: either file finds it, one charge
@@ -32,9 +36,6 @@ def charge(release: Release, runner: LocalRunner | DaskRunner | None = None) -> 
         prefix = "" if universe is release.persons else f"{universe.config.universe.value}-"
         fingerprints |= {f"{prefix}{kind}": digest
                          for kind, digest in data_fingerprints(files, key, map_parts=map_parts).items()}
-    # the guarantee is stated before anything is spent (an accountant failing later would waste the charge)
-    stated = release.privacy[config.universe]
-    rho = Fraction(stated.get("per_person", stated)["rho_exact"])
     release.rng.bind(seeded_noise_secret(key, fingerprints, _layout(config)))  # a test seed must not predict noise
     entry = ledger.charge_release(config.ledger.dataset, config.ledger.cap_rho, fingerprints, release.run_id, rho,
                                   config.budget.delta, config_digest(config.raw), release.rng.publishable)

@@ -31,9 +31,11 @@ LevelPlan = tuple[str, tuple[QueryAllocation, ...], tuple[str, ...]]  # level na
 
 @dataclass(frozen=True)
 class GroupTask:
-    """One group: a node of the partition level (or the root) and its subtree; public values only."""
+    """One group: a node of the partition level (or the root) and its subtree, or a share of its chunks (a large
+    group is shared out among several tasks, each reading the group's records and measuring its own chunks); public
+    values only."""
 
-    index: int
+    index: int  # the task's number, in node order (shares of a group are consecutive): names its claim and parts
     level: int
     subtree: GeoTree  # the group's nodes and their descendants
     first: tuple[int, ...]  # each subtree level's first node in the whole tree
@@ -46,9 +48,22 @@ class GroupTask:
     # the persons-per-unit bounds (matrix, lower, upper) of its lowest nodes, from published values: data that break
     # one are refused, by category, once every group is measured
     limits: tuple[Any, np.ndarray, np.ndarray] | None = None
+    share: int = 0  # which of the group's ``shares`` this task measures (``share_chunks``); share 0's total is kept
+    shares: int = 1
 
     def __repr__(self) -> str:
-        return f"GroupTask(index={self.index}, level={self.level}, nodes={self.first[0]}+{self.subtree.n_nodes(0)})"
+        return (f"GroupTask(index={self.index}, level={self.level}, nodes={self.first[0]}+{self.subtree.n_nodes(0)}, "
+                f"share={self.share}/{self.shares})")
+
+
+def share_chunks(chunks: Sequence[tuple[int, int]], share: int, shares: int) -> list[int]:
+    """The indices of the level's ``chunks`` that ``share`` of ``shares`` measures: contiguous, about a
+    ``shares``-th of the level's nodes each (a chunk goes to the share its middle node falls in)."""
+    if not chunks:
+        return []
+    first, total = chunks[0][0], max(1, chunks[-1][1] - chunks[0][0])
+    return [i for i, (start, stop) in enumerate(chunks)
+            if min(shares - 1, shares * (start + stop - 2 * first) // (2 * total)) == share]
 
 
 @dataclass(frozen=True)
@@ -119,9 +134,10 @@ def chunk_histograms(runs: Sequence[np.ndarray], unit_offsets: np.ndarray, ances
 
 
 def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | None = None
-                  ) -> tuple[GroupMeasured, np.ndarray]:
-    """Measure every level of one group; returns the public result and the group's total histogram (confidential,
-    for ``measure_upper``).  Writing its own parts, the task first claims its draw: one attempt per run draws."""
+                  ) -> tuple[GroupMeasured, np.ndarray | None]:
+    """Measure every level of one group (its share's chunks); returns the public result and the group's total
+    histogram (confidential, for ``measure_upper``; share 0's only).  Writing its own parts, the task first claims
+    its draw: one attempt per run draws."""
     attempt = claim_draw(task.out_dir, group_name(task.index)) if task.out_dir is not None else None
     files, schema = task.files, task.files.config.schema
     category = None
@@ -136,12 +152,13 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
     plans, invariants, top = [], [], []
     broken = False
     for level, (name, allocations, invariant_queries) in enumerate(task.levels):
+        mine = share_chunks(task.chunks[level], task.share, task.shares)
         returned = level == 0 and task.level > 0  # the partition level below the root: handed back, not written
-        writer, part = (None, None) if returned else _writer(task, name, writers, attempt)
+        writer, part = (None, None) if returned or not mine else _writer(task, name, writers, attempt)
         parts.append(part)
         ancestors, unit_offsets = tree.ancestor_of_units(level), tree.unit_offsets(level)
         plan, level_invariants_parts = [], []
-        for (start, stop), key in zip(task.chunks[level], task.keys[level], strict=True):
+        for start, stop, key in ((*task.chunks[level][i], task.keys[level][i]) for i in mine):
             histograms = chunk_histograms(runs, unit_offsets, ancestors, start, stop, n_cells)
             if task.limits is not None and level == len(task.levels) - 1:  # checked, and measured all the same
                 matrix, lower, upper = task.limits
@@ -150,7 +167,7 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
             noisy = measure_level(schema, histograms, allocations, substream_source(key))
             level_invariants_parts.append(level_invariants(schema, histograms, invariant_queries))
             del histograms
-            if writer is None:
+            if returned:
                 top.append(noisy)
             else:
                 row_group = writer.write_chunk(tree.geoids[level][start:stop], noisy, [a.rho for a in allocations])
@@ -160,7 +177,8 @@ def measure_group(task: GroupTask, writers: dict[str, LevelMeasurementWriter] | 
             writer.close()
         plans.append(tuple(plan))
         invariants.append(tuple(joined_invariants(level_invariants_parts)))
-    total = sum((np.bincount(run % n_cells, minlength=n_cells) for run in runs), np.zeros(n_cells, dtype=np.int64))
+    total = (sum((np.bincount(run % n_cells, minlength=n_cells) for run in runs), np.zeros(n_cells, dtype=np.int64))
+             if task.share == 0 else None)
     top_joined = tuple(replace(q[0], noisy=np.concatenate([m.noisy for m in q])) for q in zip(*top, strict=True))
     return GroupMeasured(task.index, tuple(parts), tuple(plans), tuple(invariants), top_joined, broken), total
 

@@ -29,6 +29,9 @@ STARTUP_S = 120.0  # a loaded machine or a network-mounted environment imports s
 # distributed keeps the last messages each connection sent, for its developers: the driver's are its tasks, arrays
 # included (docs/dask.md).  The driver's client (any runner's) and a local cluster's processes keep none.
 QUIET_DASK = {"distributed.admin.low-level-log-length": 0}
+# imported by each worker as it starts, while the driver charges: else every worker's first task pays for them
+WORKER_MODULES = ("censusdp.pipeline.release.group_tasks", "censusdp.pipeline.release.reconcile_chunk",
+                  "censusdp.pipeline.io.fingerprint", "cvxpy")
 
 
 def local_cluster(workers: int) -> SpecCluster:
@@ -38,7 +41,8 @@ def local_cluster(workers: int) -> SpecCluster:
     security = Security.temporary()
     worker = {"cls": Nanny, "options": {
         "host": LOOPBACK, "nthreads": 1, "dashboard": False, "silence_logs": logging.ERROR, "security": security,
-        "protocol": "tls", "memory_limit": parse_memory_limit("auto", 1, workers, logger=_log)}}
+        "protocol": "tls", "preload": list(WORKER_MODULES),
+        "memory_limit": parse_memory_limit("auto", 1, workers, logger=_log)}}
     with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None, **QUIET_DASK}):
         return SpecCluster(workers=dict.fromkeys(range(workers), worker),
                            scheduler={"cls": SchedulerProcess, "options": {"security": security}},

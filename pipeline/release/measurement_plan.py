@@ -67,10 +67,11 @@ def partition_level(levels: Sequence[Level], files: InputFiles) -> int:
 
 def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[LevelPlan], rng: RandomSource | None,
                      universe: str, chunk_cells: int, parts_dir: Path | None, partition: int | None = None,
-                     limits: tuple[Any, np.ndarray, np.ndarray] | None = None) -> MeasurementPlan:
+                     limits: tuple[Any, np.ndarray, np.ndarray] | None = None, workers: int = 1) -> MeasurementPlan:
     """Every group's task and the upper levels' task, with each chunk's noise stream key (drawn here, in one fixed
     order, so the plan is the same wherever the tasks run; ``rng`` None: a plan for validation only).  ``limits``:
-    the persons-per-unit bounds of every lowest node (``GroupTask.limits``)."""
+    the persons-per-unit bounds of every lowest node (``GroupTask.limits``).  With ``workers`` > 1, a group holding
+    a large share of the lowest nodes is measured in several tasks (``group_shares``): the same draws, shared out."""
     p = partition_level(tree.levels, files) if partition is None else partition
     n_cells = files.config.schema.n_cells
     if parts_dir is not None:  # the tasks' claims and parts; made once, here: no task creates a folder
@@ -94,17 +95,27 @@ def plan_measurement(tree: GeoTree, files: InputFiles, level_plans: Sequence[Lev
         ancestors = tuple(to_groups.ancestor_of_units(level) for level in range(p))  # each group's, per upper level
         upper = UpperTask(tree=upper_tree, group_ancestors=ancestors, schema=files.config.schema,
                           levels=tuple(level_plans[:p]), chunks=chunks, keys=keys, out_dir=out_dir)
-    groups = []
+    groups: list[GroupTask] = []
     for node in range(tree.n_nodes(p)):  # the root level is one node
         subtree, first = tree.subtree(p, node, node + 1)
         chunks = subtree_chunks(subtree, n_cells, chunk_cells)
         lowest = slice(first[-1], first[-1] + subtree.n_nodes(subtree.depth - 1))
         group_limits = None if limits is None else (limits[0], limits[1][lowest], limits[2][lowest])
-        groups.append(GroupTask(index=node, level=p, subtree=subtree, first=first, files=files, limits=group_limits,
-                                parts=tuple(by_node.get(node, [])), levels=tuple(level_plans[p:]), chunks=chunks,
-                                keys=_keys(rng, universe, level_plans[p:], chunks, first),
-                                out_dir=out_dir))
+        task = GroupTask(index=len(groups), level=p, subtree=subtree, first=first, files=files, limits=group_limits,
+                         parts=tuple(by_node.get(node, [])), levels=tuple(level_plans[p:]), chunks=chunks,
+                         keys=_keys(rng, universe, level_plans[p:], chunks, first), out_dir=out_dir)
+        shares = group_shares(lowest.stop - lowest.start, tree.n_nodes(tree.depth - 1), len(chunks[-1]), workers)
+        groups.extend([replace(task, index=task.index + share, share=share, shares=shares) for share in range(shares)])
     return MeasurementPlan(p, tuple(groups), upper)
+
+
+def group_shares(group_units: int, all_units: int, lowest_chunks: int, workers: int) -> int:
+    """How many tasks measure a group of ``group_units`` of the ``all_units`` lowest nodes: one, or with several
+    workers enough that no task holds much more than a ``2 * workers``-th of the nodes, at most one per worker and
+    per lowest chunk (each task reads the group's records, so a share costs one more reading of them)."""
+    if workers <= 1 or all_units == 0:
+        return 1
+    return max(1, min(workers, lowest_chunks, -(-2 * workers * group_units // all_units)))
 
 
 def _keys(rng: RandomSource | None, universe: str, levels: Sequence[LevelPlan],
@@ -172,7 +183,8 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
                             if part else writers[name].file)
                     plans[level].extend((start, stop, ChunkLocation(file, row_group))
                                         for start, stop, row_group in level_plan)
-                invariant_parts[level].append(measured.invariants[offset])
+                if measured.invariants[offset]:  # a share without a chunk of this level has none
+                    invariant_parts[level].append(measured.invariants[offset])
         if tops:  # the partition level, in chunks of whole families (its nodes' answers came back one by one)
             for start, stop in level_chunks(tree, p, n_cells, chunk_cells):
                 write(p, start, stop, [replace(q[0], noisy=np.concatenate([m.noisy for m in q]))
@@ -192,7 +204,7 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
 
 def _on_driver(plan: MeasurementPlan, writers: dict[str, LevelMeasurementWriter]) -> tuple[list[GroupMeasured], Any]:
     results = [measure_group(task, writers) for task in plan.groups]
-    upper, totals = plan.upper, [total for _, total in results]
+    upper, totals = plan.upper, [total for _, total in results if total is not None]
     return [measured for measured, _ in results], (lambda: measure_upper(upper, totals)) if upper is not None else None
 
 
@@ -209,7 +221,8 @@ def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | No
             for task in groups:
                 future = client.submit(measure_group, task, pure=False)
                 pending.append(client.submit(operator.itemgetter(0), future, pure=False))
-                totals.append(client.submit(operator.itemgetter(1), future, pure=False))
+                if task.share == 0:  # the group's total histogram: its first share's
+                    totals.append(client.submit(operator.itemgetter(1), future, pure=False))
                 del future  # released once both halves are taken: the scheduler forgets the task and its subtree
                 if len(pending) >= window:
                     yield pending.popleft().result()

@@ -7,6 +7,7 @@ in flight so driver memory stays bounded.  Every runner gives the same tables un
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from censusdp.pipeline.config.model import MeasureOn, ReleaseConfig, check_runne
 
 class LocalRunner:
     name = "local"
+    workers = 1
 
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         return (fn(task) for task in tasks)
@@ -28,45 +30,80 @@ class LocalRunner:
         pass
 
 
+_NO_TASK = object()
+
+
 class DaskRunner:
-    """Maps tasks on a Dask client; at most ``window`` tasks in flight, results in order."""
+    """Maps tasks on a Dask client; at most ``window`` tasks in flight, results in order.  A local cluster starts in
+    a thread of its own, so the driver's next steps (the charge's fingerprint) go on while its processes boot; the
+    first use waits for it (``client``); with ``driver_helps``, a local cluster's ``map`` runs tasks in this
+    process until then (in order: results keep coming in submission order)."""
 
-    def __init__(self, spec: str, window: int | None = None) -> None:
-        import dask
-        from distributed import Client
-
-        from censusdp.pipeline.release.local_cluster import QUIET_DASK, local_cluster
-
+    def __init__(self, spec: str, window: int | None = None, *, driver_helps: bool = False) -> None:
         self.name = spec
-        self._cluster = None
+        # a local cluster's processes read what this one may (``measure_on = "auto"``): it runs tasks until they start
+        self._driver_helps = driver_helps and spec.startswith("dask-local:")
+        self._cluster: Any = None
+        self._client: Any = None
+        self._window = window
         self._blas = None
-        with dask.config.set(QUIET_DASK):
-            if spec.startswith("dask-local:"):
-                self._cluster = local_cluster(int(spec.split(":", 1)[1]))
-                try:
-                    self.client = Client(self._cluster)
-                except BaseException:
-                    self._cluster.close()
-                    raise
-            else:
-                self.client = Client(spec)
-        try:
-            # two tasks per worker thread in flight: every worker kept busy, and the driver holds no more (MBs each)
-            self.window = window or max(4, 2 * sum(self.client.nthreads().values()))
-        except BaseException:
-            self.close()
-            raise
-        if self._cluster is not None:  # the last step: nothing after it can fail and leave the limit set
+        self._error: BaseException | None = None
+        self._starting = threading.Thread(target=self._start, name="censusdp-dask-start", daemon=True)
+        self._starting.start()
+        if spec.startswith("dask-local:"):  # the last step: nothing after it can fail and leave the limit set
             from threadpoolctl import threadpool_limits
 
             # the workers share this machine's cores, which OpenBLAS's spinning idle threads take (docs/dask.md)
             self._blas = threadpool_limits(limits=1, user_api="blas")
 
+    def _start(self) -> None:
+        import dask
+        from distributed import Client
+
+        from censusdp.pipeline.release.local_cluster import QUIET_DASK, local_cluster
+
+        try:
+            with dask.config.set(QUIET_DASK):
+                if self.name.startswith("dask-local:"):
+                    self._cluster = local_cluster(int(self.name.split(":", 1)[1]))
+                    self._client = Client(self._cluster)
+                else:
+                    self._client = Client(self.name)
+            # two tasks per worker thread in flight: every worker kept busy, and the driver holds no more (MBs each)
+            self._window = self._window or max(4, 2 * sum(self._client.nthreads().values()))
+        except BaseException as error:  # noqa: BLE001 - raised in the driver's thread at the first use
+            self._error = error
+
+    @property
+    def client(self) -> Any:
+        """The Dask client, once the cluster has started (a start's error is raised here)."""
+        self._starting.join()
+        if self._error is not None:
+            raise self._error
+        return self._client
+
+    @property
+    def window(self) -> int:
+        self.client  # noqa: B018 - waits for the start
+        return int(self._window or 0)
+
+    @property
+    def workers(self) -> int:
+        """The worker threads the cluster has (once started)."""
+        return sum(self.client.nthreads().values())
+
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
+        remaining = iter(tasks)
+        while self._driver_helps and self._starting.is_alive():
+            task = next(remaining, _NO_TASK)
+            if task is _NO_TASK:
+                return
+            yield fn(task)
+        client, window = self.client, self.window
         pending: deque[Any] = deque()
-        for task in tasks:
-            pending.append(self.client.submit(fn, task, pure=False))
-            if len(pending) >= self.window:
+        for task in remaining:
+            pending.append(client.submit(fn, task, pure=False))
+            if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
@@ -77,13 +114,17 @@ class DaskRunner:
 
     def close(self) -> None:
         try:
-            self.client.close()
-            if self._cluster is not None:
-                self._cluster.close()
-        finally:  # the driver's own BLAS setting comes back whatever the cluster's closing does
-            if self._blas is not None:
-                self._blas.restore_original_limits()
-                self._blas = None
+            self._starting.join()
+            if self._client is not None:
+                self._client.close()
+        finally:
+            try:
+                if self._cluster is not None:
+                    self._cluster.close()
+            finally:  # the driver's own BLAS setting comes back whatever the cluster's closing does
+                if self._blas is not None:
+                    self._blas.restore_original_limits()
+                    self._blas = None
 
 
 WORKER_BYTES = 2 << 30  # "auto" gives each worker at least this much of the machine's memory
@@ -114,12 +155,13 @@ def resolved_runner(spec: str, parallel_tasks: int, cores: int, memory: int) -> 
     return "local" if workers <= 1 else f"dask-local:{workers}"
 
 
-def make_runner(spec: str, parallel_tasks: int = 1) -> LocalRunner | DaskRunner:
-    """The runner ``spec`` names (``resolved_runner``, on this machine); the caller closes it."""
+def make_runner(spec: str, parallel_tasks: int = 1, *, driver_helps: bool = False) -> LocalRunner | DaskRunner:
+    """The runner ``spec`` names (``resolved_runner``, on this machine); the caller closes it.  ``driver_helps``:
+    this process takes tasks while a local cluster starts (``DaskRunner``)."""
     spec = resolved_runner(spec, parallel_tasks, machine_cores(), machine_memory())
-    return LocalRunner() if spec == "local" else DaskRunner(spec)
+    return LocalRunner() if spec == "local" else DaskRunner(spec, driver_helps=driver_helps)
 
 
 def records_on_workers(config: ReleaseConfig, runner: LocalRunner | DaskRunner | None) -> bool:
     """Whether a run's records are read, and its noise drawn, on the runner's Dask workers (``measure_on``)."""
-    return runner is not None and runner.name != "local" and config.measure_on is MeasureOn.WORKERS
+    return runner is not None and runner.name != "local" and config.measure_on is not MeasureOn.DRIVER

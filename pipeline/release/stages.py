@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from censusdp.geography.tree import GeoTree, build_tree
 from censusdp.pipeline.budget.ledger.charges import FailureReason
 from censusdp.pipeline.config.ledger_location import public_config_raw
-from censusdp.pipeline.config.model import ReleaseConfig
+from censusdp.pipeline.config.model import MeasureOn, ReleaseConfig
 from censusdp.pipeline.dp.random_source import RandomSource
 from censusdp.pipeline.errors import CensusDPError, InputError, InputProblem, InputRejectedError
 from censusdp.pipeline.io.measurements import measurements_digest, write_invariants
@@ -174,7 +174,7 @@ def measure(release: Release, universe: UniverseRun, runner: Any = None) -> None
     try:
         plan = plan_measurement(tree, files, level_plans, release.rng, config.universe.value, config.chunk_cells,
                                 universe.work_dir / PARTS_DIR if on_workers else None, release.partition,
-                                record_limits(release, universe))
+                                record_limits(release, universe), runner.workers if on_workers else 1)
         measured = run_measurement(plan, level_plans, tree, measurements, runner, on_workers,
                                    config.schema.n_cells, config.chunk_cells)
     except InputError as error:  # checked before any noise; a file changed since: still category only
@@ -333,7 +333,8 @@ def run_stages(release: Release, stages: tuple[Stage, ...] = STAGES, *, call: St
             prepare(release)
         for stage in stages:
             if stage.needs_runner and runner is None:  # made once the tree is known: "auto" sizes it by the chunks
-                runner = make_runner(release.config.runner, lowest_chunks(release.persons))
+                runner = make_runner(release.config.runner, lowest_chunks(release.persons),
+                                     driver_helps=release.config.measure_on is MeasureOn.AUTO)
                 release.manifest_extra["runner"] = runner.name  # what ran, "auto" resolved
             for args in stage.calls(release, runner):
                 result = call(stage, stage.function, args)

@@ -101,9 +101,10 @@ def test_a_partitioned_release_measured_on_the_workers_publishes_the_driver_only
     assert len(local) == 4 and local.keys() == whole_file.keys()
     driver_config = edit_config(tiny_release, {"postprocess.measure_on": "driver"}, tmp_path / "driver.toml")
     assert tables(released(driver_config, capsys, "--microdata", str(folder), "--runner", "dask-local:2")) == local
+    workers_config = edit_config(tiny_release, {"postprocess.measure_on": "workers"}, tmp_path / "workers.toml")
     with pytest.MonkeyPatch.context() as patch:  # with measurement on the workers, the driver reads no record
         refusing(patch, "fingerprint,measure")
-        workers_dir = released(tiny_release, capsys, "--microdata", str(folder), "--runner", "dask-local:2")
+        workers_dir = released(workers_config, capsys, "--microdata", str(folder), "--runner", "dask-local:2")
     assert tables(workers_dir) == local
     # the workers' parts were adopted, not re-encoded: below the region level each level is a folder of parts,
     # one per region, named in the manifest, and reads back as the driver's one file does

@@ -15,7 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from censusdp.pipeline.config.load import load_config
-from censusdp.pipeline.io.fingerprint import FingerprintKind, MultisetDigest, data_fingerprints, part_digests, row_texts
+from censusdp.pipeline.io.fingerprint import (
+    FingerprintKind,
+    MultisetDigest,
+    data_fingerprints,
+    part_digests,
+    pieces,
+    row_texts,
+)
 from censusdp.pipeline.io.microdata import InputFiles, read_input_files
 from tests.helpers.datasets import write_hive_dataset
 
@@ -153,3 +160,19 @@ def test_the_digest_is_the_documented_keyed_multiset_sum(rows: list[bytes]) -> N
     digest.add(rows[:half])
     digest.add(iter(rows[half:]))
     assert digest.hexdigest() == expected
+
+
+def test_a_parquet_file_is_digested_in_pieces_of_rows_to_the_same_digest(tiny_release: Path) -> None:
+    """One large file is shared out by row ranges (``pieces``): any piece size gives the whole file's digest, and the
+    pieces cover every row once."""
+    files = files_at(tiny_release, tiny_release.parent / "microdata.parquet")
+    rows = pl.read_parquet(tiny_release.parent / "microdata.parquet").height
+    whole = data_fingerprints(files, KEY, piece_rows=rows + 1)
+    for piece_rows in (1, 7, 64, rows):
+        found = pieces(files, piece_rows)
+        assert len(found) == -(-rows // piece_rows)
+        assert [r for _, (start, stop) in found for r in range(start, stop)] == list(range(rows))
+        assert data_fingerprints(files, KEY, piece_rows=piece_rows) == whole
+    csv = tiny_release.parent / "micro.csv"
+    pl.read_parquet(tiny_release.parent / "microdata.parquet").write_csv(csv)
+    assert pieces(files_at(tiny_release, csv, "csv")) == [(0, None)]  # a CSV part is read whole

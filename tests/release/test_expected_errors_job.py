@@ -45,7 +45,7 @@ def pl94_config(tmp_path: Path) -> Path:
 def test_started_with_the_lowest_level_and_collected_by_tabulate(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, Any]] = []
-    monkeypatch.setattr(stages, "make_runner", lambda spec, chunks=1: RecordingRunner(calls))
+    monkeypatch.setattr(stages, "make_runner", lambda spec, chunks=1, **_: RecordingRunner(calls))
     held = []
     real_tabulate = stages.tabulate
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.config.load import load_config
@@ -16,7 +18,14 @@ from censusdp.pipeline.dp.random_source import seeded_random_source, system_rand
 from censusdp.pipeline.io.histograms import all_level_histograms, lowest_histograms
 from censusdp.pipeline.io.microdata import read_input_files, validated_rows
 from censusdp.pipeline.release import stages
-from censusdp.pipeline.release.measurement_plan import level_plans_of, partition_level, plan_measurement
+from censusdp.pipeline.release.group_tasks import share_chunks
+from censusdp.pipeline.release.measurement_plan import (
+    group_shares,
+    level_plans_of,
+    partition_level,
+    plan_measurement,
+    run_measurement,
+)
 from tests.helpers.datasets import write_hive_dataset
 
 
@@ -100,3 +109,49 @@ def test_a_row_outside_its_partition_is_refused_by_category(tiny_release: Path,
     err = capsys.readouterr().err
     assert code != 0 and "geography" in err and "charged" in err
     assert str(part) not in err and "row 4" not in err  # the release names the category only
+
+
+@given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=40), shares=st.integers(1, 6))
+def test_shares_split_a_level_s_chunks_into_contiguous_runs_of_about_equal_nodes(sizes: list[int],
+                                                                                  shares: int) -> None:
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    chunks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    owned = [share_chunks(chunks, share, shares) for share in range(shares)]
+    assert sorted(i for mine in owned for i in mine) == list(range(len(chunks)))  # each chunk once
+    for mine in owned:
+        assert mine == list(range(mine[0], mine[0] + len(mine))) if mine else True  # contiguous
+        nodes = sum(sizes[i] for i in mine)
+        assert nodes <= bounds[-1] / shares + max(sizes)  # no share holds much more than its part
+
+
+def test_group_shares_split_only_large_groups_and_never_beyond_the_workers_or_chunks() -> None:
+    assert group_shares(1000, 1000, 16, 1) == 1  # one worker: one task a group
+    assert group_shares(1000, 1000, 16, 2) == 2  # the whole tree on two workers: halves
+    assert group_shares(1000, 1000, 1, 2) == 1  # one lowest chunk: nothing to share
+    assert group_shares(410, 1000, 16, 2) == 2 and group_shares(220, 1000, 16, 2) == 1  # a large state, a small one
+    assert group_shares(1000, 1000, 64, 8) == 8
+
+
+def test_a_group_measured_in_shares_writes_the_measurements_of_one_task(tiny_release: Path) -> None:
+    """The same plan shared among tasks (as on two workers) lays out exactly the same measurements and invariants,
+    every chunk drawn from its own stream whichever task draws it."""
+    config = load_config(tiny_release, {"postprocess.chunk_cells": 60, "postprocess.runner": "local"})
+    release = stages.start_release(config, tiny_release.parent / "runs", seeded_random_source(1))
+    plans = level_plans_of(config, release.persons.allocations)
+    files = read_input_files(config)
+    tree = validated_rows(files)[0]
+    laid_out = {}
+    for workers in (1, 3):
+        plan = plan_measurement(tree, files, plans, seeded_random_source(1), "persons", 60, None, workers=workers)
+        assert len(plan.groups) == (1 if workers == 1 else 3) and [g.index for g in plan.groups] == list(
+            range(len(plan.groups)))
+        folder = tiny_release.parent / f"measured-{workers}"
+        measured = run_measurement(plan, plans, tree, folder, None, False, config.schema.n_cells, 60)
+        laid_out[workers] = (measured, {f.name: pl.read_parquet(f) for f in sorted(folder.glob("*.parquet"))})
+    (one, one_files), (shared, shared_files) = laid_out[1], laid_out[3]
+    assert [[(a, b) for a, b, _ in one.chunk_plan[level]] for level in range(tree.depth)] == [
+        [(a, b) for a, b, _ in shared.chunk_plan[level]] for level in range(tree.depth)]
+    for level in range(tree.depth):
+        for mine, theirs in zip(one.invariants[level], shared.invariants[level], strict=True):
+            assert np.array_equal(mine.values, theirs.values)
+    assert one_files.keys() == shared_files.keys() and all(one_files[n].equals(shared_files[n]) for n in one_files)

@@ -41,6 +41,8 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypa
     assert before and set(before.values()) == {2}
     runner = DaskRunner("dask-local:2")
     try:
+        # asked before its workers have started, a runner the driver does not help waits for them
+        assert os.getpid() not in set(runner.map(lambda _: os.getpid(), range(2)))
         # the driver's BLAS runs one thread while the workers share its cores (idle OpenBLAS threads spin), and
         # so does each worker's (Dask's nannies set it)
         assert _blas_threads() == dict.fromkeys(before, 1)
@@ -89,6 +91,7 @@ DRIVER = """
 import sys, time
 from censusdp.pipeline.release.runner import DaskRunner
 runner = DaskRunner("dask-local:1")
+runner.client  # started
 print(runner._cluster.scheduler.process.pid, runner._cluster.scheduler._folder, flush=True)
 time.sleep(600)
 """
@@ -113,3 +116,16 @@ def test_a_killed_driver_takes_its_scheduler_with_it() -> None:
     Path(folder).joinpath("scheduler.log").unlink(missing_ok=True)  # the killed driver could not remove its folder
     Path(folder).joinpath("scheduler.json").unlink(missing_ok=True)
     Path(folder).rmdir()
+
+
+def test_a_helping_driver_runs_tasks_only_while_its_workers_start() -> None:
+    """``measure_on = "auto"``: the driver takes a local cluster's first tasks while its workers boot (they read
+    what it may: one machine), in order, and none once they have started."""
+    runner = DaskRunner("dask-local:1", driver_helps=True)
+    try:
+        early = list(runner.map(lambda n: (n, os.getpid()), range(3)))
+        assert [n for n, _ in early] == [0, 1, 2] and early[0][1] == os.getpid()  # a boot takes far longer
+        worker = set(runner.client.run(os.getpid).values())
+        assert {pid for _, pid in runner.map(lambda n: (n, os.getpid()), range(3))} == worker
+    finally:
+        runner.close()
