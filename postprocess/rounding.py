@@ -85,26 +85,51 @@ def _binary(batch: Batch, cost: np.ndarray, floor: np.ndarray, sum_gap: np.ndarr
         constraints.append(LinearConstraint(bounds.matrix, bounds.lower - taken, bounds.upper - taken))
     for relaxed in (True, False):
         # the LP relaxation first: its simplex vertex is integral when the matrix is totally unimodular (nested
-        # invariants), far faster than branch and bound; HiGHS's presolve costs far more than the simplex here: off
-        result = milp(
-            cost,
-            integrality=np.zeros(cost.size) if relaxed else np.ones(cost.size),
-            bounds=Bounds(np.zeros(cost.size), upper),
-            constraints=constraints,
-            options={"presolve": not relaxed, "time_limit": MILP_SECONDS},
-        )
-        if result.x is None or result.status not in ((0,) if relaxed else (0, 1)):
+        # invariants), far faster than branch and bound
+        if relaxed:
+            x, status = _simplex_vertex(cost, upper, constraints), 0
+        else:
+            result = milp(cost, integrality=np.ones(cost.size), bounds=Bounds(np.zeros(cost.size), upper),
+                          constraints=constraints, options={"time_limit": MILP_SECONDS})
+            x, status = (result.x, result.status) if result.status in (0, 1) else (None, result.status)
+        if x is None:
             if relaxed:
                 continue
             return None, ""
-        increments = np.rint(result.x)
-        if np.abs(result.x - increments).max(initial=0.0) <= INTEGRAL:
+        increments = np.rint(x)
+        if np.abs(x - increments).max(initial=0.0) <= INTEGRAL:
             if not _satisfies(matrix, increments, rhs, upper) or (
                     bounds is not None and not _within(bounds, floor.astype(np.int64) + increments.astype(np.int64))):
                 return None, ""
             method = "binary_lp" if relaxed else "binary_milp"
-            return increments.astype(np.int64), method if result.status == 0 else method + "_incumbent"
+            return increments.astype(np.int64), method if status == 0 else method + "_incumbent"
     return None, ""
+
+
+def _simplex_vertex(cost: np.ndarray, upper: np.ndarray, constraints: list[LinearConstraint]) -> np.ndarray | None:
+    """An optimal vertex of ``min cost'x`` over ``0 <= x <= upper`` and ``constraints`` by HiGHS's simplex, or None.
+    Called on HiGHS directly with its arrays (``scipy.optimize.milp`` copies each value through Python lists, which
+    took three times the simplex itself here), presolve off (it cost far more than the simplex), no output."""
+    from highspy import _core  # the public ``highspy.Highs`` prints a banner on stdout when made
+
+    n = cost.size
+    matrix = sp.vstack([c.A for c in constraints], format="csc") if constraints else sp.csc_matrix((0, n))
+    lower = np.concatenate([np.broadcast_to(c.lb, c.A.shape[0]) for c in constraints]) if constraints else []
+    upper_rows = np.concatenate([np.broadcast_to(c.ub, c.A.shape[0]) for c in constraints]) if constraints else []
+    highs = _core._Highs()
+    for option, value in (("output_flag", False), ("presolve", "off"), ("time_limit", MILP_SECONDS)):
+        highs.setOptionValue(option, value)
+    status = highs.passModel(n, matrix.shape[0], matrix.nnz, int(_core.MatrixFormat.kColwise),
+                             int(_core.ObjSense.kMinimize), 0.0, np.ascontiguousarray(cost, dtype=np.float64),
+                             np.zeros(n), np.ascontiguousarray(upper, dtype=np.float64),
+                             np.asarray(lower, dtype=np.float64), np.asarray(upper_rows, dtype=np.float64),
+                             matrix.indptr[:-1].astype(np.int32), matrix.indices.astype(np.int32),
+                             matrix.data.astype(np.float64), np.zeros(n, dtype=np.int32))
+    if status != _core.HighsStatus.kOk or highs.run() == _core.HighsStatus.kError:
+        return None
+    if highs.getModelStatus() != _core.HighsModelStatus.kOptimal:
+        return None
+    return np.asarray(highs.getSolution().col_value, dtype=np.float64)
 
 
 def _satisfies(matrix: sp.csr_matrix, values: np.ndarray, rhs: np.ndarray, upper: np.ndarray) -> bool:

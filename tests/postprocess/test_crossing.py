@@ -97,6 +97,7 @@ def test_no_incumbent_is_a_clean_failure(monkeypatch):
         return result
 
     monkeypatch.setattr(rounding, "milp", nothing)
+    monkeypatch.setattr(rounding, "_simplex_vertex", lambda *args: None)  # no LP vertex either
     with pytest.raises(ReconciliationError, match="integer rounding failed"):
         reconcile_crossing(1)
 

@@ -8,8 +8,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from scipy.optimize import Bounds, LinearConstraint, milp
 
-from censusdp.postprocess import QueryInvariant, QueryMeasurement
+from censusdp.postprocess import QueryInvariant, QueryMeasurement, rounding
 from censusdp.postprocess.reconcile import solve_batch
 from censusdp.postprocess.rounding import SNAP, _binary, _greedy, round_batch
 from tests.helpers.levels import planned_level
@@ -132,3 +133,24 @@ def test_root_without_constraints_rounds_to_nearest():
     assert method == "nearest"
     np.testing.assert_array_equal(rounded, [0, 0, 1, 3, 4, 2])
     assert rounded.dtype == np.int64
+
+
+def test_the_simplex_vertex_is_an_optimum_of_the_lp_and_prints_nothing(capfd: pytest.CaptureFixture[str]) -> None:
+    """HiGHS called directly reaches scipy's optimal value on random bounded LPs with equality and range rows, and
+    writes nothing to stdout or stderr (the public ``highspy.Highs`` prints a banner)."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n, m = int(rng.integers(5, 60)), int(rng.integers(1, 8))
+        matrix = sp.random(m, n, density=0.4, format="csr", random_state=rng, data_rvs=lambda k: np.ones(k))
+        start = rng.integers(0, 2, size=n).astype(np.float64)  # a feasible point: the rows hold at it
+        rows = matrix @ start
+        constraints = [LinearConstraint(matrix, rows, rows), LinearConstraint(matrix[:1], rows[:1] - 1, rows[:1] + 1)]
+        cost, upper = rng.normal(size=n), np.ones(n)
+        x = rounding._simplex_vertex(cost, upper, constraints)
+        reference = milp(cost, bounds=Bounds(np.zeros(n), upper), constraints=constraints)
+        assert x is not None and reference.status == 0
+        assert cost @ x == pytest.approx(reference.fun, abs=1e-9)
+        assert np.all(x >= -1e-9) and np.all(x <= upper + 1e-9) and np.allclose(matrix @ x, rows, atol=1e-9)
+    infeasible = [LinearConstraint(sp.csr_matrix(np.ones((1, 3))), 5.0, 5.0)]  # three variables of at most 1
+    assert rounding._simplex_vertex(np.ones(3), np.ones(3), infeasible) is None
+    assert capfd.readouterr() == ("", "")
