@@ -48,8 +48,8 @@ class RunFileError(CensusDPError):
 
 @dataclass(frozen=True)
 class Universe:
-    """One universe's published levels, read back: ``tables[level]`` holds its well-formed rows (geoid, the
-    attributes' labels, ``_cell`` the flattened cell, count), ``nodes[level]`` the manifest's node count."""
+    """One universe's published levels, read back: ``tables[level]`` holds its well-formed rows (geoid, ``_cell``
+    the flattened cell, count), ``nodes[level]`` the manifest's node count."""
 
     name: str
     config: ReleaseConfig
@@ -165,36 +165,45 @@ def _universe(name: str, config: ReleaseConfig, run_dir: Path, record: Mapping[s
         lowest = config.levels[-1].name
         located_at = Path(_part(record, "measurements", run_dir).get(lowest, f"measurements/{lowest}.parquet"))
         path = (located_at if located_at.is_absolute() else run_dir / located_at).parent / "invariants.parquet"
-        checks += invariant_checks(universe, read_parquet(path), path)
+        checks += invariant_checks(universe, path)
     return universe
 
 
 def _level_table(path: Path, schema: Schema, level: Level, universe: str
                  ) -> tuple[pl.DataFrame, tuple[RuleCheck, RuleCheck]]:
-    """A level table's well-formed rows (geoid, labels, ``_cell``, count), and rule 1's two checks of every row."""
-    raw = read_parquet(path)
-    _need(raw.columns, [GEOID, *schema.names, COUNT], path)
-    frame, number = _cells(raw, schema), pl.col(COUNT).cast(pl.Float64, strict=False)
-    bad = number.is_null() | number.is_infinite() | (number < 0) | (number != number.floor())
-    counts = RuleCheck(f"{universe}: counts are non-negative integers", level.name, raw.height,
-                       int(frame.select(bad.sum()).item()))
-    formed = ((pl.col(GEOID).str.len_chars() == level.width) & pl.col(CELL).is_not_null()).fill_null(False)
-    malformed = frame.select((~formed).sum()).item()
-    twice = frame.filter(formed).select(pl.struct(GEOID, CELL).is_duplicated().sum()).item()
-    rows = RuleCheck(f"{universe}: rows name a node and a cell once", level.name, raw.height, int(malformed + twice))
-    return frame.filter(formed).with_columns(pl.col(COUNT).cast(pl.Int64, strict=False).fill_null(0)), (counts, rows)
+    """A level table's well-formed rows (geoid, ``_cell``, count), and rule 1's two checks of every row.  The labels
+    become ``_cell`` as the files are scanned: no row's labels are held (at the nation's blocks, most of the memory
+    the checks would take)."""
+    with _reading(path) as files:
+        _need(pq.read_schema(files[0]).names if files else [], [GEOID, *schema.names, COUNT], path)
+        number = pl.col(COUNT).cast(pl.Float64, strict=False)
+        bad = number.is_null() | number.is_infinite() | (number < 0) | (number != number.floor())
+        formed = ((pl.col(GEOID).str.len_chars() == level.width) & pl.col(CELL).is_not_null()).fill_null(False)
+        frame = (pl.scan_parquet(files, glob=False)
+                 .select(pl.col(GEOID).cast(pl.String), _cell(schema).alias(CELL), pl.col(COUNT),
+                         bad.alias("_bad"))
+                 .with_columns(formed.alias("_formed"))
+                 .collect())
+    rows = frame.height
+    counts = RuleCheck(f"{universe}: counts are non-negative integers", level.name, rows, int(frame["_bad"].sum()))
+    kept = frame.filter("_formed").drop("_bad", "_formed").with_columns(
+        pl.col(COUNT).cast(pl.Int64, strict=False).fill_null(0), pl.col(CELL).cast(pl.Int32))
+    del frame
+    twice = int(kept.select(pl.struct(GEOID, CELL).is_duplicated().sum()).item())
+    formed_rule = RuleCheck(f"{universe}: rows name a node and a cell once", level.name, rows,
+                            rows - kept.height + twice)
+    return kept, (counts, formed_rule)
 
 
-def _cells(raw: pl.DataFrame, schema: Schema) -> pl.DataFrame:
-    """The rows with string labels and ``_cell``, their flattened cell (C order; null where a label is unknown)."""
+def _cell(schema: Schema) -> pl.Expr:
+    """A row's flattened cell from its labels (C order; null where a label is unknown)."""
     strides = np.cumprod((1, *schema.shape[:0:-1]))[::-1]
     cell: pl.Expr = pl.lit(0, dtype=pl.Int64)
     for attribute, stride in zip(schema.attributes, strides, strict=True):
         index = pl.col(attribute.name).cast(pl.String).replace_strict(
             list(attribute.values), list(range(len(attribute.values))), default=None, return_dtype=pl.Int64)
         cell = cell + index * int(stride)  # null (an unknown label) stays null
-    labels = [pl.col(c).cast(pl.String) for c in (GEOID, *schema.names)]
-    return raw.select(*labels, pl.col(COUNT)).with_columns(cell.alias(CELL))
+    return cell
 
 
 def _mismatches(left: pl.DataFrame, right: pl.DataFrame, on: list[str], a: str, b: str) -> int:
@@ -233,26 +242,31 @@ def query_cells(schema: Schema, query: Query) -> pl.DataFrame:
     """(``_cell``, ``query_cell``): the query's cell of every detailed cell (the one row of its column in
     ``Schema.query_matrix``)."""
     cells = schema.query_matrix(query).tocsc().indices
-    return pl.DataFrame({CELL: np.arange(schema.n_cells, dtype=np.int64), "query_cell": cells.astype(np.int64)})
+    return pl.DataFrame({CELL: np.arange(schema.n_cells, dtype=np.int32), "query_cell": cells.astype(np.int64)})
 
 
-def invariant_checks(universe: Universe, published: pl.DataFrame, path: Path) -> list[RuleCheck]:
-    """Rule 4: each invariant's marginal of the table equals the value published for it, node by node."""
-    _need(published.columns, ["level", GEOID, "query", "cell", "value"], path)
-    published = published.with_columns(pl.col("level", GEOID, "query").cast(pl.String),
-                                       pl.col("cell").cast(pl.Int64).alias("query_cell"))
+def invariant_checks(universe: Universe, path: Path) -> list[RuleCheck]:
+    """Rule 4: each invariant's marginal of the table equals the value published for it (``path``: the universe's
+    invariants file), node by node; one (level, query) read at a time (the units' block invariants are the blocks
+    times the query's cells: a nation's are tens of millions of rows)."""
     schema, out = universe.config.schema, []
-    for invariant in universe.config.invariants:
-        mapping = query_cells(schema, invariant.query)
-        for level in invariant.levels:
-            values = published.filter((pl.col("level") == level) & (pl.col("query") == invariant.query.name))
-            answers = (universe.tables[level].join(mapping, on=CELL).group_by(GEOID, "query_cell")
-                       .agg(pl.col(COUNT).sum()))
-            keys = [GEOID, "query_cell"]
-            joined = values.select(*keys, "value").join(answers, on=keys, how="full", coalesce=True)
-            wrong = joined.select((pl.col("value").fill_null(0) != pl.col(COUNT).fill_null(0)).sum()).item()
-            out.append(RuleCheck(f"{universe.name}: invariant {invariant.query.name} equals its published value",
-                                 level, joined.height, int(wrong)))
+    with _reading(path) as files:
+        _need(pq.read_schema(files[0]).names if files else [], ["level", GEOID, "query", "cell", "value"], path)
+        published = pl.scan_parquet(files, glob=False)
+        for invariant in universe.config.invariants:
+            mapping = query_cells(schema, invariant.query)
+            for level in invariant.levels:
+                values = (published.filter((pl.col("level").cast(pl.String) == level)
+                                           & (pl.col("query").cast(pl.String) == invariant.query.name))
+                          .select(pl.col(GEOID).cast(pl.String), pl.col("cell").cast(pl.Int64).alias("query_cell"),
+                                  pl.col("value")).collect())
+                answers = (universe.tables[level].join(mapping, on=CELL).group_by(GEOID, "query_cell")
+                           .agg(pl.col(COUNT).sum()))
+                keys = [GEOID, "query_cell"]
+                joined = values.join(answers, on=keys, how="full", coalesce=True)
+                wrong = joined.select((pl.col("value").fill_null(0) != pl.col(COUNT).fill_null(0)).sum()).item()
+                out.append(RuleCheck(f"{universe.name}: invariant {invariant.query.name} equals its published value",
+                                     level, joined.height, int(wrong)))
     return out
 
 
@@ -327,9 +341,9 @@ def pl94_checks(run_dir: Path, located: Mapping[str, Any], persons: Universe, un
     return out
 
 
-def _sums(frame: pl.DataFrame, selection: Selection, alias: str) -> pl.DataFrame:
-    chosen = pl.all_horizontal([pl.col(a).cast(pl.String).is_in(list(v)) for a, v in selection] or [pl.lit(True)])
-    return frame.filter(chosen).group_by(GEOID).agg(pl.col(COUNT).sum().alias(alias))
+def _sums(frame: pl.DataFrame, schema: Schema, selection: Selection, alias: str) -> pl.DataFrame:
+    cells = np.flatnonzero(selection_mask(schema, selection)).tolist()
+    return frame.filter(pl.col(CELL).is_in(cells)).group_by(GEOID).agg(pl.col(COUNT).sum().alias(alias))
 
 
 def persons_units_checks(config: ReleaseConfig, persons_tables: Mapping[str, pl.DataFrame],
@@ -337,13 +351,15 @@ def persons_units_checks(config: ReleaseConfig, persons_tables: Mapping[str, pl.
                          ) -> list[RuleCheck]:
     """Rule 6, ``min_persons * U <= P <= max_persons * U`` for every ``[[units.persons_per_unit]]`` rule at every
     node of its levels, as three checks that count each node under one at most; tables: the published long form
-    by level name; ``nodes``: each level's node count (by default the nodes either table lists)."""
+    by level name (``_cell`` the cell of ``config.schema``'s, or ``config.units.schema``'s, detailed histogram);
+    ``nodes``: each level's node count (by default the nodes either table lists)."""
     out = []
     for rule in getattr(config, "persons_per_unit", ()):
         for level in (lv.name for lv in config.levels if lv.name in rule.levels):
             p, u = pl.col("P"), pl.col("U")
-            joined = (_sums(persons_tables[level], rule.persons, "P")
-                      .join(_sums(units_tables[level], rule.units, "U"), on=GEOID, how="full", coalesce=True)
+            joined = (_sums(persons_tables[level], config.schema, rule.persons, "P")
+                      .join(_sums(units_tables[level], config.units.schema, rule.units, "U"), on=GEOID, how="full",
+                            coalesce=True)
                       .with_columns(p.fill_null(0), u.fill_null(0)))
             for text, broken in (("no persons without units", (p > 0) & (u == 0)),
                                  ("at least min_persons per unit", p < rule.min_persons * u),

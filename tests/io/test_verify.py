@@ -16,6 +16,7 @@ from censusdp.geography.levels import Level
 from censusdp.pipeline.cli import main
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.options import random_source
+from censusdp.pipeline.config.schema import Attribute, Schema
 from censusdp.pipeline.io.verify import RuleCheck, persons_units_checks, verify_run
 from censusdp.pipeline.release.stages import run_release
 from censusdp.pipeline.synth.population import write_synthetic
@@ -145,11 +146,14 @@ def test_persons_units_rules_count_each_node_once() -> None:
     units, fewer than min per unit, or more than max per unit; nodes absent from a table hold zeros."""
     rule = SimpleNamespace(name="households", persons=(("hhgq", ("0",)),), units=(("hhgq", ("0",)), ("occ", ("1",))),
                            min_persons=1, max_persons=3, levels=("block",))
-    config = SimpleNamespace(levels=(Level("root", 0), Level("block", 2)), persons_per_unit=(rule,))
-    persons = pl.DataFrame({"geoid": ["01", "01", "02", "03", "04", "05"], "hhgq": ["0", "1", "0", "0", "0", "0"],
+    hhgq, occ = Attribute("hhgq", "hhgq", ("0", "1")), Attribute("occ", "occ", ("1", "2"))
+    config = SimpleNamespace(levels=(Level("root", 0), Level("block", 2)), persons_per_unit=(rule,),
+                             schema=Schema((hhgq,)), units=SimpleNamespace(schema=Schema((hhgq, occ))))
+    # the long form's cells: a person's hhgq; a unit's (hhgq, occ) in C order
+    persons = pl.DataFrame({"geoid": ["01", "01", "02", "03", "04", "05"], "_cell": [0, 1, 0, 0, 0, 0],
                             "count": [2, 9, 5, 1, 4, 3]})
-    units = pl.DataFrame({"geoid": ["01", "03", "03", "04", "05", "06"], "hhgq": ["0", "0", "0", "0", "1", "0"],
-                          "occ": ["1", "1", "2", "1", "1", "1"], "count": [1, 2, 7, 1, 1, 1]})
+    units = pl.DataFrame({"geoid": ["01", "03", "03", "04", "05", "06"], "_cell": [0, 0, 1, 0, 2, 0],
+                          "count": [1, 2, 7, 1, 1, 1]})
     # 01: 2 persons, 1 unit (ok); 02: 5 persons, no unit; 03: 1 person, 2 units (too few); 04: 4 persons,
     # 1 unit (too many); 05: 3 persons, its only unit of another type (none); 06: a unit, nobody (too few)
     checks = persons_units_checks(config, {"block": persons}, {"block": units})  # type: ignore[arg-type]
