@@ -172,8 +172,8 @@ def _universe(name: str, config: ReleaseConfig, run_dir: Path, record: Mapping[s
 def _level_table(path: Path, schema: Schema, level: Level, universe: str
                  ) -> tuple[pl.DataFrame, tuple[RuleCheck, RuleCheck]]:
     """A level table's well-formed rows (geoid, ``_cell``, count), and rule 1's two checks of every row.  The labels
-    become ``_cell`` as the files are scanned: no row's labels are held (at the nation's blocks, most of the memory
-    the checks would take)."""
+    become ``_cell`` as the files are scanned, and the geoids categories (each code's text held once): a row holds
+    16 bytes, where the text columns took most of the memory the checks needed at the nation's blocks."""
     with _reading(path) as files:
         _need(pq.read_schema(files[0]).names if files else [], [GEOID, *schema.names, COUNT], path)
         number = pl.col(COUNT).cast(pl.Float64, strict=False)
@@ -187,7 +187,8 @@ def _level_table(path: Path, schema: Schema, level: Level, universe: str
     rows = frame.height
     counts = RuleCheck(f"{universe}: counts are non-negative integers", level.name, rows, int(frame["_bad"].sum()))
     kept = frame.filter("_formed").drop("_bad", "_formed").with_columns(
-        pl.col(COUNT).cast(pl.Int64, strict=False).fill_null(0), pl.col(CELL).cast(pl.Int32))
+        pl.col(GEOID).cast(pl.Categorical), pl.col(COUNT).cast(pl.Int64, strict=False).fill_null(0),
+        pl.col(CELL).cast(pl.Int32))
     del frame
     twice = int(kept.select(pl.struct(GEOID, CELL).is_duplicated().sum()).item())
     formed_rule = RuleCheck(f"{universe}: rows name a node and a cell once", level.name, rows,
@@ -217,7 +218,8 @@ def children_checks(universe: Universe) -> list[RuleCheck]:
     levels, tables, n_cells = universe.config.levels, universe.tables, universe.config.schema.n_cells
     out = []
     for parent, child in zip(levels, levels[1:], strict=False):
-        sums = (tables[child.name].group_by(pl.col(GEOID).str.slice(0, parent.width), CELL)
+        sums = (tables[child.name].group_by(pl.col(GEOID).cast(pl.String).str.slice(0, parent.width)
+                                            .cast(pl.Categorical), CELL)
                 .agg(pl.col(COUNT).sum().alias("children")))
         own = tables[parent.name].group_by(GEOID, CELL).agg(pl.col(COUNT).sum())
         out.append(RuleCheck(f"{universe.name}: children sum to their parent", parent.name,
@@ -258,7 +260,8 @@ def invariant_checks(universe: Universe, path: Path) -> list[RuleCheck]:
             for level in invariant.levels:
                 values = (published.filter((pl.col("level").cast(pl.String) == level)
                                            & (pl.col("query").cast(pl.String) == invariant.query.name))
-                          .select(pl.col(GEOID).cast(pl.String), pl.col("cell").cast(pl.Int64).alias("query_cell"),
+                          .select(pl.col(GEOID).cast(pl.String).cast(pl.Categorical),
+                                  pl.col("cell").cast(pl.Int64).alias("query_cell"),
                                   pl.col("value")).collect())
                 answers = (universe.tables[level].join(mapping, on=CELL).group_by(GEOID, "query_cell")
                            .agg(pl.col(COUNT).sum()))
@@ -323,7 +326,7 @@ def pl94_checks(run_dir: Path, located: Mapping[str, Any], persons: Universe, un
         _check_wide_columns(path, ["GEOID", *names], names)
         identities = ["P1_001N", "P2_001N", "P3_001N", "P4_001N", "P5_001N"] + (
             ["H1_001N", "H1_002N", "H1_003N"] if len(parts) > 1 else [])
-        key = (pl.col("GEOID").cast(pl.String) if level.width else pl.lit("")).alias(GEOID)
+        key = (pl.col("GEOID").cast(pl.String) if level.width else pl.lit("")).cast(pl.Categorical).alias(GEOID)
         narrow = read_parquet(path, ["GEOID", *identities]).with_columns(key)
         nodes, col = persons.nodes[level.name], pl.col
         out += _identities(narrow, level.name, (("P1 total = P2 total", col("P1_001N") != col("P2_001N")),
