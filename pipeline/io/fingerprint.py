@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from censusdp.pipeline.errors import InputError
+from censusdp.pipeline.errors import InputError, InputProblem
 from censusdp.pipeline.io.microdata import BATCH_ROWS, InputFiles
 from censusdp.pipeline.io.parts import (
     ChangedFileError,
     check_unchanged,
-    parquet_rows,
+    parquet_row_groups,
     read_batches,
     read_header,
     with_hive,
@@ -37,7 +37,7 @@ WITH_PATHS = "-with-paths"  # the variant of a kind that counts a part's path-on
 
 # map_parts(function, pieces or part indices) -> the function's results (any order: the digests are a sum)
 PartMap = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
-Piece = tuple[int, tuple[int, int] | None]  # a part's index and its rows [start, stop) (None: all of them)
+Piece = tuple[int, tuple[int, int | None] | None]  # a part's index, its rows [start, stop) (None: all; stop None: on)
 PIECE_ROWS = 1 << 18  # rows of a Parquet part digested by one task
 
 
@@ -121,19 +121,25 @@ def row_texts(frame: pl.DataFrame) -> pl.Series:
 
 
 def pieces(files: InputFiles, piece_rows: int = PIECE_ROWS) -> list[Piece]:
-    """The parts as pieces of work: a Parquet part's rows in ranges of ``piece_rows`` (its footer's row count; a
-    footer that does not read: the part whole, which then falls back as ``part_digests`` says), a CSV part whole."""
+    """The parts as pieces of work: a Parquet part's whole row groups in runs of at least ``piece_rows`` rows, the
+    last run to the file's end (a footer whose total disagrees with its row groups, or that does not read: the part
+    whole, as the measurement reads it), a CSV part whole.  At most one piece per row group."""
     found: list[Piece] = []
     for index, part in enumerate(files.parts):
         try:
-            total = parquet_rows(part.path) if files.format == "parquet" else None
+            groups = parquet_row_groups(part.path) if files.format == "parquet" else None
         except InputError:
-            total = None
-        if total is None:
+            groups = None
+        if not groups:
             found.append((index, None))
-        else:
-            found.extend((index, (start, min(total, start + piece_rows)))
-                         for start in range(0, max(total, 1), piece_rows))
+            continue
+        starts, start, taken = [0], 0, 0
+        for rows in groups[:-1]:
+            start, taken = start + rows, taken + rows
+            if taken >= piece_rows:
+                starts.append(start)
+                taken = 0
+        found.extend((index, (a, b)) for a, b in zip(starts, [*starts[1:], None], strict=True))
     return found
 
 
@@ -146,8 +152,10 @@ def part_digests(files: InputFiles, piece: Piece | int, key: bytes, *, with_path
     part = files.parts[index]
     digest = MultisetDigest(key, FingerprintKind.ROWS_SET)
     variant = MultisetDigest(key, FingerprintKind.ROWS_SET) if with_paths else None
+    read = 0
     try:
         for frame in read_batches(part, files.format, batch_rows, hive=False, rows=rows):
+            read += frame.height
             texts = row_texts(frame).cast(pl.Binary).to_list()
             digest.add(texts)
             if variant is not None:
@@ -157,6 +165,10 @@ def part_digests(files: InputFiles, piece: Piece | int, key: bytes, *, with_path
         raise
     except BaseException:  # noqa: BLE001 - a body that does not parse, a polars panic: fall back, never refuse
         return None
+    if rows is not None and rows[1] is not None and read != rows[1] - rows[0]:
+        # row groups that do not hold the rows their footer counts: the pieces could miss rows the measurement reads
+        raise ChangedFileError(str(part.path), "its row groups do not hold the rows its footer counts",
+                               category=InputProblem.FILE)
     return digest, variant
 
 

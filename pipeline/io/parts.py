@@ -115,13 +115,17 @@ def unreadable(path: Path, fmt: Format | str, error: BaseException) -> InputErro
     return InputError(str(path), f"not a readable {kind} file ({type(error).__name__})", category=InputProblem.FILE)
 
 
-def parquet_rows(path: Path) -> int:
-    """A Parquet file's row count, from its footer (no value is read)."""
+def parquet_row_groups(path: Path) -> list[int] | None:
+    """A Parquet file's row groups' row counts, from its footer (no value is read); None where the footer's own
+    total disagrees with them (a reader could then read other rows than it counts)."""
     try:
         with path.open("rb") as handle:
-            return int(pq.ParquetFile(handle).metadata.num_rows)
+            meta = pq.ParquetFile(handle).metadata
+            groups = [int(meta.row_group(i).num_rows) for i in range(meta.num_row_groups)]
+            total = int(meta.num_rows)
     except (OSError, ValueError, pa.ArrowException) as error:
         raise unreadable(path, "parquet", error) from None
+    return groups if total == sum(groups) and all(g >= 0 for g in groups) else None
 
 
 def read_header(path: Path, fmt: Format | str) -> dict[str, pl.DataType]:
@@ -170,10 +174,10 @@ def with_hive(frame: pl.DataFrame, part: InputPart) -> pl.DataFrame:
 
 
 def read_batches(part: InputPart, fmt: Format | str, batch_rows: int, *, hive: bool = True,
-                 rows: tuple[int, int] | None = None) -> Iterator[pl.DataFrame]:
-    """The part's rows in order (a Parquet part's ``rows`` [start, stop) only), streamed, at most ``batch_rows`` per
-    frame (with ``hive``, the hive columns the file lacks added).  A body that does not parse raises ``unreadable``
-    (a FILE problem that depends on values)."""
+                 rows: tuple[int, int | None] | None = None) -> Iterator[pl.DataFrame]:
+    """The part's rows in order (a Parquet part's ``rows`` [start, stop) only; stop None: to the end), streamed, at
+    most ``batch_rows`` per frame (with ``hive``, the hive columns the file lacks added).  A body that does not
+    parse raises ``unreadable`` (a FILE problem that depends on values)."""
     if batch_rows < 1:
         raise ValueError("batch_rows must be >= 1")
     if rows is not None and fmt != "parquet":
@@ -183,7 +187,7 @@ def read_batches(part: InputPart, fmt: Format | str, batch_rows: int, *, hive: b
     try:
         if fmt == "parquet":
             scan = pl.scan_parquet(source, glob=False, hive_partitioning=False)
-            scan = scan if rows is None else scan.slice(rows[0], rows[1] - rows[0])
+            scan = scan if rows is None else scan.slice(rows[0], None if rows[1] is None else rows[1] - rows[0])
         else:
             scan = pl.scan_csv(source, glob=False, infer_schema=False, separator=separator(part.path, fmt))
         for batch in scan.collect_batches(chunk_size=batch_rows, maintain_order=True, lazy=True):

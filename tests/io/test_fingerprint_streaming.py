@@ -10,6 +10,7 @@ import pickle
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -162,17 +163,44 @@ def test_the_digest_is_the_documented_keyed_multiset_sum(rows: list[bytes]) -> N
     assert digest.hexdigest() == expected
 
 
-def test_a_parquet_file_is_digested_in_pieces_of_rows_to_the_same_digest(tiny_release: Path) -> None:
-    """One large file is shared out by row ranges (``pieces``): any piece size gives the whole file's digest, and the
-    pieces cover every row once."""
-    files = files_at(tiny_release, tiny_release.parent / "microdata.parquet")
-    rows = pl.read_parquet(tiny_release.parent / "microdata.parquet").height
-    whole = data_fingerprints(files, KEY, piece_rows=rows + 1)
-    for piece_rows in (1, 7, 64, rows):
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if not n:
+            return out + bytes([low])
+        out += bytes([low | 0x80])
+
+
+def test_a_parquet_file_is_digested_in_pieces_of_row_groups_to_the_same_digest(tiny_release: Path) -> None:
+    """One large file is shared out in runs of whole row groups (``pieces``), the last to the file's end: any piece
+    size gives the whole file's digest; a footer whose row total disagrees with its row groups (edited to count
+    fewer rows than the measurement reads) is digested whole, so it cannot buy the same records a new digest."""
+    frame = pl.read_parquet(tiny_release.parent / "microdata.parquet")
+    grouped = tiny_release.parent / "grouped.parquet"
+    pq.write_table(frame.to_arrow(), grouped, row_group_size=7)
+    files = files_at(tiny_release, grouped)
+    whole = data_fingerprints(files_at(tiny_release, tiny_release.parent / "microdata.parquet"), KEY)
+    for piece_rows in (1, 7, 20, 64, frame.height + 1):
         found = pieces(files, piece_rows)
-        assert len(found) == -(-rows // piece_rows)
-        assert [r for _, (start, stop) in found for r in range(start, stop)] == list(range(rows))
-        assert data_fingerprints(files, KEY, piece_rows=piece_rows) == whole
+        starts = [rows[0] for _, rows in found]
+        assert starts[0] == 0 and starts == sorted(set(starts)) and all(s % 7 == 0 for s in starts)
+        assert found[-1][1][1] is None and all(rows[1] == nxt for (_, rows), nxt in zip(found[:-1], starts[1:],
+                                                                                           strict=True))
+        assert all(rows[1] - rows[0] >= piece_rows for _, rows in found[:-1])  # runs of at least piece_rows
+        assert len(found) == -(-frame.height // max(7, -(-piece_rows // 7) * 7)) or piece_rows > frame.height
+        assert data_fingerprints(files, KEY, piece_rows=piece_rows, batch_rows=4) == whole
+    data = bytearray(grouped.read_bytes())  # the footer's num_rows field rewritten, nothing else
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    old, new = b"\x16" + _varint(2 * frame.height), b"\x16" + _varint(2 * (frame.height - 100))
+    assert len(old) == len(new) and data.find(old, footer) > 0
+    at = data.find(old, footer)
+    data[at:at + len(old)] = new
+    forged = tiny_release.parent / "forged.parquet"
+    forged.write_bytes(bytes(data))
+    assert pq.ParquetFile(forged).metadata.num_rows == frame.height - 100  # the footer lies; the rows are all there
+    assert pieces(files_at(tiny_release, forged), 7) == [(0, None)]
+    assert data_fingerprints(files_at(tiny_release, forged), KEY, piece_rows=7) == whole
     csv = tiny_release.parent / "micro.csv"
-    pl.read_parquet(tiny_release.parent / "microdata.parquet").write_csv(csv)
+    frame.write_csv(csv)
     assert pieces(files_at(tiny_release, csv, "csv")) == [(0, None)]  # a CSV part is read whole
