@@ -123,7 +123,7 @@ def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pl.DataFra
 
 
 def _check_wide_columns(path: Path, needed: Sequence[str], numeric: Sequence[str]) -> None:
-    """``RunFileError`` unless every part of a wide table has the ``needed`` columns, ``numeric`` ones numeric."""
+    """``RunFileError`` unless every part of a table has the ``needed`` columns, ``numeric`` ones numeric."""
     kinds = (pa.types.is_integer, pa.types.is_floating)
     with _reading(path) as files:
         for file in files or [path]:
@@ -174,8 +174,8 @@ def _level_table(path: Path, schema: Schema, level: Level, universe: str
     """A level table's well-formed rows (geoid, ``_cell``, count), and rule 1's two checks of every row.  The labels
     become ``_cell`` as the files are scanned, and the geoids categories (each code's text held once): a row holds
     16 bytes, where the text columns took most of the memory the checks needed at the nation's blocks."""
+    _check_wide_columns(path, [GEOID, *schema.names, COUNT], [])
     with _reading(path) as files:
-        _need(pq.read_schema(files[0]).names if files else [], [GEOID, *schema.names, COUNT], path)
         number = pl.col(COUNT).cast(pl.Float64, strict=False)
         bad = number.is_null() | number.is_infinite() | (number < 0) | (number != number.floor())
         formed = ((pl.col(GEOID).str.len_chars() == level.width) & pl.col(CELL).is_not_null()).fill_null(False)
@@ -252,8 +252,8 @@ def invariant_checks(universe: Universe, path: Path) -> list[RuleCheck]:
     invariants file), node by node; one (level, query) read at a time (the units' block invariants are the blocks
     times the query's cells: a nation's are tens of millions of rows)."""
     schema, out = universe.config.schema, []
+    _check_wide_columns(path, ["level", GEOID, "query", "cell", "value"], [])
     with _reading(path) as files:
-        _need(pq.read_schema(files[0]).names if files else [], ["level", GEOID, "query", "cell", "value"], path)
         published = pl.scan_parquet(files, glob=False)
         for invariant in universe.config.invariants:
             mapping = query_cells(schema, invariant.query)

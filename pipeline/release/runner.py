@@ -69,8 +69,6 @@ class DaskRunner:
                     self._client = Client(self._cluster)
                 else:
                     self._client = Client(self.name)
-            # two tasks per worker thread in flight: every worker kept busy, and the driver holds no more (MBs each)
-            self._window = self._window or max(4, 2 * sum(self._client.nthreads().values()))
         except BaseException as error:  # noqa: BLE001 - raised in the driver's thread at the first use
             self._error = error
 
@@ -84,8 +82,8 @@ class DaskRunner:
 
     @property
     def window(self) -> int:
-        self.client  # noqa: B018 - waits for the start
-        return int(self._window or 0)
+        """Tasks in flight: two per worker thread keep every worker busy, and the driver holds no more (MBs each)."""
+        return self._window or max(4, 2 * self.workers)
 
     @property
     def workers(self) -> int:
