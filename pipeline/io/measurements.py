@@ -73,6 +73,10 @@ def _constant(value: float, n: int) -> pa.ChunkedArray:
     return repeated(pa.array(np.full(min(n, REPEATED_ROWS), value)), n)
 
 
+DICTIONARY_COLUMNS = ["level", "geoid", "query", "rho", "sigma2"]  # a few distinct values each
+DELTA_CODED = {"cell": "DELTA_BINARY_PACKED", "noisy_value": "DELTA_BINARY_PACKED"}
+
+
 class LevelMeasurementWriter:
     """Appends one level's measurements chunk by chunk: row group ``chunk_number * n_queries + query_number`` holds
     that query's values for the chunk's nodes (``read_chunk``).  One background thread writes (Parquet encoding
@@ -100,8 +104,11 @@ class LevelMeasurementWriter:
                 continue  # drain: the producer learns of the error at its next call
             try:
                 if self._writer is None:
-                    # no column statistics: the file is read by row group, never filtered (a quarter of the writing)
-                    self._writer = pq.ParquetWriter(self.path, table.schema, write_statistics=False)
+                    # no column statistics: the file is read by row group, never filtered (a quarter of the writing);
+                    # the integers delta-coded rather than dictionary-coded (a noisy value's dictionary only grows):
+                    # faster to write and much faster to read back (BENCHMARKS.md)
+                    self._writer = pq.ParquetWriter(self.path, table.schema, write_statistics=False,
+                                                    use_dictionary=DICTIONARY_COLUMNS, column_encoding=DELTA_CODED)
                 self._writer.write_table(table, row_group_size=max(1, table.num_rows))
             except BaseException as error:  # noqa: BLE001 - re-raised in the producer's thread
                 self._error = error

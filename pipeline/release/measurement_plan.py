@@ -167,7 +167,7 @@ def run_measurement(plan: MeasurementPlan, level_plans: Sequence[LevelPlan], tre
         plans[level].append((start, stop, ChunkLocation(writers[name].file, row_group)))
 
     try:
-        results, upper = (dask_measure(runner.client, plan.groups, plan.upper, runner.window) if on_workers
+        results, upper = (dask_measure(runner, plan.groups, plan.upper) if on_workers
                           else _on_driver(plan, writers))
         tops = []
         parts_dir = plan.groups[0].out_dir if plan.groups else None
@@ -208,35 +208,56 @@ def _on_driver(plan: MeasurementPlan, writers: dict[str, LevelMeasurementWriter]
     return [measured for measured, _ in results], (lambda: measure_upper(upper, totals)) if upper is not None else None
 
 
-def dask_measure(client: Any, groups: Sequence[GroupTask], upper: UpperTask | None, window: int
+def dask_measure(runner: Any, groups: Sequence[GroupTask], upper: UpperTask | None
                  ) -> tuple[Iterator[GroupMeasured], Callable[[], Any] | None]:
-    """The groups' tasks on the workers, at most ``window`` uncollected; the public half of each result comes back in
-    group order, and the total histograms go from the workers straight into the upper levels' task."""
+    """The groups' tasks on the runner's workers, at most ``runner.window`` uncollected (the first ones in this
+    process while a local cluster starts, where ``DaskRunner.driver_takes_next``); the public half of each result
+    comes back in group order, and the total histograms go from the workers straight into the upper levels' task."""
     totals: list[Any] = []
     upper_future: list[Any] = []
 
     def results() -> Iterator[GroupMeasured]:
-        pending: deque[Any] = deque()
+        pending: deque[Any] = deque()  # futures, or the results the driver computed
         try:
             for task in groups:
+                if runner.driver_takes_next():
+                    measured, total = measure_group(task)
+                    pending.append(_Done(measured))
+                    if task.share == 0:
+                        totals.append(total)  # a value: the upper task's list takes values and futures alike
+                    continue
+                client = runner.client
                 future = client.submit(measure_group, task, pure=False)
                 pending.append(client.submit(operator.itemgetter(0), future, pure=False))
                 if task.share == 0:  # the group's total histogram: its first share's
                     totals.append(client.submit(operator.itemgetter(1), future, pure=False))
                 del future  # released once both halves are taken: the scheduler forgets the task and its subtree
-                if len(pending) >= window:
+                if len(pending) >= runner.window:
                     yield pending.popleft().result()
             if upper is not None:
-                upper_future.append(client.submit(measure_upper, upper, list(totals), pure=False))
+                upper_future.append(runner.client.submit(measure_upper, upper, list(totals), pure=False))
             totals.clear()
             while pending:
                 yield pending.popleft().result()
         except InputCategoryError:
-            for future in (*pending, *totals, *upper_future):
+            for future in (*pending, *upper_future, *(t for t in totals if not isinstance(t, np.ndarray))):
                 future.cancel()
             raise
 
     return results(), (lambda: upper_future[0].result()) if upper is not None else None
+
+
+@dataclass(frozen=True)
+class _Done:
+    """A result the driver computed itself, held where a future would be."""
+
+    value: Any
+
+    def result(self) -> Any:
+        return self.value
+
+    def cancel(self) -> None:
+        pass
 
 
 def level_plans_of(config: ReleaseConfig, allocations: Sequence[QueryAllocation]) -> list[LevelPlan]:

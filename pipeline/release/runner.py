@@ -87,12 +87,19 @@ class DaskRunner:
 
     @property
     def workers(self) -> int:
-        """The worker threads the cluster has (once started)."""
+        """The worker threads the cluster has: a local cluster's one-thread workers, known before it has started (a
+        question to the scheduler costs a round trip); an existing cluster's, asked once it is connected."""
+        if self.name.startswith("dask-local:"):
+            return int(self.name.split(":", 1)[1])
         return sum(self.client.nthreads().values())
+
+    def driver_takes_next(self) -> bool:
+        """Whether this process runs the next task itself: ``driver_helps``, while the cluster starts."""
+        return self._driver_helps and self._starting.is_alive()
 
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         remaining = iter(tasks)
-        while self._driver_helps and self._starting.is_alive():
+        while self.driver_takes_next():
             task = next(remaining, _NO_TASK)
             if task is _NO_TASK:
                 return

@@ -155,3 +155,46 @@ def test_a_group_measured_in_shares_writes_the_measurements_of_one_task(tiny_rel
         for mine, theirs in zip(one.invariants[level], shared.invariants[level], strict=True):
             assert np.array_equal(mine.values, theirs.values)
     assert one_files.keys() == shared_files.keys() and all(one_files[n].equals(shared_files[n]) for n in one_files)
+
+
+class _BootingRunner:
+    """A Dask runner whose cluster never finishes starting, with the driver helping: every task runs here (any use
+    of its client fails the test)."""
+
+    name, workers, window = "dask-local:3", 3, 4
+
+    def driver_takes_next(self) -> bool:
+        return True
+
+    @property
+    def client(self) -> None:
+        raise AssertionError("a task went to the cluster while the driver was to run it")
+
+
+def test_a_helping_driver_measures_the_workers_tasks_as_they_would(tiny_release: Path) -> None:
+    """While a local cluster starts, the driver runs the workers' group tasks itself (``dask_measure``): their parts
+    are adopted and the measurements are those the driver's own writers lay out."""
+    config = load_config(tiny_release, {"postprocess.chunk_cells": 60, "postprocess.runner": "local"})
+    release = stages.start_release(config, tiny_release.parent / "runs", seeded_random_source(1))
+    plans = level_plans_of(config, release.persons.allocations)
+    files = read_input_files(config)
+    tree = validated_rows(files)[0]
+    laid_out = []
+    for runner, parts in ((None, None), (_BootingRunner(), tiny_release.parent / "helped-parts")):
+        plan = plan_measurement(tree, files, plans, seeded_random_source(1), "persons", 60, parts,
+                                workers=1 if runner is None else runner.workers)
+        folder = tiny_release.parent / f"helped-{runner is not None}"
+        measured = run_measurement(plan, plans, tree, folder, runner, runner is not None, config.schema.n_cells, 60)
+        levels = {f.relative_to(folder).parts[0].removesuffix(".parquet") for f in folder.rglob("*.parquet")}
+        laid_out.append((measured, {name: pl.concat([pl.read_parquet(f) for f in sorted(
+            [*folder.glob(f"{name}.parquet"), *folder.glob(f"{name}/*.parquet")])]) for name in levels}))
+    (alone, alone_files), (helped, helped_files) = laid_out
+    assert len({p[2].file for level in helped.chunk_plan.values() for p in level}) > len(alone_files)  # parts
+    assert not (tiny_release.parent / "helped-parts").exists()  # collected and removed
+    for level in range(tree.depth):
+        assert [(a, b) for a, b, _ in alone.chunk_plan[level]] == [(a, b) for a, b, _ in helped.chunk_plan[level]]
+        for mine, theirs in zip(alone.invariants[level], helped.invariants[level], strict=True):
+            assert np.array_equal(mine.values, theirs.values)
+    assert alone_files.keys() == helped_files.keys()
+    for name, frame in alone_files.items():
+        assert frame.equals(helped_files[name]), name
