@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from censusdp.pipeline.config.persons_per_unit import selection_mask
 from censusdp.pipeline.config.schema import Query, Schema
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io.summary_tables import TableColumns, table_columns
+from censusdp.pipeline.io.verify_ranges import BUCKET_ROWS, EVERY_CODE, Bound, IndexedTable, code_ranges
 
 CELL, COUNT, GEOID = "_cell", "count", "geoid"
 Selection = tuple[tuple[str, tuple[str, ...]], ...]  # (attribute, values): the cells where each is among them
@@ -48,34 +49,145 @@ class RunFileError(CensusDPError):
 
 @dataclass(frozen=True)
 class Universe:
-    """One universe's published levels, read back: ``tables[level]`` holds its well-formed rows (geoid, ``_cell``
-    the flattened cell, count), ``nodes[level]`` the manifest's node count."""
+    """One universe's published files: per level, its table and (where the universe has invariants) the invariants
+    file, indexed to be read a range of codes at a time (``verify_ranges``); ``nodes[level]`` the level's node
+    count (the manifest's, else the nodes its table lists)."""
 
     name: str
     config: ReleaseConfig
-    tables: dict[str, pl.DataFrame]
+    tables: dict[str, IndexedTable]
+    invariants: dict[str, IndexedTable] | None  # by level: the row groups holding its values
     nodes: dict[str, int]
+    zero_cells: tuple[int, ...]  # the cells a structural zero names
 
 
-def verify_run(run_dir: Path) -> list[RuleCheck]:
+Rows = dict[str, pl.DataFrame]  # a level's rows (of a range of codes) by universe
+
+
+@dataclass(frozen=True)
+class _Range:
+    """One range of codes of one level, read: each universe's well-formed rows there (geoid, ``_cell``, count) and
+    its parent level's rows in the range (the level's families are whole in it)."""
+
+    lo: Bound
+    hi: Bound
+    rows: dict[str, pl.DataFrame]  # by universe
+    parent_rows: dict[str, pl.DataFrame]
+
+
+def verify_run(run_dir: Path, *, bucket_rows: int = BUCKET_ROWS) -> list[RuleCheck]:
     """Every rule the run at ``run_dir`` promises, checked on its published files; ``RunFileError`` (a
-    ``CensusDPError``, one line) when a file is missing or unreadable."""
+    ``CensusDPError``, one line) when a file is missing or unreadable.  Each level is checked a range of codes at a
+    time, about ``bucket_rows`` rows of its table each (the same counts for any: docs/verify.md, "Memory")."""
     run_dir = Path(run_dir)
     manifest = _manifest(run_dir / "manifest.json")
     config = parse_recorded_config(manifest["config_raw"], str(run_dir / "manifest.json"),
                                    base=Path(manifest.get("config", {}).get("source", ".")).parent)
     nodes = {lv["name"]: int(lv["nodes"]) for lv in manifest.get("levels", []) if "nodes" in lv}
-    checks: list[RuleCheck] = []
-    persons = _universe("persons", config, run_dir, manifest, nodes, checks)
-    units = None
+    persons = _universe("persons", config, run_dir, manifest, dict(nodes))
+    universes = [persons]
     if config.units is not None:
-        units = _universe("units", config.units, run_dir, _part(manifest, "units", run_dir), nodes, checks)
+        universes.append(_universe("units", config.units, run_dir, _part(manifest, "units", run_dir), dict(nodes)))
+    wide: dict[str, IndexedTable] = {}
+    parts = []
     if "pl94" in manifest.get("summary_tables", {}) or any(t.value == "pl94" for t in config.output.tables):
-        pl94 = _part(_part(manifest, "summary_tables", run_dir), "pl94", run_dir)
-        checks += pl94_checks(run_dir, _part(pl94, "levels", run_dir), persons, units)
-    if units is not None:
-        checks += persons_units_checks(config, persons.tables, units.tables, persons.nodes)
+        located = _part(_part(_part(manifest, "summary_tables", run_dir), "pl94", run_dir), "levels", run_dir)
+        parts = _pl94_parts(universes)
+        names = [v.name for part, _ in parts for v in part.variables]
+        for level in config.levels:
+            if level.name not in located:
+                raise RunFileError(f"{run_dir / 'manifest.json'}: names no pl94 table of level {level.name}")
+            path = run_dir / located[level.name]
+            _check_wide_columns(path, ["GEOID", *names], names)
+            wide[level.name] = _indexed(path, "GEOID")
+    checks: list[RuleCheck] = []
+    whole = None  # the level above's rows, where they were read in one range
+    for depth, level in enumerate(config.levels):
+        found, whole = _level_checks(universes, depth, wide.get(level.name), parts, bucket_rows, whole)
+        checks += found
     return checks
+
+
+def _level_checks(universes: Sequence[Universe], depth: int, wide: IndexedTable | None, parts: Sequence[Part],
+                  bucket_rows: int, above: Rows | None) -> tuple[list[RuleCheck], Rows | None]:
+    """Every rule at one level (and its parent's sums), range by range (``code_ranges``), the counts summed, and the
+    level's rows where they were read in one range (``above``: the parent level's, then not read again).  A rule's
+    items are rows or published values, counted in each range, or nodes, counted once from the node counts (by the
+    same checks with no row: the empty range ``["", "")``)."""
+    persons = universes[0]
+    levels = persons.config.levels
+    level, parent = levels[depth], levels[depth - 1] if depth else None
+    table = persons.tables[level.name]
+    ranges = code_ranges(table, parent.width, bucket_rows) if parent is not None else [EVERY_CODE]
+    out: list[RuleCheck] = []
+    found = dict.fromkeys((u.name for u in universes), 0)  # the level's nodes with a row, by universe
+    for lo, hi in ranges:
+        read = _read_range(universes, depth, lo, hi, above if (lo, hi) == EVERY_CODE else None, out)
+        for universe in universes:
+            found[universe.name] += read.rows[universe.name][GEOID].n_unique()
+        zeros = [replace(u, nodes=dict.fromkeys(u.nodes, 0)) for u in universes]
+        out += _range_rules(zeros, depth, read, wide, parts)
+    for universe in universes:
+        universe.nodes.setdefault(level.name, found[universe.name])
+    out += _range_rules(universes, depth, _read_range(universes, depth, "", "", None, []), wide, parts)
+    return _summed(out), read.rows if len(ranges) == 1 else None
+
+
+def _read_range(universes: Sequence[Universe], depth: int, lo: Bound, hi: Bound,
+                above: dict[str, pl.DataFrame] | None, rules: list[RuleCheck]) -> _Range:
+    """Each universe's rows of the level at ``depth`` in ``[lo, hi)`` (their rule-1 checks added to ``rules``) and
+    of its parent level (``above``: those, already read)."""
+    rows, parents = {}, {}
+    for universe in universes:
+        levels, schema = universe.config.levels, universe.config.schema
+        level = levels[depth]
+        columns = [GEOID, *schema.names, COUNT]
+        rows[universe.name], checks = _level_table(universe.tables[level.name].read(columns, lo, hi), schema, level,
+                                                   universe.name)
+        rules += checks
+        if depth and above is not None:
+            parents[universe.name] = above[universe.name]
+        elif depth:
+            parent = levels[depth - 1]
+            parents[universe.name] = _level_table(universe.tables[parent.name].read(columns, lo, hi), schema, parent,
+                                                  universe.name)[0]
+    return _Range(lo, hi, rows, parents)
+
+
+def _range_rules(universes: Sequence[Universe], depth: int, read: _Range, wide: IndexedTable | None,
+                 parts: Sequence[Part]) -> list[RuleCheck]:
+    """Rules 2-6 at the level at ``depth`` on one range's rows (``_read_range``)."""
+    out = []
+    level = universes[0].config.levels[depth].name
+    for universe in universes:
+        rows = read.rows[universe.name]
+        if depth:
+            out.append(children_check(universe, depth, read.parent_rows[universe.name], rows))
+        out += zero_checks(universe, level, rows)
+        if universe.invariants is not None:
+            at_level = universe.invariants.get(level)
+            published = (pl.DataFrame(schema={"level": pl.String, GEOID: pl.String, "query": pl.String,
+                                              "cell": pl.Int64, "value": pl.Int64}) if at_level is None else
+                         at_level.read(["level", GEOID, "query", "cell", "value"], read.lo, read.hi,
+                                       pl.col("level").cast(pl.String) == level))
+            out += invariant_checks(universe, level, rows, published)
+    tables = {u.name: read.rows[u.name] for u in universes}
+    if wide is not None:
+        out += pl94_checks(universes, parts, level, tables, wide, read.lo, read.hi)
+    if len(universes) > 1:
+        out += persons_units_checks(universes[0].config, {level: tables["persons"]}, {level: tables["units"]},
+                                    universes[0].nodes)
+    return out
+
+
+def _summed(checks: Sequence[RuleCheck]) -> list[RuleCheck]:
+    """One check per rule and level, in order of first appearance: items checked and violations summed."""
+    total: dict[tuple[str, str | None], RuleCheck] = {}
+    for check in checks:
+        seen = total.get((check.rule, check.level))
+        total[(check.rule, check.level)] = check if seen is None else replace(
+            seen, checked=seen.checked + check.checked, violations=seen.violations + check.violations)
+    return list(total.values())
 
 
 def require_promises_kept(run_dir: Path) -> None:
@@ -116,12 +228,6 @@ def _reading(path: Path) -> Iterator[list[Path]]:
         raise RunFileError(f"{path}: unreadable (not a Parquet file or folder of parts)") from None
 
 
-def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pl.DataFrame:
-    """A Parquet file or a folder of part files, as one frame; ``RunFileError`` if missing or unreadable."""
-    with _reading(path) as files:
-        return pl.read_parquet(files, columns=list(columns) if columns else None, glob=False)
-
-
 def _check_wide_columns(path: Path, needed: Sequence[str], numeric: Sequence[str]) -> None:
     """``RunFileError`` unless every part of a table has the ``needed`` columns, ``numeric`` ones numeric."""
     kinds = (pa.types.is_integer, pa.types.is_floating)
@@ -133,57 +239,50 @@ def _check_wide_columns(path: Path, needed: Sequence[str], numeric: Sequence[str
                 raise RunFileError(f"{path}: column {text} is not numeric")
 
 
-def read_batches(path: Path, columns: Sequence[str], rows: int) -> Iterator[pl.DataFrame]:
-    """The named columns of a Parquet file or folder of parts, ``rows`` rows at a time (bounded memory)."""
-    with _reading(path) as files:
-        for file in files:
-            for batch in pq.ParquetFile(file).iter_batches(batch_size=rows, columns=list(columns)):
-                yield pl.DataFrame(pl.from_arrow(batch))
-
-
 def _need(names: Sequence[str], columns: Sequence[str], path: Path) -> None:
     if missing := next((c for c in columns if c not in names), None):
         raise RunFileError(f"{path}: no column {missing}")
 
 
-def _universe(name: str, config: ReleaseConfig, run_dir: Path, record: Mapping[str, Any], nodes: dict[str, int],
-              checks: list[RuleCheck]) -> Universe:
-    """Read a universe's level tables and check them: their rows (rule 1), sums, zeros and invariants (2-4)."""
+def _universe(name: str, config: ReleaseConfig, run_dir: Path, record: Mapping[str, Any], nodes: dict[str, int]
+              ) -> Universe:
+    """A universe's level tables and invariants file, checked for their columns and indexed."""
     located = _part(record, "tables", run_dir)
-    tables: dict[str, pl.DataFrame] = {}
-    counts, rows = [], []
+    tables = {}
     for level in config.levels:
         if level.name not in located:
             raise RunFileError(f"{run_dir / 'manifest.json'}: names no {name} table of level {level.name}")
-        tables[level.name], (count, row) = _level_table(run_dir / located[level.name], config.schema, level, name)
-        counts.append(count)
-        rows.append(row)
-        nodes.setdefault(level.name, tables[level.name][GEOID].n_unique())
-    universe = Universe(name, config, tables, nodes)
-    checks += counts + rows + children_checks(universe) + zero_checks(universe)
+        path = run_dir / located[level.name]
+        _check_wide_columns(path, [GEOID, *config.schema.names, COUNT], [])
+        tables[level.name] = _indexed(path, GEOID)
+    invariants = None
     if config.invariants:
         lowest = config.levels[-1].name
         located_at = Path(_part(record, "measurements", run_dir).get(lowest, f"measurements/{lowest}.parquet"))
         path = (located_at if located_at.is_absolute() else run_dir / located_at).parent / "invariants.parquet"
-        checks += invariant_checks(universe, path)
-    return universe
+        _check_wide_columns(path, ["level", GEOID, "query", "cell", "value"], [])
+        invariants = _indexed(path, GEOID).split("level")
+    zeros = np.flatnonzero(np.any([selection_mask(config.schema, tuple(z.items())) for z in config.structural_zeros],
+                                  axis=0)) if config.structural_zeros else np.zeros(0, dtype=np.int64)
+    return Universe(name, config, tables, invariants, nodes, tuple(int(c) for c in zeros))
 
 
-def _level_table(path: Path, schema: Schema, level: Level, universe: str
-                 ) -> tuple[pl.DataFrame, tuple[RuleCheck, RuleCheck]]:
-    """A level table's well-formed rows (geoid, ``_cell``, count), and rule 1's two checks of every row.  The labels
-    become ``_cell`` as the files are scanned, and the geoids categories (each code's text held once): a row holds
-    16 bytes, where the text columns took most of the memory the checks needed at the nation's blocks."""
-    _check_wide_columns(path, [GEOID, *schema.names, COUNT], [])
+def _indexed(path: Path, column: str) -> IndexedTable:
     with _reading(path) as files:
-        number = pl.col(COUNT).cast(pl.Float64, strict=False)
-        bad = number.is_null() | number.is_infinite() | (number < 0) | (number != number.floor())
-        formed = ((pl.col(GEOID).str.len_chars() == level.width) & pl.col(CELL).is_not_null()).fill_null(False)
-        frame = (pl.scan_parquet(files, glob=False)
-                 .select(pl.col(GEOID).cast(pl.String), _cell(schema).alias(CELL), pl.col(COUNT),
-                         bad.alias("_bad"))
-                 .with_columns(formed.alias("_formed"))
-                 .collect())
+        return IndexedTable(files, column)
+
+
+def _level_table(frame: pl.DataFrame, schema: Schema, level: Level, universe: str
+                 ) -> tuple[pl.DataFrame, tuple[RuleCheck, RuleCheck]]:
+    """A level table's well-formed rows (geoid, ``_cell``, count) of ``frame`` (some of its rows, as published), and
+    rule 1's two checks of them.  The geoids become categories (each code's text held once)."""
+    number = pl.col(COUNT).cast(pl.Float64, strict=False)
+    bad = number.is_null() | number.is_infinite() | (number < 0) | (number != number.floor())
+    formed = ((pl.col(GEOID).str.len_chars() == level.width) & pl.col(CELL).is_not_null()).fill_null(False)
+    frame = (frame.lazy().select(pl.col(GEOID).cast(pl.String), _cell(schema).alias(CELL), pl.col(COUNT),
+                                 bad.alias("_bad"))
+             .with_columns(formed.alias("_formed"))
+             .collect())
     rows = frame.height
     counts = RuleCheck(f"{universe}: counts are non-negative integers", level.name, rows, int(frame["_bad"].sum()))
     kept = frame.filter("_formed").drop("_bad", "_formed").with_columns(
@@ -213,31 +312,25 @@ def _mismatches(left: pl.DataFrame, right: pl.DataFrame, on: list[str], a: str, 
     return int(joined.select((pl.col(a).fill_null(0) != pl.col(b).fill_null(0)).sum()).item())
 
 
-def children_checks(universe: Universe) -> list[RuleCheck]:
-    """Rule 2: every cell of every node is the sum of that cell over its children (codes prefixed by its own)."""
-    levels, tables, n_cells = universe.config.levels, universe.tables, universe.config.schema.n_cells
-    out = []
-    for parent, child in zip(levels, levels[1:], strict=False):
-        sums = (tables[child.name].group_by(pl.col(GEOID).cast(pl.String).str.slice(0, parent.width)
-                                            .cast(pl.Categorical), CELL)
-                .agg(pl.col(COUNT).sum().alias("children")))
-        own = tables[parent.name].group_by(GEOID, CELL).agg(pl.col(COUNT).sum())
-        out.append(RuleCheck(f"{universe.name}: children sum to their parent", parent.name,
-                             universe.nodes[parent.name] * n_cells, _mismatches(own, sums, [GEOID, CELL], COUNT,
-                                                                                  "children")))
-    return out
+def children_check(universe: Universe, depth: int, parent_rows: pl.DataFrame, rows: pl.DataFrame) -> RuleCheck:
+    """Rule 2: every cell of every node of the level above ``depth`` is the sum of that cell over its children
+    (codes prefixed by its own), on a range's rows of both levels (``parent_rows``, ``rows``)."""
+    parent, n_cells = universe.config.levels[depth - 1], universe.config.schema.n_cells
+    sums = (rows.group_by(pl.col(GEOID).cast(pl.String).str.slice(0, parent.width).cast(pl.Categorical), CELL)
+            .agg(pl.col(COUNT).sum().alias("children")))
+    own = parent_rows.group_by(GEOID, CELL).agg(pl.col(COUNT).sum())
+    return RuleCheck(f"{universe.name}: children sum to their parent", parent.name,
+                     universe.nodes[parent.name] * n_cells, _mismatches(own, sums, [GEOID, CELL], COUNT, "children"))
 
 
-def zero_checks(universe: Universe) -> list[RuleCheck]:
-    """Rule 3: the structural zeros' cells are 0 at every node."""
-    config = universe.config
-    if not config.structural_zeros:
+def zero_checks(universe: Universe, level: str, rows: pl.DataFrame) -> list[RuleCheck]:
+    """Rule 3: the structural zeros' cells are 0 at every node (of ``rows``, a range's rows of ``level``)."""
+    zeros = universe.zero_cells
+    if not universe.config.structural_zeros:
         return []
-    zeros = np.flatnonzero(np.any([selection_mask(config.schema, tuple(z.items())) for z in config.structural_zeros],
-                                  axis=0))
-    hit = pl.col(CELL).is_in(zeros.tolist()) & (pl.col(COUNT) != 0)
-    return [RuleCheck(f"{universe.name}: structural zeros are 0", lv.name, universe.nodes[lv.name] * len(zeros),
-                      int(universe.tables[lv.name].select(hit.sum()).item())) for lv in config.levels]
+    hit = pl.col(CELL).is_in(list(zeros)) & (pl.col(COUNT) != 0)
+    return [RuleCheck(f"{universe.name}: structural zeros are 0", level, universe.nodes[level] * len(zeros),
+                      int(rows.select(hit.sum()).item()))]
 
 
 def query_cells(schema: Schema, query: Query) -> pl.DataFrame:
@@ -247,63 +340,65 @@ def query_cells(schema: Schema, query: Query) -> pl.DataFrame:
     return pl.DataFrame({CELL: np.arange(schema.n_cells, dtype=np.int32), "query_cell": cells.astype(np.int64)})
 
 
-def invariant_checks(universe: Universe, path: Path) -> list[RuleCheck]:
-    """Rule 4: each invariant's marginal of the table equals the value published for it (``path``: the universe's
-    invariants file), node by node; one (level, query) read at a time (the units' block invariants are the blocks
-    times the query's cells: a nation's are tens of millions of rows)."""
+def invariant_checks(universe: Universe, level: str, rows: pl.DataFrame, published: pl.DataFrame
+                     ) -> list[RuleCheck]:
+    """Rule 4: each invariant's marginal of the table equals the value published for it, node by node, on a range's
+    rows of ``level`` and the invariants file's rows in that range (``published``)."""
     schema, out = universe.config.schema, []
-    _check_wide_columns(path, ["level", GEOID, "query", "cell", "value"], [])
-    with _reading(path) as files:
-        published = pl.scan_parquet(files, glob=False)
-        for invariant in universe.config.invariants:
-            mapping = query_cells(schema, invariant.query)
-            for level in invariant.levels:
-                values = (published.filter((pl.col("level").cast(pl.String) == level)
-                                           & (pl.col("query").cast(pl.String) == invariant.query.name))
-                          .select(pl.col(GEOID).cast(pl.String).cast(pl.Categorical),
-                                  pl.col("cell").cast(pl.Int64).alias("query_cell"),
-                                  pl.col("value")).collect())
-                answers = (universe.tables[level].join(mapping, on=CELL).group_by(GEOID, "query_cell")
-                           .agg(pl.col(COUNT).sum()))
-                keys = [GEOID, "query_cell"]
-                joined = values.join(answers, on=keys, how="full", coalesce=True)
-                wrong = joined.select((pl.col("value").fill_null(0) != pl.col(COUNT).fill_null(0)).sum()).item()
-                out.append(RuleCheck(f"{universe.name}: invariant {invariant.query.name} equals its published value",
-                                     level, joined.height, int(wrong)))
+    for invariant in universe.config.invariants:
+        if level not in invariant.levels:
+            continue
+        mapping = query_cells(schema, invariant.query)
+        values = (published.filter((pl.col("level").cast(pl.String) == level)
+                                   & (pl.col("query").cast(pl.String) == invariant.query.name))
+                  .select(pl.col(GEOID).cast(pl.String).cast(pl.Categorical),
+                          pl.col("cell").cast(pl.Int64).alias("query_cell"), pl.col("value")))
+        answers = rows.join(mapping, on=CELL).group_by(GEOID, "query_cell").agg(pl.col(COUNT).sum())
+        joined = values.join(answers, on=[GEOID, "query_cell"], how="full", coalesce=True)
+        wrong = joined.select((pl.col("value").fill_null(0) != pl.col(COUNT).fill_null(0)).sum()).item()
+        out.append(RuleCheck(f"{universe.name}: invariant {invariant.query.name} equals its published value",
+                             level, joined.height, int(wrong)))
     return out
 
 
 NODES_AT_ONCE = 1 << 15  # nodes compared at a time: a level's (nodes x variables) block in bounded memory
 
 
-def _definitions(wide: Iterator[pl.DataFrame], universe: Universe, part: TableColumns, level: str, nodes: int
-                 ) -> list[RuleCheck]:
+class _Definitions:
     """Each table's columns against the sums of the level table's cells they are defined from (``part.matrix``;
-    a node missing from either side holds zeros), one check per table; ``wide``: the wide table's row batches."""
-    frame, variables, matrix = universe.tables[level], part.variables, part.matrix
-    names = [v.name for v in variables]
-    keys = frame.select(GEOID).unique().sort(GEOID).with_row_index("_row")
-    cells = frame.join(keys, on=GEOID)
-    counts = sp.csr_matrix((cells[COUNT].to_numpy(), (cells["_row"].to_numpy(), cells[CELL].to_numpy())),
-                           shape=(keys.height, universe.config.schema.n_cells))
-    wrong = np.zeros(len(names), dtype=np.int64)
-    seen = np.zeros(keys.height, dtype=bool)
-    for batch in wide:
-        rows = batch.select(GEOID).join(keys, on=GEOID, how="left", maintain_order="left")["_row"]
-        at = rows.fill_null(-1).to_numpy().astype(np.int64)
-        has = at >= 0
-        expected = np.zeros((batch.height, len(names)))
-        expected[has] = (counts[at[has]] @ matrix).toarray()
-        wrong += (batch.select(names).to_numpy() != expected).sum(axis=0)
-        seen[at[has]] = True
-    missing = np.flatnonzero(~seen)  # nodes with cells but no row of the wide table: it publishes 0 for them
-    for start in range(0, len(missing), NODES_AT_ONCE):
-        wrong += ((counts[missing[start:start + NODES_AT_ONCE]] @ matrix).toarray() != 0).sum(axis=0)
-    tables = dict.fromkeys(v.table for v in variables)
-    return [RuleCheck(f"pl94: {table} columns = sums of the {universe.name}' cells they are defined from", level,
-                      nodes * sum(v.table == table for v in variables),
-                      int(sum(w for w, v in zip(wrong, variables, strict=True) if v.table == table)))
-            for table in tables]
+    a node missing from either side holds zeros), one check per table, on a range's rows of the level table
+    (``rows``) and of the wide table (``add``: batch by batch, ``NODES_AT_ONCE`` nodes at a time)."""
+
+    def __init__(self, rows: pl.DataFrame, universe: Universe, part: TableColumns, level: str) -> None:
+        self.universe, self.part, self.level = universe, part, level
+        self.names = [v.name for v in part.variables]
+        self.keys = rows.select(GEOID).unique().sort(GEOID).with_row_index("_row")
+        cells = rows.join(self.keys, on=GEOID)
+        self.counts = sp.csr_matrix((cells[COUNT].to_numpy(), (cells["_row"].to_numpy(), cells[CELL].to_numpy())),
+                                    shape=(self.keys.height, universe.config.schema.n_cells))
+        self.wrong = np.zeros(len(self.names), dtype=np.int64)
+        self.seen = np.zeros(self.keys.height, dtype=bool)
+
+    def add(self, wide: pl.DataFrame) -> None:
+        for batch in wide.iter_slices(NODES_AT_ONCE):
+            at = (batch.select(GEOID).join(self.keys, on=GEOID, how="left", maintain_order="left")["_row"]
+                  .fill_null(-1).to_numpy().astype(np.int64))
+            has = at >= 0
+            expected = np.zeros((batch.height, len(self.names)))
+            expected[has] = (self.counts[at[has]] @ self.part.matrix).toarray()
+            self.wrong += (batch.select(self.names).to_numpy() != expected).sum(axis=0)
+            self.seen[at[has]] = True
+
+    def finish(self) -> list[RuleCheck]:
+        missing = np.flatnonzero(~self.seen)  # nodes with cells but no row of the wide table: it publishes 0
+        for start in range(0, len(missing), NODES_AT_ONCE):
+            self.wrong += ((self.counts[missing[start:start + NODES_AT_ONCE]] @ self.part.matrix).toarray() != 0
+                           ).sum(axis=0)
+        variables, name = self.part.variables, self.universe.name
+        return [RuleCheck(f"pl94: {table} columns = sums of the {name}' cells they are defined from", self.level,
+                          self.universe.nodes[self.level] * sum(v.table == table for v in variables),
+                          int(sum(w for w, v in zip(self.wrong, variables, strict=True) if v.table == table)))
+                for table in dict.fromkeys(v.table for v in variables)]
 
 
 def _identities(wide: pl.DataFrame, level: str, rules: Sequence[tuple[str, pl.Expr]]) -> list[RuleCheck]:
@@ -312,36 +407,46 @@ def _identities(wide: pl.DataFrame, level: str, rules: Sequence[tuple[str, pl.Ex
             for text, broken in rules]
 
 
-def pl94_checks(run_dir: Path, located: Mapping[str, Any], persons: Universe, units: Universe | None
-                ) -> list[RuleCheck]:
-    """Rule 5: the P.L. 94-171 tables' identities and definitions, at every level."""
-    columns = table_columns(SummaryTables.PL94, persons.config.schema, units.config.schema if units else None)
-    parts = list(zip(columns, (persons, units), strict=False))  # the units' only where H1 is answerable
-    names = [v.name for part in columns for v in part.variables]
-    out = []
-    for level in persons.config.levels:
-        if level.name not in located:
-            raise RunFileError(f"{run_dir / 'manifest.json'}: names no pl94 table of level {level.name}")
-        path = run_dir / located[level.name]
-        _check_wide_columns(path, ["GEOID", *names], names)
-        identities = ["P1_001N", "P2_001N", "P3_001N", "P4_001N", "P5_001N"] + (
-            ["H1_001N", "H1_002N", "H1_003N"] if len(parts) > 1 else [])
-        key = (pl.col("GEOID").cast(pl.String) if level.width else pl.lit("")).cast(pl.Categorical).alias(GEOID)
-        narrow = read_parquet(path, ["GEOID", *identities]).with_columns(key)
-        nodes, col = persons.nodes[level.name], pl.col
-        out += _identities(narrow, level.name, (("P1 total = P2 total", col("P1_001N") != col("P2_001N")),
-                                                ("P3 total = P4 total", col("P3_001N") != col("P4_001N")),
-                                                ("P5 total <= P1 total", col("P5_001N") > col("P1_001N"))))
-        totals = persons.tables[level.name].group_by(GEOID).agg(col(COUNT).sum())
-        out.append(RuleCheck("pl94: P1 total = the level table's persons", level.name, nodes,
-                             _mismatches(narrow.select(GEOID, "P1_001N"), totals, [GEOID], "P1_001N", COUNT)))
-        for part, universe in parts:
-            if universe is units:
-                out += _identities(narrow, level.name, (("H1_001N = H1_002N + H1_003N",
-                                                         col("H1_001N") != col("H1_002N") + col("H1_003N")),))
-            wide = read_batches(path, ["GEOID", *(v.name for v in part.variables)], NODES_AT_ONCE)
-            out += _definitions((batch.with_columns(key) for batch in wide), universe, part, level.name, nodes)
-    return out
+Part = tuple[TableColumns, str]  # a P.L. table's column definitions and the universe they are defined from
+
+
+def _pl94_parts(universes: Sequence[Universe]) -> list[Part]:
+    """The P.L. tables' column definitions, each with its universe (the units' only where H1 is answerable)."""
+    schemas = [u.config.schema for u in universes]
+    columns = table_columns(SummaryTables.PL94, schemas[0], schemas[1] if len(schemas) > 1 else None)
+    return list(zip(columns, (u.name for u in universes), strict=False))
+
+
+def pl94_checks(universes: Sequence[Universe], parts: Sequence[Part], level: str, rows: Mapping[str, pl.DataFrame],
+                wide: IndexedTable, lo: Bound, hi: Bound) -> list[RuleCheck]:
+    """Rule 5: the P.L. 94-171 table's identities and definitions at ``level``, on the rows of the level tables
+    (``rows``, by universe) and of the P.L. table (``wide``) with codes in ``[lo, hi)``."""
+    persons = universes[0]
+    width = next(lv.width for lv in persons.config.levels if lv.name == level)
+    identities = ["P1_001N", "P2_001N", "P3_001N", "P4_001N", "P5_001N"] + (
+        ["H1_001N", "H1_002N", "H1_003N"] if len(parts) > 1 else [])
+    key = (pl.col("GEOID").cast(pl.String) if width else pl.lit("")).cast(pl.Categorical).alias(GEOID)
+    definitions = [_Definitions(rows[name], next(u for u in universes if u.name == name), part, level)
+                   for part, name in parts]
+    columns = list(dict.fromkeys(["GEOID", *identities, *(v.name for part, _ in parts for v in part.variables)]))
+    pieces = []
+    for batch in wide.batches(columns, lo, hi):  # each row group read once, every column the checks need
+        batch = batch.with_columns(key)
+        pieces.append(batch.select(GEOID, *identities))
+        for definition in definitions:
+            definition.add(batch)
+    narrow = pl.concat(pieces)
+    col = pl.col
+    out = _identities(narrow, level, (("P1 total = P2 total", col("P1_001N") != col("P2_001N")),
+                                      ("P3 total = P4 total", col("P3_001N") != col("P4_001N")),
+                                      ("P5 total <= P1 total", col("P5_001N") > col("P1_001N"))))
+    totals = rows[persons.name].group_by(GEOID).agg(col(COUNT).sum())
+    out.append(RuleCheck("pl94: P1 total = the level table's persons", level, persons.nodes[level],
+                         _mismatches(narrow.select(GEOID, "P1_001N"), totals, [GEOID], "P1_001N", COUNT)))
+    if len(parts) > 1:
+        out += _identities(narrow, level, (("H1_001N = H1_002N + H1_003N",
+                                            col("H1_001N") != col("H1_002N") + col("H1_003N")),))
+    return out + [check for definition in definitions for check in definition.finish()]
 
 
 def _sums(frame: pl.DataFrame, schema: Schema, selection: Selection, alias: str) -> pl.DataFrame:
@@ -358,7 +463,7 @@ def persons_units_checks(config: ReleaseConfig, persons_tables: Mapping[str, pl.
     ``nodes``: each level's node count (by default the nodes either table lists)."""
     out = []
     for rule in getattr(config, "persons_per_unit", ()):
-        for level in (lv.name for lv in config.levels if lv.name in rule.levels):
+        for level in (lv.name for lv in config.levels if lv.name in rule.levels and lv.name in persons_tables):
             p, u = pl.col("P"), pl.col("U")
             joined = (_sums(persons_tables[level], config.schema, rule.persons, "P")
                       .join(_sums(units_tables[level], config.units.schema, rule.units, "U"), on=GEOID, how="full",

@@ -162,3 +162,68 @@ def test_persons_units_rules_count_each_node_once() -> None:
         ("households: at least min_persons per unit", "block", 6, 2),
         ("households: at most max_persons per unit", "block", 6, 1)]
     assert persons_units_checks(SimpleNamespace(levels=config.levels), {}, {}) == []  # type: ignore[arg-type]
+
+
+def as_tuples(checks: list[RuleCheck]) -> list[tuple[str, str, int, int]]:
+    return sorted((c.rule, c.level or "", c.checked, c.violations) for c in checks)
+
+
+def regrouped(path: Path, *, shuffle: bool) -> None:
+    """Rewrite a published table as one file of 40 row groups, its rows in code order or in a random order (a
+    range's row groups are then scattered, and every range reads most of them)."""
+    frame = pl.read_parquet(path / "*.parquet" if path.is_dir() else path)
+    code = "GEOID" if "GEOID" in frame.columns else "geoid"
+    frame = frame.sample(fraction=1.0, shuffle=True, seed=3) if shuffle else frame.sort(code, nulls_last=False)
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    frame.write_parquet(path, row_group_size=max(1, frame.height // 40))
+
+
+LOWER_TABLES = ("tables/block.parquet", "tables/block_group.parquet", "units/tables/block.parquet",
+                "tables/pl94/block.parquet", "measurements/invariants.parquet")
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_ranges_of_codes_give_the_counts_of_one_range(run: Path, tmp_path: Path, shuffle: bool) -> None:
+    """Checked a few hundred rows at a time (many ranges at the lower levels), a run gives the checks it gives read
+    whole, rule by rule, the items checked and the violations alike: the run as published, and a copy with broken
+    promises whose lower tables are in row groups in code order, or shuffled."""
+    from censusdp.pipeline.io.verify_ranges import IndexedTable, code_ranges
+
+    whole = verify_run(run, bucket_rows=1 << 40)
+    assert verify_run(run) == whole  # the default: this small run in one range
+    assert as_tuples(verify_run(run, bucket_rows=300)) == as_tuples(whole)
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    names = ("child", "P1 row missing", "more units", "structural zero")
+    for name in names:
+        file, change, _ = CORRUPTIONS[name]
+        rewrite(copy / file, change)
+    for table in LOWER_TABLES:
+        regrouped(copy / table, shuffle=shuffle)
+    assert len(code_ranges(IndexedTable([copy / "tables/block.parquet"], "geoid"), 12, 300)) > 1
+    broken_whole = verify_run(copy, bucket_rows=1 << 40)
+    assert {(c.rule, c.level) for c in broken_whole if c.violations} >= {CORRUPTIONS[name][2] for name in names}
+    assert as_tuples(verify_run(copy, bucket_rows=300)) == as_tuples(broken_whole)
+
+
+def test_a_range_reads_only_row_groups_that_hold_its_codes(tmp_path: Path) -> None:
+    """Which codes a row group holds is read from its rows (a footer's statistics are not trusted), and a range
+    keeps exactly its codes, the first one also the rows without a code."""
+    from censusdp.pipeline.io.verify_ranges import IndexedTable, code_ranges
+
+    path = tmp_path / "table.parquet"
+    codes = ["0101", "0102", None, "0201", "0202", "0301", "0302", "0401"]
+    pl.DataFrame({"geoid": codes, "count": list(range(8))}).write_parquet(path, row_group_size=2)
+    table = IndexedTable([path], "geoid")
+    assert [(c.least, c.greatest, c.nulls) for c in table.codes] == [
+        ("0101", "0102", False), ("0201", "0201", True), ("0202", "0301", False), ("0302", "0401", False)]
+    ranges = code_ranges(table, 2, bucket_rows=3)
+    assert ranges[0][0] is None and ranges[-1][1] is None and all(len(b) == 2 for r in ranges for b in r if b)
+    seen = [table.read(["geoid", "count"], lo, hi)["count"].to_list() for lo, hi in ranges]
+    assert sorted(n for part in seen for n in part) == list(range(8))  # every row once
+    assert 2 in seen[0]  # the row without a code: the first range's
+    for (lo, hi), part in zip(ranges, seen, strict=True):
+        assert all((lo is None or codes[n] >= lo) and (hi is None or codes[n] < hi) for n in part if codes[n])
+        families = {codes[n][:2] for n in part if codes[n]}
+        assert all(not any(codes[m] and codes[m][:2] == f for m in range(8) if m not in part) for f in families)
+    assert table.read(["count"], "", "").height == 0  # the empty range
