@@ -8,7 +8,7 @@ prefixes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -61,9 +61,6 @@ class Universe:
     zero_cells: tuple[int, ...]  # the cells a structural zero names
 
 
-Rows = dict[str, pl.DataFrame]  # a level's rows (of a range of codes) by universe
-
-
 @dataclass(frozen=True)
 class _Range:
     """One range of codes of one level, read: each universe's well-formed rows there (geoid, ``_cell``, count) and
@@ -75,10 +72,25 @@ class _Range:
     parent_rows: dict[str, pl.DataFrame]
 
 
-def verify_run(run_dir: Path, *, bucket_rows: int = BUCKET_ROWS) -> list[RuleCheck]:
+LevelMap = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]  # map(function, jobs), results in order
+
+
+@dataclass(frozen=True)
+class LevelJob:
+    """One level's checks (``level_checks``): public paths and counts only, so any process may run it."""
+
+    universes: tuple[Universe, ...]
+    depth: int
+    wide: IndexedTable | None
+    parts: tuple[Part, ...]
+    bucket_rows: int
+
+
+def verify_run(run_dir: Path, *, bucket_rows: int = BUCKET_ROWS, map_levels: LevelMap = map) -> list[RuleCheck]:
     """Every rule the run at ``run_dir`` promises, checked on its published files; ``RunFileError`` (a
     ``CensusDPError``, one line) when a file is missing or unreadable.  Each level is checked a range of codes at a
-    time, about ``bucket_rows`` rows of its table each (the same counts for any: docs/verify.md, "Memory")."""
+    time, about ``bucket_rows`` rows of its table each (the same counts for any: docs/verify.md, "Memory"), and the
+    levels apart from each other: ``map_levels`` runs them (a release's runner shares them among its workers)."""
     run_dir = Path(run_dir)
     manifest = _manifest(run_dir / "manifest.json")
     config = parse_recorded_config(manifest["config_raw"], str(run_dir / "manifest.json"),
@@ -100,43 +112,39 @@ def verify_run(run_dir: Path, *, bucket_rows: int = BUCKET_ROWS) -> list[RuleChe
             path = run_dir / located[level.name]
             _check_wide_columns(path, ["GEOID", *names], names)
             wide[level.name] = _indexed(path, "GEOID")
-    checks: list[RuleCheck] = []
-    whole = None  # the level above's rows, where they were read in one range
-    for depth, level in enumerate(config.levels):
-        found, whole = _level_checks(universes, depth, wide.get(level.name), parts, bucket_rows, whole)
-        checks += found
-    return checks
+    jobs = [LevelJob(tuple(universes), depth, wide.get(level.name), tuple(parts), bucket_rows)
+            for depth, level in enumerate(config.levels)]
+    return [check for found in map_levels(level_checks, jobs) for check in found]
 
 
-def _level_checks(universes: Sequence[Universe], depth: int, wide: IndexedTable | None, parts: Sequence[Part],
-                  bucket_rows: int, above: Rows | None) -> tuple[list[RuleCheck], Rows | None]:
-    """Every rule at one level (and its parent's sums), range by range (``code_ranges``), the counts summed, and the
-    level's rows where they were read in one range (``above``: the parent level's, then not read again).  A rule's
-    items are rows or published values, counted in each range, or nodes, counted once from the node counts (by the
-    same checks with no row: the empty range ``["", "")``)."""
-    persons = universes[0]
-    levels = persons.config.levels
+def level_checks(job: LevelJob) -> list[RuleCheck]:
+    """Every rule at one level (and its parent's sums), range by range (``code_ranges``), the counts summed.  A
+    rule's items are rows or published values, counted in each range, or nodes, counted once from the node counts (by
+    the same checks with no row: the empty range ``["", "")``); a count the manifest lacks is the nodes the table
+    lists."""
+    universes, depth = job.universes, job.depth
+    levels = universes[0].config.levels
     level, parent = levels[depth], levels[depth - 1] if depth else None
-    table = persons.tables[level.name]
-    ranges = code_ranges(table, parent.width, bucket_rows) if parent is not None else [EVERY_CODE]
+    table = universes[0].tables[level.name]
+    ranges = code_ranges(table, parent.width, job.bucket_rows) if parent is not None else [EVERY_CODE]
     out: list[RuleCheck] = []
-    found = dict.fromkeys((u.name for u in universes), 0)  # the level's nodes with a row, by universe
+    found = {(u.name, lv.name): 0 for u in universes for lv in (level, parent) if lv is not None}
     for lo, hi in ranges:
-        read = _read_range(universes, depth, lo, hi, above if (lo, hi) == EVERY_CODE else None, out)
-        for universe in universes:
-            found[universe.name] += read.rows[universe.name][GEOID].n_unique()
+        read = _read_range(universes, depth, lo, hi, out)
+        for (name, at), rows in ((key, read.rows[key[0]] if key[1] == level.name else read.parent_rows[key[0]])
+                                 for key in found):
+            found[(name, at)] += rows[GEOID].n_unique()  # the ranges share no code: the counts add up
         zeros = [replace(u, nodes=dict.fromkeys(u.nodes, 0)) for u in universes]
-        out += _range_rules(zeros, depth, read, wide, parts)
-    for universe in universes:
-        universe.nodes.setdefault(level.name, found[universe.name])
-    out += _range_rules(universes, depth, _read_range(universes, depth, "", "", None, []), wide, parts)
-    return _summed(out), read.rows if len(ranges) == 1 else None
+        out += _range_rules(zeros, depth, read, job.wide, job.parts)
+    counted = [replace(u, nodes={**{at: n for (name, at), n in found.items() if name == u.name}, **u.nodes})
+               for u in universes]
+    out += _range_rules(counted, depth, _read_range(counted, depth, "", "", []), job.wide, job.parts)
+    return _summed(out)
 
 
-def _read_range(universes: Sequence[Universe], depth: int, lo: Bound, hi: Bound,
-                above: dict[str, pl.DataFrame] | None, rules: list[RuleCheck]) -> _Range:
-    """Each universe's rows of the level at ``depth`` in ``[lo, hi)`` (their rule-1 checks added to ``rules``) and
-    of its parent level (``above``: those, already read)."""
+def _read_range(universes: Sequence[Universe], depth: int, lo: Bound, hi: Bound, rules: list[RuleCheck]) -> _Range:
+    """Each universe's rows of the level at ``depth`` and of its parent level in ``[lo, hi)`` (the level's rule-1
+    checks added to ``rules``)."""
     rows, parents = {}, {}
     for universe in universes:
         levels, schema = universe.config.levels, universe.config.schema
@@ -145,9 +153,7 @@ def _read_range(universes: Sequence[Universe], depth: int, lo: Bound, hi: Bound,
         rows[universe.name], checks = _level_table(universe.tables[level.name].read(columns, lo, hi), schema, level,
                                                    universe.name)
         rules += checks
-        if depth and above is not None:
-            parents[universe.name] = above[universe.name]
-        elif depth:
+        if depth:
             parent = levels[depth - 1]
             parents[universe.name] = _level_table(universe.tables[parent.name].read(columns, lo, hi), schema, parent,
                                                   universe.name)[0]
@@ -190,10 +196,10 @@ def _summed(checks: Sequence[RuleCheck]) -> list[RuleCheck]:
     return list(total.values())
 
 
-def require_promises_kept(run_dir: Path) -> None:
+def require_promises_kept(run_dir: Path, map_levels: LevelMap = map) -> None:
     """``CensusDPError`` naming the broken rules and levels (never a count) unless every rule of ``verify_run``
     holds: publish's last check, on the bytes a user will read rather than the arrays they were written from."""
-    broken = [check for check in verify_run(run_dir) if check.violations]
+    broken = [check for check in verify_run(run_dir, map_levels=map_levels) if check.violations]
     if broken:
         rules = "; ".join(f"{c.rule} [{c.level}]" if c.level else c.rule for c in broken[:5])
         raise CensusDPError(f"the release breaks {len(broken)} of its own rules ({rules}): nothing was published "

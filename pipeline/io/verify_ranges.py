@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 Bound = str | None  # a range's end: None is open (the first range also holds the rows without a code)
-BUCKET_ROWS = 1 << 19  # rows of a level's persons table checked at a time, about
+BUCKET_ROWS = 1 << 17  # rows of a level's persons table checked at a time, about
 EVERY_CODE: tuple[Bound, Bound] = (None, None)
 
 

@@ -24,8 +24,9 @@ SHARES_PLOT = "budget_shares.png"
 MEASURE_CLAIM = ".measure"  # the measure stage's claim in the run's temporary folder (release.draws.claim_draw)
 
 
-def publish(run: Release) -> Path:
-    """Write the manifest and report, check every promise on the files, then move the run into place atomically."""
+def publish(run: Release, runner: Any = None) -> Path:
+    """Write the manifest and report, check every promise on the files (level by level on the ``runner``, if any),
+    then move the run into place atomically."""
     persons = run.persons
     tree = stage_output(persons.tree, "the geography (validate_inputs, or a re-run's measurements)")
     config = run.config
@@ -65,7 +66,8 @@ def publish(run: Release) -> Path:
         run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
     for universe in run.universes:  # the measure stage's claim is the run's own bookkeeping, not published
         claim_path(universe.work_dir, MEASURE_CLAIM).unlink(missing_ok=True)
-    require_promises_kept(run.work_dir)  # recomputed from the files as written: a broken one publishes nothing
+    # recomputed from the files as written (public: any process may read them): a broken one publishes nothing
+    require_promises_kept(run.work_dir, runner.map if runner is not None else map)
     run.work_dir.rename(run.final_dir)
     run.published = Published(run.final_dir, report, shares_png)
     ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed

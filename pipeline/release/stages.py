@@ -302,7 +302,7 @@ STAGES = (
     # the persons first: the units are reconciled within the bounds the published persons imply
     Stage("reconcile", reconcile, per_level=True, needs_runner=True, per_universe=True, persons_first=True),
     Stage("tabulate", tabulate),
-    Stage("publish", publish),
+    Stage("publish", publish, needs_runner=True),
 )
 # a re-run or a resume from saved measurements: no data read, no noise drawn
 FROM_MEASUREMENTS = tuple(s for s in STAGES if s.name in ("estimate", "reconcile", "tabulate", "publish"))

@@ -3,6 +3,7 @@ matching rule, and the command exits 1 (2 for a missing or unreadable file)."""
 
 from __future__ import annotations
 
+import pickle
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -192,6 +193,9 @@ def test_ranges_of_codes_give_the_counts_of_one_range(run: Path, tmp_path: Path,
     whole = verify_run(run, bucket_rows=1 << 40)
     assert verify_run(run) == whole  # the default: this small run in one range
     assert as_tuples(verify_run(run, bucket_rows=300)) == as_tuples(whole)
+    # the levels apart, each job sent to another process (a release's workers): the same checks
+    elsewhere = verify_run(run, map_levels=lambda check, jobs: [check(pickle.loads(pickle.dumps(job))) for job in jobs])
+    assert elsewhere == whole
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     names = ("child", "P1 row missing", "more units", "structural zero")
