@@ -22,9 +22,9 @@ def test_the_layout_read_back_is_the_one_the_release_wrote(tiny_release: Path, c
     held: list[stages.Release] = []
     real_publish = stages.publish
 
-    def publish(run: stages.Release) -> Path:
+    def publish(run: stages.Release, runner: object = None) -> Path:
         held.append(run)
-        return real_publish(run)
+        return real_publish(run, runner)
 
     run_dir = release_with(tiny_release, publish=publish)
     run = held[0].persons

@@ -90,9 +90,9 @@ def test_gls_from_files_equals_gls_from_memory(tiny_release: Path, capsys: pytes
         drawn.setdefault(allocations[0].level, []).append(out)
         return out
 
-    def publish(run: stages.Release) -> Path:
+    def publish(run: stages.Release, runner: object = None) -> Path:
         held.append(run)
-        return real_publish(run)
+        return real_publish(run, runner)
 
     monkeypatch.setattr(group_tasks, "measure_level", measure_level)
     run_dir = release_with(tiny_release, publish=publish, reconcile=keeping_invariants(kept))
