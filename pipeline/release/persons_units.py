@@ -117,18 +117,27 @@ def units_level_bounds(config: ReleaseConfig, rules: LevelRules, answers: np.nda
                        block_upper: np.ndarray, tree: GeoTree) -> dict[int, LevelBounds]:
     """Step 2 for every level: each block's units bounds (its published persons, the units' invariants) summed up the
     tree, so a parent's value can be shared among its children (a node's own ``ceil(P / max)`` is superadditive)."""
-    lower = np.maximum(-(-answers // rules.max_persons), block_lower)  # ceil(P / max)
-    upper = np.minimum(np.where(rules.min_persons > 0, answers // np.maximum(rules.min_persons, 1), UNBOUNDED),
-                       block_upper)  # floor(P / min), UNBOUNDED where neither bounds it
+    # in place, a block-sized array at a time: a nation's blocks times the rules, several times over, was the
+    # driver's peak at its block level
+    lower = np.negative(answers.astype(np.int64, copy=False))
+    np.floor_divide(lower, rules.max_persons, out=lower)
+    np.negative(lower, out=lower)
+    np.maximum(lower, block_lower, out=lower)  # ceil(P / max)
+    upper = np.floor_divide(answers, np.maximum(rules.min_persons, 1))
+    upper[:, rules.min_persons <= 0] = UNBOUNDED
+    np.minimum(upper, block_upper, out=upper)  # floor(P / min), UNBOUNDED where neither bounds it
     out: dict[int, LevelBounds] = {}
     for level in range(len(config.levels) - 1, -1, -1):
         active = [i for i, name in enumerate(rules.names)
                   if config.levels[level].name in next(r.levels for r in config.persons_per_unit if r.name == name)]
-        if active:
+        if len(active) == len(rules.names):
+            out[level] = LevelBounds(rules.units, lower, upper)
+        elif active:
             out[level] = LevelBounds(rules.units[active], lower[:, active], upper[:, active])
         if level > 0:
-            unbounded = tree.aggregate_up(level, (upper >= UNBOUNDED).astype(np.int64)) > 0
+            unbounded = tree.aggregate_up(level, upper >= UNBOUNDED)  # a sum of booleans: whether any child is
             lower = tree.aggregate_up(level, lower)
+            # never in place: ``out`` may hold this very array
             upper = np.where(unbounded, UNBOUNDED, tree.aggregate_up(level, np.where(upper >= UNBOUNDED, 0, upper)))
     return out
 
@@ -151,7 +160,8 @@ def persons_bounds_of(release: Release, level: int) -> LevelBounds | None:
 
 
 def units_bounds_of(release: Release, answers: list[np.ndarray]) -> dict[int, LevelBounds]:
-    """Step 2 for every level: the units' bounds from the persons' published blocks (``RULE_ANSWERS``, in order)."""
+    """Step 2 for every level: the units' bounds from the persons' published blocks (``RULE_ANSWERS``, in order;
+    ``answers`` is emptied)."""
     run, units = release.persons, stage_output(release.units, "the units universe")
     tree = stage_output(run.tree, "the geography")
     rules = level_rules(run.config, None, structural_zero_mask(run.config))
@@ -160,7 +170,9 @@ def units_bounds_of(release: Release, answers: list[np.ndarray]) -> dict[int, Le
     lowest = tree.depth - 1
     lower, upper = units_range(rules, units.schema, structural_zero_mask(units.config),
                                [(i.name, i.values) for i in units.invariants.get(lowest, [])], tree.n_nodes(lowest))
-    return units_level_bounds(run.config, rules, np.concatenate(answers), lower, upper, tree)
+    joined = np.concatenate(answers)
+    answers.clear()  # the driver holds the blocks' answers once
+    return units_level_bounds(run.config, rules, joined, lower, upper, tree)
 
 
 def record_limits(release: Release, universe: UniverseRun) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None:
