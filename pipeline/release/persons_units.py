@@ -63,6 +63,9 @@ def level_rules(config: ReleaseConfig, level: str | None, persons_zeros: np.ndar
                       np.array([r.max_persons for r in rules], dtype=np.int64), bool(np.all(covered)))
 
 
+NODES_AT_ONCE = 1 << 16  # nodes whose invariants are compared with the rules at a time
+
+
 def units_range(rules: LevelRules, schema: Schema, zeros: np.ndarray | None,
                 invariants: Sequence[tuple[str, np.ndarray]], n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """(lower, upper), each (nodes, rules) int64: what the units' invariants say of each rule's units.  An invariant
@@ -75,12 +78,15 @@ def units_range(rules: LevelRules, schema: Schema, zeros: np.ndarray | None,
     open_cells = ~zeros if zeros is not None else np.ones(schema.n_cells, dtype=bool)
     for name, values in invariants:
         cells = schema.query_matrix(schema.parse_query(name)).toarray() > 0  # (query cells, cells)
-        values = np.asarray(values, dtype=np.int64)
-        for i in range(r):
-            holds = np.all(cells >= wanted[i], axis=1)
-            within = np.all(~(cells & open_cells) | wanted[i], axis=1) & (cells & open_cells).any(axis=1)
-            upper[:, i] = np.minimum(upper[:, i], values[:, holds].min(axis=1, initial=UNBOUNDED))
-            lower[:, i] = np.maximum(lower[:, i], values[:, within].max(axis=1, initial=0))
+        holds = [np.all(cells >= wanted[i], axis=1) for i in range(r)]
+        within = [np.all(~(cells & open_cells) | wanted[i], axis=1) & (cells & open_cells).any(axis=1)
+                  for i in range(r)]
+        for start in range(0, n_nodes, NODES_AT_ONCE):  # the temporaries of a nation's blocks, bounded
+            part = np.asarray(values[start:start + NODES_AT_ONCE], dtype=np.int64)
+            for i in range(r):
+                rows = slice(start, start + part.shape[0])
+                np.minimum(upper[rows, i], part[:, holds[i]].min(axis=1, initial=UNBOUNDED), out=upper[rows, i])
+                np.maximum(lower[rows, i], part[:, within[i]].max(axis=1, initial=0), out=lower[rows, i])
     return lower, upper
 
 
@@ -116,16 +122,19 @@ class LevelBounds:
 def units_level_bounds(config: ReleaseConfig, rules: LevelRules, answers: np.ndarray, block_lower: np.ndarray,
                        block_upper: np.ndarray, tree: GeoTree) -> dict[int, LevelBounds]:
     """Step 2 for every level: each block's units bounds (its published persons, the units' invariants) summed up the
-    tree, so a parent's value can be shared among its children (a node's own ``ceil(P / max)`` is superadditive)."""
-    # in place, a block-sized array at a time: a nation's blocks times the rules, several times over, was the
-    # driver's peak at its block level
-    lower = np.negative(answers.astype(np.int64, copy=False))
-    np.floor_divide(lower, rules.max_persons, out=lower)
-    np.negative(lower, out=lower)
-    np.maximum(lower, block_lower, out=lower)  # ceil(P / max)
-    upper = np.floor_divide(answers, np.maximum(rules.min_persons, 1))
-    upper[:, rules.min_persons <= 0] = UNBOUNDED
-    np.minimum(upper, block_upper, out=upper)  # floor(P / min), UNBOUNDED where neither bounds it
+    tree, so a parent's value can be shared among its children (a node's own ``ceil(P / max)`` is superadditive).
+    ``block_lower`` and ``block_upper`` (int64) are overwritten."""
+    # in place, into ``block_lower`` and ``block_upper``: a nation's blocks times the rules, several times over,
+    # was the driver's peak at its block level
+    ceil = np.negative(answers.astype(np.int64, copy=False))
+    np.floor_divide(ceil, rules.max_persons, out=ceil)
+    np.negative(ceil, out=ceil)
+    lower = np.maximum(block_lower, ceil, out=block_lower)  # ceil(P / max)
+    del ceil
+    floor = np.floor_divide(answers, np.maximum(rules.min_persons, 1))
+    floor[:, rules.min_persons <= 0] = UNBOUNDED
+    upper = np.minimum(block_upper, floor, out=block_upper)  # floor(P / min), UNBOUNDED where neither bounds it
+    del floor
     out: dict[int, LevelBounds] = {}
     for level in range(len(config.levels) - 1, -1, -1):
         active = [i for i, name in enumerate(rules.names)
