@@ -27,7 +27,14 @@ from censusdp.pipeline.config.persons_per_unit import selection_mask
 from censusdp.pipeline.config.schema import Query, Schema
 from censusdp.pipeline.errors import CensusDPError
 from censusdp.pipeline.io.summary_tables import TableColumns, table_columns
-from censusdp.pipeline.io.verify_ranges import BUCKET_ROWS, EVERY_CODE, Bound, IndexedTable, code_ranges
+from censusdp.pipeline.io.verify_ranges import (
+    BUCKET_ROWS,
+    EVERY_CODE,
+    Bound,
+    IndexedTable,
+    UnreadableTable,
+    code_ranges,
+)
 
 CELL, COUNT, GEOID = "_cell", "count", "geoid"
 Selection = tuple[tuple[str, tuple[str, ...]], ...]  # (attribute, values): the cells where each is among them
@@ -120,26 +127,40 @@ def verify_run(run_dir: Path, *, bucket_rows: int = BUCKET_ROWS, map_levels: Lev
 def level_checks(job: LevelJob) -> list[RuleCheck]:
     """Every rule at one level (and its parent's sums), range by range (``code_ranges``), the counts summed.  A
     rule's items are rows or published values, counted in each range, or nodes, counted once from the node counts (by
-    the same checks with no row: the empty range ``["", "")``); a count the manifest lacks is the nodes the table
-    lists."""
+    the same checks with no row: the empty range ``["", "")``); a count the manifest lacks is the nodes the persons'
+    table lists.  ``RunFileError`` where a file does not read."""
+    try:
+        return _level_checks(job)
+    except UnreadableTable as error:
+        raise RunFileError(str(error)) from None
+    except (pl.exceptions.ComputeError, pl.exceptions.InvalidOperationError, pl.exceptions.SchemaError):
+        level = job.universes[0].config.levels[job.depth].name  # a column of another type than published
+        raise RunFileError(f"a published table of level {level}: unreadable (a column of another type)") from None
+
+
+def _level_checks(job: LevelJob) -> list[RuleCheck]:
     universes, depth = job.universes, job.depth
     levels = universes[0].config.levels
     level, parent = levels[depth], levels[depth - 1] if depth else None
     table = universes[0].tables[level.name]
     ranges = code_ranges(table, parent.width, job.bucket_rows) if parent is not None else [EVERY_CODE]
-    out: list[RuleCheck] = []
-    found = {(u.name, lv.name): 0 for u in universes for lv in (level, parent) if lv is not None}
+    per_range: list[list[RuleCheck]] = []  # every range gives the same checks in the same order (the config's)
+    found = dict.fromkeys([lv.name for lv in (level, parent) if lv is not None], 0)  # nodes the persons list
+    no_nodes = dict.fromkeys([lv.name for lv in levels], 0)
     for lo, hi in ranges:
-        read = _read_range(universes, depth, lo, hi, out)
-        for (name, at), rows in ((key, read.rows[key[0]] if key[1] == level.name else read.parent_rows[key[0]])
-                                 for key in found):
-            found[(name, at)] += rows[GEOID].n_unique()  # the ranges share no code: the counts add up
-        zeros = [replace(u, nodes=dict.fromkeys(u.nodes, 0)) for u in universes]
-        out += _range_rules(zeros, depth, read, job.wide, job.parts)
-    counted = [replace(u, nodes={**{at: n for (name, at), n in found.items() if name == u.name}, **u.nodes})
-               for u in universes]
-    out += _range_rules(counted, depth, _read_range(counted, depth, "", "", []), job.wide, job.parts)
-    return _summed(out)
+        checks: list[RuleCheck] = []
+        read = _read_range(universes, depth, lo, hi, checks)
+        persons = universes[0].name
+        found[level.name] += read.rows[persons][GEOID].n_unique()  # the ranges share no code: the counts add up
+        if parent is not None:
+            found[parent.name] += read.parent_rows[persons][GEOID].n_unique()
+        per_range.append(checks + _range_rules([replace(u, nodes=no_nodes) for u in universes], depth, read,
+                                               job.wide, job.parts))
+    counted = [replace(u, nodes={**found, **u.nodes}) for u in universes]
+    checks = []
+    read = _read_range(counted, depth, "", "", checks)
+    per_range.append(checks + _range_rules(counted, depth, read, job.wide, job.parts))
+    return _summed(per_range)
 
 
 def _read_range(universes: Sequence[Universe], depth: int, lo: Bound, hi: Bound, rules: list[RuleCheck]) -> _Range:
@@ -186,14 +207,15 @@ def _range_rules(universes: Sequence[Universe], depth: int, read: _Range, wide: 
     return out
 
 
-def _summed(checks: Sequence[RuleCheck]) -> list[RuleCheck]:
-    """One check per rule and level, in order of first appearance: items checked and violations summed."""
-    total: dict[tuple[str, str | None], RuleCheck] = {}
-    for check in checks:
-        seen = total.get((check.rule, check.level))
-        total[(check.rule, check.level)] = check if seen is None else replace(
-            seen, checked=seen.checked + check.checked, violations=seen.violations + check.violations)
-    return list(total.values())
+def _summed(per_range: Sequence[Sequence[RuleCheck]]) -> list[RuleCheck]:
+    """The ranges' checks, one by one (the same rules in the same order in every range): items checked and
+    violations summed."""
+    out = []
+    for same in zip(*per_range, strict=True):
+        if len({(c.rule, c.level) for c in same}) != 1:
+            raise ValueError("the ranges' checks differ: an internal error")
+        out.append(replace(same[0], checked=sum(c.checked for c in same), violations=sum(c.violations for c in same)))
+    return out
 
 
 def require_promises_kept(run_dir: Path, map_levels: LevelMap = map) -> None:

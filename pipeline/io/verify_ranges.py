@@ -17,7 +17,6 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 Bound = str | None  # a range's end: None is open (the first range also holds the rows without a code)
@@ -41,6 +40,10 @@ class Codes:
                 and (lo is None or self.greatest >= lo))
 
 
+class UnreadableTable(ValueError):
+    """A table's file does not read (``censusdp verify`` exits 2 naming it)."""
+
+
 class IndexedTable:
     """A Parquet file or folder of parts (``files``, read in that order) whose rows are read by the codes of
     ``column``; each row group's codes are read once, the first time a range other than every code is asked for."""
@@ -48,8 +51,13 @@ class IndexedTable:
     def __init__(self, files: Sequence[Path], column: str, groups: Sequence[tuple[Path, int]] | None = None) -> None:
         self.files, self.column = tuple(files), column
         self.group_rows = {}  # (file, row group) -> the rows its footer counts; no footer is kept (a wide table's
-        for file in self.files:  # are megabytes each)
-            footer = pq.ParquetFile(file).metadata
+        schema = None  # are megabytes each)
+        for file in self.files:
+            parquet = pq.ParquetFile(file)
+            columns = {field.name: field.type for field in parquet.schema_arrow}  # read by name: any order
+            if schema is not None and columns != schema:
+                raise UnreadableTable(f"{file}: its columns are not those of the table's other parts")
+            schema, footer = columns, parquet.metadata
             self.group_rows.update({(file, i): footer.row_group(i).num_rows for i in range(footer.num_row_groups)})
         self.groups = list(self.group_rows) if groups is None else list(groups)
 
@@ -63,7 +71,7 @@ class IndexedTable:
         the invariants file's levels, each then read alone."""
         out: dict[str, list[tuple[Path, int]]] = {}
         for file, index, rows in self._column(column):
-            for value in pc.unique(rows).to_pylist():
+            for value in rows.unique().to_list():
                 out.setdefault(value, []).append((file, index))
         return {value: IndexedTable(self.files, self.column, groups) for value, groups in out.items()
                 if value is not None}
@@ -73,23 +81,39 @@ class IndexedTable:
         """Each row group's codes, as its rows hold them."""
         out = []
         for _, _, values in self._column(self.column):
-            least, greatest = pc.min_max(values).values()
-            out.append(Codes(least.as_py(), greatest.as_py(), values.null_count > 0))
+            least, greatest = values.min(), values.max()
+            out.append(Codes(least if isinstance(least, str) else None, greatest if isinstance(greatest, str) else None,
+                             values.null_count() > 0))
         return out
 
-    def _column(self, column: str) -> Iterator[tuple[Path, int, pa.ChunkedArray]]:
-        """Each row group's values of ``column``, as text, in the table's order (a file opened once)."""
+    def _column(self, column: str) -> Iterator[tuple[Path, int, pl.Series]]:
+        """Each row group's values of ``column`` as text, converted as the ranges' filter converts them (``batches``),
+        in the table's order (a file opened once)."""
+        for file, index, frame in self._row_groups(self.groups, [column]):
+            try:
+                yield file, index, frame.get_column(column).cast(pl.String)
+            except pl.exceptions.PolarsError:
+                raise UnreadableTable(f"{file}: its {column} does not read as codes") from None
+
+    def _row_groups(self, groups: Sequence[tuple[Path, int]], columns: Sequence[str]
+                    ) -> Iterator[tuple[Path, int, pl.DataFrame]]:
+        """The row groups' named columns; ``UnreadableTable`` naming the file where one does not read."""
         opened: tuple[Path, pq.ParquetFile] | None = None
-        for file, index in self.groups:
-            if opened is None or opened[0] != file:
-                opened = (file, pq.ParquetFile(file))
-            yield file, index, pc.cast(opened[1].read_row_group(index, columns=[column]).column(0), pa.string())
+        for file, index in groups:
+            try:
+                if opened is None or opened[0] != file:
+                    opened = (file, pq.ParquetFile(file))
+                frame = pl.DataFrame(pl.from_arrow(opened[1].read_row_group(index, columns=list(columns))))
+            except (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError):
+                raise UnreadableTable(f"{file}: unreadable (not a Parquet file, or its row groups do not read)"
+                                      ) from None
+            yield file, index, frame
 
     def read(self, columns: Sequence[str], lo: Bound, hi: Bound, where: pl.Expr | None = None) -> pl.DataFrame:
         """The rows whose code lies in ``[lo, hi)`` (strings compared as such; with ``lo`` None also those without
         a code), the named columns; only those ``where`` holds, if given; an empty frame of those columns where
         none does."""
-        return pl.concat(list(self.batches(columns, lo, hi, where)), how="vertical_relaxed")
+        return pl.concat(list(self.batches(columns, lo, hi, where)))
 
     def batches(self, columns: Sequence[str], lo: Bound, hi: Bound, where: pl.Expr | None = None
                 ) -> Iterator[pl.DataFrame]:
@@ -108,12 +132,12 @@ class IndexedTable:
         if lo is None:
             keep = keep | code.is_null()
         keep = keep.fill_null(False) if where is None else keep.fill_null(False) & where.fill_null(False)
-        opened: tuple[Path, pq.ParquetFile] | None = None  # a file's footer parsed once for its row groups
-        for file, index in held:
-            if opened is None or opened[0] != file:
-                opened = (file, pq.ParquetFile(file))
-            frame = pl.DataFrame(pl.from_arrow(opened[1].read_row_group(index, columns=wanted)))
-            yield (frame if every and where is None else frame.filter(keep)).select(columns)
+        for _, _, frame in self._row_groups(held, wanted):
+            try:
+                yield (frame if every and where is None else frame.filter(keep)).select(columns)
+            except pl.exceptions.PolarsError:  # a code that does not convert to text
+                raise UnreadableTable(f"{self.files[0].parent}: a table's {self.column} does not read as codes"
+                                      ) from None
 
 
 def code_ranges(table: IndexedTable, width: int, bucket_rows: int = BUCKET_ROWS) -> list[tuple[Bound, Bound]]:

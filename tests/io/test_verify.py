@@ -3,6 +3,7 @@ matching rule, and the command exits 1 (2 for a missing or unreadable file)."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 import shutil
@@ -18,7 +19,7 @@ from censusdp.pipeline.cli import main
 from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.config.options import random_source
 from censusdp.pipeline.config.schema import Attribute, Schema
-from censusdp.pipeline.io.verify import RuleCheck, persons_units_checks, verify_run
+from censusdp.pipeline.io.verify import RuleCheck, RunFileError, persons_units_checks, verify_run
 from censusdp.pipeline.release.stages import run_release
 from censusdp.pipeline.synth.population import write_synthetic
 from tests.helpers.configs import preset_config
@@ -231,3 +232,41 @@ def test_a_range_reads_only_row_groups_that_hold_its_codes(tmp_path: Path) -> No
         families = {codes[n][:2] for n in part if codes[n]}
         assert all(not any(codes[m] and codes[m][:2] == f for m in range(8) if m not in part) for f in families)
     assert table.read(["count"], "", "").height == 0  # the empty range
+
+
+def test_codes_of_any_type_are_ranged_as_the_checks_read_them(run: Path, tmp_path: Path) -> None:
+    """A hostile review's cases: geoids stored as floats (text "1.0" to the checks) index and filter alike, so
+    small ranges hide no row; a manifest without node counts takes them from the tables; and a folder whose parts
+    differ in their columns, or a table whose geoids do not read as text, is unreadable (exit 2), not checked."""
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    county = pl.read_parquet(copy / "tables/county.parquet")
+    first = pl.int_range(pl.len()) < county.height // 2
+    county = county.with_columns(pl.when(first).then(1.0).otherwise(1.5).alias("geoid"),
+                                 pl.when(first).then(-5).otherwise(pl.col("count")).alias("count"))
+    county.write_parquet(copy / "tables/county.parquet", row_group_size=10)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for level in manifest["levels"]:
+        level.pop("nodes", None)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    whole = verify_run(copy, bucket_rows=1 << 40)
+    negative = next(c for c in whole if c.rule == "persons: counts are non-negative integers" and c.level == "county")
+    assert negative.violations == county.height // 2
+    for rows in (1, 7):
+        assert as_tuples(verify_run(copy, bucket_rows=rows)) == as_tuples(whole)
+    parts = copy / "tables/block.parquet"
+    frame = pl.read_parquet(parts / "*.parquet" if parts.is_dir() else parts)
+    shutil.rmtree(parts) if parts.is_dir() else parts.unlink()
+    parts.mkdir()
+    frame.head(10).write_parquet(parts / "part-000000.parquet")
+    frame.slice(10).with_columns(pl.col("count").cast(pl.Float64)).write_parquet(parts / "part-000001.parquet")
+    with pytest.raises(RunFileError, match="block.parquet"):
+        verify_run(copy)
+    binary = run / "tables/tract.parquet"
+    shutil.rmtree(parts)
+    frame.write_parquet(parts)
+    pl.read_parquet(binary).with_columns(pl.col("geoid").cast(pl.Binary) + b"\xff").write_parquet(
+        copy / "tables/tract.parquet")
+    for rows in (1 << 40, 7):
+        with pytest.raises(RunFileError):
+            verify_run(copy, bucket_rows=rows)
