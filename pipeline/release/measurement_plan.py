@@ -218,6 +218,7 @@ def dask_measure(runner: Any, groups: Sequence[GroupTask], upper: UpperTask | No
 
     def results() -> Iterator[GroupMeasured]:
         pending: deque[Any] = deque()  # futures, or the results the driver computed
+        window = None  # asked once the cluster is up (an existing cluster's is a question to its scheduler)
         try:
             for task in groups:
                 if runner.driver_takes_next():
@@ -232,7 +233,8 @@ def dask_measure(runner: Any, groups: Sequence[GroupTask], upper: UpperTask | No
                 if task.share == 0:  # the group's total histogram: its first share's
                     totals.append(client.submit(operator.itemgetter(1), future, pure=False))
                 del future  # released once both halves are taken: the scheduler forgets the task and its subtree
-                if len(pending) >= runner.window:
+                window = window or runner.window
+                if len(pending) >= window:
                     yield pending.popleft().result()
             if upper is not None:
                 upper_future.append(runner.client.submit(measure_upper, upper, list(totals), pure=False))

@@ -83,8 +83,8 @@ def units_range(rules: LevelRules, schema: Schema, zeros: np.ndarray | None,
                   for i in range(r)]
         for start in range(0, n_nodes, NODES_AT_ONCE):  # the temporaries of a nation's blocks, bounded
             part = np.asarray(values[start:start + NODES_AT_ONCE], dtype=np.int64)
+            rows = slice(start, start + part.shape[0])
             for i in range(r):
-                rows = slice(start, start + part.shape[0])
                 np.minimum(upper[rows, i], part[:, holds[i]].min(axis=1, initial=UNBOUNDED), out=upper[rows, i])
                 np.maximum(lower[rows, i], part[:, within[i]].max(axis=1, initial=0), out=lower[rows, i])
     return lower, upper
