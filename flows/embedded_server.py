@@ -30,6 +30,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 LOOPBACK = "127.0.0.1"
 FOLDER = "censusdp-server"  # inside PREFECT_HOME: a folder per settings digest
@@ -49,7 +53,7 @@ class EmbeddedServer:
     """A running (or starting) server: where it listens, its password, and its process (pid and start time)."""
 
     pid: int
-    created: float  # the process's start time (psutil), so that a reused pid is never taken for it
+    started_after_boot_s: float  # when the process started, so that a reused pid is never taken for it
     port: int
     password: str = field(repr=False)
 
@@ -186,7 +190,7 @@ def _start(folder: Path, environment: dict[str, str], idle_s: float) -> Embedded
         port = int(listening.getsockname()[1])
     finally:
         listening.close()  # the server process holds its own copy
-    server = EmbeddedServer(process.pid, psutil.Process(process.pid).create_time(), port, password)
+    server = EmbeddedServer(process.pid, _started_after_boot_s(psutil.Process(process.pid)), port, password)
     descriptor = os.open(folder / "server.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "w") as record:
         os.fchmod(record.fileno(), 0o600)  # whatever mode a file left there had
@@ -208,6 +212,15 @@ def _is_ours(server: EmbeddedServer) -> bool:
     try:
         process = psutil.Process(server.pid)
         running = process.status() != psutil.STATUS_ZOMBIE
-        return running and process.create_time() == server.created and process.uids().real == os.getuid()
+        started = _started_after_boot_s(process)
+        return running and abs(started - server.started_after_boot_s) < 0.5 and process.uids().real == os.getuid()
     except psutil.Error:
         return False
+
+
+def _started_after_boot_s(process: psutil.Process) -> float:
+    """Seconds from boot to the process's start. psutil's start time is the boot time read from the system clock
+    plus a tick count, so it moves when the clock is stepped; this difference does not."""
+    import psutil
+
+    return process.create_time() - psutil.boot_time()
