@@ -14,12 +14,19 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from censusdp.pipeline.evaluate.metrics import DIVERSITY_BINS, LABEL, SIZE_BINS, method_values  # noqa: E402
-from censusdp.pipeline.io.budget_figure import budget_shares, finish_figure  # noqa: E402
+from censusdp.pipeline.io.budget_figure import budget_shares, figure_png  # noqa: E402
 
 METHOD_STYLE = {"noisy": ("tab:gray", "o"), "reconciled": ("tab:blue", "s"), "gls": ("tab:green", "^"),
                 "bottom_up": ("tab:red", "x")}
 METHOD_NAME = {"noisy": "noisy measurements", "reconciled": "reconciled tables", "gls": "GLS estimates",
                "bottom_up": "bottom-up baseline (evaluation only)"}
+
+
+def finish_figure(figure: Any, path: Path, label: str) -> Path:
+    """Write a pyplot figure as PNG and close it (pyplot keeps every figure it made until closed)."""
+    path.write_bytes(figure_png(figure, label))
+    plt.close(figure)
+    return path
 
 
 def error_by_level(metrics: pl.DataFrame, run: dict[str, Any], path: Path) -> Path:

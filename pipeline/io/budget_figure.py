@@ -1,5 +1,6 @@
-"""The release's one figure, ``budget_shares.png``: public values from the manifest, drawn with matplotlib (imported
-when a figure is drawn: the core release does not pay for it, or depend on it, until it publishes).
+"""The release's one figure, ``budget_shares.png``: public values from the manifest, drawn with matplotlib's object
+API (imported when a figure is drawn: the core release does not pay for it, or depend on it, until it publishes; no
+backend or other global setting is chosen: a figure of its own renders itself, in any thread).
 """
 
 from __future__ import annotations
@@ -11,29 +12,14 @@ from typing import Any
 import numpy as np
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def figure_png(figure: Any, label: str | None) -> bytes:
-    """Title (an evaluation's NOT PRIVATE banner, if given), lay out, render as PNG at 110 dpi, close."""
+    """Title (an evaluation's NOT PRIVATE banner, if given), lay out, render as PNG at 110 dpi."""
     if label:
         figure.suptitle(label, color="darkred", fontsize=10, fontweight="bold")
     figure.tight_layout()
     png = io.BytesIO()
     figure.savefig(png, dpi=110, format="png")
-    _pyplot().close(figure)
     return png.getvalue()
-
-
-def finish_figure(figure: Any, path: Path, label: str | None) -> Path:
-    path.write_bytes(figure_png(figure, label))
-    return path
 
 
 def budget_shares(run: dict[str, Any], path: Path, label: str | None = None) -> Path:
@@ -51,10 +37,13 @@ def budget_shares_png(run: dict[str, Any], label: str | None = None) -> bytes:
     rho_of: dict[tuple[str, str], float] = {}  # (level, query) -> rho, keyed by name as the manifest writes it
     for a in allocation:
         rho_of[(a["level"], a["query"])] = rho_of.get((a["level"], a["query"]), 0.0) + a["rho"]
-    plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(11, 4.2))
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(11, 4.2))
+    axis = figure.subplots()
     bottom = np.zeros(len(levels))
-    colours = plt.get_cmap("tab20")
+    colours = matplotlib.colormaps["tab20"]
     for k, query in enumerate(queries):
         shares = np.array([rho_of.get((lv, query), 0.0) / total for lv in levels])
         axis.bar(levels, shares, bottom=bottom, color=colours(k % 20), label=query)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,6 @@ def publish(run: Release, runner: Any = None) -> Path:
         **run.manifest_extra,
     }
     mf.write_manifest(run.work_dir / "manifest.json", manifest)
-    shares_png = budget_shares_png(manifest)
-    (run.work_dir / SHARES_PLOT).write_bytes(shares_png)
     report = mf.report_markdown(manifest, persons.allocations)
     if run.units is not None:
         report += units_markdown(manifest["units"], str(run.charged_rho))
@@ -66,8 +65,14 @@ def publish(run: Release, runner: Any = None) -> Path:
         run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
     for universe in run.universes:  # the measure stage's claim is the run's own bookkeeping, not published
         claim_path(universe.work_dir, MEASURE_CLAIM).unlink(missing_ok=True)
-    # recomputed from the files as written (public: any process may read them): a broken one publishes nothing
-    require_promises_kept(run.work_dir, runner.map if runner is not None else map)
+    # the figure (public values only) is drawn in a thread while the promises are checked: on the workers, the
+    # driver is otherwise idle; in one process, the checks' readers run outside the interpreter's lock
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-figure") as drawing:
+        figure = drawing.submit(budget_shares_png, manifest)
+        # recomputed from the files as written (public: any process may read them): a broken one publishes nothing
+        require_promises_kept(run.work_dir, runner.map if runner is not None else map)
+        shares_png = figure.result()
+    (run.work_dir / SHARES_PLOT).write_bytes(shares_png)
     run.work_dir.rename(run.final_dir)
     run.published = Published(run.final_dir, report, shares_png)
     ledger, run.ledger = run.ledger, None  # published: from here on a failure must not mark the run failed

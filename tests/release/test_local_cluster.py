@@ -1,6 +1,7 @@
 """The ``dask-local:N`` runner's cluster: the scheduler runs in a child process, not the driver's (its memory
 grows with the tasks it was sent), the workers keep glibc's default allocator settings, nothing keeps copies of
-the tasks sent, closing leaves no process and no file behind, and a killed driver takes its scheduler with it."""
+the tasks sent, closing leaves no process and no file behind but the server the workers are forked from (the next
+cluster's), and a killed driver takes its scheduler and that server with it."""
 
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypa
         assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in folder.glob("*.pem"))
         worker_pids = set(runner.client.run(os.getpid).values())
         assert len(worker_pids) == 2 and worker_pids <= children and os.getpid() not in worker_pids
+        # forked from one server process of the driver's, which imported the workers' modules once
+        servers = set(runner.client.run(os.getppid).values())
+        assert len(servers) == 1 and servers <= children - worker_pids - {scheduler_pid}
+        server = servers.pop()
         thresholds = runner.client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
         assert set(thresholds.values()) == {None}
         assert [n for n in runner.map(lambda n: n * n, range(6))] == [n * n for n in range(6)]
@@ -85,6 +90,11 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypa
     assert blas_after == before  # given back at close
     assert not folder.exists()
     assert _gone(scheduler_pid) and all(_gone(pid) for pid in worker_pids)
+    again = DaskRunner("dask-local:1")  # the next cluster of this process forks from the same server
+    try:
+        assert set(again.client.run(os.getppid).values()) == {server}
+    finally:
+        again.close()
 
 
 DRIVER = """
@@ -92,7 +102,8 @@ import sys, time
 from censusdp.pipeline.release.runner import DaskRunner
 runner = DaskRunner("dask-local:1")
 runner.client  # started
-print(runner._cluster.scheduler.process.pid, runner._cluster.scheduler._folder, flush=True)
+server, = set(runner.client.run(__import__("os").getppid).values())
+print(runner._cluster.scheduler.process.pid, server, runner._cluster.scheduler._folder, flush=True)
 time.sleep(600)
 """
 
@@ -100,15 +111,15 @@ time.sleep(600)
 def test_a_killed_driver_takes_its_scheduler_with_it() -> None:
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        pid_text, folder = driver.stdout.readline().split()
-        scheduler_pid = int(pid_text)
-        assert psutil.pid_exists(scheduler_pid)
+        pid_text, server_text, folder = driver.stdout.readline().split()
+        scheduler_pid, server_pid = int(pid_text), int(server_text)
+        assert psutil.pid_exists(scheduler_pid) and psutil.pid_exists(server_pid)
         driver.send_signal(signal.SIGKILL)  # no clean-up of any kind runs in the driver
         driver.wait(timeout=30)
         deadline = time.monotonic() + 30
-        while not _gone(scheduler_pid) and time.monotonic() < deadline:
+        while not (_gone(scheduler_pid) and _gone(server_pid)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _gone(scheduler_pid)
+        assert _gone(scheduler_pid) and _gone(server_pid)  # and the server its workers were forked from
     finally:
         driver.kill()
         driver.wait()
