@@ -20,9 +20,6 @@ RELATIVE_GAP = 1e-7  # certified f(x) - f* <= RELATIVE_GAP * f(x); Clarabel stop
 ABSOLUTE_GAP = 1e-18  # floor on the certified gap, in the scaled units (data of magnitude <= 1)
 MAX_ITERATIONS = 5_000
 CHECK_EVERY = 20
-# solver="auto" uses it on batches whose blocks average at least this many variables; on smaller blocks
-# Clarabel's factorisations are cheap and it was faster (BENCHMARKS.md)
-MIN_BLOCK_VARIABLES = 900
 
 
 class _Groups:
@@ -82,11 +79,6 @@ def lipschitz_bounds(terms: list[Term], weights: np.ndarray, var_block: np.ndarr
         np.maximum.at(cols, var_block, np.asarray(absolute.sum(axis=0)).ravel())
         total += weight * rows * cols
     return total
-
-
-def worthwhile(batch: Batch) -> bool:
-    """Whether ``solver="auto"`` should try it on this batch (large blocks: see ``MIN_BLOCK_VARIABLES``)."""
-    return batch.n_vars >= MIN_BLOCK_VARIABLES * batch.n_blocks
 
 
 def applies(inputs: Inputs) -> bool:

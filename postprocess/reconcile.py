@@ -131,16 +131,15 @@ def reconcile_level(
         if blocks.parent is not None and inputs.parent_counts is not None:  # an only child equals its parent
             only = np.flatnonzero(np.diff(blocks.start) == 1)
             counts[blocks.order[blocks.start[only]]] = inputs.parent_counts[blocks.parent[only]]
-        # first_order on every batch when forced; with auto, only on batches of large blocks (first_order.worthwhile)
-        report.update(_reconcile_general(inputs, blocks, counts, solvers, rng, first, solver == SolverPath.FIRST_ORDER,
-                                         tuple(tuple(p) for p in passes), tolerance, rounding))
+        report.update(_reconcile_general(inputs, blocks, counts, solvers, rng, first, tuple(tuple(p) for p in passes),
+                                         tolerance, rounding))
     check_table(inputs, counts)
     report["seconds_total"] = time.perf_counter() - started
     return LevelResult(counts=counts, report=report)
 
 
 def _reconcile_general(inputs: Inputs, blocks: Blocks, counts: np.ndarray, solvers: tuple[str, ...],
-                       rng: TieSource | None, first: bool, always: bool, passes: tuple[tuple[str, ...], ...],
+                       rng: TieSource | None, first: bool, passes: tuple[tuple[str, ...], ...],
                        tolerance: float, marginals: tuple[RoundingMarginal, ...]) -> dict:
     """Least squares per batch of blocks, then rounding (marginals first: ``postprocess.passes``); fills ``counts``."""
     statuses: Counter[str] = Counter()
@@ -150,8 +149,8 @@ def _reconcile_general(inputs: Inputs, blocks: Blocks, counts: np.ndarray, solve
     batches = plan_batches(blocks, inputs.n_cells)
     variables = fallbacks = 0
     for block_ids in batches:
-        batch, inv_matrix, inv_rhs, solution, limits = solve_batch(inputs, blocks, block_ids, solvers, first,
-                                                                   always, passes, tolerance)
+        batch, inv_matrix, inv_rhs, solution, limits = solve_batch(inputs, blocks, block_ids, solvers, first, passes,
+                                                                   tolerance)
         statuses.update(f"{name}:{status}" for name, status in solution.attempts)
         fallbacks += len(solution.attempts) > 1
         seconds["solve"] += solution.seconds
@@ -208,11 +207,10 @@ def _round_marginals_first(batch: Batch, x: np.ndarray, inv_matrix: sp.csr_matri
 
 
 def solve_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray, solvers: tuple[str, ...], first: bool = False,
-                always: bool = False, passes: tuple[tuple[str, ...], ...] = (), tolerance: float = 0.1,
+                passes: tuple[tuple[str, ...], ...] = (), tolerance: float = 0.1,
                 ) -> tuple[Batch, sp.csr_matrix, np.ndarray, Solution, Inequalities]:
     """Least squares of a stack of blocks; also returns the batch, its invariant rows and its bounds that can bind,
-    for the rounding.  ``first``: try ``postprocess.first_order`` before the cvxpy ``solvers``, on every batch when
-    ``always``, else on batches of large blocks only."""
+    for the rounding.  ``first``: try ``postprocess.first_order`` before the cvxpy ``solvers``."""
     batch = build_batch(inputs, blocks, block_ids)
     inv_matrix, inv_rhs, redundant = invariant_rows(inputs, batch)
     limits = bound_rows(inputs, batch)
@@ -222,7 +220,7 @@ def solve_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray, solvers: 
     terms = [term for _, term in named]
     if len(passes) > 1:
         solution = solve_in_passes(named, passes, tolerance, equalities, batch.n_vars, solvers, limits)
-    elif first and terms and (always or first_order.worthwhile(batch)):
+    elif first and terms:
         x, info = first_order.solve(terms, batch)
         # without the bounds; its point is kept where it keeps them, as it is then their problem's optimum too
         if x is not None and limits.excess(x) <= ABS_TOLERANCE:

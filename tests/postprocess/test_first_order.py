@@ -131,9 +131,10 @@ def test_auto_uses_it_for_multi_query_levels_and_cvxpy_stays_selectable():
     forced = reconcile_level(**problem, solver="cvxpy")
     assert first.report["path"] == "first_order" and forced.report["path"] == "cvxpy"
     assert first.report["solver_status"] == {"first_order:optimal": first.report["problems"]}
-    # these blocks are small: "auto" leaves them to Clarabel (first_order.worthwhile)
-    assert auto.report["path"] == "cvxpy"
-    assert auto.report["solver_status"] == {"CLARABEL:optimal": auto.report["problems"]}
+    # small blocks too: "auto" takes it wherever it applies, cvxpy only as its fallback
+    assert auto.report["path"] == "first_order"
+    assert auto.report["solver_status"] == first.report["solver_status"]
+    np.testing.assert_array_equal(auto.counts, first.counts)
     for result in (auto, first, forced):
         sums = np.zeros_like(problem["parent_counts"])
         np.add.at(sums, problem["parent_index"], result.counts)
@@ -141,8 +142,7 @@ def test_auto_uses_it_for_multi_query_levels_and_cvxpy_stays_selectable():
         assert result.counts.min() >= 0
 
 
-def test_auto_takes_it_on_large_blocks(monkeypatch):
-    monkeypatch.setattr(first_order, "MIN_BLOCK_VARIABLES", 1)
+def test_auto_takes_it_on_large_blocks():
     problem = random_problem(np.random.default_rng(5))
     problem["parent_counts"] = problem["parent_counts"] + 5 * ~problem["structural_zeros"]
     problem["parent_counts"][:, problem["structural_zeros"]] = 0
