@@ -36,13 +36,14 @@ class PersonsPerUnit:
 
 
 def selection_mask(schema: Schema, selection: Selection) -> np.ndarray:
-    """The cells of ``schema``'s detailed histogram a selection names: every listed attribute's value listed."""
-    multi = np.unravel_index(np.arange(schema.n_cells), schema.shape)
-    mask = np.ones(schema.n_cells, dtype=bool)
+    """The cells of ``schema``'s detailed histogram a selection names: every listed attribute's value listed (the
+    cube of the attributes' allowed values, flattened in the histogram's C order)."""
+    mask = np.ones(schema.shape, dtype=bool)
     for name, values in selection:
-        allowed = [i for i, label in enumerate(schema.attribute(name).values) if label in values]
-        mask &= np.isin(multi[schema.names.index(name)], allowed)
-    return mask
+        allowed = np.array([label in values for label in schema.attribute(name).values], dtype=bool)
+        axis = schema.names.index(name)
+        mask &= allowed.reshape([-1 if a == axis else 1 for a in range(len(schema.shape))])
+    return mask.ravel()
 
 
 def rules_matrix(schema: Schema, selections: list[Selection]) -> sp.csr_matrix:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from censusdp.pipeline.cli.commands import preset_text
 from censusdp.pipeline.config.load import load_config
+from censusdp.pipeline.config.persons_per_unit import selection_mask
 from censusdp.pipeline.errors import ConfigError
 
 RULES = '''
@@ -55,3 +59,19 @@ def test_errors_name_the_key(tmp_path: Path, change: str, key: str) -> None:
 def test_overlapping_rules_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="overlap"):
         load_config(_config(tmp_path, RULES + RULES.replace('"households"', '"again"')))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_a_selection_names_the_cells_whose_every_listed_attribute_has_a_listed_value(data: st.DataObject) -> None:
+    schema = SCHEMA
+    names = data.draw(st.lists(st.sampled_from(schema.names), unique=True, max_size=len(schema.names)))
+    selection = tuple((name, tuple(data.draw(st.lists(st.sampled_from(schema.attribute(name).values), unique=True))))
+                      for name in names)
+    cells = np.unravel_index(np.arange(schema.n_cells), schema.shape)
+    expected = [all(schema.attribute(name).values[cells[schema.names.index(name)][c]] in values
+                    for name, values in selection) for c in range(schema.n_cells)]
+    np.testing.assert_array_equal(selection_mask(schema, selection), expected)
+
+
+SCHEMA = load_config_text("pl94").schema
