@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import multiprocessing
 import os
 import shutil
 import subprocess
@@ -44,26 +43,10 @@ def local_cluster(workers: int) -> SpecCluster:
         "host": LOOPBACK, "nthreads": 1, "dashboard": False, "silence_logs": logging.ERROR, "security": security,
         "protocol": "tls", "preload": list(WORKER_MODULES),
         "memory_limit": parse_memory_limit("auto", 1, workers, logger=_log)}}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None, **QUIET_DASK,
-                          **_forked_workers()}):
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None, **QUIET_DASK}):
         return SpecCluster(workers=dict.fromkeys(range(workers), worker),
                            scheduler={"cls": SchedulerProcess, "options": {"security": security}},
                            security=security, silence_logs=logging.ERROR, name="censusdp-local")
-
-
-def _forked_workers() -> dict[str, str]:
-    """Dask's setting that forks the workers from one server process, which imports the workers' modules once
-    (Python's ``forkserver``, where the platform has it): each worker then starts without importing them, and a
-    later cluster of the same process starts in a fraction of the time.  The server is Python's own, private to
-    this user (a socket in a folder only the user reads), and forks from a clean process, never from the driver."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return {}
-    from distributed.utils import get_mp_context
-
-    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
-        context = get_mp_context()  # dask's own list of modules first; ours replaces it (it imports them all)
-    context.set_forkserver_preload(["distributed", *WORKER_MODULES])
-    return {"distributed.worker.multiprocessing-method": "forkserver"}
 
 
 class SchedulerProcess(ProcessInterface):
