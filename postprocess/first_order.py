@@ -1,7 +1,8 @@
 """Accelerated projected gradient (FISTA with adaptive restarts) for the least squares of a batch without invariants,
 f(x) = sum_q w_q ||K_q x - y_q||^2 s.t. x >= 0 and children summing to the parent in every free cell.  Each block is
 certified on its own and frozen at its certified point (docs/reconciliation.md, "Inside one level"); not certified
-within ``MAX_ITERATIONS``: None, and the caller falls back to cvxpy.
+within ``MAX_ITERATIONS``, or too ill-conditioned to be (``_needs_too_many``): None, and the caller falls back to
+cvxpy.
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ def solve(terms: list[Term], batch: Batch) -> tuple[np.ndarray | None, dict]:
     var_block = batch.node_block[batch.var_node]
     lip_block = 2.0 * lipschitz_bounds(terms, weights, var_block, batch.n_blocks) * (1.0 + 1e-12)
     problem = _Active(a, b, groups, var_block[groups.perm], lip_block, batch.n_blocks)
+    if _needs_too_many(lip_block, problem.mu):
+        info.update(status="ill_conditioned", seconds=time.perf_counter() - started)
+        return None, info
     out = np.full(n, np.nan)  # permuted order: each block's certified point, as it is frozen
     position = np.arange(n)  # the active variables' positions in ``out``
     x = problem.groups.project(problem.c / np.maximum(problem.full, 1e-300))
@@ -145,6 +149,15 @@ def solve(terms: list[Term], batch: Batch) -> tuple[np.ndarray | None, dict]:
             info["compactions"] += 1
     info["seconds"] = time.perf_counter() - started
     return None, info
+
+
+def _needs_too_many(lip_block: np.ndarray, mu: float) -> bool:
+    """Whether some block's condition number kappa = L_b / mu says the certificate could take more than
+    ``MAX_ITERATIONS``: accelerated gradient closes the gap by a factor of about e every sqrt(kappa) iterations, so
+    ``RELATIVE_GAP`` takes about sqrt(kappa) ln(1 / RELATIVE_GAP) of them.  Such a batch (a detailed query of tiny
+    weight beside heavy marginals) would run them all and fail: it goes to cvxpy at once."""
+    kappa = float(lip_block.max()) / mu if mu > 0.0 else np.inf
+    return np.sqrt(kappa) * np.log(1.0 / RELATIVE_GAP) > MAX_ITERATIONS
 
 
 class _Active:

@@ -229,7 +229,7 @@ def solve_batch(inputs: Inputs, blocks: Blocks, block_ids: np.ndarray, solvers: 
             solution = Solution(x, [("first_order", "optimal")], violations, minimum, info["seconds"])
         else:
             solution = solve(terms, equalities, batch.n_vars, solvers, [limits])
-            solution.attempts.insert(0, ("first_order", "limit" if x is None else "bounds"))
+            solution.attempts.insert(0, ("first_order", info.get("status", "limit") if x is None else "bounds"))
             solution.seconds += info["seconds"]
     else:
         solution = solve(terms, equalities, batch.n_vars, solvers, [limits])

@@ -180,6 +180,7 @@ def test_invariants_or_no_detailed_query_keep_cvxpy():
 
 def test_not_converged_falls_back_to_cvxpy(monkeypatch):
     monkeypatch.setattr(first_order, "MAX_ITERATIONS", 1)
+    monkeypatch.setattr(first_order, "_needs_too_many", lambda *_: False)  # tried, and not certified in time
     problem = random_problem(np.random.default_rng(11))
     problem["parent_counts"] = problem["parent_counts"] + 50 * ~problem["structural_zeros"]
     problem["parent_counts"][:, problem["structural_zeros"]] = 0
@@ -210,3 +211,22 @@ def test_blocks_are_frozen_as_they_converge_and_the_batch_still_matches_cvxpy(ti
             compacted += info["compactions"]
         assert compare(problem) >= 1
     assert compacted >= 2
+
+
+def test_a_batch_too_ill_conditioned_to_certify_goes_to_cvxpy_at_once():
+    problem = random_problem(np.random.default_rng(11), n_parents=2, shape=(5, 3))
+    problem["parent_index"] = np.repeat([0, 1], 3)
+    problem["parent_counts"] = problem["parent_counts"][:2] + 5 * ~problem["structural_zeros"]
+    problem["parent_counts"][:, problem["structural_zeros"]] = 0
+    detailed, total = marginal((5, 3), (0, 1)), marginal((5, 3), ())
+    noisy = np.arange(6 * 15).reshape(6, 15) % 7
+    problem["measurements"] = [QueryMeasurement("detailed", detailed, noisy, Fraction(10**12)),  # a tiny weight
+                               QueryMeasurement("total", total, noisy.sum(axis=1, keepdims=True), Fraction(1))]
+    result = reconcile_level(**problem)
+    assert result.report["solver_status"] == {"first_order:ill_conditioned": 1, "CLARABEL:optimal": 1}
+    sums = np.zeros_like(problem["parent_counts"])
+    np.add.at(sums, problem["parent_index"], result.counts)
+    np.testing.assert_array_equal(sums, problem["parent_counts"])
+    # the same problem with the weights of the presets' order is certified by the first-order solver
+    problem["measurements"][0] = QueryMeasurement("detailed", detailed, noisy, Fraction(7))
+    assert reconcile_level(**problem).report["solver_status"] == {"first_order:optimal": 1}
