@@ -238,9 +238,8 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
         finish_lowest_outputs(outputs, len(parts), found, persons_only=units is not None)
         if units is not None:
             units.lowest_outputs = outputs
-            kept = [a for a in answers if a is not None]
-            answers.clear()
-            units.bounds = units_bounds_of(release, kept)
+            answers[:] = [a for a in answers if a is not None]
+            units.bounds = units_bounds_of(release, answers)  # which empties ``answers``: held once
     elif lowest and universe.lowest_outputs is not None:  # the units' lowest level: every lowest output is written
         universe.disagreements = finish_lowest_outputs(universe.lowest_outputs, len(parts), found) or {}
         universe.lowest_outputs = None
