@@ -84,6 +84,7 @@ def main() -> None:
         after: dict[str, float] = {}  # the driver's RSS at the stage's end: what it leaves to the next
         tree_peaks: dict[str, float] = {}  # the process tree's summed RSS at its peak within the stage
         cpu: dict[str, float] = {}  # the driver's own CPU seconds (all its threads): its serial share of a stage
+        tree_cpu: dict[str, float] = {}  # the whole process tree's: over the wall time, the cores the stage used
 
         def timed(stage: stages.Stage, function, call_args: tuple) -> object:  # noqa: ANN001
             release = call_args[0]
@@ -94,7 +95,7 @@ def main() -> None:
             _reset_peak()
             tree_memory.stage_peak_gb = 0.0
             tree_memory.sample()
-            t, used = time.perf_counter(), _cpu_seconds()
+            t, used, tree_used = time.perf_counter(), _cpu_seconds(), _tree_cpu_seconds()
             if profiler is not None:
                 profiler.enable()
             result = function(*call_args)
@@ -103,6 +104,7 @@ def main() -> None:
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t
             cpu[name] = cpu.get(name, 0.0) + _cpu_seconds() - used
+            tree_cpu[name] = tree_cpu.get(name, 0.0) + _tree_cpu_seconds() - tree_used
             # the stage's own peak (resetting the kernel's high-water mark resets ru_maxrss too: the running
             # maximum is kept here)
             own = _status_gb("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
@@ -126,15 +128,15 @@ def main() -> None:
     print(f"persons={persons:,} preset={args.preset} units={config.units is not None} "
           f"reconciliation={config.reconciliation_method} "
           f"runner={run.manifest_extra.get('runner')} ({config.runner}) nodes={nodes} synth={synth_s:.1f}s")
-    print("| stage | seconds | driver CPU (s) | detailed cells/s | peak RSS after (GB) | stage's peak / RSS at its end "
-          "(GB) | process tree's peak (GB) |\n|---|---|---|---|---|---|---|")
+    print("| stage | seconds | driver CPU (s) | process tree's CPU (s) | detailed cells/s | peak RSS after (GB) "
+          "| stage's peak / RSS at its end (GB) | process tree's peak (GB) |\n|---|---|---|---|---|---|---|---|")
     for name, seconds in timings.items():
         persons_level = name.startswith(("reconcile ", "measure ")) and "(units)" not in name
         level = name.split(" ")[-1] if persons_level else None  # the rate counts the persons' detailed cells
         rate = f"{nodes[level] * n_cells / seconds:,.0f}" if level in nodes and seconds > 0 else ""
-        print(f"| {name} | {seconds:.2f} | {cpu[name]:.2f} | {rate} | {peaks[name]:.2f} | "
+        print(f"| {name} | {seconds:.2f} | {cpu[name]:.2f} | {tree_cpu[name]:.2f} | {rate} | {peaks[name]:.2f} | "
               f"{stage_peaks[name]:.2f} / {after[name]:.2f} | {tree_peaks[name]:.2f} |")
-    print(f"| total release | {sum(timings.values()):.2f} |")
+    print(f"| total release | {sum(timings.values()):.2f} | {sum(cpu.values()):.2f} | {sum(tree_cpu.values()):.2f} |")
     print(f"peak RSS: {peak_gb:.3f} GB (this process); largest child process (a Dask worker): {child_gb:.3f} GB")
     print(f"the process tree's peak RSS (this process and all its descendants, summed every "
           f"{_TreeMemory.interval_s} s; shared pages counted in each): {tree_memory.peak_gb:.3f} GB")
@@ -216,6 +218,16 @@ def _status_gb(field: str) -> float | None:
         return None
     values = [line.split()[1] for line in lines if line.startswith(field + ":")]
     return int(values[0]) / 1024**2 if values else None
+
+
+def _tree_cpu_seconds() -> float:
+    """The CPU seconds of this process and its living descendants (a local cluster's scheduler and workers)."""
+    me, total = psutil.Process(), 0.0
+    for process in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def _cpu_seconds() -> float:

@@ -111,7 +111,9 @@ def solve(terms: list[Term], batch: Batch) -> tuple[np.ndarray | None, dict]:
         return None, info
     out = np.full(n, np.nan)  # permuted order: each block's certified point, as it is frozen
     position = np.arange(n)  # the active variables' positions in ``out``
-    x = problem.groups.project(problem.c / np.maximum(problem.full, 1e-300))
+    # the start: each variable's least squares over its own single-variable rows (its detailed targets: in full
+    # information the GLS estimate), projected; A'b / diag(A'A) would add every marginal's whole total to each cell
+    x = problem.groups.project(problem.c_single / np.maximum(problem.d, 1e-300))
     y, t = x, np.ones(batch.n_blocks)
     certified = value_total = 0.0
     floor = ABSOLUTE_GAP / batch.n_blocks
@@ -177,8 +179,8 @@ class _Active:
         self.m_block = block[self.m_rows.indices[self.m_rows.indptr[:-1]]] if self.m_rows.shape[0] else block[:0]
         n = a.shape[1]
         self.d = np.bincount(self.s_rows.indices, weights=self.s_rows.data**2, minlength=n)
-        self.c = self.s_rows.T @ self.s_target + self.m_rows_t @ self.m_target
-        self.full = self.d + np.asarray(self.m_rows.multiply(self.m_rows).sum(axis=0)).ravel()
+        self.c_single = self.s_rows.T @ self.s_target
+        self.c = self.c_single + self.m_rows_t @ self.m_target
         # the multi-variable rows add a PSD part: lambda_min(2 A'A) >= 2 min d, kept from the whole batch
         self.mu = 2.0 * float(self.d.min()) if mu is None else mu
         self.lip = lip_block[block]

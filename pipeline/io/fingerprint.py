@@ -91,10 +91,11 @@ class MultisetDigest:
         self._total = 0
 
     def add(self, items: Iterable[bytes]) -> None:
-        # keyed BLAKE2b (RFC 7693's MAC mode, a PRF under the key): a fresh keyed hash per row, 4 to 8 times
-        # cheaper in Python than HMAC-SHA256's per-call key setup
-        blake2b, key = hashlib.blake2b, self._key
-        macs = b"".join(blake2b(item, key=key, digest_size=32).digest() for item in items)
+        # keyed BLAKE2b (RFC 7693's MAC mode, a PRF under the key) per row, 4 to 8 times cheaper in Python than
+        # HMAC-SHA256's per-call key setup; each row's hash is a copy of the state after the key block (the same
+        # digest as hashing with the key, one compression fewer)
+        keyed = hashlib.blake2b(key=self._key, digest_size=32).copy
+        macs = b"".join(_mac(keyed, item) for item in items)
         if macs:  # 8 big-endian 32-bit limbs per MAC, summed exactly in 64 bits (a batch is far below 2^32 rows)
             limbs = np.frombuffer(macs, dtype=">u4").reshape(-1, 8).sum(axis=0, dtype=np.uint64)
             self._total = (self._total + sum(int(s) << (32 * (7 - i)) for i, s in enumerate(limbs))) % _MODULUS
@@ -106,6 +107,12 @@ class MultisetDigest:
 
     def hexdigest(self) -> str:
         return hmac.new(self._key, b"total:" + self._total.to_bytes(32, "big"), hashlib.sha256).hexdigest()
+
+
+def _mac(keyed: Callable[[], Any], item: bytes) -> bytes:
+    state = keyed()
+    state.update(item)
+    return state.digest()
 
 
 def row_texts(frame: pl.DataFrame) -> pl.Series:

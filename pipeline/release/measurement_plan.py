@@ -36,6 +36,7 @@ from censusdp.pipeline.release.group_tasks import (
     measure_upper,
     subtree_chunks,
 )
+from censusdp.pipeline.release.sealed_tasks import submit_sealed
 from censusdp.postprocess import QueryInvariant, QueryMeasurement
 
 PARTS_DIR = "measure-parts"  # inside the run's temporary folder; removed once collected
@@ -228,7 +229,7 @@ def dask_measure(runner: Any, groups: Sequence[GroupTask], upper: UpperTask | No
                         totals.append(total)  # a value: the upper task's list takes values and futures alike
                     continue
                 client = runner.client
-                future = client.submit(measure_group, task, pure=False)
+                future = submit_sealed(client, measure_group, task)
                 pending.append(client.submit(operator.itemgetter(0), future, pure=False))
                 if task.share == 0:  # the group's total histogram: its first share's
                     totals.append(client.submit(operator.itemgetter(1), future, pure=False))
@@ -237,7 +238,7 @@ def dask_measure(runner: Any, groups: Sequence[GroupTask], upper: UpperTask | No
                 if len(pending) >= window:
                     yield pending.popleft().result()
             if upper is not None:
-                upper_future.append(runner.client.submit(measure_upper, upper, list(totals), pure=False))
+                upper_future.append(submit_sealed(runner.client, measure_upper, upper, list(totals)))
             totals.clear()
             while pending:
                 yield pending.popleft().result()

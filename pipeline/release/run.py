@@ -127,6 +127,7 @@ class Release:
     partition: int | None = None  # the level every universe is measured in parts at (release.measurement_plan)
     summary_tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> dictionary, level paths
     expected_errors: dict[str, Any] | None = None  # the main P.L. counts' standard errors (reconcile or tabulate)
+    pending_expected_errors: Callable[[], Any] | None = None  # their computation on the runner, from the first level
     manifest_extra: dict[str, Any] = field(default_factory=dict)
     published: Published | None = None  # set by publish
 

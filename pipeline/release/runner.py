@@ -7,12 +7,14 @@ in flight so driver memory stays bounded.  Every runner gives the same tables un
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from censusdp.pipeline.config.model import MeasureOn, ReleaseConfig, check_runner
+from censusdp.pipeline.release.sealed_tasks import submit_sealed
 
 
 class LocalRunner:
@@ -31,6 +33,7 @@ class LocalRunner:
 
 
 _NO_TASK = object()
+STARTING_SWITCH_S = 0.0005  # the interpreter's switch interval while a cluster starts (Python's default: 0.005)
 
 
 class DaskRunner:
@@ -62,6 +65,10 @@ class DaskRunner:
 
         from censusdp.pipeline.release.local_cluster import QUIET_DASK, local_cluster
 
+        # the nannies that spawn a local cluster's workers run in this process's event loop, beside the driver's
+        # charge: a shorter switch interval lets them take the interpreter's lock while the workers boot
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(interval, STARTING_SWITCH_S))
         try:
             with dask.config.set(QUIET_DASK):
                 if self.name.startswith("dask-local:"):
@@ -71,6 +78,8 @@ class DaskRunner:
                     self._client = Client(self.name)
         except BaseException as error:  # noqa: BLE001 - raised in the driver's thread at the first use
             self._error = error
+        finally:
+            sys.setswitchinterval(interval)
 
     @property
     def client(self) -> Any:
@@ -107,7 +116,7 @@ class DaskRunner:
         client, window = self.client, self.window
         pending: deque[Any] = deque()
         for task in remaining:
-            pending.append(client.submit(fn, task, pure=False))
+            pending.append(submit_sealed(client, fn, task))
             if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:
@@ -115,7 +124,7 @@ class DaskRunner:
 
     def submit(self, fn: Callable[[Any], Any], task: Any) -> Callable[[], Any]:
         """``fn(task)`` started on a worker now, beside what ``map`` runs next; the returned call waits for it."""
-        return self.client.submit(fn, task, pure=False).result
+        return submit_sealed(self.client, fn, task).result
 
     def close(self) -> None:
         try:

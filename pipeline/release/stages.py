@@ -217,9 +217,9 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
     parts, reports, found, answers = [], [], [], []
     with ExitStack() as stack:  # the table's writer, then a runner of our own, closed however the level ends
         runner = runner or stack.enter_context(closing(make_runner("local")))
-        pending = None  # the expected errors depend on the design only: computed beside the lowest level's tasks
-        if outputs is not None and (job := expected_errors_job(release.persons)) is not None:
-            pending = runner.submit(compute_expected_errors, job)
+        if persons and level == 0 and (job := expected_errors_job(universe)) is not None:
+            # the design alone decides them: computed beside the upper levels, whose one chunk leaves workers idle
+            release.pending_expected_errors = runner.submit(compute_expected_errors, job)
         writer = (stack.enter_context(closing(LevelTableWriter(universe.work_dir / "tables" / f"{name}.parquet",
                                                                universe.schema))) if outputs is None else None)
         for index, (counts, report) in enumerate(runner.map(reconcile_chunk, tasks)):
@@ -232,8 +232,9 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
             reports.append(report)
         if len(parts) != n_chunks:
             raise CensusDPError("internal error: a chunk's reconciliation did not come back")
-    if pending is not None:
-        release.expected_errors = record_expected_errors(release.persons, pending())
+    if outputs is not None and release.pending_expected_errors is not None:
+        pending, release.pending_expected_errors = release.pending_expected_errors, None
+        release.expected_errors = record_expected_errors(universe, pending())
     if outputs is not None:  # with units, their lowest tasks write the summary tables
         finish_lowest_outputs(outputs, len(parts), found, persons_only=units is not None)
         if units is not None:
@@ -268,7 +269,7 @@ def tabulate(run: Release) -> None:
         run.summary_tables[tables.value] = write_summary_tables(run.work_dir / "tables", tables, persons.schema,
                                                                 names, tree.geoids, counts, units)
         log.info("summary tables %s written for %d levels", tables.value, len(names))
-    if run.expected_errors is None:  # not computed beside the lowest level's tasks (reconcile)
+    if run.expected_errors is None:  # not computed beside the reconciliation (reconcile)
         run.expected_errors = expected_errors(persons)
 
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from censusdp.pipeline.io.measurements import REPEATED_ROWS, LevelMeasurementWriter, repeated
+from censusdp.pipeline.io.measurements import MEASUREMENT_SCHEMA, REPEATED_ROWS, LevelMeasurementWriter, repeated
 from censusdp.postprocess import QueryMeasurement
 
 
@@ -42,6 +42,9 @@ def test_a_written_chunk_reads_back_as_the_plain_long_form(tmp_path: Path) -> No
     table = pq.read_table(writer.close())
     assert table.schema.field("cell").type == pa.int32() and table.schema.field("rho").type == pa.float64()
     assert table.schema.field("level").type == pa.dictionary(pa.int32(), pa.string())
+    # every column required: no definition level is written per value
+    assert table.column_names == MEASUREMENT_SCHEMA.names and not any(f.nullable for f in table.schema)
+    assert all(pq.ParquetFile(writer.path).schema.column(i).max_definition_level == 0 for i in range(7))
     rows = table.num_rows
     assert rows == noisy.size + total.size
     assert table["level"].to_pylist() == ["tract"] * rows

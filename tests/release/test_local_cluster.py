@@ -18,6 +18,7 @@ import psutil
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
+from censusdp.pipeline.io.histograms import compact_counts
 from censusdp.pipeline.release.runner import DaskRunner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,10 +45,12 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypa
     own_blas = threadpool_limits(limits=2, user_api="blas")  # the driver's own setting, whatever this machine's
     before = _blas_threads()
     assert before and set(before.values()) == {2}
+    switch = sys.getswitchinterval()
     runner = DaskRunner("dask-local:2")
     try:
         # asked before its workers have started, a runner the driver does not help waits for them
         assert os.getpid() not in set(runner.map(lambda _: os.getpid(), range(2)))
+        assert sys.getswitchinterval() == switch  # shortened while the nannies started the workers, then given back
         # the driver's BLAS runs one thread while the workers share its cores (idle OpenBLAS threads spin), and
         # so does each worker's (Dask's nannies set it)
         assert _blas_threads() == dict.fromkeys(before, 1)
@@ -79,6 +82,13 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypa
         payload = np.arange(20_000, dtype=np.int64)
         assert list(runner.map(np.sum, [payload, payload + 1])) == [payload.sum(), payload.sum() + 20_000]
         assert len(runner.client.scheduler_comm.recent_message_log) == 0
+        # the tasks reach the scheduler sealed: it imports none of the modules they name (a release's first task
+        # of each kind waited for that), only its own preload and the seal's
+        assert [c.tolist() for c in runner.map(compact_counts, [payload])] == [payload.tolist()]
+        heavy = ("censusdp", "polars", "pyarrow", "scipy", "cvxpy")
+        loaded = runner.client.run_on_scheduler(lambda: sorted(m for m in sys.modules if m.startswith(heavy)))
+        assert loaded == ["censusdp", "censusdp.pipeline", "censusdp.pipeline.release",
+                          "censusdp.pipeline.release.scheduler_watch", "censusdp.pipeline.release.sealed_tasks"]
         started = runner.submit(lambda _: os.getpid(), None)
         assert started() in worker_pids  # a job started beside the mapped tasks runs on a worker
         # (the scheduler runs with -P: a function of this test module is not importable there, dask's is)
