@@ -92,8 +92,8 @@ class MultisetDigest:
 
     def add(self, items: Iterable[bytes]) -> None:
         # keyed BLAKE2b (RFC 7693's MAC mode, a PRF under the key) per row, 4 to 8 times cheaper in Python than
-        # HMAC-SHA256's per-call key setup; each row's hash is a copy of the state after the key block (the same
-        # digest as hashing with the key, one compression fewer)
+        # HMAC-SHA256's per-call key setup; each row's hash starts from a copy of one keyed state (the same digest
+        # as hashing with the key; the keyed constructor's setup is done once, not per row)
         keyed = hashlib.blake2b(key=self._key, digest_size=32).copy
         macs = b"".join(_mac(keyed, item) for item in items)
         if macs:  # 8 big-endian 32-bit limbs per MAC, summed exactly in 64 bits (a batch is far below 2^32 rows)

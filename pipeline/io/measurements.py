@@ -75,7 +75,7 @@ def _constant(value: float, n: int) -> pa.ChunkedArray:
 
 DICTIONARY_COLUMNS = ["level", "geoid", "query", "rho", "sigma2"]  # a few distinct values each
 _TEXT = pa.dictionary(pa.int32(), pa.string())
-# every column required (never null): Parquet then writes no definition level per value, a third of the writing
+# every column required (never null): Parquet then writes no definition level per value
 MEASUREMENT_SCHEMA = pa.schema([pa.field(name, kind, nullable=False) for name, kind in (
     ("level", _TEXT), ("geoid", _TEXT), ("query", _TEXT), ("cell", pa.int32()), ("noisy_value", pa.int64()),
     ("rho", pa.float64()), ("sigma2", pa.float64()))])
@@ -258,7 +258,7 @@ def read_lowest_geoids(directory: Path, level: str, n_queries: int) -> np.ndarra
 def read_level_table(directory: Path, level: str, columns: Sequence[str]) -> pa.Table:
     """The level's measurement rows (the named columns), every file in node order."""
     tables = [pq.read_table(directory / file, columns=list(columns)) for file in level_files(directory, level)]
-    return pa.concat_tables(tables)
+    return pa.concat_tables(tables, promote_options="default")  # earlier versions wrote the columns nullable
 
 
 def read_invariants(directory: Path, config: ReleaseConfig, tree: GeoTree) -> dict[int, list[QueryInvariant]]:

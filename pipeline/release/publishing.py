@@ -101,6 +101,7 @@ def abandon(run: Release) -> None:
     temporary folder is kept for ``release --resume RUN_ID`` (no new noise); otherwise it is removed."""
     if run.ledger is not None:
         run.ledger.set_status(run.run_id, ChargeStatus.FAILED, run.failure_reason or FailureReason.RUN_ERROR.value)
+    run.pending_expected_errors = None
     for universe in run.universes:
         discard_targets(universe)  # the GLS scratch files (public, but never published)
         universe.input_files = None

@@ -11,6 +11,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from censusdp.pipeline.config.model import MeasureOn, ReleaseConfig, check_runner
@@ -24,6 +25,10 @@ class LocalRunner:
     def map(self, fn: Callable[[Any], Any], tasks: Iterable[Any]) -> Iterator[Any]:
         return (fn(task) for task in tasks)
 
+    def driver_takes_next(self) -> bool:
+        """Every task runs here, none while a cluster starts."""
+        return False
+
     def submit(self, fn: Callable[[Any], Any], task: Any) -> Callable[[], Any]:
         """``fn(task)``, computed here when its result is asked for."""
         return lambda: fn(task)
@@ -34,6 +39,27 @@ class LocalRunner:
 
 _NO_TASK = object()
 STARTING_SWITCH_S = 0.0005  # the interpreter's switch interval while a cluster starts (Python's default: 0.005)
+_starting_lock = threading.Lock()
+_starting = {"clusters": 0, "interval": 0.0}  # clusters starting in this process, and the interval before the first
+
+
+@contextmanager
+def _short_switch_interval() -> Iterator[None]:
+    """The nannies that spawn a local cluster's workers run in this process's event loop, beside the driver's charge:
+    a shorter switch interval lets them take the interpreter's lock while the workers boot.  Set by the first of the
+    clusters starting at once and given back by the last, so one that starts meanwhile cannot keep it."""
+    with _starting_lock:
+        if _starting["clusters"] == 0:
+            _starting["interval"] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_starting["interval"], STARTING_SWITCH_S))
+        _starting["clusters"] += 1
+    try:
+        yield
+    finally:
+        with _starting_lock:
+            _starting["clusters"] -= 1
+            if _starting["clusters"] == 0:
+                sys.setswitchinterval(_starting["interval"])
 
 
 class DaskRunner:
@@ -60,17 +86,13 @@ class DaskRunner:
             self._blas = threadpool_limits(limits=1, user_api="blas")
 
     def _start(self) -> None:
-        import dask
-        from distributed import Client
+        try:  # the imports too: a failing one is raised at the first use, not lost in this thread
+            import dask
+            from distributed import Client
 
-        from censusdp.pipeline.release.local_cluster import QUIET_DASK, local_cluster
+            from censusdp.pipeline.release.local_cluster import QUIET_DASK, local_cluster
 
-        # the nannies that spawn a local cluster's workers run in this process's event loop, beside the driver's
-        # charge: a shorter switch interval lets them take the interpreter's lock while the workers boot
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(interval, STARTING_SWITCH_S))
-        try:
-            with dask.config.set(QUIET_DASK):
+            with dask.config.set(QUIET_DASK), _short_switch_interval():
                 if self.name.startswith("dask-local:"):
                     self._cluster = local_cluster(int(self.name.split(":", 1)[1]))
                     self._client = Client(self._cluster)
@@ -78,8 +100,6 @@ class DaskRunner:
                     self._client = Client(self.name)
         except BaseException as error:  # noqa: BLE001 - raised in the driver's thread at the first use
             self._error = error
-        finally:
-            sys.setswitchinterval(interval)
 
     @property
     def client(self) -> Any:

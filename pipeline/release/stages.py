@@ -217,9 +217,8 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
     parts, reports, found, answers = [], [], [], []
     with ExitStack() as stack:  # the table's writer, then a runner of our own, closed however the level ends
         runner = runner or stack.enter_context(closing(make_runner("local")))
-        if persons and level == 0 and (job := expected_errors_job(universe)) is not None:
-            # the design alone decides them: computed beside the upper levels, whose one chunk leaves workers idle
-            release.pending_expected_errors = runner.submit(compute_expected_errors, job)
+        if persons and (level == 0 and not runner.driver_takes_next() or outputs is not None):
+            _start_expected_errors(release, universe, runner)
         writer = (stack.enter_context(closing(LevelTableWriter(universe.work_dir / "tables" / f"{name}.parquet",
                                                                universe.schema))) if outputs is None else None)
         for index, (counts, report) in enumerate(runner.map(reconcile_chunk, tasks)):
@@ -253,6 +252,14 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
     if lowest and not (persons and release.config.output.estimates):
         # only the persons' GLS estimates (where configured) read them from here on; the units' are a value per block
         universe.invariants.clear()
+
+
+def _start_expected_errors(release: Release, persons: UniverseRun, runner: Any) -> None:
+    """The report's expected errors, started on the runner once: the design alone decides them, so they are computed
+    beside the upper levels (whose one chunk leaves workers idle), or beside the lowest level's tasks where the
+    driver itself runs the upper levels while a cluster starts (a re-run from measurements)."""
+    if release.pending_expected_errors is None and (job := expected_errors_job(persons)) is not None:
+        release.pending_expected_errors = runner.submit(compute_expected_errors, job)
 
 
 def tabulate(run: Release) -> None:

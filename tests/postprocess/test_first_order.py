@@ -202,6 +202,7 @@ def test_blocks_are_frozen_as_they_converge_and_the_batch_still_matches_cvxpy(ti
     rng = np.random.default_rng(77)
     compacted = 0
     for _ in range(4):
+        # cells enough that blocks from the detailed targets' start still take several checks, at different ones
         problem = random_problem(rng, n_parents=40, shape=(4, 3, 2))
         inputs = validate(problem["measurements"], (), **{k: v for k, v in problem.items() if k != "measurements"})
         blocks = plan_blocks(inputs)

@@ -20,6 +20,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 from censusdp.pipeline.io.histograms import compact_counts
 from censusdp.pipeline.release.runner import DaskRunner
+from censusdp.pipeline.release.sealed_tasks import submit_sealed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,6 +86,8 @@ def test_scheduler_runs_in_its_own_process_and_everything_goes_at_close(monkeypa
         # the tasks reach the scheduler sealed: it imports none of the modules they name (a release's first task
         # of each kind waited for that), only its own preload and the seal's
         assert [c.tolist() for c in runner.map(compact_counts, [payload])] == [payload.tolist()]
+        sealed = submit_sealed(runner.client, compact_counts, payload)  # named after its function, for Dask's logs
+        assert sealed.key.startswith("compact_counts-") and sealed.result().tolist() == payload.tolist()
         heavy = ("censusdp", "polars", "pyarrow", "scipy", "cvxpy")
         loaded = runner.client.run_on_scheduler(lambda: sorted(m for m in sys.modules if m.startswith(heavy)))
         assert loaded == ["censusdp", "censusdp.pipeline", "censusdp.pipeline.release",
@@ -145,3 +148,19 @@ def test_a_helping_driver_runs_tasks_only_while_its_workers_start() -> None:
         assert {pid for _, pid in runner.map(lambda n: (n, os.getpid()), range(3))} == worker
     finally:
         runner.close()
+
+
+def test_clusters_starting_at_once_give_the_switch_interval_back() -> None:
+    """The shorter interval is set by the first start and given back by the last, in either order of ending."""
+    from censusdp.pipeline.release.runner import STARTING_SWITCH_S, _short_switch_interval
+
+    before = sys.getswitchinterval()
+    for first_ends_first in (True, False):
+        first, second = _short_switch_interval(), _short_switch_interval()
+        first.__enter__()
+        second.__enter__()
+        assert sys.getswitchinterval() == min(before, STARTING_SWITCH_S)
+        (first if first_ends_first else second).__exit__(None, None, None)
+        assert sys.getswitchinterval() == min(before, STARTING_SWITCH_S)  # the other is still starting
+        (second if first_ends_first else first).__exit__(None, None, None)
+        assert sys.getswitchinterval() == before
