@@ -41,7 +41,7 @@ def publish(run: Release, runner: Any = None) -> Path:
         "levels": [{"name": lv.name, "width": lv.width, **({"column": lv.column} if lv.column else {}),
                     "nodes": tree.n_nodes(i)} for i, lv in enumerate(config.levels)],
         "privacy": run.privacy[config.universe],
-        "allocation": mf.allocation_section(persons.allocations, sensitivity1=config.budget.sensitivity1),
+        "allocation": allocation_of(run),
         "invariants": mf.invariants_section(config),
         "not_protected": mf.not_protected(config),
         "random_source": {"name": run.rng.name, "publishable": run.rng.publishable},
@@ -65,13 +65,10 @@ def publish(run: Release, runner: Any = None) -> Path:
         run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
     for universe in run.universes:  # the measure stage's claim is the run's own bookkeeping, not published
         claim_path(universe.work_dir, MEASURE_CLAIM).unlink(missing_ok=True)
-    # the figure (public values only) is drawn in a thread while the promises are checked: on the workers, the
-    # driver is otherwise idle; in one process, the checks' readers run outside the interpreter's lock
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-figure") as drawing:
-        figure = drawing.submit(budget_shares_png, manifest)
-        # recomputed from the files as written (public: any process may read them): a broken one publishes nothing
-        require_promises_kept(run.work_dir, runner.map if runner is not None else map)
-        shares_png = figure.result()
+    start_budget_figure(run)  # already drawing since the first reconciled level, unless publish is called alone
+    # recomputed from the files as written (public: any process may read them): a broken one publishes nothing
+    require_promises_kept(run.work_dir, runner.map if runner is not None else map)
+    shares_png, run.pending_figure = stage_output(run.pending_figure, "the budget figure")(), None
     (run.work_dir / SHARES_PLOT).write_bytes(shares_png)
     run.work_dir.rename(run.final_dir)
     run.published = Published(run.final_dir, report, shares_png)
@@ -83,6 +80,23 @@ def publish(run: Release, runner: Any = None) -> Path:
             log.warning("published, but the ledger status could not be updated (%s)", type(error).__name__)
     log.info("published %s", run.final_dir)
     return run.final_dir
+
+
+def allocation_of(run: Release) -> list[dict[str, Any]]:
+    """The manifest's ``allocation``: each level and query's rho and sigma² (public, from the configuration)."""
+    return mf.allocation_section(run.persons.allocations, sensitivity1=run.config.budget.sensitivity1)
+
+
+def start_budget_figure(run: Release) -> None:
+    """Start drawing ``budget_shares.png`` (the manifest's levels and allocation: public values) in a thread of its
+    own, once per run: from the first reconciled level on, while the driver mostly waits for its runner, so that it
+    competes with none of publish's own work; publish collects it (``Release.pending_figure``)."""
+    if run.pending_figure is not None:
+        return
+    manifest = {"levels": [{"name": level.name} for level in run.config.levels], "allocation": allocation_of(run)}
+    drawing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-figure")
+    run.pending_figure = drawing.submit(budget_shares_png, manifest).result
+    drawing.shutdown(wait=False)  # the thread ends once the figure is drawn
 
 
 def ledger_section(run: Release) -> dict[str, Any] | None:
@@ -101,7 +115,7 @@ def abandon(run: Release) -> None:
     temporary folder is kept for ``release --resume RUN_ID`` (no new noise); otherwise it is removed."""
     if run.ledger is not None:
         run.ledger.set_status(run.run_id, ChargeStatus.FAILED, run.failure_reason or FailureReason.RUN_ERROR.value)
-    run.pending_expected_errors = None
+    run.pending_expected_errors = run.pending_figure = None
     for universe in run.universes:
         discard_targets(universe)  # the GLS scratch files (public, but never published)
         universe.input_files = None

@@ -128,6 +128,7 @@ class Release:
     summary_tables: dict[str, dict[str, Any]] = field(default_factory=dict)  # set -> dictionary, level paths
     expected_errors: dict[str, Any] | None = None  # the main P.L. counts' standard errors (reconcile or tabulate)
     pending_expected_errors: Callable[[], Any] | None = None  # their computation on the runner, from the first level
+    pending_figure: Callable[[], bytes] | None = None  # budget_shares.png, drawn in a thread from the first level on
     manifest_extra: dict[str, Any] = field(default_factory=dict)
     published: Published | None = None  # set by publish
 

@@ -54,6 +54,7 @@ from censusdp.pipeline.release.publishing import (  # noqa: F401 - COMPLETE_MARK
     SHARES_PLOT,
     abandon,
     publish,
+    start_budget_figure,
 )
 from censusdp.pipeline.release.reconcile_chunk import DISAGREEMENTS, RULE_ANSWERS, reconcile_chunk
 from censusdp.pipeline.release.run import (  # noqa: F401 - part of this module's interface (run_release, the flow, tests)
@@ -217,6 +218,8 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
     parts, reports, found, answers = [], [], [], []
     with ExitStack() as stack:  # the table's writer, then a runner of our own, closed however the level ends
         runner = runner or stack.enter_context(closing(make_runner("local")))
+        if persons and level == 0:
+            start_budget_figure(release)
         if persons and (level == 0 and not runner.driver_takes_next() or outputs is not None):
             _start_expected_errors(release, universe, runner)
         writer = (stack.enter_context(closing(LevelTableWriter(universe.work_dir / "tables" / f"{name}.parquet",

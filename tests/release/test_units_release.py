@@ -18,6 +18,7 @@ from censusdp.pipeline.config.load import load_config
 from censusdp.pipeline.errors import ConfigError
 from censusdp.pipeline.evaluate.compare import evaluate
 from censusdp.pipeline.io import measurements
+from censusdp.pipeline.io.budget_figure import budget_shares_png
 from censusdp.pipeline.io.measurements import measurements_digest
 from censusdp.pipeline.release import lowest_parts, stages
 from censusdp.pipeline.release import run as run_module
@@ -63,6 +64,10 @@ def test_one_charge_for_both_universes_and_h1_beside_p1(synthetic: Path, tmp_pat
     assert lowest not in run.counts and set(run.counts) == set(range(lowest))
     assert units is not None and set(units.counts) == set(range(lowest))
     assert run.tree is units.tree  # one geography: the universes share one tree on the driver
+    # the figure, drawn from the first reconciled level on, is the one the published manifest describes
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert (run_dir / stages.SHARES_PLOT).read_bytes() == budget_shares_png(manifest) == release.published.shares_png
+    assert release.pending_figure is None
     units_file = run_dir / "units" / "measurements" / measurements.INVARIANTS_FILE
     assert pq.ParquetFile(units_file).num_row_groups > run.tree.n_nodes(lowest) // 50  # in pieces
     read_back = measurements.read_invariants(units_file.parent, units.config, run.tree)
