@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -168,11 +169,7 @@ class _TreeMemory(threading.Thread):
             self.sample()
 
     def sample(self) -> None:
-        me = psutil.Process()
-        total = 0
-        for process in [me, *me.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                total += process.memory_info().rss
+        total = _tree_sum(lambda process: process.memory_info().rss)
         self.peak_gb = max(self.peak_gb, total / 1024**3)
         self.stage_peak_gb = max(self.stage_peak_gb, total / 1024**3)
 
@@ -220,14 +217,17 @@ def _status_gb(field: str) -> float | None:
     return int(values[0]) / 1024**2 if values else None
 
 
-def _tree_cpu_seconds() -> float:
-    """The CPU seconds of this process and its living descendants (a local cluster's scheduler and workers)."""
+def _tree_sum(measure: Callable[[psutil.Process], float]) -> float:
+    """``measure`` summed over this process and its living descendants (a local cluster's scheduler and workers)."""
     me, total = psutil.Process(), 0.0
     for process in [me, *me.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):
-            times = process.cpu_times()
-            total += times.user + times.system
+            total += measure(process)
     return total
+
+
+def _tree_cpu_seconds() -> float:
+    return _tree_sum(lambda process: sum(process.cpu_times()[:2]))  # user + system
 
 
 def _cpu_seconds() -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -65,10 +66,10 @@ def publish(run: Release, runner: Any = None) -> Path:
         run.write_estimates(run, manifest)  # GLS estimates with standard errors: post-processing (Thm 19.25)
     for universe in run.universes:  # the measure stage's claim is the run's own bookkeeping, not published
         claim_path(universe.work_dir, MEASURE_CLAIM).unlink(missing_ok=True)
-    start_budget_figure(run)  # already drawing since the first reconciled level, unless publish is called alone
+    drawn = start_budget_figure(run)  # drawing since the first reconciled level, unless publish is called alone
     # recomputed from the files as written (public: any process may read them): a broken one publishes nothing
     require_promises_kept(run.work_dir, runner.map if runner is not None else map)
-    shares_png, run.pending_figure = stage_output(run.pending_figure, "the budget figure")(), None
+    shares_png, run.pending_figure = drawn(), None
     (run.work_dir / SHARES_PLOT).write_bytes(shares_png)
     run.work_dir.rename(run.final_dir)
     run.published = Published(run.final_dir, report, shares_png)
@@ -87,16 +88,16 @@ def allocation_of(run: Release) -> list[dict[str, Any]]:
     return mf.allocation_section(run.persons.allocations, sensitivity1=run.config.budget.sensitivity1)
 
 
-def start_budget_figure(run: Release) -> None:
+def start_budget_figure(run: Release) -> Callable[[], bytes]:
     """Start drawing ``budget_shares.png`` (the manifest's levels and allocation: public values) in a thread of its
     own, once per run: from the first reconciled level on, while the driver mostly waits for its runner, so that it
-    competes with none of publish's own work; publish collects it (``Release.pending_figure``)."""
-    if run.pending_figure is not None:
-        return
-    manifest = {"levels": [{"name": level.name} for level in run.config.levels], "allocation": allocation_of(run)}
-    drawing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-figure")
-    run.pending_figure = drawing.submit(budget_shares_png, manifest).result
-    drawing.shutdown(wait=False)  # the thread ends once the figure is drawn
+    competes with none of publish's own work.  Returns the call that waits for it (``Release.pending_figure``)."""
+    if run.pending_figure is None:
+        manifest = {"levels": [{"name": level.name} for level in run.config.levels], "allocation": allocation_of(run)}
+        drawing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="budget-figure")
+        run.pending_figure = drawing.submit(budget_shares_png, manifest).result
+        drawing.shutdown(wait=False)  # the thread ends once the figure is drawn
+    return run.pending_figure
 
 
 def ledger_section(run: Release) -> dict[str, Any] | None:

@@ -220,7 +220,7 @@ def reconcile(release: Release, universe: UniverseRun, level: int, runner: Any =
         runner = runner or stack.enter_context(closing(make_runner("local")))
         if persons and level == 0:
             start_budget_figure(release)
-        if persons and (level == 0 and not runner.driver_takes_next() or outputs is not None):
+        if persons and (outputs is not None or (level == 0 and not runner.driver_takes_next())):
             _start_expected_errors(release, universe, runner)
         writer = (stack.enter_context(closing(LevelTableWriter(universe.work_dir / "tables" / f"{name}.parquet",
                                                                universe.schema))) if outputs is None else None)
